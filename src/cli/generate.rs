@@ -1,0 +1,89 @@
+//! `tinygpt generate` (streaming text from a checkpoint) and `tinygpt export`.
+
+use super::non_negative_f32;
+use anyhow::Result;
+use std::io::Write;
+use std::path::PathBuf;
+use tinygpt::cpu::generate::Generator;
+use tinygpt::model::checkpoint::{check_writable, Checkpoint, Precision};
+use tinygpt::train::sample::{generate, SampleOptions};
+
+#[derive(clap::Args)]
+pub struct GenerateArgs {
+    /// A checkpoint written by `tinygpt train`.
+    #[arg(long, value_name = "FILE")]
+    checkpoint: PathBuf,
+    /// Text to continue (bytes beyond the model's context keep only the last ctx).
+    #[arg(long, default_value = "")]
+    prompt: String,
+    /// Bytes to generate.
+    #[arg(long, value_name = "N", default_value_t = 300)]
+    tokens: usize,
+    /// Sampling temperature; 0 always picks the most likely byte.
+    #[arg(long, value_name = "T", default_value_t = 0.8, value_parser = non_negative_f32)]
+    temperature: f32,
+    /// Sample only among the K most likely bytes (1..=256).
+    #[arg(long = "top-k", value_name = "K", default_value_t = 40, value_parser = clap::value_parser!(u16).range(1..=256))]
+    top_k: u16,
+    /// Random seed of the sampler.
+    #[arg(long, value_name = "S", default_value_t = 42)]
+    seed: u64,
+}
+
+pub fn run(args: GenerateArgs) -> Result<()> {
+    let ck = Checkpoint::load(&args.checkpoint)?;
+    let opts = SampleOptions { temperature: args.temperature, top_k: args.top_k as usize, seed: args.seed };
+    opts.validate().map_err(anyhow::Error::msg)?;
+    let mut generator = Generator::new(&ck.config, &ck.params).map_err(anyhow::Error::msg)?;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    out.write_all(args.prompt.as_bytes())?;
+    // Bytes are streamed as soon as they form valid UTF-8; invalid sequences
+    // are shown as U+FFFD, never a panic.
+    let mut pending: Vec<u8> = Vec::new();
+    let mut io_error = None;
+    generate(&mut generator, args.prompt.as_bytes(), args.tokens, &opts, |b| {
+        pending.push(b);
+        let flush_upto = match std::str::from_utf8(&pending) {
+            Ok(_) => pending.len(),
+            Err(e) if e.error_len().is_some() => pending.len(), // invalid: show lossily now
+            Err(e) => e.valid_up_to(),                          // incomplete: wait for more bytes
+        };
+        if flush_upto > 0 {
+            let text = String::from_utf8_lossy(&pending[..flush_upto]).into_owned();
+            pending.drain(..flush_upto);
+            if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+                io_error.get_or_insert(e);
+            }
+        }
+    });
+    if !pending.is_empty() {
+        out.write_all(String::from_utf8_lossy(&pending).as_bytes())?;
+    }
+    if let Some(e) = io_error {
+        if e.kind() != std::io::ErrorKind::BrokenPipe {
+            return Err(e.into());
+        }
+    }
+    writeln!(out)?;
+    Ok(())
+}
+
+#[derive(clap::Args)]
+pub struct ExportArgs {
+    /// The checkpoint to export.
+    #[arg(long, value_name = "FILE")]
+    checkpoint: PathBuf,
+    /// The f16 weights-only safetensors file to write.
+    #[arg(long, value_name = "FILE")]
+    out: PathBuf,
+}
+
+pub fn export(args: ExportArgs) -> Result<()> {
+    let mut ck = Checkpoint::load(&args.checkpoint)?;
+    check_writable(&args.out)?;
+    ck.optimizer = None;
+    ck.save(&args.out, Precision::F16)?;
+    eprintln!("wrote {} (f16 weights, no optimizer state)", args.out.display());
+    Ok(())
+}

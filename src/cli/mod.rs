@@ -1,0 +1,128 @@
+//! Argument parsing and dispatch. Every bad argument ends the program with one
+//! line that names the problem and the fix, and a non-zero exit code.
+
+mod bench;
+mod generate;
+mod train;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "tinygpt",
+    version,
+    about = "TinyGPT Explainer: train a small byte-level GPT and watch it learn",
+    long_about = "TinyGPT Explainer trains a small GPT that reads text one byte at a time.\n\
+                  Start with `tinygpt train` (the small preset on TinyShakespeare, a few minutes on a laptop),\n\
+                  then `tinygpt generate --checkpoint tinygpt-small.safetensors --prompt \"ROMEO:\"`."
+)]
+struct Cli {
+    /// Worker threads for the CPU backend (default: one per core).
+    #[arg(long, global = true, value_parser = clap::value_parser!(u16).range(1..))]
+    threads: Option<u16>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Train a model and save it as a checkpoint.
+    Train(train::TrainArgs),
+    /// Generate text from a checkpoint, streaming it to stdout.
+    Generate(generate::GenerateArgs),
+    /// List the built-in presets (model sizes) with their parameter counts.
+    Presets,
+    /// Measure training speed (ms per step, tokens per second) per preset.
+    Bench(bench::BenchArgs),
+    /// Write a checkpoint's weights as half precision (f16), for sharing.
+    Export(generate::ExportArgs),
+}
+
+/// The backends this build can run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendChoice {
+    /// The CPU backend (rayon, f32).
+    Cpu,
+}
+
+pub fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => {
+            // --help and --version
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("error: invalid arguments");
+            eprintln!("{first} (see `tinygpt --help`)");
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(n) = cli.threads {
+        let _ = rayon::ThreadPoolBuilder::new().num_threads(n as usize).build_global();
+    }
+    let result = match cli.command {
+        Command::Train(a) => train::run(a),
+        Command::Generate(a) => generate::run(a),
+        Command::Presets => {
+            presets();
+            Ok(())
+        }
+        Command::Bench(a) => bench::run(a),
+        Command::Export(a) => generate::export(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn presets() {
+    use tinygpt::model::config::{BUILTIN_PRESETS, Config, DEFAULT_PRESET};
+    println!("{:<14} {:>6} {:>6} {:>6} {:>5} {:>6} {:>7} {:>13}", "preset", "layers", "heads", "d", "ctx", "batch", "steps", "parameters");
+    for (id, _) in BUILTIN_PRESETS {
+        let c = Config::load(id).expect("built-in presets are valid (tested)");
+        let mark = if *id == DEFAULT_PRESET { " (default)" } else { "" };
+        println!(
+            "{:<14} {:>6} {:>6} {:>6} {:>5} {:>6} {:>7} {:>13}{mark}",
+            id,
+            c.n_layer,
+            c.n_head,
+            c.d_model,
+            c.ctx,
+            c.batch,
+            c.steps,
+            group_thousands(c.param_count())
+        );
+    }
+}
+
+pub fn group_thousands(n: usize) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+/// Parses a number that must be finite and > 0.
+pub fn positive_f32(s: &str) -> Result<f32, String> {
+    let v: f32 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    if v.is_finite() && v > 0.0 { Ok(v) } else { Err(format!("{s} must be a finite number > 0")) }
+}
+
+/// Parses a number that must be finite and >= 0.
+pub fn non_negative_f32(s: &str) -> Result<f32, String> {
+    let v: f32 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    if v.is_finite() && v >= 0.0 { Ok(v) } else { Err(format!("{s} must be a finite number >= 0")) }
+}

@@ -1,0 +1,162 @@
+//! `tinygpt train`: a progress bar (or JSON lines), periodic validation,
+//! and a checkpoint at the end or on Ctrl-C.
+
+use super::{positive_f32, BackendChoice};
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tinygpt::cpu::generate::Generator;
+use tinygpt::data::Corpus;
+use tinygpt::model::checkpoint::{check_writable, Checkpoint, Precision};
+use tinygpt::model::config::{Config, DEFAULT_PRESET};
+use tinygpt::train::sample::{generate, SampleOptions};
+use tinygpt::train::{TrainError, Trainer};
+
+#[derive(clap::Args)]
+pub struct TrainArgs {
+    /// Model size: a built-in preset (see `tinygpt presets`) or a .ron file.
+    #[arg(long, default_value = DEFAULT_PRESET)]
+    preset: String,
+    /// Where to compute.
+    #[arg(long, value_enum, default_value = "cpu")]
+    backend: BackendChoice,
+    /// Text to learn from, read as bytes (default: TinyShakespeare, built in).
+    #[arg(long, value_name = "FILE")]
+    corpus: Option<PathBuf>,
+    /// Total training steps (default: the preset's).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    steps: Option<u64>,
+    /// Peak learning rate (default: the preset's, 3e-4 for most).
+    #[arg(long, value_name = "X", value_parser = positive_f32)]
+    lr: Option<f32>,
+    /// Random seed for initialisation, batches and dropout.
+    #[arg(long, value_name = "S", default_value_t = 42)]
+    seed: u64,
+    /// Checkpoint to write (default: tinygpt-<preset>.safetensors, or the --resume file).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Continue training from a checkpoint (its model, optimizer state and step).
+    #[arg(long, value_name = "FILE")]
+    resume: Option<PathBuf>,
+    /// Print one JSON object per step instead of a progress bar.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: TrainArgs) -> Result<()> {
+    let resumed = match &args.resume {
+        Some(path) => Some(Checkpoint::load(path)?),
+        None => None,
+    };
+    let mut config = match &resumed {
+        Some(ck) => ck.config.clone(),
+        None => Config::load(&args.preset)?,
+    };
+    if let Some(steps) = args.steps {
+        config.steps = steps;
+    }
+    if let Some(lr) = args.lr {
+        config.lr = lr;
+    }
+    config.validate(&format!("preset `{}` with command-line overrides", args.preset))?;
+    let preset_name = std::path::Path::new(&args.preset).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let out = args
+        .out
+        .clone()
+        .or_else(|| args.resume.clone())
+        .unwrap_or_else(|| PathBuf::from(format!("tinygpt-{preset_name}.safetensors")));
+    check_writable(&out)?;
+    let corpus = match &args.corpus {
+        Some(p) => Corpus::from_file(p, config.ctx)?,
+        None => Corpus::tiny_shakespeare(config.ctx)?,
+    };
+    let backend = match args.backend {
+        BackendChoice::Cpu => tinygpt::bench::cpu_backend(&config),
+    };
+    let description = backend.describe();
+    let mut trainer = match &resumed {
+        Some(ck) => Trainer::resume(backend, corpus, ck)?,
+        None => Trainer::new(backend, corpus, args.seed)?,
+    };
+    if trainer.step >= config.steps {
+        bail!("the checkpoint already has {} steps; ask for more with --steps", trainer.step);
+    }
+
+    let interrupted = Arc::new(AtomicBool::new(false));
+    {
+        let flag = interrupted.clone();
+        ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst)).context("cannot install the Ctrl-C handler")?;
+    }
+    if !args.json {
+        eprintln!(
+            "training {} ({} parameters) on {} ({} train / {} val bytes) with {description}",
+            preset_name,
+            super::group_thousands(config.param_count()),
+            trainer.corpus.name,
+            trainer.corpus.train.len(),
+            trainer.corpus.val.len()
+        );
+    }
+    let bar = if args.json { ProgressBar::hidden() } else { ProgressBar::new(config.steps) };
+    bar.set_style(
+        ProgressStyle::with_template("{bar:30.cyan/blue} {pos}/{len} {msg} [{elapsed_precise}, ETA {eta}]")
+            .expect("valid template")
+            .progress_chars("█▉▊▋▌▍▎▏ "),
+    );
+    bar.set_position(trainer.step);
+    let mut last_val = None;
+    while trainer.step < config.steps {
+        if interrupted.load(Ordering::SeqCst) {
+            bar.abandon();
+            save(&mut trainer, &out)?;
+            eprintln!("interrupted at step {}: checkpoint saved to {}", trainer.step, out.display());
+            std::process::exit(130);
+        }
+        let m = match trainer.train_step() {
+            Ok(m) => m,
+            Err(e @ TrainError::Diverged { .. }) => {
+                bar.abandon();
+                if trainer.step > 0 {
+                    save(&mut trainer, &out)?;
+                    eprintln!("the last good weights (step {}) are saved in {}", trainer.step, out.display());
+                }
+                return Err(e.into());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if args.json {
+            println!("{}", serde_json::to_string(&m)?);
+        } else {
+            last_val = m.val_loss.or(last_val);
+            let val = last_val.map(|v| format!(" val {v:.4}")).unwrap_or_default();
+            bar.set_message(format!("loss {:.4}{val} | {:.0} tok/s", m.loss, m.tokens_per_s));
+            bar.set_position(m.step);
+        }
+    }
+    bar.finish();
+    save(&mut trainer, &out)?;
+    if !args.json {
+        let recent: Vec<f32> = trainer.history.iter().rev().take(50).map(|p| p.loss).collect();
+        let mean = recent.iter().sum::<f32>() / recent.len() as f32;
+        eprintln!(
+            "done: {} steps, train loss {:.4} (mean of the last {}), val loss {}; checkpoint {}",
+            trainer.step,
+            mean,
+            recent.len(),
+            last_val.map(|v| format!("{v:.4}")).unwrap_or("-".into()),
+            out.display()
+        );
+        let params = trainer.params()?;
+        let mut generator = Generator::new(&config, &params).map_err(anyhow::Error::msg)?;
+        let text = generate(&mut generator, b"\n", 200, &SampleOptions::default(), |_| {});
+        eprintln!("sample:\n{}", String::from_utf8_lossy(&text));
+    }
+    Ok(())
+}
+
+fn save(trainer: &mut Trainer, out: &std::path::Path) -> Result<()> {
+    trainer.checkpoint(true)?.save(out, Precision::F32)?;
+    Ok(())
+}

@@ -1,0 +1,327 @@
+//! The CPU backend: executes the [`Program`] with the kernels in [`ops`],
+//! parallel with rayon (one thread on wasm32), in f32 for training or f64 for
+//! gradient checks. It is the numerical reference for every other backend.
+
+pub mod float;
+pub mod generate;
+pub mod matmul;
+pub mod ops;
+
+use crate::backend::{Backend, BackendError, StepOutcome, StepParams};
+use crate::data::Batch;
+use crate::program::{Op, Program, Step, TensorId, TensorKind};
+use float::Float;
+use ops::AttnDims;
+
+pub struct CpuBackend<F: Float> {
+    program: Program,
+    /// One buffer per tensor of the program (empty for inputs).
+    data: Vec<Vec<F>>,
+    tokens: Vec<u32>,
+    targets: Vec<u32>,
+    /// Training mode applies dropout.
+    training: bool,
+    dropout_seed: u32,
+}
+
+impl<F: Float> CpuBackend<F> {
+    /// Allocates every tensor of the program, zeroed. Parameters are set with
+    /// [`Backend::write`] or [`CpuBackend::set_param_values`].
+    pub fn new(program: Program) -> Self {
+        let data = program
+            .tensors
+            .iter()
+            .map(|t| if t.kind == TensorKind::Input { Vec::new() } else { vec![F::zero(); t.numel()] })
+            .collect();
+        Self { program, data, tokens: vec![], targets: vec![], training: true, dropout_seed: 0 }
+    }
+
+    pub fn tensor(&self, id: TensorId) -> &[F] {
+        &self.data[id]
+    }
+
+    pub fn tensor_mut(&mut self, id: TensorId) -> &mut [F] {
+        &mut self.data[id]
+    }
+
+    pub fn set_batch(&mut self, batch: &Batch) {
+        assert_eq!(batch.inputs.len(), self.program.rows(), "batch shape does not match the program");
+        self.tokens.clone_from(&batch.inputs);
+        self.targets.clone_from(&batch.targets);
+    }
+
+    pub fn set_mode(&mut self, training: bool, dropout_seed: u32) {
+        self.training = training;
+        self.dropout_seed = dropout_seed;
+    }
+
+    /// Mean of the per-position losses of the last forward.
+    pub fn loss(&self) -> f64 {
+        let l = &self.data[self.program.losses];
+        l.iter().map(|x| x.f64()).sum::<f64>() / l.len() as f64
+    }
+
+    /// Runs the forward ops (and so the loss) on the current batch.
+    pub fn forward(&mut self) {
+        for i in 0..self.program.ops.len() {
+            self.run(Step::Forward(i), None);
+        }
+    }
+
+    /// Zeroes the grads, then runs the backward ops in reverse.
+    pub fn backward(&mut self) {
+        self.run(Step::ZeroGrads, None);
+        for i in (0..self.program.ops.len()).rev() {
+            self.run(Step::Backward(i), None);
+        }
+    }
+
+    /// Global gradient norm over all parameters.
+    pub fn grad_norm(&self) -> f64 {
+        self.program
+            .params()
+            .map(|p| ops::sum_squares(&self.data[self.program.tensors[p].grad.unwrap()]))
+            .sum::<f64>()
+            .sqrt()
+    }
+
+    fn take(&mut self, id: TensorId) -> Vec<F> {
+        std::mem::take(&mut self.data[id])
+    }
+
+    fn grad_of(&self, id: TensorId) -> TensorId {
+        self.program.tensors[id].grad.expect("tensor has no gradient")
+    }
+
+    /// Executes one entry of the program's step list. `adam` is needed for
+    /// [`Step::AdamW`] only.
+    pub fn run(&mut self, step: Step, adam: Option<ops::AdamW>) {
+        match step {
+            Step::ZeroGrads => {
+                for (t, d) in self.program.tensors.iter().zip(self.data.iter_mut()) {
+                    if t.kind == TensorKind::Grad {
+                        d.iter_mut().for_each(|x| *x = F::zero());
+                    }
+                }
+            }
+            Step::Forward(i) => self.forward_op(i),
+            Step::Backward(i) => self.backward_op(i),
+            Step::ClipGradNorm => {
+                let clip = self.program.config.grad_clip as f64;
+                let norm = self.grad_norm();
+                if clip > 0.0 && norm.is_finite() {
+                    let s = (clip / (norm + 1e-6)).min(1.0);
+                    if s < 1.0 {
+                        for p in self.program.params().collect::<Vec<_>>() {
+                            let g = self.grad_of(p);
+                            ops::scale(&mut self.data[g], F::c(s));
+                        }
+                    }
+                }
+            }
+            Step::AdamW => {
+                let h = adam.expect("AdamW needs its hyperparameters");
+                for p in self.program.params().collect::<Vec<_>>() {
+                    let info = &self.program.tensors[p];
+                    let (g, (m, v)) = (info.grad.unwrap(), info.adam.unwrap());
+                    let decay = self.program.decays(p);
+                    let (mut pm, mut mm, mut vm) = (self.take(p), self.take(m), self.take(v));
+                    ops::adamw_update(&mut pm, &mut mm, &mut vm, &self.data[g], h, decay);
+                    self.data[p] = pm;
+                    self.data[m] = mm;
+                    self.data[v] = vm;
+                }
+            }
+        }
+    }
+
+    fn forward_op(&mut self, i: usize) {
+        let cfg = &self.program.config;
+        let (t, c, b) = (cfg.ctx, cfg.d_model, cfg.batch);
+        let op = self.program.ops[i].op.clone();
+        match op {
+            Op::Embedding { wte, wpe, out, .. } => {
+                let mut o = self.take(out);
+                ops::embedding_forward(&mut o, &self.tokens, &self.data[wte], &self.data[wpe], t, c);
+                self.data[out] = o;
+            }
+            Op::LayerNorm { inp, weight, bias, out, mean, rstd } => {
+                let (mut o, mut m, mut r) = (self.take(out), self.take(mean), self.take(rstd));
+                let width = self.program.tensors[inp].shape.last().copied().unwrap();
+                ops::layernorm_forward(&mut o, &mut m, &mut r, &self.data[inp], &self.data[weight], &self.data[bias], width);
+                (self.data[out], self.data[mean], self.data[rstd]) = (o, m, r);
+            }
+            Op::Linear { inp, weight, bias, out, in_features, out_features } => {
+                let mut o = self.take(out);
+                ops::linear_forward(&mut o, &self.data[inp], &self.data[weight], &self.data[bias], in_features, out_features);
+                self.data[out] = o;
+            }
+            Op::Attention { qkv, out, lse, n_head, dropout, stream } => {
+                let (mut o, mut l) = (self.take(out), self.take(lse));
+                let dims = AttnDims { b, t, c, h: n_head };
+                let seed = self.dropout_seed;
+                ops::attention_forward(&mut o, &mut l, &self.data[qkv], &dims, dropout, seed, stream, self.training);
+                (self.data[out], self.data[lse]) = (o, l);
+            }
+            Op::Gelu { inp, out } => {
+                let mut o = self.take(out);
+                ops::gelu_forward(&mut o, &self.data[inp]);
+                self.data[out] = o;
+            }
+            Op::Residual { a, b, out } => {
+                let mut o = self.take(out);
+                ops::residual_forward(&mut o, &self.data[a], &self.data[b]);
+                self.data[out] = o;
+            }
+            Op::Dropout { inp, out, p, stream } => {
+                let mut o = self.take(out);
+                ops::dropout_forward(&mut o, &self.data[inp], p, self.dropout_seed, stream, self.training);
+                self.data[out] = o;
+            }
+            Op::TiedHead { inp, wte, out } => {
+                let mut o = self.take(out);
+                ops::tied_head_forward(&mut o, &self.data[inp], &self.data[wte], c, crate::model::config::VOCAB);
+                self.data[out] = o;
+            }
+            Op::CrossEntropy { logits, losses, .. } => {
+                let mut l = self.take(losses);
+                ops::cross_entropy_forward(&mut l, &self.data[logits], &self.targets, crate::model::config::VOCAB);
+                self.data[losses] = l;
+            }
+        }
+    }
+
+    fn backward_op(&mut self, i: usize) {
+        let cfg = &self.program.config;
+        let (t, c, b) = (cfg.ctx, cfg.d_model, cfg.batch);
+        let op = self.program.ops[i].op.clone();
+        match op {
+            Op::Embedding { wte, wpe, out, .. } => {
+                let (gwte, gwpe, gout) = (self.grad_of(wte), self.grad_of(wpe), self.grad_of(out));
+                let (mut dwte, mut dwpe) = (self.take(gwte), self.take(gwpe));
+                ops::embedding_backward(&mut dwte, &mut dwpe, &self.data[gout], &self.tokens, t, c);
+                (self.data[gwte], self.data[gwpe]) = (dwte, dwpe);
+            }
+            Op::LayerNorm { inp, weight, bias, out, mean, rstd } => {
+                let (gi, gw, gb, go) = (self.grad_of(inp), self.grad_of(weight), self.grad_of(bias), self.grad_of(out));
+                let (mut di, mut dw, mut db) = (self.take(gi), self.take(gw), self.take(gb));
+                let width = self.program.tensors[inp].shape.last().copied().unwrap();
+                let d = &self.data;
+                ops::layernorm_backward(&mut di, &mut dw, &mut db, &d[go], &d[inp], &d[weight], &d[mean], &d[rstd], width);
+                (self.data[gi], self.data[gw], self.data[gb]) = (di, dw, db);
+            }
+            Op::Linear { inp, weight, bias, out, in_features, out_features } => {
+                let (gi, gw, gb, go) = (self.grad_of(inp), self.grad_of(weight), self.grad_of(bias), self.grad_of(out));
+                let (mut di, mut dw, mut db) = (self.take(gi), self.take(gw), self.take(gb));
+                let d = &self.data;
+                ops::linear_backward(&mut di, &mut dw, &mut db, &d[go], &d[inp], &d[weight], in_features, out_features);
+                (self.data[gi], self.data[gw], self.data[gb]) = (di, dw, db);
+            }
+            Op::Attention { qkv, out, lse, n_head, dropout, stream } => {
+                let (gq, go) = (self.grad_of(qkv), self.grad_of(out));
+                let mut dq = self.take(gq);
+                let dims = AttnDims { b, t, c, h: n_head };
+                let d = &self.data;
+                ops::attention_backward(&mut dq, &d[go], &d[qkv], &d[lse], &dims, dropout, self.dropout_seed, stream);
+                self.data[gq] = dq;
+            }
+            Op::Gelu { inp, out } => {
+                let (gi, go) = (self.grad_of(inp), self.grad_of(out));
+                let mut di = self.take(gi);
+                ops::gelu_backward(&mut di, &self.data[go], &self.data[inp]);
+                self.data[gi] = di;
+            }
+            Op::Residual { a, b, out } => {
+                let (ga, gb, go) = (self.grad_of(a), self.grad_of(b), self.grad_of(out));
+                for g in [ga, gb] {
+                    let mut d = self.take(g);
+                    ops::accumulate(&mut d, &self.data[go]);
+                    self.data[g] = d;
+                }
+            }
+            Op::Dropout { inp, out, p, stream } => {
+                let (gi, go) = (self.grad_of(inp), self.grad_of(out));
+                let mut di = self.take(gi);
+                ops::dropout_backward(&mut di, &self.data[go], p, self.dropout_seed, stream);
+                self.data[gi] = di;
+            }
+            Op::TiedHead { inp, wte, out } => {
+                let (gi, gw, go) = (self.grad_of(inp), self.grad_of(wte), self.grad_of(out));
+                let (mut di, mut dw) = (self.take(gi), self.take(gw));
+                let v = crate::model::config::VOCAB;
+                ops::tied_head_backward(&mut di, &mut dw, &self.data[go], &self.data[inp], &self.data[wte], c, v);
+                (self.data[gi], self.data[gw]) = (di, dw);
+            }
+            Op::CrossEntropy { logits, .. } => {
+                let gl = self.grad_of(logits);
+                let mut dl = self.take(gl);
+                ops::cross_entropy_backward(&mut dl, &self.data[logits], &self.targets, crate::model::config::VOCAB);
+                self.data[gl] = dl;
+            }
+        }
+    }
+
+    fn id(&self, name: &str) -> Result<TensorId, BackendError> {
+        self.program.tensor_id(name).ok_or_else(|| BackendError::UnknownTensor(name.to_string()))
+    }
+}
+
+impl<F: Float> Backend for CpuBackend<F> {
+    fn describe(&self) -> String {
+        format!("cpu ({}, rayon, {} threads)", std::any::type_name::<F>(), rayon::current_num_threads())
+    }
+
+    fn program(&self) -> &Program {
+        &self.program
+    }
+
+    fn train_step(&mut self, batch: &Batch, sp: StepParams) -> StepOutcome {
+        self.set_batch(batch);
+        self.set_mode(true, sp.dropout_seed);
+        self.forward();
+        let loss = self.loss();
+        self.backward();
+        let grad_norm = self.grad_norm();
+        let applied = loss.is_finite() && grad_norm.is_finite();
+        if applied {
+            self.run(Step::ClipGradNorm, None);
+            let cfg = &self.program.config;
+            let h = ops::AdamW {
+                lr: sp.lr,
+                beta1: cfg.beta1,
+                beta2: cfg.beta2,
+                eps: cfg.eps,
+                weight_decay: cfg.weight_decay,
+                t: sp.adam_t,
+            };
+            self.run(Step::AdamW, Some(h));
+        }
+        StepOutcome { loss: loss as f32, grad_norm: grad_norm as f32, applied }
+    }
+
+    fn eval_loss(&mut self, batch: &Batch) -> f32 {
+        self.set_batch(batch);
+        self.set_mode(false, 0);
+        self.forward();
+        self.loss() as f32
+    }
+
+    fn read(&mut self, name: &str) -> Result<Vec<f32>, BackendError> {
+        let id = self.id(name)?;
+        Ok(match self.program.tensors[id].kind {
+            TensorKind::Input if id == self.program.tokens => self.tokens.iter().map(|&x| x as f32).collect(),
+            TensorKind::Input => self.targets.iter().map(|&x| x as f32).collect(),
+            _ => self.data[id].iter().map(|x| x.f64() as f32).collect(),
+        })
+    }
+
+    fn write(&mut self, name: &str, values: &[f32]) -> Result<(), BackendError> {
+        let id = self.id(name)?;
+        let expected = self.program.tensors[id].numel();
+        if values.len() != expected || self.program.tensors[id].kind == TensorKind::Input {
+            return Err(BackendError::WrongSize { name: name.to_string(), expected, got: values.len() });
+        }
+        self.data[id] = values.iter().map(|&x| F::c(x as f64)).collect();
+        Ok(())
+    }
+}

@@ -1,0 +1,173 @@
+//! Data: the byte tokenizer, corpora and their train/validation split, and the
+//! deterministic batch sampler that every backend consumes.
+
+pub mod rng;
+
+use rng::Rng;
+use std::path::Path;
+
+/// TinyShakespeare, the default corpus, compiled into the binary.
+pub const TINY_SHAKESPEARE: &[u8] = include_bytes!("../../assets/tinyshakespeare.txt");
+
+/// The byte tokenizer: every byte of the text is one token (vocab 256).
+pub mod tokenizer {
+    /// Name recorded in checkpoints.
+    pub const NAME: &str = "bytes-256";
+
+    pub fn encode(text: &str) -> Vec<u8> {
+        text.as_bytes().to_vec()
+    }
+
+    /// Decodes bytes to text, replacing invalid UTF-8 with U+FFFD.
+    pub fn decode_lossy(tokens: &[u8]) -> String {
+        String::from_utf8_lossy(tokens).into_owned()
+    }
+}
+
+/// Why a corpus was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum CorpusError {
+    #[error("cannot read corpus {path}: {message} (give the path of a readable text file with --corpus)")]
+    Io { path: String, message: String },
+    #[error(
+        "corpus {name} is too short: {len} bytes, but a context of {ctx} needs at least {need} bytes \
+         so that both the 90% train and 10% validation splits hold one window of ctx+1 bytes \
+         (use a longer text or a preset with a smaller ctx)"
+    )]
+    TooShort { name: String, len: usize, ctx: usize, need: usize },
+}
+
+/// A tokenized corpus split into contiguous train (first 90%) and
+/// validation (last 10%) parts.
+#[derive(Clone, Debug)]
+pub struct Corpus {
+    pub name: String,
+    pub train: Vec<u8>,
+    pub val: Vec<u8>,
+}
+
+impl Corpus {
+    /// Splits `bytes` 90/10 and checks that each split holds a window of `ctx + 1`.
+    pub fn from_bytes(name: &str, bytes: &[u8], ctx: usize) -> Result<Self, CorpusError> {
+        let need = Self::min_len(ctx);
+        if bytes.len() < need {
+            return Err(CorpusError::TooShort { name: name.to_string(), len: bytes.len(), ctx, need });
+        }
+        let split = bytes.len() * 9 / 10;
+        Ok(Self { name: name.to_string(), train: bytes[..split].to_vec(), val: bytes[split..].to_vec() })
+    }
+
+    /// The smallest corpus whose 10% validation split still holds `ctx + 1` bytes.
+    pub fn min_len(ctx: usize) -> usize {
+        // val = len - floor(0.9 len) >= ctx + 1  <=  len >= 10 (ctx + 1)
+        10 * (ctx + 1)
+    }
+
+    pub fn tiny_shakespeare(ctx: usize) -> Result<Self, CorpusError> {
+        Self::from_bytes("tinyshakespeare.txt", TINY_SHAKESPEARE, ctx)
+    }
+
+    /// Reads any file as bytes.
+    pub fn from_file(path: &Path, ctx: usize) -> Result<Self, CorpusError> {
+        let bytes = std::fs::read(path).map_err(|e| CorpusError::Io {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
+        Self::from_bytes(&path.display().to_string(), &bytes, ctx)
+    }
+}
+
+/// One batch: `inputs[b*T + t]` and the next-byte `targets[b*T + t]`. (B, T)
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Batch {
+    pub batch: usize,
+    pub ctx: usize,
+    pub inputs: Vec<u32>,
+    pub targets: Vec<u32>,
+}
+
+impl Batch {
+    /// A batch of `batch` random windows of `ctx + 1` bytes from `data`.
+    pub fn sample(data: &[u8], batch: usize, ctx: usize, rng: &mut Rng) -> Self {
+        let windows = (data.len() - ctx) as u64; // starts 0..=len-ctx-1
+        let mut inputs = Vec::with_capacity(batch * ctx);
+        let mut targets = Vec::with_capacity(batch * ctx);
+        for _ in 0..batch {
+            let start = rng.below(windows) as usize;
+            let w = &data[start..start + ctx + 1];
+            inputs.extend(w[..ctx].iter().map(|&b| b as u32));
+            targets.extend(w[1..].iter().map(|&b| b as u32));
+        }
+        Self { batch, ctx, inputs, targets }
+    }
+}
+
+/// The stream of training batches for one run: a seeded sampler whose state
+/// can be saved in a checkpoint and restored, so a resumed run sees the same
+/// batches it would have seen.
+#[derive(Clone, Debug)]
+pub struct BatchSampler {
+    pub rng: Rng,
+}
+
+impl BatchSampler {
+    pub fn new(seed: u64) -> Self {
+        Self { rng: Rng::for_stream(seed, "train-batches") }
+    }
+
+    pub fn next(&mut self, corpus: &Corpus, batch: usize, ctx: usize) -> Batch {
+        Batch::sample(&corpus.train, batch, ctx, &mut self.rng)
+    }
+}
+
+/// The fixed validation batches of a run: the same windows at every
+/// evaluation, so successive validation losses are comparable.
+pub fn validation_batches(corpus: &Corpus, batch: usize, ctx: usize, count: usize, seed: u64) -> Vec<Batch> {
+    let mut rng = Rng::for_stream(seed, "val-batches");
+    (0..count).map(|_| Batch::sample(&corpus.val, batch, ctx, &mut rng)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_is_90_10_and_contiguous() {
+        let bytes: Vec<u8> = (0..1000u32).map(|i| (i % 251) as u8).collect();
+        let c = Corpus::from_bytes("x", &bytes, 8).unwrap();
+        assert_eq!(c.train.len(), 900);
+        assert_eq!(c.val.len(), 100);
+        assert_eq!([c.train.clone(), c.val.clone()].concat(), bytes);
+    }
+
+    #[test]
+    fn too_short_corpus_is_refused() {
+        let err = Corpus::from_bytes("short.txt", b"hello", 8).unwrap_err().to_string();
+        assert!(err.contains("short.txt") && err.contains("too short"), "{err}");
+        assert!(Corpus::from_bytes("e", b"", 1).is_err());
+    }
+
+    #[test]
+    fn targets_are_inputs_shifted_by_one() {
+        let c = Corpus::tiny_shakespeare(16).unwrap();
+        let mut s = BatchSampler::new(1);
+        let b = s.next(&c, 4, 16);
+        for r in 0..4 {
+            assert_eq!(b.inputs[r * 16 + 1..r * 16 + 16], b.targets[r * 16..r * 16 + 15]);
+        }
+    }
+
+    #[test]
+    fn windows_reach_both_ends_of_small_data() {
+        let data: Vec<u8> = (0..12).collect();
+        let mut rng = Rng::new(3);
+        let mut first = false;
+        let mut last = false;
+        for _ in 0..500 {
+            let b = Batch::sample(&data, 1, 4, &mut rng);
+            first |= b.inputs[0] == 0;
+            last |= *b.targets.last().unwrap() == 11;
+        }
+        assert!(first && last);
+    }
+}

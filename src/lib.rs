@@ -1,0 +1,22 @@
+//! # TinyGPT Explainer
+//!
+//! A byte-level GPT that trains for real and shows its own computation. The
+//! crate is laid out in data-flow order:
+//!
+//! 1. [`data`]: the byte tokenizer, corpora, the 90/10 split and the seeded,
+//!    portable batch sampler.
+//! 2. [`model`]: the configuration and RON presets, parameter init, checkpoints.
+//! 3. [`program`]: one training step as an ordered list of ops over named
+//!    tensors, built from a config; every backend and viewer runs this.
+//! 4. [`backend`] and [`cpu`]: the backend interface and the CPU reference
+//!    backend (rayon-parallel, f32 or f64).
+//! 5. [`train`]: the trainer, learning-rate schedules and text generation.
+//! 6. [`bench`]: the training-speed benchmark.
+
+pub mod backend;
+pub mod bench;
+pub mod cpu;
+pub mod data;
+pub mod model;
+pub mod program;
+pub mod train;

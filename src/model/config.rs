@@ -1,0 +1,255 @@
+//! Model and training configuration, and the RON presets in `presets/`.
+//!
+//! A preset is one RON file holding a [`Config`]: the model's shape (layers,
+//! heads, width, context) and how to train it (batch, steps, learning rate and
+//! schedule, AdamW, dropout). The built-in presets are compiled into the binary
+//! so the program never needs the source tree at run time; a user can also
+//! name any `.ron` file of their own.
+
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// Vocabulary size of the byte tokenizer: every byte is a token.
+pub const VOCAB: usize = 256;
+
+/// The learning-rate schedule.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub enum Schedule {
+    /// The same learning rate at every step.
+    Constant,
+    /// Linear warm-up from 0 to `lr` over `warmup_steps`, then cosine decay to
+    /// `min_lr` at `decay_steps`, constant `min_lr` after.
+    WarmupCosine { warmup_steps: u64, decay_steps: u64, min_lr: f32 },
+}
+
+/// Everything that defines a run: the model shape and the training recipe.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Transformer blocks (L).
+    pub n_layer: usize,
+    /// Attention heads per block (H); must divide `d_model`.
+    pub n_head: usize,
+    /// Width of the residual stream (C).
+    pub d_model: usize,
+    /// Context length in bytes (T).
+    pub ctx: usize,
+    /// Sequences per batch (B).
+    pub batch: usize,
+    /// Training steps of a full run.
+    pub steps: u64,
+    /// Peak learning rate.
+    pub lr: f32,
+    #[serde(default = "default_schedule")]
+    pub schedule: Schedule,
+    #[serde(default = "default_beta1")]
+    pub beta1: f32,
+    #[serde(default = "default_beta2")]
+    pub beta2: f32,
+    #[serde(default = "default_eps")]
+    pub eps: f32,
+    /// AdamW decoupled weight decay, applied to ≥2-D tensors only.
+    #[serde(default = "default_weight_decay")]
+    pub weight_decay: f32,
+    /// Global gradient-norm clip; 0 turns clipping off.
+    #[serde(default = "default_grad_clip")]
+    pub grad_clip: f32,
+    /// Dropout probability (embeddings, attention weights, residual branches).
+    #[serde(default)]
+    pub dropout: f32,
+    /// Evaluate the validation loss every this many steps (0: only at the end).
+    #[serde(default = "default_eval_interval")]
+    pub eval_interval: u64,
+    /// Batches averaged for one validation loss.
+    #[serde(default = "default_eval_batches")]
+    pub eval_batches: usize,
+}
+
+fn default_schedule() -> Schedule {
+    Schedule::Constant
+}
+fn default_beta1() -> f32 {
+    0.9
+}
+fn default_beta2() -> f32 {
+    0.95
+}
+fn default_eps() -> f32 {
+    1e-8
+}
+fn default_weight_decay() -> f32 {
+    0.1
+}
+fn default_grad_clip() -> f32 {
+    1.0
+}
+fn default_eval_interval() -> u64 {
+    100
+}
+fn default_eval_batches() -> usize {
+    8
+}
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{source_name}: {message} (fix the RON syntax or field name; see presets/small.ron for a valid example)")]
+    Parse { source_name: String, message: String },
+    #[error("{source_name}: field `{field}` {rule}")]
+    Rule { source_name: String, field: &'static str, rule: String },
+    #[error("unknown preset `{name}`: choose one of {known} or give the path of a .ron file")]
+    UnknownPreset { name: String, known: String },
+    #[error("cannot read preset file {path}: {message}")]
+    Io { path: String, message: String },
+}
+
+/// The built-in presets, smallest first: (id, RON source).
+pub const BUILTIN_PRESETS: &[(&str, &str)] = &[
+    ("tiny", include_str!("../../presets/tiny.ron")),
+    ("small", include_str!("../../presets/small.ron")),
+    ("medium", include_str!("../../presets/medium.ron")),
+    ("large", include_str!("../../presets/large.ron")),
+    ("xl", include_str!("../../presets/xl.ron")),
+    ("huge", include_str!("../../presets/huge.ron")),
+    ("massive", include_str!("../../presets/massive.ron")),
+    ("mega", include_str!("../../presets/mega.ron")),
+    ("behemoth", include_str!("../../presets/behemoth.ron")),
+    ("nanogpt-char", include_str!("../../presets/nanogpt-char.ron")),
+];
+
+/// The preset a run uses when none is named.
+pub const DEFAULT_PRESET: &str = "small";
+
+impl Config {
+    /// Parses and validates RON text; `source_name` names it in errors.
+    pub fn from_ron(text: &str, source_name: &str) -> Result<Self, ConfigError> {
+        let cfg: Config = ron::from_str(text).map_err(|e| ConfigError::Parse {
+            source_name: source_name.to_string(),
+            message: e.to_string(),
+        })?;
+        cfg.validate(source_name)?;
+        Ok(cfg)
+    }
+
+    /// A built-in preset by id, or a `.ron` file by path.
+    pub fn load(name_or_path: &str) -> Result<Self, ConfigError> {
+        if let Some((id, text)) = BUILTIN_PRESETS.iter().find(|(id, _)| *id == name_or_path) {
+            return Self::from_ron(text, &format!("presets/{id}.ron"));
+        }
+        let path = Path::new(name_or_path);
+        if name_or_path.ends_with(".ron") || path.exists() {
+            let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Io {
+                path: name_or_path.to_string(),
+                message: e.to_string(),
+            })?;
+            return Self::from_ron(&text, name_or_path);
+        }
+        Err(ConfigError::UnknownPreset {
+            name: name_or_path.to_string(),
+            known: BUILTIN_PRESETS.iter().map(|(id, _)| *id).collect::<Vec<_>>().join(", "),
+        })
+    }
+
+    /// Checks every rule a runnable configuration must satisfy.
+    pub fn validate(&self, source_name: &str) -> Result<(), ConfigError> {
+        let rule = |field: &'static str, rule: String| ConfigError::Rule {
+            source_name: source_name.to_string(),
+            field,
+            rule,
+        };
+        for (field, value) in [
+            ("n_layer", self.n_layer),
+            ("n_head", self.n_head),
+            ("d_model", self.d_model),
+            ("ctx", self.ctx),
+            ("batch", self.batch),
+        ] {
+            if value == 0 {
+                return Err(rule(field, "is 0; it must be at least 1".into()));
+            }
+        }
+        if self.steps == 0 {
+            return Err(rule("steps", "is 0; it must be at least 1".into()));
+        }
+        if self.d_model % self.n_head != 0 {
+            return Err(rule(
+                "n_head",
+                format!("= {} must divide d_model = {} (head_dim = d_model / n_head)", self.n_head, self.d_model),
+            ));
+        }
+        if self.head_dim() > 128 {
+            return Err(rule(
+                "n_head",
+                format!("gives head_dim {} > 128, the largest the attention kernels support", self.head_dim()),
+            ));
+        }
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return Err(rule("lr", format!("= {} must be a finite number > 0", self.lr)));
+        }
+        for (field, v) in [("beta1", self.beta1), ("beta2", self.beta2)] {
+            if !(0.0..1.0).contains(&v) {
+                return Err(rule(field, format!("= {v} must be in [0, 1)")));
+            }
+        }
+        if !(self.eps.is_finite() && self.eps > 0.0) {
+            return Err(rule("eps", format!("= {} must be a finite number > 0", self.eps)));
+        }
+        if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
+            return Err(rule("weight_decay", format!("= {} must be finite and >= 0", self.weight_decay)));
+        }
+        if !(self.grad_clip.is_finite() && self.grad_clip >= 0.0) {
+            return Err(rule("grad_clip", format!("= {} must be finite and >= 0 (0 turns clipping off)", self.grad_clip)));
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return Err(rule("dropout", format!("= {} must be in [0, 1)", self.dropout)));
+        }
+        if self.eval_batches == 0 {
+            return Err(rule("eval_batches", "is 0; it must be at least 1".into()));
+        }
+        if let Schedule::WarmupCosine { warmup_steps, decay_steps, min_lr } = &self.schedule {
+            if !(min_lr.is_finite() && *min_lr >= 0.0 && *min_lr <= self.lr) {
+                return Err(rule("schedule", format!("min_lr = {min_lr} must be in [0, lr = {}]", self.lr)));
+            }
+            if decay_steps < warmup_steps {
+                return Err(rule(
+                    "schedule",
+                    format!("decay_steps = {decay_steps} must be >= warmup_steps = {warmup_steps}"),
+                ));
+            }
+        }
+        // Flattened indices are u32 on the GPU and in the dropout hash.
+        let biggest = (self.batch as u128) * (self.n_head as u128) * (self.ctx as u128) * (self.ctx as u128);
+        if biggest > u32::MAX as u128 || (self.batch * self.ctx * 4 * self.d_model) as u128 > u32::MAX as u128 {
+            return Err(rule("batch", "× ctx × width is too large: tensor indices must fit in 32 bits".into()));
+        }
+        Ok(())
+    }
+
+    pub fn head_dim(&self) -> usize {
+        self.d_model / self.n_head
+    }
+
+    /// Exact parameter count: `256C + ctx·C + 2C + L(12C² + 13C)` (head tied).
+    pub fn param_count(&self) -> usize {
+        let c = self.d_model;
+        VOCAB * c + self.ctx * c + 2 * c + self.n_layer * (12 * c * c + 13 * c)
+    }
+
+    /// Tokens processed by one training step.
+    pub fn tokens_per_step(&self) -> usize {
+        self.batch * self.ctx
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_preset_parses() {
+        for (id, _) in BUILTIN_PRESETS {
+            Config::load(id).unwrap_or_else(|e| panic!("{id}: {e}"));
+        }
+    }
+}

@@ -1,0 +1,6 @@
+//! The model: its configuration and presets, parameter initialisation, and
+//! checkpoints.
+
+pub mod checkpoint;
+pub mod config;
+pub mod params;

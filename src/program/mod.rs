@@ -1,0 +1,402 @@
+//! The program: one training step of TinyGPT as an ordered list of ops over
+//! named tensors, built from a [`Config`].
+//!
+//! Every backend executes this list (the CPU reference, the GPU kernels), the
+//! trainer runs it whole, a step-through view can run it one op at a time, and
+//! the app mirrors its layers, ops and tensors as entities. Nothing about the
+//! model's structure is written down anywhere else.
+//!
+//! Shape letters, used in every comment: B batch, T context (time), C width
+//! (`d_model`), H heads, D head_dim = C/H, L layers, V vocab (256), N = B·T rows.
+
+use crate::model::config::{Config, VOCAB};
+
+/// Index of a tensor in [`Program::tensors`].
+pub type TensorId = usize;
+
+/// What a tensor holds, which decides who allocates, writes and saves it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TensorKind {
+    /// Token ids of the batch (u32), written by the data pipeline.
+    Input,
+    /// A trainable parameter, saved in checkpoints.
+    Param,
+    /// An activation the forward pass writes (and the backward pass reads).
+    Activation,
+    /// A value saved by the forward pass for the backward pass only
+    /// (LayerNorm mean and 1/std, attention log-sum-exp).
+    Saved,
+    /// The gradient of the loss with respect to a parameter or activation.
+    Grad,
+    /// AdamW's first moment of a parameter.
+    AdamM,
+    /// AdamW's second moment of a parameter.
+    AdamV,
+}
+
+#[derive(Clone, Debug)]
+pub struct TensorInfo {
+    /// Unique name; parameters use nanoGPT's checkpoint names.
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub kind: TensorKind,
+    /// The layer this tensor belongs to (index into [`Program::layers`]).
+    pub layer: usize,
+    /// Its gradient tensor, for parameters and activations that have one.
+    pub grad: Option<TensorId>,
+    /// For parameters: AdamW moments, and whether weight decay applies (≥2-D).
+    pub adam: Option<(TensorId, TensorId)>,
+}
+
+impl TensorInfo {
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+}
+
+/// A forward op. Each op's backward is derived from it: it reads the op's
+/// inputs, outputs and saved values and *accumulates* into the inputs' grads.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// `out[b,t] = wte[tokens[b,t]] + wpe[t]`. tokens (B,T), wte (V,C), wpe (T,C) -> out (B,T,C)
+    Embedding { tokens: TensorId, wte: TensorId, wpe: TensorId, out: TensorId },
+    /// Per-row LayerNorm, eps 1e-5. inp (N,C) -> out (N,C), mean (N), rstd (N)
+    LayerNorm { inp: TensorId, weight: TensorId, bias: TensorId, out: TensorId, mean: TensorId, rstd: TensorId },
+    /// `out = inp · weightᵀ + bias`, weight in PyTorch's [out, in] layout.
+    /// inp (N,IN), weight (OUT,IN), bias (OUT) -> out (N,OUT)
+    Linear { inp: TensorId, weight: TensorId, bias: TensorId, out: TensorId, in_features: usize, out_features: usize },
+    /// Causal multi-head self-attention on the fused q|k|v projection, scale
+    /// 1/√D, dropout `p` on the attention weights (stream `stream`).
+    /// qkv (B,T,3C) -> out (B,T,C), lse (B,H,T) (the log-sum-exp of each score row)
+    Attention { qkv: TensorId, out: TensorId, lse: TensorId, n_head: usize, dropout: f32, stream: u32 },
+    /// GELU, exact erf form. inp (N,F) -> out (N,F)
+    Gelu { inp: TensorId, out: TensorId },
+    /// Residual connection `out = a + b`. (B,T,C)
+    Residual { a: TensorId, b: TensorId, out: TensorId },
+    /// Inverted dropout with probability `p`; identity when evaluating.
+    Dropout { inp: TensorId, out: TensorId, p: f32, stream: u32 },
+    /// The LM head tied to the token embedding: `logits = inp · wteᵀ`. inp (N,C), wte (V,C) -> logits (N,V)
+    TiedHead { inp: TensorId, wte: TensorId, out: TensorId },
+    /// Fused softmax + cross-entropy; the mean over rows is the loss. Its
+    /// backward writes `dlogits = (softmax - onehot) / N`.
+    /// logits (N,V), targets (N) -> losses (N)
+    CrossEntropy { logits: TensorId, targets: TensorId, losses: TensorId },
+}
+
+impl Op {
+    /// Short kernel-family name, as the GPU shaders and the UI call it.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Op::Embedding { .. } => "embedding",
+            Op::LayerNorm { .. } => "layernorm",
+            Op::Linear { .. } => "linear",
+            Op::Attention { .. } => "attention",
+            Op::Gelu { .. } => "gelu",
+            Op::Residual { .. } => "residual",
+            Op::Dropout { .. } => "dropout",
+            Op::TiedHead { .. } => "tied_head",
+            Op::CrossEntropy { .. } => "cross_entropy",
+        }
+    }
+
+    /// (inputs, outputs) of the forward op.
+    pub fn io(&self) -> (Vec<TensorId>, Vec<TensorId>) {
+        match *self {
+            Op::Embedding { tokens, wte, wpe, out } => (vec![tokens, wte, wpe], vec![out]),
+            Op::LayerNorm { inp, weight, bias, out, mean, rstd } => (vec![inp, weight, bias], vec![out, mean, rstd]),
+            Op::Linear { inp, weight, bias, out, .. } => (vec![inp, weight, bias], vec![out]),
+            Op::Attention { qkv, out, lse, .. } => (vec![qkv], vec![out, lse]),
+            Op::Gelu { inp, out } => (vec![inp], vec![out]),
+            Op::Residual { a, b, out } => (vec![a, b], vec![out]),
+            Op::Dropout { inp, out, .. } => (vec![inp], vec![out]),
+            Op::TiedHead { inp, wte, out } => (vec![inp, wte], vec![out]),
+            Op::CrossEntropy { logits, targets, losses } => (vec![logits, targets], vec![losses]),
+        }
+    }
+}
+
+/// A forward op with the layer it belongs to and a readable label.
+#[derive(Clone, Debug)]
+pub struct OpNode {
+    pub op: Op,
+    pub layer: usize,
+    /// e.g. `h.0.attn.c_attn`
+    pub label: String,
+}
+
+/// One entry of the step: what a backend does, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Zero every gradient (the backward ops accumulate).
+    ZeroGrads,
+    /// Run forward op `i` of [`Program::ops`].
+    Forward(usize),
+    /// Run the backward of forward op `i`.
+    Backward(usize),
+    /// Compute the global gradient norm and scale the grads to `grad_clip`.
+    ClipGradNorm,
+    /// AdamW update of every parameter.
+    AdamW,
+}
+
+/// A layer of the model as the explainer shows it.
+#[derive(Clone, Debug)]
+pub struct LayerInfo {
+    /// `embeddings`, `h.0` … `h.{L-1}`, `ln_f`, `head`
+    pub name: String,
+    pub title: String,
+}
+
+/// The whole step: tensors, forward ops and the ordered step list.
+#[derive(Clone, Debug)]
+pub struct Program {
+    pub config: Config,
+    pub tensors: Vec<TensorInfo>,
+    pub layers: Vec<LayerInfo>,
+    pub ops: Vec<OpNode>,
+    pub steps: Vec<Step>,
+    /// Tokens (B,T) and targets (B,T).
+    pub tokens: TensorId,
+    pub targets: TensorId,
+    /// Per-position losses (B,T); their mean is the loss.
+    pub losses: TensorId,
+    pub logits: TensorId,
+}
+
+struct Builder {
+    tensors: Vec<TensorInfo>,
+    layers: Vec<LayerInfo>,
+    ops: Vec<OpNode>,
+    layer: usize,
+    next_stream: u32,
+}
+
+impl Builder {
+    fn layer(&mut self, name: &str, title: &str) {
+        self.layers.push(LayerInfo { name: name.into(), title: title.into() });
+        self.layer = self.layers.len() - 1;
+    }
+
+    fn tensor(&mut self, name: &str, shape: &[usize], kind: TensorKind) -> TensorId {
+        assert!(!self.tensors.iter().any(|t| t.name == name), "duplicate tensor {name}");
+        self.tensors.push(TensorInfo {
+            name: name.into(),
+            shape: shape.to_vec(),
+            kind,
+            layer: self.layer,
+            grad: None,
+            adam: None,
+        });
+        self.tensors.len() - 1
+    }
+
+    /// A parameter with its gradient and AdamW moments.
+    fn param(&mut self, name: &str, shape: &[usize]) -> TensorId {
+        let id = self.tensor(name, shape, TensorKind::Param);
+        let g = self.tensor(&format!("grad.{name}"), shape, TensorKind::Grad);
+        let m = self.tensor(&format!("adam.m.{name}"), shape, TensorKind::AdamM);
+        let v = self.tensor(&format!("adam.v.{name}"), shape, TensorKind::AdamV);
+        self.tensors[id].grad = Some(g);
+        self.tensors[id].adam = Some((m, v));
+        id
+    }
+
+    /// An activation with its gradient.
+    fn act(&mut self, name: &str, shape: &[usize]) -> TensorId {
+        let id = self.tensor(name, shape, TensorKind::Activation);
+        let g = self.tensor(&format!("grad.{name}"), shape, TensorKind::Grad);
+        self.tensors[id].grad = Some(g);
+        id
+    }
+
+    fn op(&mut self, label: &str, op: Op) {
+        self.ops.push(OpNode { op, layer: self.layer, label: label.into() });
+    }
+
+    fn stream(&mut self) -> u32 {
+        self.next_stream += 1;
+        self.next_stream
+    }
+
+    /// Dropout after `inp` when the config has dropout, else `inp` itself.
+    fn dropout(&mut self, name: &str, inp: TensorId, p: f32, shape: &[usize]) -> TensorId {
+        if p == 0.0 {
+            return inp;
+        }
+        let out = self.act(name, shape);
+        let stream = self.stream();
+        self.op(name, Op::Dropout { inp, out, p, stream });
+        out
+    }
+}
+
+impl Program {
+    pub fn new(config: &Config) -> Self {
+        let (b, t, c, l, h) = (config.batch, config.ctx, config.d_model, config.n_layer, config.n_head);
+        let p = config.dropout;
+        let mut g = Builder { tensors: vec![], layers: vec![], ops: vec![], layer: 0, next_stream: 0 };
+
+        g.layer("embeddings", "Token + position embeddings");
+        let tokens = g.tensor("tokens", &[b, t], TensorKind::Input);
+        let targets = g.tensor("targets", &[b, t], TensorKind::Input);
+        let wte = g.param("transformer.wte.weight", &[VOCAB, c]);
+        let wpe = g.param("transformer.wpe.weight", &[t, c]);
+        let emb = g.act("emb", &[b, t, c]);
+        g.op("embedding", Op::Embedding { tokens, wte, wpe, out: emb });
+        let mut x = g.dropout("emb.drop", emb, p, &[b, t, c]);
+
+        for i in 0..l {
+            let n = format!("transformer.h.{i}");
+            g.layer(&format!("h.{i}"), &format!("Block {i}"));
+            // x = x + attn(ln_1(x))
+            let ln1 = g.act(&format!("h.{i}.ln_1.out"), &[b, t, c]);
+            let ln1_mean = g.tensor(&format!("h.{i}.ln_1.mean"), &[b, t], TensorKind::Saved);
+            let ln1_rstd = g.tensor(&format!("h.{i}.ln_1.rstd"), &[b, t], TensorKind::Saved);
+            let ln1_w = g.param(&format!("{n}.ln_1.weight"), &[c]);
+            let ln1_b = g.param(&format!("{n}.ln_1.bias"), &[c]);
+            g.op(
+                &format!("h.{i}.ln_1"),
+                Op::LayerNorm { inp: x, weight: ln1_w, bias: ln1_b, out: ln1, mean: ln1_mean, rstd: ln1_rstd },
+            );
+            let qkv = g.act(&format!("h.{i}.attn.qkv"), &[b, t, 3 * c]);
+            let attn_w = g.param(&format!("{n}.attn.c_attn.weight"), &[3 * c, c]);
+            let attn_b = g.param(&format!("{n}.attn.c_attn.bias"), &[3 * c]);
+            g.op(
+                &format!("h.{i}.attn.c_attn"),
+                Op::Linear { inp: ln1, weight: attn_w, bias: attn_b, out: qkv, in_features: c, out_features: 3 * c },
+            );
+            let y = g.act(&format!("h.{i}.attn.y"), &[b, t, c]);
+            let lse = g.tensor(&format!("h.{i}.attn.lse"), &[b, h, t], TensorKind::Saved);
+            let stream = if p > 0.0 { g.stream() } else { 0 };
+            g.op(&format!("h.{i}.attn"), Op::Attention { qkv, out: y, lse, n_head: h, dropout: p, stream });
+            let proj = g.act(&format!("h.{i}.attn.proj"), &[b, t, c]);
+            let proj_w = g.param(&format!("{n}.attn.c_proj.weight"), &[c, c]);
+            let proj_b = g.param(&format!("{n}.attn.c_proj.bias"), &[c]);
+            g.op(
+                &format!("h.{i}.attn.c_proj"),
+                Op::Linear { inp: y, weight: proj_w, bias: proj_b, out: proj, in_features: c, out_features: c },
+            );
+            let proj = g.dropout(&format!("h.{i}.attn.drop"), proj, p, &[b, t, c]);
+            let res1 = g.act(&format!("h.{i}.res_1"), &[b, t, c]);
+            g.op(&format!("h.{i}.res_1"), Op::Residual { a: x, b: proj, out: res1 });
+            // x = x + mlp(ln_2(x))
+            let ln2 = g.act(&format!("h.{i}.ln_2.out"), &[b, t, c]);
+            let ln2_mean = g.tensor(&format!("h.{i}.ln_2.mean"), &[b, t], TensorKind::Saved);
+            let ln2_rstd = g.tensor(&format!("h.{i}.ln_2.rstd"), &[b, t], TensorKind::Saved);
+            let ln2_w = g.param(&format!("{n}.ln_2.weight"), &[c]);
+            let ln2_b = g.param(&format!("{n}.ln_2.bias"), &[c]);
+            g.op(
+                &format!("h.{i}.ln_2"),
+                Op::LayerNorm { inp: res1, weight: ln2_w, bias: ln2_b, out: ln2, mean: ln2_mean, rstd: ln2_rstd },
+            );
+            let fc = g.act(&format!("h.{i}.mlp.fc"), &[b, t, 4 * c]);
+            let fc_w = g.param(&format!("{n}.mlp.c_fc.weight"), &[4 * c, c]);
+            let fc_b = g.param(&format!("{n}.mlp.c_fc.bias"), &[4 * c]);
+            g.op(
+                &format!("h.{i}.mlp.c_fc"),
+                Op::Linear { inp: ln2, weight: fc_w, bias: fc_b, out: fc, in_features: c, out_features: 4 * c },
+            );
+            let gelu = g.act(&format!("h.{i}.mlp.gelu"), &[b, t, 4 * c]);
+            g.op(&format!("h.{i}.mlp.gelu"), Op::Gelu { inp: fc, out: gelu });
+            let mproj = g.act(&format!("h.{i}.mlp.proj"), &[b, t, c]);
+            let mproj_w = g.param(&format!("{n}.mlp.c_proj.weight"), &[c, 4 * c]);
+            let mproj_b = g.param(&format!("{n}.mlp.c_proj.bias"), &[c]);
+            g.op(
+                &format!("h.{i}.mlp.c_proj"),
+                Op::Linear { inp: gelu, weight: mproj_w, bias: mproj_b, out: mproj, in_features: 4 * c, out_features: c },
+            );
+            let mproj = g.dropout(&format!("h.{i}.mlp.drop"), mproj, p, &[b, t, c]);
+            let res2 = g.act(&format!("h.{i}.res_2"), &[b, t, c]);
+            g.op(&format!("h.{i}.res_2"), Op::Residual { a: res1, b: mproj, out: res2 });
+            x = res2;
+        }
+
+        g.layer("ln_f", "Final LayerNorm");
+        let lnf = g.act("ln_f.out", &[b, t, c]);
+        let lnf_mean = g.tensor("ln_f.mean", &[b, t], TensorKind::Saved);
+        let lnf_rstd = g.tensor("ln_f.rstd", &[b, t], TensorKind::Saved);
+        let lnf_w = g.param("transformer.ln_f.weight", &[c]);
+        let lnf_b = g.param("transformer.ln_f.bias", &[c]);
+        g.op("ln_f", Op::LayerNorm { inp: x, weight: lnf_w, bias: lnf_b, out: lnf, mean: lnf_mean, rstd: lnf_rstd });
+
+        g.layer("head", "LM head (tied to wte) + cross-entropy");
+        let logits = g.act("logits", &[b, t, VOCAB]);
+        g.op("lm_head", Op::TiedHead { inp: lnf, wte, out: logits });
+        let losses = g.tensor("losses", &[b, t], TensorKind::Saved);
+        g.op("cross_entropy", Op::CrossEntropy { logits, targets, losses });
+
+        let n_ops = g.ops.len();
+        let mut steps = vec![Step::ZeroGrads];
+        steps.extend((0..n_ops).map(Step::Forward));
+        steps.extend((0..n_ops).rev().map(Step::Backward));
+        steps.push(Step::ClipGradNorm);
+        steps.push(Step::AdamW);
+
+        Program {
+            config: config.clone(),
+            tensors: g.tensors,
+            layers: g.layers,
+            ops: g.ops,
+            steps,
+            tokens,
+            targets,
+            losses,
+            logits,
+        }
+    }
+
+    pub fn tensor_id(&self, name: &str) -> Option<TensorId> {
+        self.tensors.iter().position(|t| t.name == name)
+    }
+
+    /// Parameter ids in program order (the checkpoint's order).
+    pub fn params(&self) -> impl Iterator<Item = TensorId> + '_ {
+        self.tensors.iter().enumerate().filter(|(_, t)| t.kind == TensorKind::Param).map(|(i, _)| i)
+    }
+
+    /// Whether AdamW decays this parameter: every tensor with ≥2 dimensions.
+    pub fn decays(&self, id: TensorId) -> bool {
+        self.tensors[id].shape.len() >= 2
+    }
+
+    /// Rows of the residual stream, N = B·T.
+    pub fn rows(&self) -> usize {
+        self.config.batch * self.config.ctx
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn param_tensors_add_up_to_the_formula() {
+        for (id, _) in crate::model::config::BUILTIN_PRESETS {
+            let cfg = Config::load(id).unwrap();
+            let p = Program::new(&cfg);
+            let n: usize = p.params().map(|i| p.tensors[i].numel()).sum();
+            assert_eq!(n, cfg.param_count(), "{id}");
+        }
+    }
+
+    #[test]
+    fn every_op_input_is_written_before_it_is_read() {
+        let cfg = Config::load("nanogpt-char").unwrap();
+        let p = Program::new(&cfg);
+        let mut ready: Vec<bool> = p
+            .tensors
+            .iter()
+            .map(|t| matches!(t.kind, TensorKind::Input | TensorKind::Param))
+            .collect();
+        for node in &p.ops {
+            let (ins, outs) = node.op.io();
+            for i in ins {
+                assert!(ready[i], "{} reads {} before it is written", node.label, p.tensors[i].name);
+            }
+            for o in outs {
+                assert!(!ready[o], "{} is written twice", p.tensors[o].name);
+                ready[o] = true;
+            }
+        }
+    }
+}
