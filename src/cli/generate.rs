@@ -20,7 +20,7 @@ pub struct GenerateArgs {
     #[arg(long, value_name = "N", default_value_t = 300)]
     tokens: usize,
     /// Sampling temperature; 0 always picks the most likely byte.
-    #[arg(long, value_name = "T", default_value_t = 0.8, value_parser = non_negative_f32)]
+    #[arg(long, value_name = "T", default_value_t = 0.8, value_parser = non_negative_f32, allow_hyphen_values = true)]
     temperature: f32,
     /// Sample only among the K most likely bytes (1..=256).
     #[arg(long = "top-k", value_name = "K", default_value_t = 40, value_parser = clap::value_parser!(u16).range(1..=256))]

@@ -55,9 +55,10 @@ pub fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Err(e) => {
+            // clap's message up to its usage block, folded onto one line.
             let text = e.to_string();
-            let first = text.lines().next().unwrap_or("error: invalid arguments");
-            eprintln!("{first} (see `tinygpt --help`)");
+            let message: Vec<&str> = text.lines().take_while(|l| !l.trim().is_empty()).map(str::trim).collect();
+            eprintln!("{} (see `tinygpt --help`)", message.join(" "));
             return ExitCode::from(2);
         }
     };

@@ -29,7 +29,7 @@ pub struct TrainArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     steps: Option<u64>,
     /// Peak learning rate (default: the preset's, 3e-4 for most).
-    #[arg(long, value_name = "X", value_parser = positive_f32)]
+    #[arg(long, value_name = "X", value_parser = positive_f32, allow_hyphen_values = true)]
     lr: Option<f32>,
     /// Random seed for initialisation, batches and dropout.
     #[arg(long, value_name = "S", default_value_t = 42)]

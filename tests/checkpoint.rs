@@ -1,0 +1,181 @@
+//! Checkpoints: bit-exact round trips, atomic saves, nanoGPT names, and every
+//! kind of bad file refused with a message that says what is wrong.
+
+use safetensors::tensor::{Dtype, TensorView};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use tinygpt::bench::cpu_backend;
+use tinygpt::data::Corpus;
+use tinygpt::model::checkpoint::{Checkpoint, Precision};
+use tinygpt::model::config::Config;
+use tinygpt::train::Trainer;
+
+fn tmpdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("tinygpt-ck-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn trained_checkpoint() -> Checkpoint {
+    let cfg = Config::load("tiny").unwrap();
+    let corpus = Corpus::tiny_shakespeare(cfg.ctx).unwrap();
+    let mut t = Trainer::new(cpu_backend(&cfg), corpus, 42).unwrap();
+    for _ in 0..3 {
+        t.train_step().unwrap();
+    }
+    t.checkpoint(true).unwrap()
+}
+
+#[test]
+fn round_trip_is_bit_exact_with_optimizer_state() {
+    let ck = trained_checkpoint();
+    let dir = tmpdir("rt");
+    let path = dir.join("a.safetensors");
+    ck.save(&path, Precision::F32).unwrap();
+    let back = Checkpoint::load(&path).unwrap();
+    assert_eq!(back, ck); // f32 values compared exactly, optimizer included
+    assert!(back.optimizer.is_some());
+    // No temporary file is left behind.
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn names_and_layout_follow_nanogpt() {
+    let ck = trained_checkpoint();
+    let c = ck.config.d_model;
+    let find = |n: &str| ck.params.iter().find(|t| t.name == n).unwrap_or_else(|| panic!("{n} missing"));
+    assert_eq!(find("transformer.wte.weight").shape, [256, c]);
+    assert_eq!(find("transformer.wpe.weight").shape, [ck.config.ctx, c]);
+    assert_eq!(find("transformer.h.0.attn.c_attn.weight").shape, [3 * c, c]);
+    assert_eq!(find("transformer.h.1.attn.c_proj.weight").shape, [c, c]);
+    assert_eq!(find("transformer.h.1.mlp.c_fc.weight").shape, [4 * c, c]);
+    assert_eq!(find("transformer.h.1.mlp.c_proj.weight").shape, [c, 4 * c]);
+    assert_eq!(find("transformer.ln_f.bias").shape, [c]);
+    assert!(!ck.params.iter().any(|t| t.name.starts_with("lm_head")), "the head is tied");
+}
+
+#[test]
+fn f16_export_loads_as_weights_only() {
+    let mut ck = trained_checkpoint();
+    let dir = tmpdir("f16");
+    let path = dir.join("h.safetensors");
+    ck.save(&path, Precision::F16).unwrap();
+    let back = Checkpoint::load(&path).unwrap();
+    assert!(back.optimizer.is_none());
+    for (a, b) in back.params.iter().zip(&ck.params) {
+        for (x, y) in a.values.iter().zip(&b.values) {
+            assert!((x - y).abs() <= 1e-3 * y.abs().max(1e-2), "{}: {x} vs {y}", a.name);
+        }
+    }
+    ck.optimizer = None;
+    assert_eq!(back.params.len(), ck.params.len());
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_failed_save_keeps_the_previous_checkpoint() {
+    let ck = trained_checkpoint();
+    let dir = tmpdir("atomic");
+    let path = dir.join("c.safetensors");
+    ck.save(&path, Precision::F32).unwrap();
+    let before = std::fs::read(&path).unwrap();
+    let mut bad = ck.clone();
+    bad.params[3].values[0] = f32::NAN;
+    let err = bad.save(&path, Precision::F32).unwrap_err().to_string();
+    assert!(err.contains("non-finite"), "{err}");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    // A save into a missing directory fails cleanly too.
+    assert!(ck.save(&dir.join("missing/x.safetensors"), Precision::F32).is_err());
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// Serialises tensors and metadata by hand, to make bad files.
+fn raw(tensors: &[(String, Dtype, Vec<usize>, Vec<u8>)], meta: HashMap<String, String>) -> Vec<u8> {
+    let views: Vec<(String, TensorView)> =
+        tensors.iter().map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap())).collect();
+    safetensors::tensor::serialize(views, Some(meta)).unwrap()
+}
+
+fn parts(ck: &Checkpoint) -> (Vec<(String, Dtype, Vec<usize>, Vec<u8>)>, HashMap<String, String>) {
+    let dir = tmpdir("parts");
+    let path = dir.join("p.safetensors");
+    let mut plain = ck.clone();
+    plain.optimizer = None;
+    plain.save(&path, Precision::F32).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::remove_dir_all(dir).unwrap();
+    let (_, header) = safetensors::SafeTensors::read_metadata(&bytes).unwrap();
+    let meta = header.metadata().clone().unwrap();
+    let tensors = plain
+        .params
+        .iter()
+        .map(|t| (t.name.clone(), Dtype::F32, t.shape.clone(), bytemuck::cast_slice(&t.values).to_vec()))
+        .collect();
+    (tensors, meta)
+}
+
+fn refused(bytes: &[u8], expect: &str) {
+    let err = Checkpoint::from_bytes(bytes, "bad.safetensors").unwrap_err().to_string();
+    assert!(err.contains("bad.safetensors"), "message does not name the file: {err}");
+    assert!(err.to_lowercase().contains(&expect.to_lowercase()), "expected `{expect}` in: {err}");
+}
+
+#[test]
+fn bad_checkpoints_are_refused() {
+    let ck = trained_checkpoint();
+    let (tensors, meta) = parts(&ck);
+    let good = raw(&tensors, meta.clone());
+    assert!(Checkpoint::from_bytes(&good, "good").is_ok());
+
+    refused(&good[..good.len() / 2], "truncated or corrupt");
+    refused(&good[..5], "truncated or corrupt");
+    refused(b"this is not a checkpoint at all, just text", "truncated or corrupt");
+    let mut flipped = good.clone();
+    flipped[10] = b'#';
+    refused(&flipped, "truncated or corrupt");
+
+    let mut no_meta = meta.clone();
+    no_meta.remove("config");
+    refused(&raw(&tensors, no_meta), "no `config`");
+
+    let mut other_cfg = ck.config.clone();
+    other_cfg.d_model = 96;
+    let mut mismatched = meta.clone();
+    mismatched.insert("config".into(), ron::to_string(&other_cfg).unwrap());
+    refused(&raw(&tensors, mismatched), "has shape");
+
+    let mut bad_cfg = meta.clone();
+    bad_cfg.insert("config".into(), "(n_layer: 2)".into());
+    refused(&raw(&tensors, bad_cfg), "config");
+
+    let mut wrong_dtype = tensors.clone();
+    let n = wrong_dtype[2].3.len() / 4;
+    wrong_dtype[2] = (wrong_dtype[2].0.clone(), Dtype::I32, wrong_dtype[2].2.clone(), vec![0u8; n * 4]);
+    refused(&raw(&wrong_dtype, meta.clone()), "dtype I32");
+
+    let mut nan = tensors.clone();
+    nan[1].3[0..4].copy_from_slice(&f32::NAN.to_le_bytes());
+    refused(&raw(&nan, meta.clone()), "non-finite");
+    let mut inf = tensors.clone();
+    inf[0].3[4..8].copy_from_slice(&f32::INFINITY.to_le_bytes());
+    refused(&raw(&inf, meta.clone()), "non-finite");
+
+    let missing: Vec<_> = tensors.iter().filter(|t| t.0 != "transformer.ln_f.weight").cloned().collect();
+    refused(&raw(&missing, meta.clone()), "`transformer.ln_f.weight` is missing");
+
+    let mut extra = tensors.clone();
+    extra.push(("lm_head.weight".into(), Dtype::F32, vec![2], vec![0u8; 8]));
+    refused(&raw(&extra, meta.clone()), "unexpected tensor `lm_head.weight`");
+
+    let mut bad_shape = tensors.clone();
+    bad_shape[0].2 = vec![128, bad_shape[0].3.len() / 4 / 128];
+    refused(&raw(&bad_shape, meta), "has shape");
+}
+
+#[test]
+fn a_missing_file_is_named() {
+    let err = Checkpoint::load(std::path::Path::new("/nonexistent/x.safetensors")).unwrap_err().to_string();
+    assert!(err.contains("/nonexistent/x.safetensors"), "{err}");
+}

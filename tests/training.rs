@@ -1,0 +1,142 @@
+//! Training behaviour: the overfit gate, determinism, resume, and KV-cache
+//! generation against the full forward pass.
+
+use tinygpt::backend::Backend;
+use tinygpt::bench::cpu_backend;
+use tinygpt::cpu::generate::Generator;
+use tinygpt::cpu::CpuBackend;
+use tinygpt::data::{Batch, Corpus};
+use tinygpt::model::checkpoint::{Checkpoint, Precision};
+use tinygpt::model::config::Config;
+use tinygpt::program::Program;
+use tinygpt::train::sample::{generate, SampleOptions};
+use tinygpt::train::Trainer;
+
+fn trainer(config: &Config, seed: u64) -> Trainer {
+    let corpus = Corpus::tiny_shakespeare(config.ctx).unwrap();
+    Trainer::new(cpu_backend(config), corpus, seed).unwrap()
+}
+
+#[test]
+fn overfit_gate_one_fixed_batch() {
+    // The tiny preset memorising one batch: from ≈ ln 256 to < 0.05 in 300 steps.
+    let mut cfg = Config::load("tiny").unwrap();
+    cfg.lr = 3e-3;
+    cfg.eval_interval = 0;
+    let mut t = trainer(&cfg, 42);
+    let batch = t.next_batch();
+    let first = t.train_on(&batch).unwrap().loss;
+    assert!((first - 256f32.ln()).abs() < 0.1, "initial loss {first} is not ≈ ln 256");
+    let mut last = first;
+    for _ in 1..300 {
+        last = t.train_on(&batch).unwrap().loss;
+        if last < 0.05 {
+            break;
+        }
+    }
+    assert!(last < 0.05, "after 300 steps the loss is {last}");
+}
+
+fn losses(config: &Config, seed: u64, steps: usize) -> Vec<f32> {
+    let mut t = trainer(config, seed);
+    (0..steps).map(|_| t.train_step().unwrap().loss).collect()
+}
+
+#[test]
+fn same_seed_is_bit_identical_and_another_seed_differs() {
+    for dropout in [0.0, 0.2] {
+        let mut cfg = Config::load("tiny").unwrap();
+        cfg.dropout = dropout;
+        let a = losses(&cfg, 42, 6);
+        let b = losses(&cfg, 42, 6);
+        let c = losses(&cfg, 43, 6);
+        assert_eq!(a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), b.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+        assert_ne!(a, c);
+    }
+}
+
+#[test]
+fn resuming_from_a_checkpoint_continues_the_same_run() {
+    let mut cfg = Config::load("tiny").unwrap();
+    cfg.eval_interval = 3;
+    let straight = losses(&cfg, 7, 8);
+    let mut first = trainer(&cfg, 7);
+    for _ in 0..4 {
+        first.train_step().unwrap();
+    }
+    let dir = std::env::temp_dir().join(format!("tinygpt-resume-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("run.safetensors");
+    first.checkpoint(true).unwrap().save(&path, Precision::F32).unwrap();
+    let ck = Checkpoint::load(&path).unwrap();
+    let corpus = Corpus::tiny_shakespeare(cfg.ctx).unwrap();
+    let mut resumed = Trainer::resume(cpu_backend(&cfg), corpus, &ck).unwrap();
+    let rest: Vec<f32> = (0..4).map(|_| resumed.train_step().unwrap().loss).collect();
+    assert_eq!(&straight[4..], &rest[..]);
+    assert_eq!(resumed.history.len(), 8);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn validation_loss_is_reported_on_the_interval() {
+    let mut cfg = Config::load("tiny").unwrap();
+    cfg.eval_interval = 2;
+    cfg.steps = 5;
+    let mut t = trainer(&cfg, 1);
+    let vals: Vec<bool> = (0..5).map(|_| t.train_step().unwrap().val_loss.is_some()).collect();
+    assert_eq!(vals, [false, true, false, true, true]);
+}
+
+#[test]
+fn kv_cache_logits_match_full_recomputation() {
+    let mut cfg = Config::load("tiny").unwrap();
+    cfg.batch = 1;
+    let mut t = trainer(&cfg, 5);
+    for _ in 0..30 {
+        t.train_step().unwrap();
+    }
+    let params = t.params().unwrap();
+    let text = b"ROMEO: But soft, what light through yonder window";
+    let n = cfg.ctx;
+    let tokens: Vec<u32> = text[..n].iter().map(|&b| b as u32).collect();
+    // Full forward over the whole window.
+    let program = Program::new(&cfg);
+    let mut full = CpuBackend::<f32>::new(program.clone());
+    for p in &params {
+        full.write(&p.name, &p.values).unwrap();
+    }
+    let batch = Batch { batch: 1, ctx: n, inputs: tokens.clone(), targets: tokens.clone() };
+    full.eval_loss(&batch);
+    let logits = full.read("logits").unwrap();
+    // Incremental, one position at a time.
+    let mut generator = Generator::new(&cfg, &params).unwrap();
+    for (pos, &tok) in text[..n].iter().enumerate() {
+        let inc = generator.push(tok);
+        let want = &logits[pos * 256..pos * 256 + 256];
+        let err = inc.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        let scale = want.iter().map(|x| x.abs()).fold(0.0f32, f32::max);
+        assert!(err <= 1e-5 * scale.max(1.0), "position {pos}: max diff {err}");
+    }
+    // `prime` gives the same logits as pushing one by one.
+    let primed = generator.prime(&text[..n]);
+    let last = &logits[(n - 1) * 256..n * 256];
+    assert!(primed.iter().zip(last).all(|(a, b)| (a - b).abs() <= 1e-5 * 10.0));
+}
+
+#[test]
+fn generation_slides_past_the_context_and_is_seeded() {
+    let cfg = Config::load("tiny").unwrap();
+    let mut t = trainer(&cfg, 2);
+    let params = t.params().unwrap();
+    let mut generator = Generator::new(&cfg, &params).unwrap();
+    let long_prompt = vec![b'a'; 3 * cfg.ctx];
+    let opts = SampleOptions { temperature: 1.0, top_k: 256, seed: 9 };
+    let mut streamed = Vec::new();
+    let out = generate(&mut generator, &long_prompt, 5 * cfg.ctx, &opts, |b| streamed.push(b));
+    assert_eq!(out.len(), 5 * cfg.ctx);
+    assert_eq!(out, streamed);
+    let again = generate(&mut generator, &long_prompt, 5 * cfg.ctx, &opts, |_| {});
+    assert_eq!(out, again);
+    let other = generate(&mut generator, &long_prompt, 5 * cfg.ctx, &SampleOptions { seed: 10, ..opts }, |_| {});
+    assert_ne!(out, other);
+}
