@@ -33,7 +33,11 @@ pub enum BackendError {
     #[error("no tensor named `{0}` in the program")]
     UnknownTensor(String),
     #[error("tensor `{name}` holds {expected} values, got {got}")]
-    WrongSize { name: String, expected: usize, got: usize },
+    WrongSize {
+        name: String,
+        expected: usize,
+        got: usize,
+    },
 }
 
 pub trait Backend {

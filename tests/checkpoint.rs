@@ -44,7 +44,12 @@ fn round_trip_is_bit_exact_with_optimizer_state() {
 fn names_and_layout_follow_nanogpt() {
     let ck = trained_checkpoint();
     let c = ck.config.d_model;
-    let find = |n: &str| ck.params.iter().find(|t| t.name == n).unwrap_or_else(|| panic!("{n} missing"));
+    let find = |n: &str| {
+        ck.params
+            .iter()
+            .find(|t| t.name == n)
+            .unwrap_or_else(|| panic!("{n} missing"))
+    };
     assert_eq!(find("transformer.wte.weight").shape, [256, c]);
     assert_eq!(find("transformer.wpe.weight").shape, [ck.config.ctx, c]);
     assert_eq!(find("transformer.h.0.attn.c_attn.weight").shape, [3 * c, c]);
@@ -52,7 +57,10 @@ fn names_and_layout_follow_nanogpt() {
     assert_eq!(find("transformer.h.1.mlp.c_fc.weight").shape, [4 * c, c]);
     assert_eq!(find("transformer.h.1.mlp.c_proj.weight").shape, [c, 4 * c]);
     assert_eq!(find("transformer.ln_f.bias").shape, [c]);
-    assert!(!ck.params.iter().any(|t| t.name.starts_with("lm_head")), "the head is tied");
+    assert!(
+        !ck.params.iter().any(|t| t.name.starts_with("lm_head")),
+        "the head is tied"
+    );
 }
 
 #[test]
@@ -65,7 +73,11 @@ fn f16_export_loads_as_weights_only() {
     assert!(back.optimizer.is_none());
     for (a, b) in back.params.iter().zip(&ck.params) {
         for (x, y) in a.values.iter().zip(&b.values) {
-            assert!((x - y).abs() <= 1e-3 * y.abs().max(1e-2), "{}: {x} vs {y}", a.name);
+            assert!(
+                (x - y).abs() <= 1e-3 * y.abs().max(1e-2),
+                "{}: {x} vs {y}",
+                a.name
+            );
         }
     }
     ck.optimizer = None;
@@ -86,19 +98,29 @@ fn a_failed_save_keeps_the_previous_checkpoint() {
     assert!(err.contains("non-finite"), "{err}");
     assert_eq!(std::fs::read(&path).unwrap(), before);
     // A save into a missing directory fails cleanly too.
-    assert!(ck.save(&dir.join("missing/x.safetensors"), Precision::F32).is_err());
+    assert!(
+        ck.save(&dir.join("missing/x.safetensors"), Precision::F32)
+            .is_err()
+    );
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
     std::fs::remove_dir_all(dir).unwrap();
 }
 
 /// Serialises tensors and metadata by hand, to make bad files.
 fn raw(tensors: &[(String, Dtype, Vec<usize>, Vec<u8>)], meta: HashMap<String, String>) -> Vec<u8> {
-    let views: Vec<(String, TensorView)> =
-        tensors.iter().map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap())).collect();
+    let views: Vec<(String, TensorView)> = tensors
+        .iter()
+        .map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap()))
+        .collect();
     safetensors::tensor::serialize(views, Some(meta)).unwrap()
 }
 
-fn parts(ck: &Checkpoint) -> (Vec<(String, Dtype, Vec<usize>, Vec<u8>)>, HashMap<String, String>) {
+fn parts(
+    ck: &Checkpoint,
+) -> (
+    Vec<(String, Dtype, Vec<usize>, Vec<u8>)>,
+    HashMap<String, String>,
+) {
     let dir = tmpdir("parts");
     let path = dir.join("p.safetensors");
     let mut plain = ck.clone();
@@ -111,15 +133,30 @@ fn parts(ck: &Checkpoint) -> (Vec<(String, Dtype, Vec<usize>, Vec<u8>)>, HashMap
     let tensors = plain
         .params
         .iter()
-        .map(|t| (t.name.clone(), Dtype::F32, t.shape.clone(), bytemuck::cast_slice(&t.values).to_vec()))
+        .map(|t| {
+            (
+                t.name.clone(),
+                Dtype::F32,
+                t.shape.clone(),
+                bytemuck::cast_slice(&t.values).to_vec(),
+            )
+        })
         .collect();
     (tensors, meta)
 }
 
 fn refused(bytes: &[u8], expect: &str) {
-    let err = Checkpoint::from_bytes(bytes, "bad.safetensors").unwrap_err().to_string();
-    assert!(err.contains("bad.safetensors"), "message does not name the file: {err}");
-    assert!(err.to_lowercase().contains(&expect.to_lowercase()), "expected `{expect}` in: {err}");
+    let err = Checkpoint::from_bytes(bytes, "bad.safetensors")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("bad.safetensors"),
+        "message does not name the file: {err}"
+    );
+    assert!(
+        err.to_lowercase().contains(&expect.to_lowercase()),
+        "expected `{expect}` in: {err}"
+    );
 }
 
 #[test]
@@ -131,7 +168,10 @@ fn bad_checkpoints_are_refused() {
 
     refused(&good[..good.len() / 2], "truncated or corrupt");
     refused(&good[..5], "truncated or corrupt");
-    refused(b"this is not a checkpoint at all, just text", "truncated or corrupt");
+    refused(
+        b"this is not a checkpoint at all, just text",
+        "truncated or corrupt",
+    );
     let mut flipped = good.clone();
     flipped[10] = b'#';
     refused(&flipped, "truncated or corrupt");
@@ -152,7 +192,12 @@ fn bad_checkpoints_are_refused() {
 
     let mut wrong_dtype = tensors.clone();
     let n = wrong_dtype[2].3.len() / 4;
-    wrong_dtype[2] = (wrong_dtype[2].0.clone(), Dtype::I32, wrong_dtype[2].2.clone(), vec![0u8; n * 4]);
+    wrong_dtype[2] = (
+        wrong_dtype[2].0.clone(),
+        Dtype::I32,
+        wrong_dtype[2].2.clone(),
+        vec![0u8; n * 4],
+    );
     refused(&raw(&wrong_dtype, meta.clone()), "dtype I32");
 
     let mut nan = tensors.clone();
@@ -162,12 +207,22 @@ fn bad_checkpoints_are_refused() {
     inf[0].3[4..8].copy_from_slice(&f32::INFINITY.to_le_bytes());
     refused(&raw(&inf, meta.clone()), "non-finite");
 
-    let missing: Vec<_> = tensors.iter().filter(|t| t.0 != "transformer.ln_f.weight").cloned().collect();
-    refused(&raw(&missing, meta.clone()), "`transformer.ln_f.weight` is missing");
+    let missing: Vec<_> = tensors
+        .iter()
+        .filter(|t| t.0 != "transformer.ln_f.weight")
+        .cloned()
+        .collect();
+    refused(
+        &raw(&missing, meta.clone()),
+        "`transformer.ln_f.weight` is missing",
+    );
 
     let mut extra = tensors.clone();
     extra.push(("lm_head.weight".into(), Dtype::F32, vec![2], vec![0u8; 8]));
-    refused(&raw(&extra, meta.clone()), "unexpected tensor `lm_head.weight`");
+    refused(
+        &raw(&extra, meta.clone()),
+        "unexpected tensor `lm_head.weight`",
+    );
 
     let mut bad_shape = tensors.clone();
     bad_shape[0].2 = vec![128, bad_shape[0].3.len() / 4 / 128];
@@ -176,6 +231,8 @@ fn bad_checkpoints_are_refused() {
 
 #[test]
 fn a_missing_file_is_named() {
-    let err = Checkpoint::load(std::path::Path::new("/nonexistent/x.safetensors")).unwrap_err().to_string();
+    let err = Checkpoint::load(std::path::Path::new("/nonexistent/x.safetensors"))
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("/nonexistent/x.safetensors"), "{err}");
 }

@@ -6,7 +6,11 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 
 fn tinygpt(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tinygpt")).args(args).env("RUST_BACKTRACE", "1").output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+        .args(args)
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .unwrap()
 }
 
 fn tmpdir(tag: &str) -> PathBuf {
@@ -20,10 +24,21 @@ fn fails(args: &[&str], needle: &str) {
     let out = tinygpt(args);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{args:?} succeeded");
-    assert!(!stderr.contains("panicked") && !stderr.contains("backtrace"), "{args:?} panicked: {stderr}");
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("backtrace"),
+        "{args:?} panicked: {stderr}"
+    );
     let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(lines.len(), 1, "{args:?}: expected one line, got:\n{stderr}");
-    assert!(lines[0].contains(needle), "{args:?}: expected `{needle}` in `{}`", lines[0]);
+    assert_eq!(
+        lines.len(),
+        1,
+        "{args:?}: expected one line, got:\n{stderr}"
+    );
+    assert!(
+        lines[0].contains(needle),
+        "{args:?}: expected `{needle}` in `{}`",
+        lines[0]
+    );
 }
 
 #[test]
@@ -36,30 +51,113 @@ fn bad_arguments_exit_nonzero_with_one_line() {
     let empty = dir.join("empty.txt");
     std::fs::write(&empty, "").unwrap();
     let corrupt = dir.join("corrupt.safetensors");
-    std::fs::write(&corrupt, b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all").unwrap();
+    std::fs::write(
+        &corrupt,
+        b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all",
+    )
+    .unwrap();
     let bad_preset = dir.join("bad.ron");
-    std::fs::write(&bad_preset, "(n_layer: 2, n_head: 5, d_model: 48, ctx: 8, batch: 2, steps: 3, lr: 1e-3)").unwrap();
+    std::fs::write(
+        &bad_preset,
+        "(n_layer: 2, n_head: 5, d_model: 48, ctx: 8, batch: 2, steps: 3, lr: 1e-3)",
+    )
+    .unwrap();
 
-    fails(&["train", "--preset", "gigantic", "--out", out], "unknown preset `gigantic`");
-    fails(&["train", "--preset", bad_preset.to_str().unwrap(), "--out", out], "`n_head`");
-    fails(&["train", "--preset", "tiny", "--corpus", "/nonexistent/corpus.txt", "--out", out], "/nonexistent/corpus.txt");
-    fails(&["train", "--preset", "tiny", "--corpus", short.to_str().unwrap(), "--out", out], "too short");
-    fails(&["train", "--preset", "tiny", "--corpus", empty.to_str().unwrap(), "--out", out], "too short");
+    fails(
+        &["train", "--preset", "gigantic", "--out", out],
+        "unknown preset `gigantic`",
+    );
+    fails(
+        &[
+            "train",
+            "--preset",
+            bad_preset.to_str().unwrap(),
+            "--out",
+            out,
+        ],
+        "`n_head`",
+    );
+    fails(
+        &[
+            "train",
+            "--preset",
+            "tiny",
+            "--corpus",
+            "/nonexistent/corpus.txt",
+            "--out",
+            out,
+        ],
+        "/nonexistent/corpus.txt",
+    );
+    fails(
+        &[
+            "train",
+            "--preset",
+            "tiny",
+            "--corpus",
+            short.to_str().unwrap(),
+            "--out",
+            out,
+        ],
+        "too short",
+    );
+    fails(
+        &[
+            "train",
+            "--preset",
+            "tiny",
+            "--corpus",
+            empty.to_str().unwrap(),
+            "--out",
+            out,
+        ],
+        "too short",
+    );
     fails(&["train", "--steps", "0"], "--steps");
     fails(&["train", "--lr", "0"], "must be a finite number > 0");
     fails(&["train", "--lr", "-1e-3"], "--lr");
     fails(&["train", "--lr", "NaN"], "must be a finite number > 0");
     fails(&["train", "--lr", "inf"], "must be a finite number > 0");
-    fails(&["train", "--preset", "tiny", "--out", "/nonexistent/dir/x.safetensors"], "cannot write checkpoint");
-    fails(&["train", "--resume", corrupt.to_str().unwrap()], "not a valid safetensors file");
+    fails(
+        &[
+            "train",
+            "--preset",
+            "tiny",
+            "--out",
+            "/nonexistent/dir/x.safetensors",
+        ],
+        "cannot write checkpoint",
+    );
+    fails(
+        &["train", "--resume", corrupt.to_str().unwrap()],
+        "not a valid safetensors file",
+    );
     fails(&["train", "--frobnicate"], "--frobnicate");
-    fails(&["generate", "--checkpoint", corrupt.to_str().unwrap()], "not a valid safetensors file");
-    fails(&["generate", "--checkpoint", "/nonexistent.safetensors"], "cannot read checkpoint");
-    fails(&["generate", "--checkpoint", out, "--temperature", "-1"], "must be a finite number >= 0");
-    fails(&["generate", "--checkpoint", out, "--top-k", "0"], "--top-k");
-    fails(&["generate", "--checkpoint", out, "--top-k", "257"], "--top-k");
+    fails(
+        &["generate", "--checkpoint", corrupt.to_str().unwrap()],
+        "not a valid safetensors file",
+    );
+    fails(
+        &["generate", "--checkpoint", "/nonexistent.safetensors"],
+        "cannot read checkpoint",
+    );
+    fails(
+        &["generate", "--checkpoint", out, "--temperature", "-1"],
+        "must be a finite number >= 0",
+    );
+    fails(
+        &["generate", "--checkpoint", out, "--top-k", "0"],
+        "--top-k",
+    );
+    fails(
+        &["generate", "--checkpoint", out, "--top-k", "257"],
+        "--top-k",
+    );
     fails(&["generate"], "--checkpoint");
-    fails(&["bench", "--presets", "tiny,nope"], "unknown preset `nope`");
+    fails(
+        &["bench", "--presets", "tiny,nope"],
+        "unknown preset `nope`",
+    );
     fails(&["bench", "--backend", "quantum"], "quantum");
     std::fs::remove_dir_all(dir).unwrap();
 }
@@ -70,10 +168,18 @@ fn train_resume_generate_export_and_bench() {
     let ck = dir.join("tiny.safetensors");
     let ck_s = ck.to_str().unwrap();
 
-    let out = tinygpt(&["train", "--preset", "tiny", "--steps", "4", "--json", "--out", ck_s]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let lines: Vec<serde_json::Value> =
-        String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let out = tinygpt(&[
+        "train", "--preset", "tiny", "--steps", "4", "--json", "--out", ck_s,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
     assert_eq!(lines.len(), 4);
     for (i, l) in lines.iter().enumerate() {
         assert_eq!(l["step"], i as u64 + 1);
@@ -81,32 +187,99 @@ fn train_resume_generate_export_and_bench() {
             assert!(l[key].as_f64().unwrap().is_finite(), "{key}");
         }
     }
-    assert!(lines[3]["val_loss"].as_f64().unwrap().is_finite(), "the last step evaluates");
+    assert!(
+        lines[3]["val_loss"].as_f64().unwrap().is_finite(),
+        "the last step evaluates"
+    );
 
     let out = tinygpt(&["train", "--resume", ck_s, "--steps", "6", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let steps: Vec<u64> = String::from_utf8_lossy(&out.stdout)
         .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["step"].as_u64().unwrap())
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["step"]
+                .as_u64()
+                .unwrap()
+        })
         .collect();
     assert_eq!(steps, [5, 6]);
 
-    let out = tinygpt(&["generate", "--checkpoint", ck_s, "--prompt", "ROMEO:", "--tokens", "40", "--seed", "3"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = tinygpt(&[
+        "generate",
+        "--checkpoint",
+        ck_s,
+        "--prompt",
+        "ROMEO:",
+        "--tokens",
+        "40",
+        "--seed",
+        "3",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(out.stdout.starts_with(b"ROMEO:"));
-    let again = tinygpt(&["generate", "--checkpoint", ck_s, "--prompt", "ROMEO:", "--tokens", "40", "--seed", "3"]);
+    let again = tinygpt(&[
+        "generate",
+        "--checkpoint",
+        ck_s,
+        "--prompt",
+        "ROMEO:",
+        "--tokens",
+        "40",
+        "--seed",
+        "3",
+    ]);
     assert_eq!(out.stdout, again.stdout, "same seed, same text");
-    let greedy = tinygpt(&["generate", "--checkpoint", ck_s, "--temperature", "0", "--tokens", "10"]);
+    let greedy = tinygpt(&[
+        "generate",
+        "--checkpoint",
+        ck_s,
+        "--temperature",
+        "0",
+        "--tokens",
+        "10",
+    ]);
     assert!(greedy.status.success());
 
     let half = dir.join("half.safetensors");
-    let out = tinygpt(&["export", "--checkpoint", ck_s, "--out", half.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = tinygpt(&[
+        "export",
+        "--checkpoint",
+        ck_s,
+        "--out",
+        half.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(std::fs::metadata(&half).unwrap().len() < std::fs::metadata(&ck).unwrap().len() / 4);
 
-    let out = tinygpt(&["bench", "--presets", "tiny", "--seconds", "0.2", "--warmup", "1", "--json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let r: serde_json::Value = serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    let out = tinygpt(&[
+        "bench",
+        "--presets",
+        "tiny",
+        "--seconds",
+        "0.2",
+        "--warmup",
+        "1",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
     assert_eq!(r["preset"], "tiny");
     assert_eq!(r["params"], 70464);
     for key in ["median_ms", "min_ms", "max_ms", "tokens_per_s", "warmup_ms"] {

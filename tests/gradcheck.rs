@@ -1,10 +1,10 @@
 //! Finite-difference checks of every op's backward, and of the whole model's
 //! loss, in f64 with a tight tolerance (relative error ≤ 1e-6).
 
-use tinygpt::cpu::ops::{self, AttnDims};
 use tinygpt::cpu::CpuBackend;
-use tinygpt::data::rng::Rng;
+use tinygpt::cpu::ops::{self, AttnDims};
 use tinygpt::data::Batch;
+use tinygpt::data::rng::Rng;
 use tinygpt::model::config::{Config, Schedule};
 use tinygpt::model::params::init_params;
 use tinygpt::program::Program;
@@ -18,8 +18,18 @@ fn randn(n: usize, rng: &mut Rng, std: f64) -> Vec<f64> {
 
 /// ‖a − b‖ / max(‖a‖, ‖b‖)
 fn rel_err(a: &[f64], b: &[f64]) -> f64 {
-    let diff = a.iter().zip(b).map(|(x, y)| (x - y).powi(2)).sum::<f64>().sqrt();
-    let scale = a.iter().map(|x| x * x).sum::<f64>().sqrt().max(b.iter().map(|x| x * x).sum::<f64>().sqrt());
+    let diff = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).powi(2))
+        .sum::<f64>()
+        .sqrt();
+    let scale = a
+        .iter()
+        .map(|x| x * x)
+        .sum::<f64>()
+        .sqrt()
+        .max(b.iter().map(|x| x * x).sum::<f64>().sqrt());
     if scale == 0.0 { diff } else { diff / scale }
 }
 
@@ -90,7 +100,11 @@ fn embedding_backward() {
 fn layernorm_backward() {
     let (n, c) = (5, 7);
     let mut rng = Rng::new(2);
-    let inputs = vec![randn(n * c, &mut rng, 2.0), randn(c, &mut rng, 1.0), randn(c, &mut rng, 1.0)];
+    let inputs = vec![
+        randn(n * c, &mut rng, 2.0),
+        randn(c, &mut rng, 1.0),
+        randn(c, &mut rng, 1.0),
+    ];
     check(
         "layernorm",
         inputs,
@@ -114,7 +128,11 @@ fn layernorm_backward() {
 fn linear_backward() {
     let (n, i, o) = (6, 5, 7);
     let mut rng = Rng::new(3);
-    let inputs = vec![randn(n * i, &mut rng, 1.0), randn(o * i, &mut rng, 1.0), randn(o, &mut rng, 1.0)];
+    let inputs = vec![
+        randn(n * i, &mut rng, 1.0),
+        randn(o * i, &mut rng, 1.0),
+        randn(o, &mut rng, 1.0),
+    ];
     check(
         "linear",
         inputs,
@@ -301,7 +319,11 @@ fn whole_model(dropout: f32) {
     let mut rng = Rng::new(11);
     for t in init_params(&program, 3) {
         let id = program.tensor_id(&t.name).unwrap();
-        let vals: Vec<f64> = t.values.iter().map(|&v| v as f64 + rng.normal() * 0.3).collect();
+        let vals: Vec<f64> = t
+            .values
+            .iter()
+            .map(|&v| v as f64 + rng.normal() * 0.3)
+            .collect();
         be.tensor_mut(id).copy_from_slice(&vals);
     }
     let data: Vec<u8> = (0..200).map(|i| ((i * 37 + 11) % 256) as u8).collect();
@@ -326,7 +348,11 @@ fn whole_model(dropout: f32) {
             numeric[j] = (lp - lm) / (2.0 * H);
         }
         let e = rel_err(&analytic, &numeric);
-        assert!(e <= TOL, "whole model (dropout {dropout}): {} relative error {e:e}", info.name);
+        assert!(
+            e <= TOL,
+            "whole model (dropout {dropout}): {} relative error {e:e}",
+            info.name
+        );
     }
 }
 
@@ -354,10 +380,19 @@ fn f32_backend_agrees_with_f64() {
     }
     let data: Vec<u8> = (0..300).map(|i| ((i * 91 + 5) % 256) as u8).collect();
     let batch = Batch::sample(&data, cfg.batch, cfg.ctx, &mut Rng::new(1));
-    let sp = tinygpt::backend::StepParams { lr: 1e-2, adam_t: 1, dropout_seed: 9 };
+    let sp = tinygpt::backend::StepParams {
+        lr: 1e-2,
+        adam_t: 1,
+        dropout_seed: 9,
+    };
     let l32 = b32.train_step(&batch, sp);
     let l64 = b64.train_step(&batch, sp);
-    assert!(((l32.loss - l64.loss) / l64.loss).abs() < 1e-6, "loss {} vs {}", l32.loss, l64.loss);
+    assert!(
+        ((l32.loss - l64.loss) / l64.loss).abs() < 1e-6,
+        "loss {} vs {}",
+        l32.loss,
+        l64.loss
+    );
     assert!(((l32.grad_norm - l64.grad_norm) / l64.grad_norm).abs() < 1e-5);
     // The (clipped) gradients of every parameter. (Parameters after an Adam
     // step are not compared: Adam divides by √v, which amplifies rounding in

@@ -3,14 +3,14 @@
 
 use tinygpt::backend::Backend;
 use tinygpt::bench::cpu_backend;
-use tinygpt::cpu::generate::Generator;
 use tinygpt::cpu::CpuBackend;
+use tinygpt::cpu::generate::Generator;
 use tinygpt::data::{Batch, Corpus};
 use tinygpt::model::checkpoint::{Checkpoint, Precision};
 use tinygpt::model::config::Config;
 use tinygpt::program::Program;
-use tinygpt::train::sample::{generate, SampleOptions};
 use tinygpt::train::Trainer;
+use tinygpt::train::sample::{SampleOptions, generate};
 
 fn trainer(config: &Config, seed: u64) -> Trainer {
     let corpus = Corpus::tiny_shakespeare(config.ctx).unwrap();
@@ -26,7 +26,10 @@ fn overfit_gate_one_fixed_batch() {
     let mut t = trainer(&cfg, 42);
     let batch = t.next_batch();
     let first = t.train_on(&batch).unwrap().loss;
-    assert!((first - 256f32.ln()).abs() < 0.1, "initial loss {first} is not ≈ ln 256");
+    assert!(
+        (first - 256f32.ln()).abs() < 0.1,
+        "initial loss {first} is not ≈ ln 256"
+    );
     let mut last = first;
     for _ in 1..300 {
         last = t.train_on(&batch).unwrap().loss;
@@ -50,7 +53,10 @@ fn same_seed_is_bit_identical_and_another_seed_differs() {
         let a = losses(&cfg, 42, 6);
         let b = losses(&cfg, 42, 6);
         let c = losses(&cfg, 43, 6);
-        assert_eq!(a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), b.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+        assert_eq!(
+            a.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            b.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        );
         assert_ne!(a, c);
     }
 }
@@ -67,7 +73,11 @@ fn resuming_from_a_checkpoint_continues_the_same_run() {
     let dir = std::env::temp_dir().join(format!("tinygpt-resume-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("run.safetensors");
-    first.checkpoint(true).unwrap().save(&path, Precision::F32).unwrap();
+    first
+        .checkpoint(true)
+        .unwrap()
+        .save(&path, Precision::F32)
+        .unwrap();
     let ck = Checkpoint::load(&path).unwrap();
     let corpus = Corpus::tiny_shakespeare(cfg.ctx).unwrap();
     let mut resumed = Trainer::resume(cpu_backend(&cfg), corpus, &ck).unwrap();
@@ -83,7 +93,9 @@ fn validation_loss_is_reported_on_the_interval() {
     cfg.eval_interval = 2;
     cfg.steps = 5;
     let mut t = trainer(&cfg, 1);
-    let vals: Vec<bool> = (0..5).map(|_| t.train_step().unwrap().val_loss.is_some()).collect();
+    let vals: Vec<bool> = (0..5)
+        .map(|_| t.train_step().unwrap().val_loss.is_some())
+        .collect();
     assert_eq!(vals, [false, true, false, true, true]);
 }
 
@@ -105,7 +117,12 @@ fn kv_cache_logits_match_full_recomputation() {
     for p in &params {
         full.write(&p.name, &p.values).unwrap();
     }
-    let batch = Batch { batch: 1, ctx: n, inputs: tokens.clone(), targets: tokens.clone() };
+    let batch = Batch {
+        batch: 1,
+        ctx: n,
+        inputs: tokens.clone(),
+        targets: tokens.clone(),
+    };
     full.eval_loss(&batch);
     let logits = full.read("logits").unwrap();
     // Incremental, one position at a time.
@@ -113,14 +130,26 @@ fn kv_cache_logits_match_full_recomputation() {
     for (pos, &tok) in text[..n].iter().enumerate() {
         let inc = generator.push(tok);
         let want = &logits[pos * 256..pos * 256 + 256];
-        let err = inc.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        let err = inc
+            .iter()
+            .zip(want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
         let scale = want.iter().map(|x| x.abs()).fold(0.0f32, f32::max);
-        assert!(err <= 1e-5 * scale.max(1.0), "position {pos}: max diff {err}");
+        assert!(
+            err <= 1e-5 * scale.max(1.0),
+            "position {pos}: max diff {err}"
+        );
     }
     // `prime` gives the same logits as pushing one by one.
     let primed = generator.prime(&text[..n]);
     let last = &logits[(n - 1) * 256..n * 256];
-    assert!(primed.iter().zip(last).all(|(a, b)| (a - b).abs() <= 1e-5 * 10.0));
+    assert!(
+        primed
+            .iter()
+            .zip(last)
+            .all(|(a, b)| (a - b).abs() <= 1e-5 * 10.0)
+    );
 }
 
 #[test]
@@ -130,13 +159,25 @@ fn generation_slides_past_the_context_and_is_seeded() {
     let params = t.params().unwrap();
     let mut generator = Generator::new(&cfg, &params).unwrap();
     let long_prompt = vec![b'a'; 3 * cfg.ctx];
-    let opts = SampleOptions { temperature: 1.0, top_k: 256, seed: 9 };
+    let opts = SampleOptions {
+        temperature: 1.0,
+        top_k: 256,
+        seed: 9,
+    };
     let mut streamed = Vec::new();
-    let out = generate(&mut generator, &long_prompt, 5 * cfg.ctx, &opts, |b| streamed.push(b));
+    let out = generate(&mut generator, &long_prompt, 5 * cfg.ctx, &opts, |b| {
+        streamed.push(b)
+    });
     assert_eq!(out.len(), 5 * cfg.ctx);
     assert_eq!(out, streamed);
     let again = generate(&mut generator, &long_prompt, 5 * cfg.ctx, &opts, |_| {});
     assert_eq!(out, again);
-    let other = generate(&mut generator, &long_prompt, 5 * cfg.ctx, &SampleOptions { seed: 10, ..opts }, |_| {});
+    let other = generate(
+        &mut generator,
+        &long_prompt,
+        5 * cfg.ctx,
+        &SampleOptions { seed: 10, ..opts },
+        |_| {},
+    );
     assert_ne!(out, other);
 }

@@ -22,10 +22,22 @@ impl Machine {
     pub fn detect() -> Self {
         let cpu = std::fs::read_to_string("/proc/cpuinfo")
             .ok()
-            .and_then(|s| s.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|s| s.trim().to_string()))
+            .and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .and_then(|l| l.split(':').nth(1))
+                    .map(|s| s.trim().to_string())
+            })
             .unwrap_or_else(|| "unknown".into());
-        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-        Self { cpu, cores, os: std::env::consts::OS.into(), arch: std::env::consts::ARCH.into() }
+        let cores = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        Self {
+            cpu,
+            cores,
+            os: std::env::consts::OS.into(),
+            arch: std::env::consts::ARCH.into(),
+        }
     }
 }
 
@@ -42,7 +54,12 @@ pub struct BenchOptions {
 
 impl Default for BenchOptions {
     fn default() -> Self {
-        Self { warmup_steps: 3, min_steps: 5, max_steps: 100, min_seconds: 3.0 }
+        Self {
+            warmup_steps: 3,
+            min_steps: 5,
+            max_steps: 100,
+            min_seconds: 3.0,
+        }
     }
 }
 
@@ -65,7 +82,11 @@ pub struct BenchResult {
 }
 
 /// Benchmarks `backend` (built for `config`) on training steps.
-pub fn bench(preset: &str, backend: Box<dyn Backend>, opts: BenchOptions) -> Result<BenchResult, String> {
+pub fn bench(
+    preset: &str,
+    backend: Box<dyn Backend>,
+    opts: BenchOptions,
+) -> Result<BenchResult, String> {
     let mut config = backend.program().config.clone();
     let description = backend.describe();
     let corpus = Corpus::tiny_shakespeare(config.ctx).map_err(|e| e.to_string())?;
@@ -81,7 +102,9 @@ pub fn bench(preset: &str, backend: Box<dyn Backend>, opts: BenchOptions) -> Res
     let warmup_ms = start.elapsed().as_secs_f64() * 1e3;
     let mut times = Vec::new();
     let timing = Instant::now();
-    while times.len() < opts.min_steps || (times.len() < opts.max_steps && timing.elapsed().as_secs_f64() < opts.min_seconds) {
+    while times.len() < opts.min_steps
+        || (times.len() < opts.max_steps && timing.elapsed().as_secs_f64() < opts.min_seconds)
+    {
         times.push(trainer.train_step().map_err(|e| e.to_string())?.ms);
     }
     times.sort_by(f64::total_cmp);
@@ -108,5 +131,199 @@ pub fn bench(preset: &str, backend: Box<dyn Backend>, opts: BenchOptions) -> Res
 
 /// Convenience: the CPU backend in f32 for a config.
 pub fn cpu_backend(config: &Config) -> Box<dyn Backend> {
-    Box::new(crate::cpu::CpuBackend::<f32>::new(crate::program::Program::new(config)))
+    Box::new(crate::cpu::CpuBackend::<f32>::new(
+        crate::program::Program::new(config),
+    ))
+}
+
+/// Where a CPU training step's time goes: milliseconds per op family
+/// (forward and backward apart) and per optimizer stage, median of `steps`.
+pub fn profile_cpu_step(config: &Config, steps: usize) -> Vec<(String, f64)> {
+    use crate::backend::Backend;
+    use crate::cpu::{CpuBackend, ops::AdamW};
+    use crate::program::Step;
+    let program = crate::program::Program::new(config);
+    let mut be = CpuBackend::<f32>::new(program.clone());
+    for t in crate::model::params::init_params(&program, 42) {
+        be.write(&t.name, &t.values)
+            .expect("init matches the program");
+    }
+    let corpus = Corpus::tiny_shakespeare(config.ctx)
+        .expect("TinyShakespeare is long enough for every preset");
+    let mut sampler = crate::data::BatchSampler::new(42);
+    let adam = AdamW {
+        lr: config.lr,
+        beta1: config.beta1,
+        beta2: config.beta2,
+        eps: config.eps,
+        weight_decay: config.weight_decay,
+        t: 1,
+    };
+    let mut samples: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+    for _ in 0..steps + 1 {
+        let batch = sampler.next(&corpus, config.batch, config.ctx);
+        be.set_batch(&batch);
+        be.set_mode(true, 1);
+        let mut this: std::collections::BTreeMap<String, f64> = Default::default();
+        for step in &program.steps {
+            let key = match step {
+                Step::Forward(i) => format!("fwd {}", program.ops[*i].op.kind_name()),
+                Step::Backward(i) => format!("bwd {}", program.ops[*i].op.kind_name()),
+                other => format!("{other:?}"),
+            };
+            let start = Instant::now();
+            be.run(*step, Some(adam));
+            *this.entry(key).or_default() += start.elapsed().as_secs_f64() * 1e3;
+        }
+        for (k, v) in this {
+            samples.entry(k).or_default().push(v);
+        }
+    }
+    samples
+        .into_iter()
+        .map(|(k, mut v)| {
+            v.remove(0); // the first step allocates and warms caches
+            v.sort_by(f64::total_cmp);
+            (k, v[v.len() / 2])
+        })
+        .collect()
+}
+
+/// One GEMM contender at one shape, in GFLOP/s.
+#[derive(Clone, Debug, Serialize)]
+pub struct GemmResult {
+    pub layout: &'static str,
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    pub contender: &'static str,
+    pub gflops: f64,
+}
+
+/// The three matmul layouts a linear layer needs, at the shapes of `config`
+/// (N = B·T rows), timed for the GEMM crate driver and the hand-written loop.
+pub fn gemm_contest(config: &Config) -> Vec<GemmResult> {
+    use crate::cpu::matmul::{View, gemm, handwritten_ikj};
+    let n_rows = config.batch * config.ctx;
+    let c = config.d_model;
+    let mut rng = crate::data::rng::Rng::new(1);
+    let mut rand = |n: usize| -> Vec<f32> { (0..n).map(|_| rng.normal() as f32).collect() };
+    let time = |f: &mut dyn FnMut()| {
+        f();
+        let start = Instant::now();
+        let mut reps = 0;
+        while reps < 3 || start.elapsed().as_secs_f64() < 0.3 {
+            f();
+            reps += 1;
+        }
+        start.elapsed().as_secs_f64() / reps as f64
+    };
+    let mut out = Vec::new();
+    for (i, o) in [(c, 4 * c), (4 * c, c)] {
+        let x = rand(n_rows * i);
+        let w = rand(o * i);
+        let dy = rand(n_rows * o);
+        let flops = 2.0 * (n_rows * i * o) as f64;
+        // forward: y (N,O) = x (N,I) · wᵀ
+        let mut y = vec![0.0f32; n_rows * o];
+        let s = time(&mut || {
+            gemm(
+                n_rows,
+                i,
+                o,
+                1.0,
+                View::rows(&x, i),
+                View::transposed(&w, i),
+                0.0,
+                &mut y,
+                o,
+            )
+        });
+        out.push(GemmResult {
+            layout: "A·Bᵀ (forward)",
+            m: n_rows,
+            k: i,
+            n: o,
+            contender: "matrixmultiply + rayon",
+            gflops: flops / s / 1e9,
+        });
+        let wt: Vec<f32> = (0..i * o).map(|j| w[(j % o) * i + j / o]).collect(); // (I, O) row-major
+        let s = time(&mut || handwritten_ikj(n_rows, i, o, &x, &wt, &mut y));
+        out.push(GemmResult {
+            layout: "A·B (forward, pre-transposed)",
+            m: n_rows,
+            k: i,
+            n: o,
+            contender: "hand-written i-k-j + rayon",
+            gflops: flops / s / 1e9,
+        });
+        // dx (N,I) = dy (N,O) · w (O,I)
+        let mut dx = vec![0.0f32; n_rows * i];
+        let s = time(&mut || {
+            gemm(
+                n_rows,
+                o,
+                i,
+                1.0,
+                View::rows(&dy, o),
+                View::rows(&w, i),
+                0.0,
+                &mut dx,
+                i,
+            )
+        });
+        out.push(GemmResult {
+            layout: "A·B (dinp)",
+            m: n_rows,
+            k: o,
+            n: i,
+            contender: "matrixmultiply + rayon",
+            gflops: flops / s / 1e9,
+        });
+        let s = time(&mut || handwritten_ikj(n_rows, o, i, &dy, &w, &mut dx));
+        out.push(GemmResult {
+            layout: "A·B (dinp)",
+            m: n_rows,
+            k: o,
+            n: i,
+            contender: "hand-written i-k-j + rayon",
+            gflops: flops / s / 1e9,
+        });
+        // dw (O,I) = dyᵀ (O,N) · x (N,I)
+        let mut dw = vec![0.0f32; o * i];
+        let s = time(&mut || {
+            gemm(
+                o,
+                n_rows,
+                i,
+                1.0,
+                View::transposed(&dy, o),
+                View::rows(&x, i),
+                0.0,
+                &mut dw,
+                i,
+            )
+        });
+        out.push(GemmResult {
+            layout: "Aᵀ·B (dweight)",
+            m: o,
+            k: n_rows,
+            n: i,
+            contender: "matrixmultiply + rayon",
+            gflops: flops / s / 1e9,
+        });
+        let dyt: Vec<f32> = (0..o * n_rows)
+            .map(|j| dy[(j % n_rows) * o + j / n_rows])
+            .collect();
+        let s = time(&mut || handwritten_ikj(o, n_rows, i, &dyt, &x, &mut dw));
+        out.push(GemmResult {
+            layout: "A·B (dweight, pre-transposed)",
+            m: o,
+            k: n_rows,
+            n: i,
+            contender: "hand-written i-k-j + rayon",
+            gflops: flops / s / 1e9,
+        });
+    }
+    out
 }

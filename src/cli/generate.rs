@@ -5,8 +5,8 @@ use anyhow::Result;
 use std::io::Write;
 use std::path::PathBuf;
 use tinygpt::cpu::generate::Generator;
-use tinygpt::model::checkpoint::{check_writable, Checkpoint, Precision};
-use tinygpt::train::sample::{generate, SampleOptions};
+use tinygpt::model::checkpoint::{Checkpoint, Precision, check_writable};
+use tinygpt::train::sample::{SampleOptions, generate};
 
 #[derive(clap::Args)]
 pub struct GenerateArgs {
@@ -32,7 +32,11 @@ pub struct GenerateArgs {
 
 pub fn run(args: GenerateArgs) -> Result<()> {
     let ck = Checkpoint::load(&args.checkpoint)?;
-    let opts = SampleOptions { temperature: args.temperature, top_k: args.top_k as usize, seed: args.seed };
+    let opts = SampleOptions {
+        temperature: args.temperature,
+        top_k: args.top_k as usize,
+        seed: args.seed,
+    };
     opts.validate().map_err(anyhow::Error::msg)?;
     let mut generator = Generator::new(&ck.config, &ck.params).map_err(anyhow::Error::msg)?;
     let stdout = std::io::stdout();
@@ -42,21 +46,27 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     // are shown as U+FFFD, never a panic.
     let mut pending: Vec<u8> = Vec::new();
     let mut io_error = None;
-    generate(&mut generator, args.prompt.as_bytes(), args.tokens, &opts, |b| {
-        pending.push(b);
-        let flush_upto = match std::str::from_utf8(&pending) {
-            Ok(_) => pending.len(),
-            Err(e) if e.error_len().is_some() => pending.len(), // invalid: show lossily now
-            Err(e) => e.valid_up_to(),                          // incomplete: wait for more bytes
-        };
-        if flush_upto > 0 {
-            let text = String::from_utf8_lossy(&pending[..flush_upto]).into_owned();
-            pending.drain(..flush_upto);
-            if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
-                io_error.get_or_insert(e);
+    generate(
+        &mut generator,
+        args.prompt.as_bytes(),
+        args.tokens,
+        &opts,
+        |b| {
+            pending.push(b);
+            let flush_upto = match std::str::from_utf8(&pending) {
+                Ok(_) => pending.len(),
+                Err(e) if e.error_len().is_some() => pending.len(), // invalid: show lossily now
+                Err(e) => e.valid_up_to(), // incomplete: wait for more bytes
+            };
+            if flush_upto > 0 {
+                let text = String::from_utf8_lossy(&pending[..flush_upto]).into_owned();
+                pending.drain(..flush_upto);
+                if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+                    io_error.get_or_insert(e);
+                }
             }
-        }
-    });
+        },
+    );
     if !pending.is_empty() {
         out.write_all(String::from_utf8_lossy(&pending).as_bytes())?;
     }
@@ -84,6 +94,9 @@ pub fn export(args: ExportArgs) -> Result<()> {
     check_writable(&args.out)?;
     ck.optimizer = None;
     ck.save(&args.out, Precision::F16)?;
-    eprintln!("wrote {} (f16 weights, no optimizer state)", args.out.display());
+    eprintln!(
+        "wrote {} (f16 weights, no optimizer state)",
+        args.out.display()
+    );
     Ok(())
 }

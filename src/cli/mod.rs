@@ -47,6 +47,12 @@ pub enum BackendChoice {
 }
 
 pub fn main() -> ExitCode {
+    // Like any Unix filter, end quietly when the reader of stdout goes away
+    // (`tinygpt generate | head`), instead of panicking on a broken pipe.
+    #[cfg(unix)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => {
@@ -57,13 +63,19 @@ pub fn main() -> ExitCode {
         Err(e) => {
             // clap's message up to its usage block, folded onto one line.
             let text = e.to_string();
-            let message: Vec<&str> = text.lines().take_while(|l| !l.trim().is_empty()).map(str::trim).collect();
+            let message: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.trim().is_empty())
+                .map(str::trim)
+                .collect();
             eprintln!("{} (see `tinygpt --help`)", message.join(" "));
             return ExitCode::from(2);
         }
     };
     if let Some(n) = cli.threads {
-        let _ = rayon::ThreadPoolBuilder::new().num_threads(n as usize).build_global();
+        let _ = rayon::ThreadPoolBuilder::new()
+            .num_threads(n as usize)
+            .build_global();
     }
     let result = match cli.command {
         Command::Train(a) => train::run(a),
@@ -86,10 +98,17 @@ pub fn main() -> ExitCode {
 
 fn presets() {
     use tinygpt::model::config::{BUILTIN_PRESETS, Config, DEFAULT_PRESET};
-    println!("{:<14} {:>6} {:>6} {:>6} {:>5} {:>6} {:>7} {:>13}", "preset", "layers", "heads", "d", "ctx", "batch", "steps", "parameters");
+    println!(
+        "{:<14} {:>6} {:>6} {:>6} {:>5} {:>6} {:>7} {:>13}",
+        "preset", "layers", "heads", "d", "ctx", "batch", "steps", "parameters"
+    );
     for (id, _) in BUILTIN_PRESETS {
         let c = Config::load(id).expect("built-in presets are valid (tested)");
-        let mark = if *id == DEFAULT_PRESET { " (default)" } else { "" };
+        let mark = if *id == DEFAULT_PRESET {
+            " (default)"
+        } else {
+            ""
+        };
         println!(
             "{:<14} {:>6} {:>6} {:>6} {:>5} {:>6} {:>7} {:>13}{mark}",
             id,
@@ -119,11 +138,19 @@ pub fn group_thousands(n: usize) -> String {
 /// Parses a number that must be finite and > 0.
 pub fn positive_f32(s: &str) -> Result<f32, String> {
     let v: f32 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
-    if v.is_finite() && v > 0.0 { Ok(v) } else { Err(format!("{s} must be a finite number > 0")) }
+    if v.is_finite() && v > 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("{s} must be a finite number > 0"))
+    }
 }
 
 /// Parses a number that must be finite and >= 0.
 pub fn non_negative_f32(s: &str) -> Result<f32, String> {
     let v: f32 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
-    if v.is_finite() && v >= 0.0 { Ok(v) } else { Err(format!("{s} must be a finite number >= 0")) }
+    if v.is_finite() && v >= 0.0 {
+        Ok(v)
+    } else {
+        Err(format!("{s} must be a finite number >= 0"))
+    }
 }

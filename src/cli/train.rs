@@ -1,17 +1,17 @@
 //! `tinygpt train`: a progress bar (or JSON lines), periodic validation,
 //! and a checkpoint at the end or on Ctrl-C.
 
-use super::{positive_f32, BackendChoice};
-use anyhow::{bail, Context, Result};
+use super::{BackendChoice, positive_f32};
+use anyhow::{Context, Result, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use tinygpt::cpu::generate::Generator;
 use tinygpt::data::Corpus;
-use tinygpt::model::checkpoint::{check_writable, Checkpoint, Precision};
+use tinygpt::model::checkpoint::{Checkpoint, Precision, check_writable};
 use tinygpt::model::config::{Config, DEFAULT_PRESET};
-use tinygpt::train::sample::{generate, SampleOptions};
+use tinygpt::train::sample::{SampleOptions, generate};
 use tinygpt::train::{TrainError, Trainer};
 
 #[derive(clap::Args)]
@@ -60,8 +60,14 @@ pub fn run(args: TrainArgs) -> Result<()> {
     if let Some(lr) = args.lr {
         config.lr = lr;
     }
-    config.validate(&format!("preset `{}` with command-line overrides", args.preset))?;
-    let preset_name = std::path::Path::new(&args.preset).file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    config.validate(&format!(
+        "preset `{}` with command-line overrides",
+        args.preset
+    ))?;
+    let preset_name = std::path::Path::new(&args.preset)
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let out = args
         .out
         .clone()
@@ -81,13 +87,17 @@ pub fn run(args: TrainArgs) -> Result<()> {
         None => Trainer::new(backend, corpus, args.seed)?,
     };
     if trainer.step >= config.steps {
-        bail!("the checkpoint already has {} steps; ask for more with --steps", trainer.step);
+        bail!(
+            "the checkpoint already has {} steps; ask for more with --steps",
+            trainer.step
+        );
     }
 
     let interrupted = Arc::new(AtomicBool::new(false));
     {
         let flag = interrupted.clone();
-        ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst)).context("cannot install the Ctrl-C handler")?;
+        ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst))
+            .context("cannot install the Ctrl-C handler")?;
     }
     if !args.json {
         eprintln!(
@@ -99,11 +109,17 @@ pub fn run(args: TrainArgs) -> Result<()> {
             trainer.corpus.val.len()
         );
     }
-    let bar = if args.json { ProgressBar::hidden() } else { ProgressBar::new(config.steps) };
+    let bar = if args.json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(config.steps)
+    };
     bar.set_style(
-        ProgressStyle::with_template("{bar:30.cyan/blue} {pos}/{len} {msg} [{elapsed_precise}, ETA {eta}]")
-            .expect("valid template")
-            .progress_chars("█▉▊▋▌▍▎▏ "),
+        ProgressStyle::with_template(
+            "{bar:30.cyan/blue} {pos}/{len} {msg} [{elapsed_precise}, ETA {eta}]",
+        )
+        .expect("valid template")
+        .progress_chars("█▉▊▋▌▍▎▏ "),
     );
     bar.set_position(trainer.step);
     let mut last_val = None;
@@ -111,7 +127,11 @@ pub fn run(args: TrainArgs) -> Result<()> {
         if interrupted.load(Ordering::SeqCst) {
             bar.abandon();
             save(&mut trainer, &out)?;
-            eprintln!("interrupted at step {}: checkpoint saved to {}", trainer.step, out.display());
+            eprintln!(
+                "interrupted at step {}: checkpoint saved to {}",
+                trainer.step,
+                out.display()
+            );
             std::process::exit(130);
         }
         let m = match trainer.train_step() {
@@ -120,7 +140,11 @@ pub fn run(args: TrainArgs) -> Result<()> {
                 bar.abandon();
                 if trainer.step > 0 {
                     save(&mut trainer, &out)?;
-                    eprintln!("the last good weights (step {}) are saved in {}", trainer.step, out.display());
+                    eprintln!(
+                        "the last good weights (step {}) are saved in {}",
+                        trainer.step,
+                        out.display()
+                    );
                 }
                 return Err(e.into());
             }
@@ -131,14 +155,23 @@ pub fn run(args: TrainArgs) -> Result<()> {
         } else {
             last_val = m.val_loss.or(last_val);
             let val = last_val.map(|v| format!(" val {v:.4}")).unwrap_or_default();
-            bar.set_message(format!("loss {:.4}{val} | {:.0} tok/s", m.loss, m.tokens_per_s));
+            bar.set_message(format!(
+                "loss {:.4}{val} | {:.0} tok/s",
+                m.loss, m.tokens_per_s
+            ));
             bar.set_position(m.step);
         }
     }
     bar.finish();
     save(&mut trainer, &out)?;
     if !args.json {
-        let recent: Vec<f32> = trainer.history.iter().rev().take(50).map(|p| p.loss).collect();
+        let recent: Vec<f32> = trainer
+            .history
+            .iter()
+            .rev()
+            .take(50)
+            .map(|p| p.loss)
+            .collect();
         let mean = recent.iter().sum::<f32>() / recent.len() as f32;
         eprintln!(
             "done: {} steps, train loss {:.4} (mean of the last {}), val loss {}; checkpoint {}",
@@ -150,7 +183,13 @@ pub fn run(args: TrainArgs) -> Result<()> {
         );
         let params = trainer.params()?;
         let mut generator = Generator::new(&config, &params).map_err(anyhow::Error::msg)?;
-        let text = generate(&mut generator, b"\n", 200, &SampleOptions::default(), |_| {});
+        let text = generate(
+            &mut generator,
+            b"\n",
+            200,
+            &SampleOptions::default(),
+            |_| {},
+        );
         eprintln!("sample:\n{}", String::from_utf8_lossy(&text));
     }
     Ok(())

@@ -35,9 +35,19 @@ pub struct Generator {
 impl Generator {
     /// Builds a generator from parameters named as in the program/checkpoint.
     pub fn new(config: &Config, params: &[NamedTensor]) -> Result<Self, String> {
-        let mut by_name: HashMap<&str, &Vec<f32>> = params.iter().map(|t| (t.name.as_str(), &t.values)).collect();
-        let mut get = |n: String| by_name.remove(n.as_str()).cloned().ok_or(format!("parameter `{n}` is missing"));
-        let pair = |get: &mut dyn FnMut(String) -> Result<Vec<f32>, String>, p: &str| -> Result<(Vec<f32>, Vec<f32>), String> {
+        let mut by_name: HashMap<&str, &Vec<f32>> = params
+            .iter()
+            .map(|t| (t.name.as_str(), &t.values))
+            .collect();
+        let mut get = |n: String| {
+            by_name
+                .remove(n.as_str())
+                .cloned()
+                .ok_or(format!("parameter `{n}` is missing"))
+        };
+        let pair = |get: &mut dyn FnMut(String) -> Result<Vec<f32>, String>,
+                    p: &str|
+         -> Result<(Vec<f32>, Vec<f32>), String> {
             Ok((get(format!("{p}.weight"))?, get(format!("{p}.bias"))?))
         };
         let wte = get("transformer.wte.weight".into())?;
@@ -56,7 +66,16 @@ impl Generator {
         }
         let ln_f = pair(&mut get, "transformer.ln_f")?;
         let cache = vec![vec![0.0; config.ctx * config.d_model]; config.n_layer];
-        Ok(Self { config: config.clone(), wte, wpe, blocks, ln_f, k_cache: cache.clone(), v_cache: cache, len: 0 })
+        Ok(Self {
+            config: config.clone(),
+            wte,
+            wpe,
+            blocks,
+            ln_f,
+            k_cache: cache.clone(),
+            v_cache: cache,
+            len: 0,
+        })
     }
 
     pub fn ctx(&self) -> usize {
@@ -75,7 +94,10 @@ impl Generator {
     /// Empties the cache and feeds `tokens` (at most ctx), returning the
     /// logits after the last one.
     pub fn prime(&mut self, tokens: &[u8]) -> Vec<f32> {
-        assert!(!tokens.is_empty() && tokens.len() <= self.config.ctx, "prime needs 1..=ctx tokens");
+        assert!(
+            !tokens.is_empty() && tokens.len() <= self.config.ctx,
+            "prime needs 1..=ctx tokens"
+        );
         self.len = 0;
         let mut logits = Vec::new();
         for &t in tokens {
@@ -92,11 +114,21 @@ impl Generator {
         let pos = self.len;
         assert!(pos < self.config.ctx, "KV cache is full");
         let tok = token as usize;
-        let mut x: Vec<f32> = (0..c).map(|i| self.wte[tok * c + i] + self.wpe[pos * c + i]).collect();
+        let mut x: Vec<f32> = (0..c)
+            .map(|i| self.wte[tok * c + i] + self.wpe[pos * c + i])
+            .collect();
         let mut ln = vec![0.0; c];
         let (mut mean, mut rstd) = ([0.0f32], [0.0f32]);
         for (layer, blk) in self.blocks.iter().enumerate() {
-            ops::layernorm_forward(&mut ln, &mut mean, &mut rstd, &x, &blk.ln_1.0, &blk.ln_1.1, c);
+            ops::layernorm_forward(
+                &mut ln,
+                &mut mean,
+                &mut rstd,
+                &x,
+                &blk.ln_1.0,
+                &blk.ln_1.1,
+                c,
+            );
             let mut qkv = vec![0.0; 3 * c];
             ops::linear_forward(&mut qkv, &ln, &blk.c_attn.0, &blk.c_attn.1, c, 3 * c);
             self.k_cache[layer][pos * c..pos * c + c].copy_from_slice(&qkv[c..2 * c]);
@@ -107,7 +139,13 @@ impl Generator {
             for head in 0..h {
                 let q = &qkv[head * d..head * d + d];
                 let scores: Vec<f32> = (0..=pos)
-                    .map(|j| q.iter().zip(&kc[j * c + head * d..j * c + head * d + d]).map(|(a, b)| a * b).sum::<f32>() * scale)
+                    .map(|j| {
+                        q.iter()
+                            .zip(&kc[j * c + head * d..j * c + head * d + d])
+                            .map(|(a, b)| a * b)
+                            .sum::<f32>()
+                            * scale
+                    })
                     .collect();
                 let m = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
                 let w: Vec<f32> = scores.iter().map(|s| (s - m).exp()).collect();
@@ -122,7 +160,15 @@ impl Generator {
             let mut proj = vec![0.0; c];
             ops::linear_forward(&mut proj, &y, &blk.c_proj.0, &blk.c_proj.1, c, c);
             x.iter_mut().zip(&proj).for_each(|(x, p)| *x += p);
-            ops::layernorm_forward(&mut ln, &mut mean, &mut rstd, &x, &blk.ln_2.0, &blk.ln_2.1, c);
+            ops::layernorm_forward(
+                &mut ln,
+                &mut mean,
+                &mut rstd,
+                &x,
+                &blk.ln_2.0,
+                &blk.ln_2.1,
+                c,
+            );
             let mut fc = vec![0.0; 4 * c];
             ops::linear_forward(&mut fc, &ln, &blk.c_fc.0, &blk.c_fc.1, c, 4 * c);
             let mut gelu = vec![0.0; 4 * c];
@@ -130,7 +176,15 @@ impl Generator {
             ops::linear_forward(&mut proj, &gelu, &blk.mlp_proj.0, &blk.mlp_proj.1, 4 * c, c);
             x.iter_mut().zip(&proj).for_each(|(x, p)| *x += p);
         }
-        ops::layernorm_forward(&mut ln, &mut mean, &mut rstd, &x, &self.ln_f.0, &self.ln_f.1, c);
+        ops::layernorm_forward(
+            &mut ln,
+            &mut mean,
+            &mut rstd,
+            &x,
+            &self.ln_f.0,
+            &self.ln_f.1,
+            c,
+        );
         let mut logits = vec![0.0; VOCAB];
         ops::tied_head_forward(&mut logits, &ln, &self.wte, c, VOCAB);
         self.len += 1;

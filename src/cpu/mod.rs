@@ -12,6 +12,7 @@ use crate::data::Batch;
 use crate::program::{Op, Program, Step, TensorId, TensorKind};
 use float::Float;
 use ops::AttnDims;
+use rayon::prelude::*;
 
 pub struct CpuBackend<F: Float> {
     program: Program,
@@ -31,9 +32,22 @@ impl<F: Float> CpuBackend<F> {
         let data = program
             .tensors
             .iter()
-            .map(|t| if t.kind == TensorKind::Input { Vec::new() } else { vec![F::zero(); t.numel()] })
+            .map(|t| {
+                if t.kind == TensorKind::Input {
+                    Vec::new()
+                } else {
+                    vec![F::zero(); t.numel()]
+                }
+            })
             .collect();
-        Self { program, data, tokens: vec![], targets: vec![], training: true, dropout_seed: 0 }
+        Self {
+            program,
+            data,
+            tokens: vec![],
+            targets: vec![],
+            training: true,
+            dropout_seed: 0,
+        }
     }
 
     pub fn tensor(&self, id: TensorId) -> &[F] {
@@ -45,7 +59,11 @@ impl<F: Float> CpuBackend<F> {
     }
 
     pub fn set_batch(&mut self, batch: &Batch) {
-        assert_eq!(batch.inputs.len(), self.program.rows(), "batch shape does not match the program");
+        assert_eq!(
+            batch.inputs.len(),
+            self.program.rows(),
+            "batch shape does not match the program"
+        );
         self.tokens.clone_from(&batch.inputs);
         self.targets.clone_from(&batch.targets);
     }
@@ -90,7 +108,9 @@ impl<F: Float> CpuBackend<F> {
     }
 
     fn grad_of(&self, id: TensorId) -> TensorId {
-        self.program.tensors[id].grad.expect("tensor has no gradient")
+        self.program.tensors[id]
+            .grad
+            .expect("tensor has no gradient")
     }
 
     /// Executes one entry of the program's step list. `adam` is needed for
@@ -98,11 +118,16 @@ impl<F: Float> CpuBackend<F> {
     pub fn run(&mut self, step: Step, adam: Option<ops::AdamW>) {
         match step {
             Step::ZeroGrads => {
-                for (t, d) in self.program.tensors.iter().zip(self.data.iter_mut()) {
-                    if t.kind == TensorKind::Grad {
-                        d.iter_mut().for_each(|x| *x = F::zero());
-                    }
-                }
+                // One parallel pass over all gradient tensors (many are small).
+                let tensors = &self.program.tensors;
+                self.data
+                    .par_iter_mut()
+                    .zip(tensors.par_iter())
+                    .for_each(|(d, t)| {
+                        if t.kind == TensorKind::Grad {
+                            d.fill(F::zero());
+                        }
+                    });
             }
             Step::Forward(i) => self.forward_op(i),
             Step::Backward(i) => self.backward_op(i),
@@ -142,25 +167,77 @@ impl<F: Float> CpuBackend<F> {
         match op {
             Op::Embedding { wte, wpe, out, .. } => {
                 let mut o = self.take(out);
-                ops::embedding_forward(&mut o, &self.tokens, &self.data[wte], &self.data[wpe], t, c);
+                ops::embedding_forward(
+                    &mut o,
+                    &self.tokens,
+                    &self.data[wte],
+                    &self.data[wpe],
+                    t,
+                    c,
+                );
                 self.data[out] = o;
             }
-            Op::LayerNorm { inp, weight, bias, out, mean, rstd } => {
+            Op::LayerNorm {
+                inp,
+                weight,
+                bias,
+                out,
+                mean,
+                rstd,
+            } => {
                 let (mut o, mut m, mut r) = (self.take(out), self.take(mean), self.take(rstd));
                 let width = self.program.tensors[inp].shape.last().copied().unwrap();
-                ops::layernorm_forward(&mut o, &mut m, &mut r, &self.data[inp], &self.data[weight], &self.data[bias], width);
+                ops::layernorm_forward(
+                    &mut o,
+                    &mut m,
+                    &mut r,
+                    &self.data[inp],
+                    &self.data[weight],
+                    &self.data[bias],
+                    width,
+                );
                 (self.data[out], self.data[mean], self.data[rstd]) = (o, m, r);
             }
-            Op::Linear { inp, weight, bias, out, in_features, out_features } => {
+            Op::Linear {
+                inp,
+                weight,
+                bias,
+                out,
+                in_features,
+                out_features,
+            } => {
                 let mut o = self.take(out);
-                ops::linear_forward(&mut o, &self.data[inp], &self.data[weight], &self.data[bias], in_features, out_features);
+                ops::linear_forward(
+                    &mut o,
+                    &self.data[inp],
+                    &self.data[weight],
+                    &self.data[bias],
+                    in_features,
+                    out_features,
+                );
                 self.data[out] = o;
             }
-            Op::Attention { qkv, out, lse, n_head, dropout, stream } => {
+            Op::Attention {
+                qkv,
+                out,
+                lse,
+                n_head,
+                dropout,
+                stream,
+            } => {
                 let (mut o, mut l) = (self.take(out), self.take(lse));
                 let dims = AttnDims { b, t, c, h: n_head };
                 let seed = self.dropout_seed;
-                ops::attention_forward(&mut o, &mut l, &self.data[qkv], &dims, dropout, seed, stream, self.training);
+                ops::attention_forward(
+                    &mut o,
+                    &mut l,
+                    &self.data[qkv],
+                    &dims,
+                    dropout,
+                    seed,
+                    stream,
+                    self.training,
+                );
                 (self.data[out], self.data[lse]) = (o, l);
             }
             Op::Gelu { inp, out } => {
@@ -173,19 +250,42 @@ impl<F: Float> CpuBackend<F> {
                 ops::residual_forward(&mut o, &self.data[a], &self.data[b]);
                 self.data[out] = o;
             }
-            Op::Dropout { inp, out, p, stream } => {
+            Op::Dropout {
+                inp,
+                out,
+                p,
+                stream,
+            } => {
                 let mut o = self.take(out);
-                ops::dropout_forward(&mut o, &self.data[inp], p, self.dropout_seed, stream, self.training);
+                ops::dropout_forward(
+                    &mut o,
+                    &self.data[inp],
+                    p,
+                    self.dropout_seed,
+                    stream,
+                    self.training,
+                );
                 self.data[out] = o;
             }
             Op::TiedHead { inp, wte, out } => {
                 let mut o = self.take(out);
-                ops::tied_head_forward(&mut o, &self.data[inp], &self.data[wte], c, crate::model::config::VOCAB);
+                ops::tied_head_forward(
+                    &mut o,
+                    &self.data[inp],
+                    &self.data[wte],
+                    c,
+                    crate::model::config::VOCAB,
+                );
                 self.data[out] = o;
             }
             Op::CrossEntropy { logits, losses, .. } => {
                 let mut l = self.take(losses);
-                ops::cross_entropy_forward(&mut l, &self.data[logits], &self.targets, crate::model::config::VOCAB);
+                ops::cross_entropy_forward(
+                    &mut l,
+                    &self.data[logits],
+                    &self.targets,
+                    crate::model::config::VOCAB,
+                );
                 self.data[losses] = l;
             }
         }
@@ -202,27 +302,79 @@ impl<F: Float> CpuBackend<F> {
                 ops::embedding_backward(&mut dwte, &mut dwpe, &self.data[gout], &self.tokens, t, c);
                 (self.data[gwte], self.data[gwpe]) = (dwte, dwpe);
             }
-            Op::LayerNorm { inp, weight, bias, out, mean, rstd } => {
-                let (gi, gw, gb, go) = (self.grad_of(inp), self.grad_of(weight), self.grad_of(bias), self.grad_of(out));
+            Op::LayerNorm {
+                inp,
+                weight,
+                bias,
+                out,
+                mean,
+                rstd,
+            } => {
+                let (gi, gw, gb, go) = (
+                    self.grad_of(inp),
+                    self.grad_of(weight),
+                    self.grad_of(bias),
+                    self.grad_of(out),
+                );
                 let (mut di, mut dw, mut db) = (self.take(gi), self.take(gw), self.take(gb));
                 let width = self.program.tensors[inp].shape.last().copied().unwrap();
                 let d = &self.data;
-                ops::layernorm_backward(&mut di, &mut dw, &mut db, &d[go], &d[inp], &d[weight], &d[mean], &d[rstd], width);
+                ops::layernorm_backward(
+                    &mut di, &mut dw, &mut db, &d[go], &d[inp], &d[weight], &d[mean], &d[rstd],
+                    width,
+                );
                 (self.data[gi], self.data[gw], self.data[gb]) = (di, dw, db);
             }
-            Op::Linear { inp, weight, bias, out, in_features, out_features } => {
-                let (gi, gw, gb, go) = (self.grad_of(inp), self.grad_of(weight), self.grad_of(bias), self.grad_of(out));
+            Op::Linear {
+                inp,
+                weight,
+                bias,
+                out,
+                in_features,
+                out_features,
+            } => {
+                let (gi, gw, gb, go) = (
+                    self.grad_of(inp),
+                    self.grad_of(weight),
+                    self.grad_of(bias),
+                    self.grad_of(out),
+                );
                 let (mut di, mut dw, mut db) = (self.take(gi), self.take(gw), self.take(gb));
                 let d = &self.data;
-                ops::linear_backward(&mut di, &mut dw, &mut db, &d[go], &d[inp], &d[weight], in_features, out_features);
+                ops::linear_backward(
+                    &mut di,
+                    &mut dw,
+                    &mut db,
+                    &d[go],
+                    &d[inp],
+                    &d[weight],
+                    in_features,
+                    out_features,
+                );
                 (self.data[gi], self.data[gw], self.data[gb]) = (di, dw, db);
             }
-            Op::Attention { qkv, out, lse, n_head, dropout, stream } => {
+            Op::Attention {
+                qkv,
+                out,
+                lse,
+                n_head,
+                dropout,
+                stream,
+            } => {
                 let (gq, go) = (self.grad_of(qkv), self.grad_of(out));
                 let mut dq = self.take(gq);
                 let dims = AttnDims { b, t, c, h: n_head };
                 let d = &self.data;
-                ops::attention_backward(&mut dq, &d[go], &d[qkv], &d[lse], &dims, dropout, self.dropout_seed, stream);
+                ops::attention_backward(
+                    &mut dq,
+                    &d[go],
+                    &d[qkv],
+                    &d[lse],
+                    &dims,
+                    dropout,
+                    self.dropout_seed,
+                    stream,
+                );
                 self.data[gq] = dq;
             }
             Op::Gelu { inp, out } => {
@@ -239,7 +391,12 @@ impl<F: Float> CpuBackend<F> {
                     self.data[g] = d;
                 }
             }
-            Op::Dropout { inp, out, p, stream } => {
+            Op::Dropout {
+                inp,
+                out,
+                p,
+                stream,
+            } => {
                 let (gi, go) = (self.grad_of(inp), self.grad_of(out));
                 let mut di = self.take(gi);
                 ops::dropout_backward(&mut di, &self.data[go], p, self.dropout_seed, stream);
@@ -249,26 +406,45 @@ impl<F: Float> CpuBackend<F> {
                 let (gi, gw, go) = (self.grad_of(inp), self.grad_of(wte), self.grad_of(out));
                 let (mut di, mut dw) = (self.take(gi), self.take(gw));
                 let v = crate::model::config::VOCAB;
-                ops::tied_head_backward(&mut di, &mut dw, &self.data[go], &self.data[inp], &self.data[wte], c, v);
+                ops::tied_head_backward(
+                    &mut di,
+                    &mut dw,
+                    &self.data[go],
+                    &self.data[inp],
+                    &self.data[wte],
+                    c,
+                    v,
+                );
                 (self.data[gi], self.data[gw]) = (di, dw);
             }
             Op::CrossEntropy { logits, .. } => {
                 let gl = self.grad_of(logits);
                 let mut dl = self.take(gl);
-                ops::cross_entropy_backward(&mut dl, &self.data[logits], &self.targets, crate::model::config::VOCAB);
+                ops::cross_entropy_backward(
+                    &mut dl,
+                    &self.data[logits],
+                    &self.targets,
+                    crate::model::config::VOCAB,
+                );
                 self.data[gl] = dl;
             }
         }
     }
 
     fn id(&self, name: &str) -> Result<TensorId, BackendError> {
-        self.program.tensor_id(name).ok_or_else(|| BackendError::UnknownTensor(name.to_string()))
+        self.program
+            .tensor_id(name)
+            .ok_or_else(|| BackendError::UnknownTensor(name.to_string()))
     }
 }
 
 impl<F: Float> Backend for CpuBackend<F> {
     fn describe(&self) -> String {
-        format!("cpu ({}, rayon, {} threads)", std::any::type_name::<F>(), rayon::current_num_threads())
+        format!(
+            "cpu ({}, rayon, {} threads)",
+            std::any::type_name::<F>(),
+            rayon::current_num_threads()
+        )
     }
 
     fn program(&self) -> &Program {
@@ -296,7 +472,11 @@ impl<F: Float> Backend for CpuBackend<F> {
             };
             self.run(Step::AdamW, Some(h));
         }
-        StepOutcome { loss: loss as f32, grad_norm: grad_norm as f32, applied }
+        StepOutcome {
+            loss: loss as f32,
+            grad_norm: grad_norm as f32,
+            applied,
+        }
     }
 
     fn eval_loss(&mut self, batch: &Batch) -> f32 {
@@ -309,7 +489,9 @@ impl<F: Float> Backend for CpuBackend<F> {
     fn read(&mut self, name: &str) -> Result<Vec<f32>, BackendError> {
         let id = self.id(name)?;
         Ok(match self.program.tensors[id].kind {
-            TensorKind::Input if id == self.program.tokens => self.tokens.iter().map(|&x| x as f32).collect(),
+            TensorKind::Input if id == self.program.tokens => {
+                self.tokens.iter().map(|&x| x as f32).collect()
+            }
             TensorKind::Input => self.targets.iter().map(|&x| x as f32).collect(),
             _ => self.data[id].iter().map(|x| x.f64() as f32).collect(),
         })
@@ -319,7 +501,11 @@ impl<F: Float> Backend for CpuBackend<F> {
         let id = self.id(name)?;
         let expected = self.program.tensors[id].numel();
         if values.len() != expected || self.program.tensors[id].kind == TensorKind::Input {
-            return Err(BackendError::WrongSize { name: name.to_string(), expected, got: values.len() });
+            return Err(BackendError::WrongSize {
+                name: name.to_string(),
+                expected,
+                got: values.len(),
+            });
         }
         self.data[id] = values.iter().map(|&x| F::c(x as f64)).collect();
         Ok(())

@@ -6,7 +6,7 @@
 //! finite differences in `tests/gradcheck.rs`.
 
 use super::float::Float;
-use super::matmul::{gemm, gemm_serial, View};
+use super::matmul::{View, gemm, gemm_serial, serial};
 use crate::data::rng::dropout_keep;
 use rayon::prelude::*;
 
@@ -20,7 +20,12 @@ fn rows_per_task(width: usize) -> usize {
 
 /// Sum of rows of `x (rows, width)` into `acc (width)`: fixed-size chunks,
 /// partial sums added in order, so the result is deterministic.
-fn column_sums_into<F: Float>(acc: &mut [F], rows: usize, width: usize, f: impl Fn(usize, &mut [F]) + Sync) {
+fn column_sums_into<F: Float>(
+    acc: &mut [F],
+    rows: usize,
+    width: usize,
+    f: impl Fn(usize, &mut [F]) + Sync,
+) {
     let per = rows_per_task(width) * 4;
     let partials: Vec<Vec<F>> = (0..rows.div_ceil(per))
         .into_par_iter()
@@ -42,17 +47,35 @@ fn column_sums_into<F: Float>(acc: &mut [F], rows: usize, width: usize, f: impl 
 // ---------------------------------------------------------------- embedding
 // out (B,T,C) = wte[tokens] + wpe[t]; tokens (B,T), wte (V,C), wpe (T,C)
 
-pub fn embedding_forward<F: Float>(out: &mut [F], tokens: &[u32], wte: &[F], wpe: &[F], t: usize, c: usize) {
+pub fn embedding_forward<F: Float>(
+    out: &mut [F],
+    tokens: &[u32],
+    wte: &[F],
+    wpe: &[F],
+    t: usize,
+    c: usize,
+) {
     out.par_chunks_mut(c).enumerate().for_each(|(row, o)| {
         let tok = tokens[row] as usize;
         let pos = row % t;
-        for ((o, &e), &p) in o.iter_mut().zip(&wte[tok * c..tok * c + c]).zip(&wpe[pos * c..pos * c + c]) {
+        for ((o, &e), &p) in o
+            .iter_mut()
+            .zip(&wte[tok * c..tok * c + c])
+            .zip(&wpe[pos * c..pos * c + c])
+        {
             *o = e + p;
         }
     });
 }
 
-pub fn embedding_backward<F: Float>(dwte: &mut [F], dwpe: &mut [F], dout: &[F], tokens: &[u32], t: usize, c: usize) {
+pub fn embedding_backward<F: Float>(
+    dwte: &mut [F],
+    dwpe: &mut [F],
+    dout: &[F],
+    tokens: &[u32],
+    t: usize,
+    c: usize,
+) {
     let rows = tokens.len();
     // dwpe[pos] += Σ_b dout[b, pos]
     dwpe.par_chunks_mut(c).enumerate().for_each(|(pos, d)| {
@@ -67,20 +90,28 @@ pub fn embedding_backward<F: Float>(dwte: &mut [F], dwpe: &mut [F], dout: &[F], 
     for (row, &tok) in tokens.iter().enumerate() {
         rows_of[tok as usize].push(row);
     }
-    dwte.par_chunks_mut(c).zip(rows_of.par_iter()).for_each(|(d, rows)| {
-        for &row in rows {
-            for (d, &g) in d.iter_mut().zip(&dout[row * c..row * c + c]) {
-                *d += g;
+    dwte.par_chunks_mut(c)
+        .zip(rows_of.par_iter())
+        .for_each(|(d, rows)| {
+            for &row in rows {
+                for (d, &g) in d.iter_mut().zip(&dout[row * c..row * c + c]) {
+                    *d += g;
+                }
             }
-        }
-    });
+        });
 }
 
 // ---------------------------------------------------------------- layernorm
 // out (N,C) = (inp - mean) * rstd * weight + bias; mean, rstd (N)
 
 pub fn layernorm_forward<F: Float>(
-    out: &mut [F], mean: &mut [F], rstd: &mut [F], inp: &[F], weight: &[F], bias: &[F], c: usize,
+    out: &mut [F],
+    mean: &mut [F],
+    rstd: &mut [F],
+    inp: &[F],
+    weight: &[F],
+    bias: &[F],
+    c: usize,
 ) {
     let per = rows_per_task(c);
     out.par_chunks_mut(per * c)
@@ -105,34 +136,43 @@ pub fn layernorm_forward<F: Float>(
 
 #[allow(clippy::too_many_arguments)]
 pub fn layernorm_backward<F: Float>(
-    dinp: &mut [F], dweight: &mut [F], dbias: &mut [F],
-    dout: &[F], inp: &[F], weight: &[F], mean: &[F], rstd: &[F], c: usize,
+    dinp: &mut [F],
+    dweight: &mut [F],
+    dbias: &mut [F],
+    dout: &[F],
+    inp: &[F],
+    weight: &[F],
+    mean: &[F],
+    rstd: &[F],
+    c: usize,
 ) {
     let rows = mean.len();
     let inv_c = F::one() / F::c(c as f64);
     let per = rows_per_task(c);
-    dinp.par_chunks_mut(per * c).enumerate().for_each(|(chunk, dinp)| {
-        for (r, di) in dinp.chunks_mut(c).enumerate() {
-            let row = chunk * per + r;
-            let (x, g) = (&inp[row * c..row * c + c], &dout[row * c..row * c + c]);
-            let (m, s) = (mean[row], rstd[row]);
-            let mut dnorm_mean = F::zero();
-            let mut dnorm_norm_mean = F::zero();
-            for i in 0..c {
-                let norm = (x[i] - m) * s;
-                let dnorm = weight[i] * g[i];
-                dnorm_mean += dnorm;
-                dnorm_norm_mean += dnorm * norm;
+    dinp.par_chunks_mut(per * c)
+        .enumerate()
+        .for_each(|(chunk, dinp)| {
+            for (r, di) in dinp.chunks_mut(c).enumerate() {
+                let row = chunk * per + r;
+                let (x, g) = (&inp[row * c..row * c + c], &dout[row * c..row * c + c]);
+                let (m, s) = (mean[row], rstd[row]);
+                let mut dnorm_mean = F::zero();
+                let mut dnorm_norm_mean = F::zero();
+                for i in 0..c {
+                    let norm = (x[i] - m) * s;
+                    let dnorm = weight[i] * g[i];
+                    dnorm_mean += dnorm;
+                    dnorm_norm_mean += dnorm * norm;
+                }
+                dnorm_mean *= inv_c;
+                dnorm_norm_mean *= inv_c;
+                for i in 0..c {
+                    let norm = (x[i] - m) * s;
+                    let dnorm = weight[i] * g[i];
+                    di[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+                }
             }
-            dnorm_mean *= inv_c;
-            dnorm_norm_mean *= inv_c;
-            for i in 0..c {
-                let norm = (x[i] - m) * s;
-                let dnorm = weight[i] * g[i];
-                di[i] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
-            }
-        }
-    });
+        });
     let mut dwb = vec![F::zero(); 2 * c];
     column_sums_into(&mut dwb, rows, 2 * c, |row, part| {
         let (x, g) = (&inp[row * c..row * c + c], &dout[row * c..row * c + c]);
@@ -151,26 +191,70 @@ pub fn layernorm_backward<F: Float>(
 // ------------------------------------------------------------------- linear
 // out (N,OUT) = inp (N,IN) · weightᵀ + bias; weight (OUT,IN)
 
-pub fn linear_forward<F: Float>(out: &mut [F], inp: &[F], weight: &[F], bias: &[F], n_in: usize, n_out: usize) {
+pub fn linear_forward<F: Float>(
+    out: &mut [F],
+    inp: &[F],
+    weight: &[F],
+    bias: &[F],
+    n_in: usize,
+    n_out: usize,
+) {
     let rows = inp.len() / n_in;
-    out.par_chunks_mut(rows_per_task(n_out) * n_out).for_each(|o| {
-        for row in o.chunks_mut(n_out) {
-            row.copy_from_slice(bias);
-        }
-    });
-    gemm(rows, n_in, n_out, F::one(), View::rows(inp, n_in), View::transposed(weight, n_in), F::one(), out, n_out);
+    out.par_chunks_mut(rows_per_task(n_out) * n_out)
+        .for_each(|o| {
+            for row in o.chunks_mut(n_out) {
+                row.copy_from_slice(bias);
+            }
+        });
+    gemm(
+        rows,
+        n_in,
+        n_out,
+        F::one(),
+        View::rows(inp, n_in),
+        View::transposed(weight, n_in),
+        F::one(),
+        out,
+        n_out,
+    );
 }
 
 #[allow(clippy::too_many_arguments)]
 pub fn linear_backward<F: Float>(
-    dinp: &mut [F], dweight: &mut [F], dbias: &mut [F],
-    dout: &[F], inp: &[F], weight: &[F], n_in: usize, n_out: usize,
+    dinp: &mut [F],
+    dweight: &mut [F],
+    dbias: &mut [F],
+    dout: &[F],
+    inp: &[F],
+    weight: &[F],
+    n_in: usize,
+    n_out: usize,
 ) {
     let rows = inp.len() / n_in;
     // dinp (N,IN) += dout (N,OUT) · weight (OUT,IN)
-    gemm(rows, n_out, n_in, F::one(), View::rows(dout, n_out), View::rows(weight, n_in), F::one(), dinp, n_in);
+    gemm(
+        rows,
+        n_out,
+        n_in,
+        F::one(),
+        View::rows(dout, n_out),
+        View::rows(weight, n_in),
+        F::one(),
+        dinp,
+        n_in,
+    );
     // dweight (OUT,IN) += doutᵀ (OUT,N) · inp (N,IN)
-    gemm(n_out, rows, n_in, F::one(), View::transposed(dout, n_out), View::rows(inp, n_in), F::one(), dweight, n_in);
+    gemm(
+        n_out,
+        rows,
+        n_in,
+        F::one(),
+        View::transposed(dout, n_out),
+        View::rows(inp, n_in),
+        F::one(),
+        dweight,
+        n_in,
+    );
     // dbias (OUT) += Σ_rows dout
     column_sums_into(dbias, rows, n_out, |row, part| {
         for (p, &g) in part.iter_mut().zip(&dout[row * n_out..row * n_out + n_out]) {
@@ -185,71 +269,98 @@ pub fn linear_backward<F: Float>(
 pub fn gelu_forward<F: Float>(out: &mut [F], inp: &[F]) {
     let inv_sqrt2 = F::c(std::f64::consts::FRAC_1_SQRT_2);
     let half = F::c(0.5);
-    out.par_chunks_mut(16 * 1024).zip(inp.par_chunks(16 * 1024)).for_each(|(o, x)| {
-        for (o, &x) in o.iter_mut().zip(x) {
-            *o = half * x * (F::one() + (x * inv_sqrt2).erf());
-        }
-    });
+    out.par_chunks_mut(16 * 1024)
+        .zip(inp.par_chunks(16 * 1024))
+        .for_each(|(o, x)| {
+            for (o, &x) in o.iter_mut().zip(x) {
+                *o = half * x * (F::one() + (x * inv_sqrt2).erf());
+            }
+        });
 }
 
 pub fn gelu_backward<F: Float>(dinp: &mut [F], dout: &[F], inp: &[F]) {
     let inv_sqrt2 = F::c(std::f64::consts::FRAC_1_SQRT_2);
     let inv_sqrt_2pi = F::c(1.0 / (2.0 * std::f64::consts::PI).sqrt());
     let half = F::c(0.5);
-    dinp.par_chunks_mut(16 * 1024).enumerate().for_each(|(chunk, d)| {
-        let base = chunk * 16 * 1024;
-        for (i, d) in d.iter_mut().enumerate() {
-            let x = inp[base + i];
-            let cdf = half * (F::one() + (x * inv_sqrt2).erf());
-            let pdf = (-half * x * x).exp() * inv_sqrt_2pi;
-            *d += dout[base + i] * (cdf + x * pdf);
-        }
-    });
+    dinp.par_chunks_mut(16 * 1024)
+        .enumerate()
+        .for_each(|(chunk, d)| {
+            let base = chunk * 16 * 1024;
+            for (i, d) in d.iter_mut().enumerate() {
+                let x = inp[base + i];
+                let cdf = half * (F::one() + (x * inv_sqrt2).erf());
+                let pdf = (-half * x * x).exp() * inv_sqrt_2pi;
+                *d += dout[base + i] * (cdf + x * pdf);
+            }
+        });
 }
 
 // --------------------------------------------------------- residual, dropout
 
 pub fn residual_forward<F: Float>(out: &mut [F], a: &[F], b: &[F]) {
-    out.par_chunks_mut(16 * 1024).enumerate().for_each(|(chunk, o)| {
-        let base = chunk * 16 * 1024;
-        for (i, o) in o.iter_mut().enumerate() {
-            *o = a[base + i] + b[base + i];
-        }
-    });
+    out.par_chunks_mut(16 * 1024)
+        .enumerate()
+        .for_each(|(chunk, o)| {
+            let base = chunk * 16 * 1024;
+            for (i, o) in o.iter_mut().enumerate() {
+                *o = a[base + i] + b[base + i];
+            }
+        });
 }
 
 /// `d += g` elementwise (the backward of a residual, for each input).
 pub fn accumulate<F: Float>(d: &mut [F], g: &[F]) {
-    d.par_chunks_mut(16 * 1024).zip(g.par_chunks(16 * 1024)).for_each(|(d, g)| {
-        for (d, &g) in d.iter_mut().zip(g) {
-            *d += g;
-        }
-    });
+    d.par_chunks_mut(16 * 1024)
+        .zip(g.par_chunks(16 * 1024))
+        .for_each(|(d, g)| {
+            for (d, &g) in d.iter_mut().zip(g) {
+                *d += g;
+            }
+        });
 }
 
 /// Inverted dropout's multiplier for element `i`: 0 or 1/(1-p).
 #[inline]
 pub fn dropout_scale<F: Float>(seed: u32, stream: u32, i: usize, p: f32) -> F {
-    if dropout_keep(seed, stream, i as u32, p) { F::one() / (F::one() - F::c(p as f64)) } else { F::zero() }
+    if dropout_keep(seed, stream, i as u32, p) {
+        F::one() / (F::one() - F::c(p as f64))
+    } else {
+        F::zero()
+    }
 }
 
-pub fn dropout_forward<F: Float>(out: &mut [F], inp: &[F], p: f32, seed: u32, stream: u32, training: bool) {
-    out.par_chunks_mut(16 * 1024).enumerate().for_each(|(chunk, o)| {
-        let base = chunk * 16 * 1024;
-        for (i, o) in o.iter_mut().enumerate() {
-            let x = inp[base + i];
-            *o = if training { x * dropout_scale::<F>(seed, stream, base + i, p) } else { x };
-        }
-    });
+pub fn dropout_forward<F: Float>(
+    out: &mut [F],
+    inp: &[F],
+    p: f32,
+    seed: u32,
+    stream: u32,
+    training: bool,
+) {
+    out.par_chunks_mut(16 * 1024)
+        .enumerate()
+        .for_each(|(chunk, o)| {
+            let base = chunk * 16 * 1024;
+            for (i, o) in o.iter_mut().enumerate() {
+                let x = inp[base + i];
+                *o = if training {
+                    x * dropout_scale::<F>(seed, stream, base + i, p)
+                } else {
+                    x
+                };
+            }
+        });
 }
 
 pub fn dropout_backward<F: Float>(dinp: &mut [F], dout: &[F], p: f32, seed: u32, stream: u32) {
-    dinp.par_chunks_mut(16 * 1024).enumerate().for_each(|(chunk, d)| {
-        let base = chunk * 16 * 1024;
-        for (i, d) in d.iter_mut().enumerate() {
-            *d += dout[base + i] * dropout_scale::<F>(seed, stream, base + i, p);
-        }
-    });
+    dinp.par_chunks_mut(16 * 1024)
+        .enumerate()
+        .for_each(|(chunk, d)| {
+            let base = chunk * 16 * 1024;
+            for (i, d) in d.iter_mut().enumerate() {
+                *d += dout[base + i] * dropout_scale::<F>(seed, stream, base + i, p);
+            }
+        });
 }
 
 // ---------------------------------------------------------------- attention
@@ -278,18 +389,44 @@ impl AttnDims {
     fn qkv_views<'a, F>(&self, qkv: &'a [F], b: usize, h: usize) -> [View<'a, F>; 3] {
         let (t, c, d) = (self.t, self.c, self.d());
         let base = b * t * 3 * c + h * d;
-        [0, c, 2 * c].map(|off| View { data: &qkv[base + off..], rs: 3 * c, cs: 1 })
+        [0, c, 2 * c].map(|off| View {
+            data: &qkv[base + off..],
+            rs: 3 * c,
+            cs: 1,
+        })
     }
 }
 
 /// Computes the causal probability matrix P (T×T, zero above the diagonal) of
 /// (b, h) into `p`; when `lse` is given it is filled, else P is recomputed
 /// from the `saved_lse`.
-fn attention_probs<F: Float>(p: &mut [F], dims: &AttnDims, qkv: &[F], b: usize, h: usize, lse: Option<&mut [F]>, saved_lse: Option<&[F]>) {
+fn attention_probs<F: Float>(
+    p: &mut [F],
+    dims: &AttnDims,
+    qkv: &[F],
+    b: usize,
+    h: usize,
+    lse: Option<&mut [F]>,
+    saved_lse: Option<&[F]>,
+) {
     let t = dims.t;
     let scale = F::one() / F::c(dims.d() as f64).sqrt();
     let [q, k, _] = dims.qkv_views(qkv, b, h);
-    gemm_serial(t, dims.d(), t, scale, q, View { data: k.data, rs: 1, cs: k.rs }, F::zero(), p, t);
+    gemm_serial(
+        t,
+        dims.d(),
+        t,
+        scale,
+        q,
+        View {
+            data: k.data,
+            rs: 1,
+            cs: k.rs,
+        },
+        F::zero(),
+        p,
+        t,
+    );
     let mut lse = lse;
     for i in 0..t {
         let row = &mut p[i * t..i * t + t];
@@ -313,65 +450,154 @@ fn attention_probs<F: Float>(p: &mut [F], dims: &AttnDims, qkv: &[F], b: usize, 
     }
 }
 
+/// A raw pointer that may cross threads: the attention kernels give each
+/// (b, h) task a disjoint strided region of one output tensor.
+#[derive(Clone, Copy)]
+struct SharedMut<F>(*mut F);
+unsafe impl<F> Send for SharedMut<F> {}
+unsafe impl<F> Sync for SharedMut<F> {}
+impl<F> SharedMut<F> {
+    fn at(self, offset: usize) -> *mut F {
+        unsafe { self.0.add(offset) }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 pub fn attention_forward<F: Float>(
-    out: &mut [F], lse: &mut [F], qkv: &[F], dims: &AttnDims, p_drop: f32, seed: u32, stream: u32, training: bool,
+    out: &mut [F],
+    lse: &mut [F],
+    qkv: &[F],
+    dims: &AttnDims,
+    p_drop: f32,
+    seed: u32,
+    stream: u32,
+    training: bool,
 ) {
     let (t, c, h, d) = (dims.t, dims.c, dims.h, dims.d());
+    assert!(
+        out.len() >= dims.b * t * c
+            && lse.len() >= dims.b * h * t
+            && qkv.len() >= dims.b * t * 3 * c
+    );
     let drop = training && p_drop > 0.0;
-    // Each task owns one batch row of `out` and that row's lse, and loops over heads.
-    out.par_chunks_mut(t * c).zip(lse.par_chunks_mut(h * t)).enumerate().for_each(|(b, (out_b, lse_b))| {
-        let mut p = vec![F::zero(); t * t];
-        for hh in 0..h {
-            attention_probs(&mut p, dims, qkv, b, hh, Some(&mut lse_b[hh * t..hh * t + t]), None);
+    let out_ptr = SharedMut(out.as_mut_ptr());
+    // One task per (b, h); each owns lse[b, h, :] and the columns h·D.. of out[b].
+    lse.par_chunks_mut(t).enumerate().for_each_init(
+        || vec![F::zero(); t * t],
+        |p, (bh, lse_bh)| {
+            let (b, hh) = (bh / h, bh % h);
+            attention_probs(p, dims, qkv, b, hh, Some(lse_bh), None);
             if drop {
-                let bh = b * h + hh;
                 for i in 0..t {
                     for j in 0..=i {
-                        p[i * t + j] *= dropout_scale::<F>(seed, stream, att_index(bh, i, j, t), p_drop);
+                        p[i * t + j] *=
+                            dropout_scale::<F>(seed, stream, att_index(bh, i, j, t), p_drop);
                     }
                 }
             }
             let [_, _, v] = dims.qkv_views(qkv, b, hh);
             // out[b, :, hh·D..] (T,D) = P (T,T) · v (T,D)
-            gemm_serial(t, t, d, F::one(), View::rows(&p, t), v, F::zero(), &mut out_b[hh * d..], c);
-        }
-    });
+            // SAFETY: in bounds (asserted above) and disjoint between tasks.
+            unsafe {
+                serial(
+                    t,
+                    t,
+                    d,
+                    F::one(),
+                    View::rows(p, t),
+                    v,
+                    F::zero(),
+                    out_ptr.at(b * t * c + hh * d),
+                    c,
+                )
+            };
+        },
+    );
 }
 
 #[allow(clippy::too_many_arguments)]
 pub fn attention_backward<F: Float>(
-    dqkv: &mut [F], dout: &[F], qkv: &[F], lse: &[F], dims: &AttnDims, p_drop: f32, seed: u32, stream: u32,
+    dqkv: &mut [F],
+    dout: &[F],
+    qkv: &[F],
+    lse: &[F],
+    dims: &AttnDims,
+    p_drop: f32,
+    seed: u32,
+    stream: u32,
 ) {
     let (t, c, h, d) = (dims.t, dims.c, dims.h, dims.d());
+    assert!(
+        dqkv.len() >= dims.b * t * 3 * c
+            && dout.len() >= dims.b * t * c
+            && lse.len() >= dims.b * h * t
+    );
     let scale = F::one() / F::c(d as f64).sqrt();
     let drop = p_drop > 0.0;
-    dqkv.par_chunks_mut(t * 3 * c).enumerate().for_each(|(b, dqkv_b)| {
-        let mut p = vec![F::zero(); t * t];
-        let mut pd = vec![F::zero(); t * t];
-        let mut dp = vec![F::zero(); t * t];
-        let mut mask = vec![F::one(); t * t];
-        for hh in 0..h {
-            let bh = b * h + hh;
-            attention_probs(&mut p, dims, qkv, b, hh, None, Some(&lse[bh * t..bh * t + t]));
+    let dqkv_ptr = SharedMut(dqkv.as_mut_ptr());
+    // One task per (b, h); each owns the q, k and v columns of head h in dqkv[b].
+    (0..dims.b * h).into_par_iter().for_each_init(
+        || {
+            (
+                vec![F::zero(); t * t],
+                vec![F::zero(); t * t],
+                vec![F::zero(); t * t],
+                vec![F::one(); t * t],
+            )
+        },
+        |(p, pd, dp, mask), bh| {
+            let (b, hh) = (bh / h, bh % h);
+            attention_probs(p, dims, qkv, b, hh, None, Some(&lse[bh * t..bh * t + t]));
             let [q, k, v] = dims.qkv_views(qkv, b, hh);
-            let dout_bh = View { data: &dout[b * t * c + hh * d..], rs: c, cs: 1 };
+            let dout_bh = View {
+                data: &dout[b * t * c + hh * d..],
+                rs: c,
+                cs: 1,
+            };
             // Pd = P ∘ M (the dropped-out weights the forward actually used)
             for i in 0..t {
                 for j in 0..t {
                     if drop && j <= i {
-                        mask[i * t + j] = dropout_scale::<F>(seed, stream, att_index(bh, i, j, t), p_drop);
+                        mask[i * t + j] =
+                            dropout_scale::<F>(seed, stream, att_index(bh, i, j, t), p_drop);
                     }
                     pd[i * t + j] = p[i * t + j] * mask[i * t + j];
                 }
             }
-            let dq_off = hh * d;
-            let dk_off = c + hh * d;
-            let dv_off = 2 * c + hh * d;
+            let base = b * t * 3 * c;
+            let (dq, dk, dv) = (base + hh * d, base + c + hh * d, base + 2 * c + hh * d);
+            // SAFETY (all three writes below): in bounds (asserted above) and
+            // disjoint between tasks.
             // dv (T,D) += Pdᵀ (T,T) · dout (T,D)
-            gemm_serial(t, t, d, F::one(), View::transposed(&pd, t), dout_bh, F::one(), &mut dqkv_b[dv_off..], 3 * c);
+            unsafe {
+                serial(
+                    t,
+                    t,
+                    d,
+                    F::one(),
+                    View::transposed(pd, t),
+                    dout_bh,
+                    F::one(),
+                    dqkv_ptr.at(dv),
+                    3 * c,
+                )
+            };
             // dPd (T,T) = dout (T,D) · vᵀ (D,T)
-            gemm_serial(t, d, t, F::one(), dout_bh, View { data: v.data, rs: 1, cs: v.rs }, F::zero(), &mut dp, t);
+            gemm_serial(
+                t,
+                d,
+                t,
+                F::one(),
+                dout_bh,
+                View {
+                    data: v.data,
+                    rs: 1,
+                    cs: v.rs,
+                },
+                F::zero(),
+                dp,
+                t,
+            );
             // dS = P ∘ (dP − rowsum(P ∘ dP)), dP = dPd ∘ M
             for i in 0..t {
                 let mut dsum = F::zero();
@@ -388,11 +614,35 @@ pub fn attention_backward<F: Float>(
                 }
             }
             // dq (T,D) += scale · dS (T,T) · k (T,D)
-            gemm_serial(t, t, d, scale, View::rows(&dp, t), k, F::one(), &mut dqkv_b[dq_off..], 3 * c);
+            unsafe {
+                serial(
+                    t,
+                    t,
+                    d,
+                    scale,
+                    View::rows(dp, t),
+                    k,
+                    F::one(),
+                    dqkv_ptr.at(dq),
+                    3 * c,
+                )
+            };
             // dk (T,D) += scale · dSᵀ (T,T) · q (T,D)
-            gemm_serial(t, t, d, scale, View::transposed(&dp, t), q, F::one(), &mut dqkv_b[dk_off..], 3 * c);
-        }
-    });
+            unsafe {
+                serial(
+                    t,
+                    t,
+                    d,
+                    scale,
+                    View::transposed(dp, t),
+                    q,
+                    F::one(),
+                    dqkv_ptr.at(dk),
+                    3 * c,
+                )
+            };
+        },
+    );
 }
 
 // ------------------------------------------------------ tied head, softmax CE
@@ -400,15 +650,53 @@ pub fn attention_backward<F: Float>(
 
 pub fn tied_head_forward<F: Float>(logits: &mut [F], inp: &[F], wte: &[F], c: usize, v: usize) {
     let rows = inp.len() / c;
-    gemm(rows, c, v, F::one(), View::rows(inp, c), View::transposed(wte, c), F::zero(), logits, v);
+    gemm(
+        rows,
+        c,
+        v,
+        F::one(),
+        View::rows(inp, c),
+        View::transposed(wte, c),
+        F::zero(),
+        logits,
+        v,
+    );
 }
 
-pub fn tied_head_backward<F: Float>(dinp: &mut [F], dwte: &mut [F], dlogits: &[F], inp: &[F], wte: &[F], c: usize, v: usize) {
+pub fn tied_head_backward<F: Float>(
+    dinp: &mut [F],
+    dwte: &mut [F],
+    dlogits: &[F],
+    inp: &[F],
+    wte: &[F],
+    c: usize,
+    v: usize,
+) {
     let rows = inp.len() / c;
     // dinp (N,C) += dlogits (N,V) · wte (V,C)
-    gemm(rows, v, c, F::one(), View::rows(dlogits, v), View::rows(wte, c), F::one(), dinp, c);
+    gemm(
+        rows,
+        v,
+        c,
+        F::one(),
+        View::rows(dlogits, v),
+        View::rows(wte, c),
+        F::one(),
+        dinp,
+        c,
+    );
     // dwte (V,C) += dlogitsᵀ (V,N) · inp (N,C)
-    gemm(v, rows, c, F::one(), View::transposed(dlogits, v), View::rows(inp, c), F::one(), dwte, c);
+    gemm(
+        v,
+        rows,
+        c,
+        F::one(),
+        View::transposed(dlogits, v),
+        View::rows(inp, c),
+        F::one(),
+        dwte,
+        c,
+    );
 }
 
 fn row_lse<F: Float>(row: &[F]) -> F {
@@ -424,7 +712,12 @@ pub fn cross_entropy_forward<F: Float>(losses: &mut [F], logits: &[F], targets: 
 }
 
 /// dlogits = (softmax(logits) − onehot(target)) · dloss, with dloss = 1/N for the mean.
-pub fn cross_entropy_backward<F: Float>(dlogits: &mut [F], logits: &[F], targets: &[u32], v: usize) {
+pub fn cross_entropy_backward<F: Float>(
+    dlogits: &mut [F],
+    logits: &[F],
+    targets: &[u32],
+    v: usize,
+) {
     let rows = targets.len();
     let dloss = F::one() / F::c(rows as f64);
     dlogits.par_chunks_mut(v).enumerate().for_each(|(row, d)| {
@@ -432,7 +725,11 @@ pub fn cross_entropy_backward<F: Float>(dlogits: &mut [F], logits: &[F], targets
         let lse = row_lse(l);
         for (j, d) in d.iter_mut().enumerate() {
             let p = (l[j] - lse).exp();
-            let y = if j == targets[row] as usize { F::one() } else { F::zero() };
+            let y = if j == targets[row] as usize {
+                F::one()
+            } else {
+                F::zero()
+            };
             *d += (p - y) * dloss;
         }
     });
@@ -442,12 +739,16 @@ pub fn cross_entropy_backward<F: Float>(dlogits: &mut [F], logits: &[F], targets
 
 /// Σ g² of one tensor, in fixed chunks summed in order (deterministic).
 pub fn sum_squares<F: Float>(g: &[F]) -> f64 {
-    let parts: Vec<f64> = g.par_chunks(16 * 1024).map(|c| c.iter().map(|&x| (x * x).f64()).sum::<f64>()).collect();
+    let parts: Vec<f64> = g
+        .par_chunks(16 * 1024)
+        .map(|c| c.iter().map(|&x| (x * x).f64()).sum::<f64>())
+        .collect();
     parts.into_iter().sum()
 }
 
 pub fn scale<F: Float>(g: &mut [F], s: F) {
-    g.par_chunks_mut(16 * 1024).for_each(|c| c.iter_mut().for_each(|x| *x *= s));
+    g.par_chunks_mut(16 * 1024)
+        .for_each(|c| c.iter_mut().for_each(|x| *x *= s));
 }
 
 /// The hyperparameters of one AdamW update.
@@ -464,13 +765,24 @@ pub struct AdamW {
 
 /// PyTorch's AdamW: decoupled decay `p -= lr·wd·p`, then the Adam update with
 /// bias-corrected moments.
-pub fn adamw_update<F: Float>(param: &mut [F], m: &mut [F], v: &mut [F], grad: &[F], h: AdamW, decay: bool) {
+pub fn adamw_update<F: Float>(
+    param: &mut [F],
+    m: &mut [F],
+    v: &mut [F],
+    grad: &[F],
+    h: AdamW,
+    decay: bool,
+) {
     let (b1, b2) = (F::c(h.beta1 as f64), F::c(h.beta2 as f64));
     let bc1 = F::one() - F::c((h.beta1 as f64).powi(h.t as i32));
     let bc2 = F::one() - F::c((h.beta2 as f64).powi(h.t as i32));
     let lr = F::c(h.lr as f64);
     let eps = F::c(h.eps as f64);
-    let shrink = if decay { F::one() - lr * F::c(h.weight_decay as f64) } else { F::one() };
+    let shrink = if decay {
+        F::one() - lr * F::c(h.weight_decay as f64)
+    } else {
+        F::one()
+    };
     param
         .par_chunks_mut(16 * 1024)
         .zip(m.par_chunks_mut(16 * 1024))

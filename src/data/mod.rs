@@ -27,14 +27,21 @@ pub mod tokenizer {
 /// Why a corpus was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum CorpusError {
-    #[error("cannot read corpus {path}: {message} (give the path of a readable text file with --corpus)")]
+    #[error(
+        "cannot read corpus {path}: {message} (give the path of a readable text file with --corpus)"
+    )]
     Io { path: String, message: String },
     #[error(
         "corpus {name} is too short: {len} bytes, but a context of {ctx} needs at least {need} bytes \
          so that both the 90% train and 10% validation splits hold one window of ctx+1 bytes \
          (use a longer text or a preset with a smaller ctx)"
     )]
-    TooShort { name: String, len: usize, ctx: usize, need: usize },
+    TooShort {
+        name: String,
+        len: usize,
+        ctx: usize,
+        need: usize,
+    },
 }
 
 /// A tokenized corpus split into contiguous train (first 90%) and
@@ -51,10 +58,19 @@ impl Corpus {
     pub fn from_bytes(name: &str, bytes: &[u8], ctx: usize) -> Result<Self, CorpusError> {
         let need = Self::min_len(ctx);
         if bytes.len() < need {
-            return Err(CorpusError::TooShort { name: name.to_string(), len: bytes.len(), ctx, need });
+            return Err(CorpusError::TooShort {
+                name: name.to_string(),
+                len: bytes.len(),
+                ctx,
+                need,
+            });
         }
         let split = bytes.len() * 9 / 10;
-        Ok(Self { name: name.to_string(), train: bytes[..split].to_vec(), val: bytes[split..].to_vec() })
+        Ok(Self {
+            name: name.to_string(),
+            train: bytes[..split].to_vec(),
+            val: bytes[split..].to_vec(),
+        })
     }
 
     /// The smallest corpus whose 10% validation split still holds `ctx + 1` bytes.
@@ -98,7 +114,12 @@ impl Batch {
             inputs.extend(w[..ctx].iter().map(|&b| b as u32));
             targets.extend(w[1..].iter().map(|&b| b as u32));
         }
-        Self { batch, ctx, inputs, targets }
+        Self {
+            batch,
+            ctx,
+            inputs,
+            targets,
+        }
     }
 }
 
@@ -112,7 +133,9 @@ pub struct BatchSampler {
 
 impl BatchSampler {
     pub fn new(seed: u64) -> Self {
-        Self { rng: Rng::for_stream(seed, "train-batches") }
+        Self {
+            rng: Rng::for_stream(seed, "train-batches"),
+        }
     }
 
     pub fn next(&mut self, corpus: &Corpus, batch: usize, ctx: usize) -> Batch {
@@ -122,9 +145,17 @@ impl BatchSampler {
 
 /// The fixed validation batches of a run: the same windows at every
 /// evaluation, so successive validation losses are comparable.
-pub fn validation_batches(corpus: &Corpus, batch: usize, ctx: usize, count: usize, seed: u64) -> Vec<Batch> {
+pub fn validation_batches(
+    corpus: &Corpus,
+    batch: usize,
+    ctx: usize,
+    count: usize,
+    seed: u64,
+) -> Vec<Batch> {
     let mut rng = Rng::for_stream(seed, "val-batches");
-    (0..count).map(|_| Batch::sample(&corpus.val, batch, ctx, &mut rng)).collect()
+    (0..count)
+        .map(|_| Batch::sample(&corpus.val, batch, ctx, &mut rng))
+        .collect()
 }
 
 #[cfg(test)]
@@ -142,8 +173,13 @@ mod tests {
 
     #[test]
     fn too_short_corpus_is_refused() {
-        let err = Corpus::from_bytes("short.txt", b"hello", 8).unwrap_err().to_string();
-        assert!(err.contains("short.txt") && err.contains("too short"), "{err}");
+        let err = Corpus::from_bytes("short.txt", b"hello", 8)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("short.txt") && err.contains("too short"),
+            "{err}"
+        );
         assert!(Corpus::from_bytes("e", b"", 1).is_err());
     }
 
@@ -153,7 +189,10 @@ mod tests {
         let mut s = BatchSampler::new(1);
         let b = s.next(&c, 4, 16);
         for r in 0..4 {
-            assert_eq!(b.inputs[r * 16 + 1..r * 16 + 16], b.targets[r * 16..r * 16 + 15]);
+            assert_eq!(
+                b.inputs[r * 16 + 1..r * 16 + 16],
+                b.targets[r * 16..r * 16 + 15]
+            );
         }
     }
 

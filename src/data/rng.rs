@@ -142,7 +142,9 @@ mod tests {
 
     #[test]
     fn dropout_keeps_about_one_minus_p() {
-        let kept = (0..100_000u32).filter(|&i| dropout_keep(123, 4, i, 0.2)).count();
+        let kept = (0..100_000u32)
+            .filter(|&i| dropout_keep(123, 4, i, 0.2))
+            .count();
         let frac = kept as f64 / 100_000.0;
         assert!((frac - 0.8).abs() < 0.01, "kept {frac}");
         assert!((0..1000u32).all(|i| dropout_keep(1, 2, i, 0.0)));

@@ -77,7 +77,10 @@ pub enum CheckpointError {
 impl Checkpoint {
     /// Writes the checkpoint atomically (temporary file, then rename).
     pub fn save(&self, path: &Path, precision: Precision) -> Result<(), CheckpointError> {
-        let werr = |message: String| CheckpointError::Write { path: path.display().to_string(), message };
+        let werr = |message: String| CheckpointError::Write {
+            path: path.display().to_string(),
+            message,
+        };
         for t in self.all_tensors() {
             if let Some(i) = t.values.iter().position(|x| !x.is_finite()) {
                 return Err(werr(format!(
@@ -88,22 +91,38 @@ impl Checkpoint {
         }
         let mut meta = HashMap::new();
         meta.insert("format".to_string(), FORMAT.to_string());
-        meta.insert("config".to_string(), ron::to_string(&self.config).map_err(|e| werr(e.to_string()))?);
+        meta.insert(
+            "config".to_string(),
+            ron::to_string(&self.config).map_err(|e| werr(e.to_string()))?,
+        );
         meta.insert("step".to_string(), self.step.to_string());
         meta.insert("seed".to_string(), self.seed.to_string());
         meta.insert("tokenizer".to_string(), tokenizer::NAME.to_string());
         if let Some(s) = self.sampler_state {
             meta.insert("sampler_state".to_string(), s.to_string());
         }
-        meta.insert("loss_history".to_string(), serde_json::to_string(&self.loss_history).map_err(|e| werr(e.to_string()))?);
+        meta.insert(
+            "loss_history".to_string(),
+            serde_json::to_string(&self.loss_history).map_err(|e| werr(e.to_string()))?,
+        );
 
         let (dtype, bytes): (Dtype, Vec<Vec<u8>>) = match precision {
-            Precision::F32 => (Dtype::F32, self.all_tensors().map(|t| bytemuck::cast_slice(&t.values).to_vec()).collect()),
+            Precision::F32 => (
+                Dtype::F32,
+                self.all_tensors()
+                    .map(|t| bytemuck::cast_slice(&t.values).to_vec())
+                    .collect(),
+            ),
             Precision::F16 => (
                 Dtype::F16,
                 self.params
                     .iter()
-                    .map(|t| t.values.iter().flat_map(|&x| half::f16::from_f32(x).to_le_bytes()).collect())
+                    .map(|t| {
+                        t.values
+                            .iter()
+                            .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+                            .collect()
+                    })
                     .collect(),
             ),
         };
@@ -114,12 +133,21 @@ impl Checkpoint {
         let views: Vec<(String, TensorView)> = tensors
             .iter()
             .zip(&bytes)
-            .map(|(t, b)| Ok((t.name.clone(), TensorView::new(dtype, t.shape.clone(), b).map_err(|e| werr(e.to_string()))?)))
+            .map(|(t, b)| {
+                Ok((
+                    t.name.clone(),
+                    TensorView::new(dtype, t.shape.clone(), b).map_err(|e| werr(e.to_string()))?,
+                ))
+            })
             .collect::<Result<_, CheckpointError>>()?;
         let tmp = temp_path(path);
         let result = safetensors::tensor::serialize_to_file(views, Some(meta), &tmp)
             .map_err(|e| werr(e.to_string()))
-            .and_then(|_| std::fs::File::open(&tmp).and_then(|f| f.sync_all()).map_err(|e| werr(e.to_string())))
+            .and_then(|_| {
+                std::fs::File::open(&tmp)
+                    .and_then(|f| f.sync_all())
+                    .map_err(|e| werr(e.to_string()))
+            })
             .and_then(|_| std::fs::rename(&tmp, path).map_err(|e| werr(e.to_string())));
         if result.is_err() {
             let _ = std::fs::remove_file(&tmp);
@@ -128,23 +156,36 @@ impl Checkpoint {
     }
 
     fn all_tensors(&self) -> impl Iterator<Item = &NamedTensor> {
-        let opt = self.optimizer.iter().flat_map(|o| o.m.iter().chain(o.v.iter()));
+        let opt = self
+            .optimizer
+            .iter()
+            .flat_map(|o| o.m.iter().chain(o.v.iter()));
         self.params.iter().chain(opt)
     }
 
     pub fn load(path: &Path) -> Result<Self, CheckpointError> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| CheckpointError::Io { path: path.display().to_string(), message: e.to_string() })?;
+        let bytes = std::fs::read(path).map_err(|e| CheckpointError::Io {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })?;
         Self::from_bytes(&bytes, &path.display().to_string())
     }
 
     /// Parses and validates checkpoint bytes; `name` is used in messages.
     pub fn from_bytes(bytes: &[u8], name: &str) -> Result<Self, CheckpointError> {
-        let invalid = |message: String| CheckpointError::Invalid { path: name.to_string(), message };
-        let st = SafeTensors::deserialize(bytes)
-            .map_err(|e| CheckpointError::Corrupt { path: name.to_string(), message: e.to_string() })?;
-        let (_, header) = SafeTensors::read_metadata(bytes)
-            .map_err(|e| CheckpointError::Corrupt { path: name.to_string(), message: e.to_string() })?;
+        let invalid = |message: String| CheckpointError::Invalid {
+            path: name.to_string(),
+            message,
+        };
+        let st = SafeTensors::deserialize(bytes).map_err(|e| CheckpointError::Corrupt {
+            path: name.to_string(),
+            message: e.to_string(),
+        })?;
+        let (_, header) =
+            SafeTensors::read_metadata(bytes).map_err(|e| CheckpointError::Corrupt {
+                path: name.to_string(),
+                message: e.to_string(),
+            })?;
         let meta = header.metadata().clone().unwrap_or_default();
         let field = |key: &str| {
             meta.get(key).ok_or_else(|| {
@@ -153,26 +194,40 @@ impl Checkpoint {
         };
         let format = field("format")?;
         if format != FORMAT {
-            return Err(invalid(format!("format `{format}` is not `{FORMAT}`, the one this tinygpt reads")));
+            return Err(invalid(format!(
+                "format `{format}` is not `{FORMAT}`, the one this tinygpt reads"
+            )));
         }
         let tok = field("tokenizer")?;
         if tok != tokenizer::NAME {
-            return Err(invalid(format!("tokenizer `{tok}` is not `{}`", tokenizer::NAME)));
+            return Err(invalid(format!(
+                "tokenizer `{tok}` is not `{}`",
+                tokenizer::NAME
+            )));
         }
         let config = Config::from_ron(field("config")?, &format!("{name} (config in metadata)"))
             .map_err(|e| invalid(e.to_string()))?;
-        let parse_u64 = |key: &str, v: &String| v.parse::<u64>().map_err(|_| invalid(format!("metadata `{key}` = `{v}` is not a number")));
+        let parse_u64 = |key: &str, v: &String| {
+            v.parse::<u64>()
+                .map_err(|_| invalid(format!("metadata `{key}` = `{v}` is not a number")))
+        };
         let step = parse_u64("step", field("step")?)?;
         let seed = parse_u64("seed", field("seed")?)?;
-        let sampler_state = meta.get("sampler_state").map(|v| parse_u64("sampler_state", v)).transpose()?;
+        let sampler_state = meta
+            .get("sampler_state")
+            .map(|v| parse_u64("sampler_state", v))
+            .transpose()?;
         let loss_history: Vec<LossPoint> = match meta.get("loss_history") {
-            Some(s) => serde_json::from_str(s).map_err(|e| invalid(format!("metadata `loss_history` is not valid: {e}")))?,
+            Some(s) => serde_json::from_str(s)
+                .map_err(|e| invalid(format!("metadata `loss_history` is not valid: {e}")))?,
             None => vec![],
         };
 
         let program = Program::new(&config);
         let read = |tname: &str, shape: &[usize]| -> Result<NamedTensor, CheckpointError> {
-            let view = st.tensor(tname).map_err(|_| invalid(format!("tensor `{tname}` is missing")))?;
+            let view = st
+                .tensor(tname)
+                .map_err(|_| invalid(format!("tensor `{tname}` is missing")))?;
             if view.shape() != shape {
                 return Err(invalid(format!(
                     "tensor `{tname}` has shape {:?}, but its config needs {:?}",
@@ -181,14 +236,32 @@ impl Checkpoint {
                 )));
             }
             let values: Vec<f32> = match view.dtype() {
-                Dtype::F32 => view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
-                Dtype::F16 => view.data().chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
-                other => return Err(invalid(format!("tensor `{tname}` has dtype {other:?}; tinygpt reads F32 or F16"))),
+                Dtype::F32 => view
+                    .data()
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect(),
+                Dtype::F16 => view
+                    .data()
+                    .chunks_exact(2)
+                    .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                    .collect(),
+                other => {
+                    return Err(invalid(format!(
+                        "tensor `{tname}` has dtype {other:?}; tinygpt reads F32 or F16"
+                    )));
+                }
             };
             if let Some(i) = values.iter().position(|x| !x.is_finite()) {
-                return Err(invalid(format!("tensor `{tname}` holds a non-finite value (NaN or inf) at index {i}")));
+                return Err(invalid(format!(
+                    "tensor `{tname}` holds a non-finite value (NaN or inf) at index {i}"
+                )));
             }
-            Ok(NamedTensor { name: tname.to_string(), shape: shape.to_vec(), values })
+            Ok(NamedTensor {
+                name: tname.to_string(),
+                shape: shape.to_vec(),
+                values,
+            })
         };
         let mut params = Vec::new();
         for id in program.params() {
@@ -211,18 +284,39 @@ impl Checkpoint {
         if st.len() != known {
             let mut expected: Vec<String> = params.iter().map(|p| p.name.clone()).collect();
             if has_opt {
-                expected.extend(params.iter().flat_map(|p| [format!("adam.m.{}", p.name), format!("adam.v.{}", p.name)]));
+                expected.extend(
+                    params
+                        .iter()
+                        .flat_map(|p| [format!("adam.m.{}", p.name), format!("adam.v.{}", p.name)]),
+                );
             }
-            let extra = st.names().into_iter().find(|n| !expected.iter().any(|e| e == n)).unwrap_or("?");
-            return Err(invalid(format!("unexpected tensor `{extra}`, which this config does not have")));
+            let extra = st
+                .names()
+                .into_iter()
+                .find(|n| !expected.iter().any(|e| e == n))
+                .unwrap_or("?");
+            return Err(invalid(format!(
+                "unexpected tensor `{extra}`, which this config does not have"
+            )));
         }
-        Ok(Checkpoint { config, step, seed, sampler_state, loss_history, params, optimizer })
+        Ok(Checkpoint {
+            config,
+            step,
+            seed,
+            sampler_state,
+            loss_history,
+            params,
+            optimizer,
+        })
     }
 }
 
 /// The temporary file a save writes before renaming it over `path`.
 pub fn temp_path(path: &Path) -> PathBuf {
-    let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+    let mut name = path
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_default();
     name.push(format!(".tmp-{}", std::process::id()));
     path.with_file_name(name)
 }
@@ -233,5 +327,8 @@ pub fn check_writable(path: &Path) -> Result<(), CheckpointError> {
     let tmp = temp_path(path);
     std::fs::write(&tmp, b"")
         .and_then(|_| std::fs::remove_file(&tmp))
-        .map_err(|e| CheckpointError::Write { path: path.display().to_string(), message: e.to_string() })
+        .map_err(|e| CheckpointError::Write {
+            path: path.display().to_string(),
+            message: e.to_string(),
+        })
 }

@@ -20,7 +20,11 @@ pub enum Schedule {
     Constant,
     /// Linear warm-up from 0 to `lr` over `warmup_steps`, then cosine decay to
     /// `min_lr` at `decay_steps`, constant `min_lr` after.
-    WarmupCosine { warmup_steps: u64, decay_steps: u64, min_lr: f32 },
+    WarmupCosine {
+        warmup_steps: u64,
+        decay_steps: u64,
+        min_lr: f32,
+    },
 }
 
 /// Everything that defines a run: the model shape and the training recipe.
@@ -94,10 +98,19 @@ fn default_eval_batches() -> usize {
 /// Why a configuration was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("{source_name}: {message} (fix the RON syntax or field name; see presets/small.ron for a valid example)")]
-    Parse { source_name: String, message: String },
+    #[error(
+        "{source_name}: {message} (fix the RON syntax or field name; see presets/small.ron for a valid example)"
+    )]
+    Parse {
+        source_name: String,
+        message: String,
+    },
     #[error("{source_name}: field `{field}` {rule}")]
-    Rule { source_name: String, field: &'static str, rule: String },
+    Rule {
+        source_name: String,
+        field: &'static str,
+        rule: String,
+    },
     #[error("unknown preset `{name}`: choose one of {known} or give the path of a .ron file")]
     UnknownPreset { name: String, known: String },
     #[error("cannot read preset file {path}: {message}")]
@@ -115,7 +128,10 @@ pub const BUILTIN_PRESETS: &[(&str, &str)] = &[
     ("massive", include_str!("../../presets/massive.ron")),
     ("mega", include_str!("../../presets/mega.ron")),
     ("behemoth", include_str!("../../presets/behemoth.ron")),
-    ("nanogpt-char", include_str!("../../presets/nanogpt-char.ron")),
+    (
+        "nanogpt-char",
+        include_str!("../../presets/nanogpt-char.ron"),
+    ),
 ];
 
 /// The preset a run uses when none is named.
@@ -147,7 +163,11 @@ impl Config {
         }
         Err(ConfigError::UnknownPreset {
             name: name_or_path.to_string(),
-            known: BUILTIN_PRESETS.iter().map(|(id, _)| *id).collect::<Vec<_>>().join(", "),
+            known: BUILTIN_PRESETS
+                .iter()
+                .map(|(id, _)| *id)
+                .collect::<Vec<_>>()
+                .join(", "),
         })
     }
 
@@ -175,17 +195,26 @@ impl Config {
         if self.d_model % self.n_head != 0 {
             return Err(rule(
                 "n_head",
-                format!("= {} must divide d_model = {} (head_dim = d_model / n_head)", self.n_head, self.d_model),
+                format!(
+                    "= {} must divide d_model = {} (head_dim = d_model / n_head)",
+                    self.n_head, self.d_model
+                ),
             ));
         }
         if self.head_dim() > 128 {
             return Err(rule(
                 "n_head",
-                format!("gives head_dim {} > 128, the largest the attention kernels support", self.head_dim()),
+                format!(
+                    "gives head_dim {} > 128, the largest the attention kernels support",
+                    self.head_dim()
+                ),
             ));
         }
         if !(self.lr.is_finite() && self.lr > 0.0) {
-            return Err(rule("lr", format!("= {} must be a finite number > 0", self.lr)));
+            return Err(rule(
+                "lr",
+                format!("= {} must be a finite number > 0", self.lr),
+            ));
         }
         for (field, v) in [("beta1", self.beta1), ("beta2", self.beta2)] {
             if !(0.0..1.0).contains(&v) {
@@ -193,23 +222,46 @@ impl Config {
             }
         }
         if !(self.eps.is_finite() && self.eps > 0.0) {
-            return Err(rule("eps", format!("= {} must be a finite number > 0", self.eps)));
+            return Err(rule(
+                "eps",
+                format!("= {} must be a finite number > 0", self.eps),
+            ));
         }
         if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
-            return Err(rule("weight_decay", format!("= {} must be finite and >= 0", self.weight_decay)));
+            return Err(rule(
+                "weight_decay",
+                format!("= {} must be finite and >= 0", self.weight_decay),
+            ));
         }
         if !(self.grad_clip.is_finite() && self.grad_clip >= 0.0) {
-            return Err(rule("grad_clip", format!("= {} must be finite and >= 0 (0 turns clipping off)", self.grad_clip)));
+            return Err(rule(
+                "grad_clip",
+                format!(
+                    "= {} must be finite and >= 0 (0 turns clipping off)",
+                    self.grad_clip
+                ),
+            ));
         }
         if !(0.0..1.0).contains(&self.dropout) {
-            return Err(rule("dropout", format!("= {} must be in [0, 1)", self.dropout)));
+            return Err(rule(
+                "dropout",
+                format!("= {} must be in [0, 1)", self.dropout),
+            ));
         }
         if self.eval_batches == 0 {
             return Err(rule("eval_batches", "is 0; it must be at least 1".into()));
         }
-        if let Schedule::WarmupCosine { warmup_steps, decay_steps, min_lr } = &self.schedule {
+        if let Schedule::WarmupCosine {
+            warmup_steps,
+            decay_steps,
+            min_lr,
+        } = &self.schedule
+        {
             if !(min_lr.is_finite() && *min_lr >= 0.0 && *min_lr <= self.lr) {
-                return Err(rule("schedule", format!("min_lr = {min_lr} must be in [0, lr = {}]", self.lr)));
+                return Err(rule(
+                    "schedule",
+                    format!("min_lr = {min_lr} must be in [0, lr = {}]", self.lr),
+                ));
             }
             if decay_steps < warmup_steps {
                 return Err(rule(
@@ -219,9 +271,15 @@ impl Config {
             }
         }
         // Flattened indices are u32 on the GPU and in the dropout hash.
-        let biggest = (self.batch as u128) * (self.n_head as u128) * (self.ctx as u128) * (self.ctx as u128);
-        if biggest > u32::MAX as u128 || (self.batch * self.ctx * 4 * self.d_model) as u128 > u32::MAX as u128 {
-            return Err(rule("batch", "× ctx × width is too large: tensor indices must fit in 32 bits".into()));
+        let biggest =
+            (self.batch as u128) * (self.n_head as u128) * (self.ctx as u128) * (self.ctx as u128);
+        if biggest > u32::MAX as u128
+            || (self.batch * self.ctx * 4 * self.d_model) as u128 > u32::MAX as u128
+        {
+            return Err(rule(
+                "batch",
+                "× ctx × width is too large: tensor indices must fit in 32 bits".into(),
+            ));
         }
         Ok(())
     }

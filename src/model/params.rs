@@ -24,14 +24,22 @@ pub fn init_params(program: &Program, seed: u64) -> Vec<NamedTensor> {
             let t = &program.tensors[id];
             let n = t.numel();
             let values: Vec<f32> = if t.shape.len() >= 2 {
-                let std = if t.name.ends_with("c_proj.weight") { residual_std } else { 0.02 };
+                let std = if t.name.ends_with("c_proj.weight") {
+                    residual_std
+                } else {
+                    0.02
+                };
                 (0..n).map(|_| (rng.normal() * std) as f32).collect()
             } else if t.name.contains(".ln_") && t.name.ends_with(".weight") {
                 vec![1.0; n]
             } else {
                 vec![0.0; n]
             };
-            NamedTensor { name: t.name.clone(), shape: t.shape.clone(), values }
+            NamedTensor {
+                name: t.name.clone(),
+                shape: t.shape.clone(),
+                values,
+            }
         })
         .collect()
 }
@@ -47,13 +55,30 @@ mod tests {
         let p = Program::new(&cfg);
         let params = init_params(&p, 42);
         let get = |n: &str| params.iter().find(|t| t.name == n).unwrap();
-        let std = |v: &[f32]| (v.iter().map(|x| (*x as f64).powi(2)).sum::<f64>() / v.len() as f64).sqrt();
+        let std = |v: &[f32]| {
+            (v.iter().map(|x| (*x as f64).powi(2)).sum::<f64>() / v.len() as f64).sqrt()
+        };
         assert!((std(&get("transformer.wte.weight").values) - 0.02).abs() < 0.001);
         let proj = std(&get("transformer.h.0.mlp.c_proj.weight").values);
         assert!((proj - 0.02 / 6f64.sqrt()).abs() < 0.001, "{proj}");
-        assert!(get("transformer.h.1.ln_2.weight").values.iter().all(|&x| x == 1.0));
-        assert!(get("transformer.ln_f.weight").values.iter().all(|&x| x == 1.0));
-        assert!(get("transformer.h.2.attn.c_attn.bias").values.iter().all(|&x| x == 0.0));
+        assert!(
+            get("transformer.h.1.ln_2.weight")
+                .values
+                .iter()
+                .all(|&x| x == 1.0)
+        );
+        assert!(
+            get("transformer.ln_f.weight")
+                .values
+                .iter()
+                .all(|&x| x == 1.0)
+        );
+        assert!(
+            get("transformer.h.2.attn.c_attn.bias")
+                .values
+                .iter()
+                .all(|&x| x == 0.0)
+        );
         assert_eq!(init_params(&p, 42), params);
         assert_ne!(init_params(&p, 43), params);
     }

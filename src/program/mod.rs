@@ -59,28 +59,71 @@ impl TensorInfo {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     /// `out[b,t] = wte[tokens[b,t]] + wpe[t]`. tokens (B,T), wte (V,C), wpe (T,C) -> out (B,T,C)
-    Embedding { tokens: TensorId, wte: TensorId, wpe: TensorId, out: TensorId },
+    Embedding {
+        tokens: TensorId,
+        wte: TensorId,
+        wpe: TensorId,
+        out: TensorId,
+    },
     /// Per-row LayerNorm, eps 1e-5. inp (N,C) -> out (N,C), mean (N), rstd (N)
-    LayerNorm { inp: TensorId, weight: TensorId, bias: TensorId, out: TensorId, mean: TensorId, rstd: TensorId },
+    LayerNorm {
+        inp: TensorId,
+        weight: TensorId,
+        bias: TensorId,
+        out: TensorId,
+        mean: TensorId,
+        rstd: TensorId,
+    },
     /// `out = inp · weightᵀ + bias`, weight in PyTorch's [out, in] layout.
     /// inp (N,IN), weight (OUT,IN), bias (OUT) -> out (N,OUT)
-    Linear { inp: TensorId, weight: TensorId, bias: TensorId, out: TensorId, in_features: usize, out_features: usize },
+    Linear {
+        inp: TensorId,
+        weight: TensorId,
+        bias: TensorId,
+        out: TensorId,
+        in_features: usize,
+        out_features: usize,
+    },
     /// Causal multi-head self-attention on the fused q|k|v projection, scale
     /// 1/√D, dropout `p` on the attention weights (stream `stream`).
     /// qkv (B,T,3C) -> out (B,T,C), lse (B,H,T) (the log-sum-exp of each score row)
-    Attention { qkv: TensorId, out: TensorId, lse: TensorId, n_head: usize, dropout: f32, stream: u32 },
+    Attention {
+        qkv: TensorId,
+        out: TensorId,
+        lse: TensorId,
+        n_head: usize,
+        dropout: f32,
+        stream: u32,
+    },
     /// GELU, exact erf form. inp (N,F) -> out (N,F)
     Gelu { inp: TensorId, out: TensorId },
     /// Residual connection `out = a + b`. (B,T,C)
-    Residual { a: TensorId, b: TensorId, out: TensorId },
+    Residual {
+        a: TensorId,
+        b: TensorId,
+        out: TensorId,
+    },
     /// Inverted dropout with probability `p`; identity when evaluating.
-    Dropout { inp: TensorId, out: TensorId, p: f32, stream: u32 },
+    Dropout {
+        inp: TensorId,
+        out: TensorId,
+        p: f32,
+        stream: u32,
+    },
     /// The LM head tied to the token embedding: `logits = inp · wteᵀ`. inp (N,C), wte (V,C) -> logits (N,V)
-    TiedHead { inp: TensorId, wte: TensorId, out: TensorId },
+    TiedHead {
+        inp: TensorId,
+        wte: TensorId,
+        out: TensorId,
+    },
     /// Fused softmax + cross-entropy; the mean over rows is the loss. Its
     /// backward writes `dlogits = (softmax - onehot) / N`.
     /// logits (N,V), targets (N) -> losses (N)
-    CrossEntropy { logits: TensorId, targets: TensorId, losses: TensorId },
+    CrossEntropy {
+        logits: TensorId,
+        targets: TensorId,
+        losses: TensorId,
+    },
 }
 
 impl Op {
@@ -102,15 +145,37 @@ impl Op {
     /// (inputs, outputs) of the forward op.
     pub fn io(&self) -> (Vec<TensorId>, Vec<TensorId>) {
         match *self {
-            Op::Embedding { tokens, wte, wpe, out } => (vec![tokens, wte, wpe], vec![out]),
-            Op::LayerNorm { inp, weight, bias, out, mean, rstd } => (vec![inp, weight, bias], vec![out, mean, rstd]),
-            Op::Linear { inp, weight, bias, out, .. } => (vec![inp, weight, bias], vec![out]),
+            Op::Embedding {
+                tokens,
+                wte,
+                wpe,
+                out,
+            } => (vec![tokens, wte, wpe], vec![out]),
+            Op::LayerNorm {
+                inp,
+                weight,
+                bias,
+                out,
+                mean,
+                rstd,
+            } => (vec![inp, weight, bias], vec![out, mean, rstd]),
+            Op::Linear {
+                inp,
+                weight,
+                bias,
+                out,
+                ..
+            } => (vec![inp, weight, bias], vec![out]),
             Op::Attention { qkv, out, lse, .. } => (vec![qkv], vec![out, lse]),
             Op::Gelu { inp, out } => (vec![inp], vec![out]),
             Op::Residual { a, b, out } => (vec![a, b], vec![out]),
             Op::Dropout { inp, out, .. } => (vec![inp], vec![out]),
             Op::TiedHead { inp, wte, out } => (vec![inp, wte], vec![out]),
-            Op::CrossEntropy { logits, targets, losses } => (vec![logits, targets], vec![losses]),
+            Op::CrossEntropy {
+                logits,
+                targets,
+                losses,
+            } => (vec![logits, targets], vec![losses]),
         }
     }
 }
@@ -173,12 +238,18 @@ struct Builder {
 
 impl Builder {
     fn layer(&mut self, name: &str, title: &str) {
-        self.layers.push(LayerInfo { name: name.into(), title: title.into() });
+        self.layers.push(LayerInfo {
+            name: name.into(),
+            title: title.into(),
+        });
         self.layer = self.layers.len() - 1;
     }
 
     fn tensor(&mut self, name: &str, shape: &[usize], kind: TensorKind) -> TensorId {
-        assert!(!self.tensors.iter().any(|t| t.name == name), "duplicate tensor {name}");
+        assert!(
+            !self.tensors.iter().any(|t| t.name == name),
+            "duplicate tensor {name}"
+        );
         self.tensors.push(TensorInfo {
             name: name.into(),
             shape: shape.to_vec(),
@@ -210,7 +281,11 @@ impl Builder {
     }
 
     fn op(&mut self, label: &str, op: Op) {
-        self.ops.push(OpNode { op, layer: self.layer, label: label.into() });
+        self.ops.push(OpNode {
+            op,
+            layer: self.layer,
+            label: label.into(),
+        });
     }
 
     fn stream(&mut self) -> u32 {
@@ -225,16 +300,36 @@ impl Builder {
         }
         let out = self.act(name, shape);
         let stream = self.stream();
-        self.op(name, Op::Dropout { inp, out, p, stream });
+        self.op(
+            name,
+            Op::Dropout {
+                inp,
+                out,
+                p,
+                stream,
+            },
+        );
         out
     }
 }
 
 impl Program {
     pub fn new(config: &Config) -> Self {
-        let (b, t, c, l, h) = (config.batch, config.ctx, config.d_model, config.n_layer, config.n_head);
+        let (b, t, c, l, h) = (
+            config.batch,
+            config.ctx,
+            config.d_model,
+            config.n_layer,
+            config.n_head,
+        );
         let p = config.dropout;
-        let mut g = Builder { tensors: vec![], layers: vec![], ops: vec![], layer: 0, next_stream: 0 };
+        let mut g = Builder {
+            tensors: vec![],
+            layers: vec![],
+            ops: vec![],
+            layer: 0,
+            next_stream: 0,
+        };
 
         g.layer("embeddings", "Token + position embeddings");
         let tokens = g.tensor("tokens", &[b, t], TensorKind::Input);
@@ -242,7 +337,15 @@ impl Program {
         let wte = g.param("transformer.wte.weight", &[VOCAB, c]);
         let wpe = g.param("transformer.wpe.weight", &[t, c]);
         let emb = g.act("emb", &[b, t, c]);
-        g.op("embedding", Op::Embedding { tokens, wte, wpe, out: emb });
+        g.op(
+            "embedding",
+            Op::Embedding {
+                tokens,
+                wte,
+                wpe,
+                out: emb,
+            },
+        );
         let mut x = g.dropout("emb.drop", emb, p, &[b, t, c]);
 
         for i in 0..l {
@@ -256,29 +359,67 @@ impl Program {
             let ln1_b = g.param(&format!("{n}.ln_1.bias"), &[c]);
             g.op(
                 &format!("h.{i}.ln_1"),
-                Op::LayerNorm { inp: x, weight: ln1_w, bias: ln1_b, out: ln1, mean: ln1_mean, rstd: ln1_rstd },
+                Op::LayerNorm {
+                    inp: x,
+                    weight: ln1_w,
+                    bias: ln1_b,
+                    out: ln1,
+                    mean: ln1_mean,
+                    rstd: ln1_rstd,
+                },
             );
             let qkv = g.act(&format!("h.{i}.attn.qkv"), &[b, t, 3 * c]);
             let attn_w = g.param(&format!("{n}.attn.c_attn.weight"), &[3 * c, c]);
             let attn_b = g.param(&format!("{n}.attn.c_attn.bias"), &[3 * c]);
             g.op(
                 &format!("h.{i}.attn.c_attn"),
-                Op::Linear { inp: ln1, weight: attn_w, bias: attn_b, out: qkv, in_features: c, out_features: 3 * c },
+                Op::Linear {
+                    inp: ln1,
+                    weight: attn_w,
+                    bias: attn_b,
+                    out: qkv,
+                    in_features: c,
+                    out_features: 3 * c,
+                },
             );
             let y = g.act(&format!("h.{i}.attn.y"), &[b, t, c]);
             let lse = g.tensor(&format!("h.{i}.attn.lse"), &[b, h, t], TensorKind::Saved);
             let stream = if p > 0.0 { g.stream() } else { 0 };
-            g.op(&format!("h.{i}.attn"), Op::Attention { qkv, out: y, lse, n_head: h, dropout: p, stream });
+            g.op(
+                &format!("h.{i}.attn"),
+                Op::Attention {
+                    qkv,
+                    out: y,
+                    lse,
+                    n_head: h,
+                    dropout: p,
+                    stream,
+                },
+            );
             let proj = g.act(&format!("h.{i}.attn.proj"), &[b, t, c]);
             let proj_w = g.param(&format!("{n}.attn.c_proj.weight"), &[c, c]);
             let proj_b = g.param(&format!("{n}.attn.c_proj.bias"), &[c]);
             g.op(
                 &format!("h.{i}.attn.c_proj"),
-                Op::Linear { inp: y, weight: proj_w, bias: proj_b, out: proj, in_features: c, out_features: c },
+                Op::Linear {
+                    inp: y,
+                    weight: proj_w,
+                    bias: proj_b,
+                    out: proj,
+                    in_features: c,
+                    out_features: c,
+                },
             );
             let proj = g.dropout(&format!("h.{i}.attn.drop"), proj, p, &[b, t, c]);
             let res1 = g.act(&format!("h.{i}.res_1"), &[b, t, c]);
-            g.op(&format!("h.{i}.res_1"), Op::Residual { a: x, b: proj, out: res1 });
+            g.op(
+                &format!("h.{i}.res_1"),
+                Op::Residual {
+                    a: x,
+                    b: proj,
+                    out: res1,
+                },
+            );
             // x = x + mlp(ln_2(x))
             let ln2 = g.act(&format!("h.{i}.ln_2.out"), &[b, t, c]);
             let ln2_mean = g.tensor(&format!("h.{i}.ln_2.mean"), &[b, t], TensorKind::Saved);
@@ -287,14 +428,28 @@ impl Program {
             let ln2_b = g.param(&format!("{n}.ln_2.bias"), &[c]);
             g.op(
                 &format!("h.{i}.ln_2"),
-                Op::LayerNorm { inp: res1, weight: ln2_w, bias: ln2_b, out: ln2, mean: ln2_mean, rstd: ln2_rstd },
+                Op::LayerNorm {
+                    inp: res1,
+                    weight: ln2_w,
+                    bias: ln2_b,
+                    out: ln2,
+                    mean: ln2_mean,
+                    rstd: ln2_rstd,
+                },
             );
             let fc = g.act(&format!("h.{i}.mlp.fc"), &[b, t, 4 * c]);
             let fc_w = g.param(&format!("{n}.mlp.c_fc.weight"), &[4 * c, c]);
             let fc_b = g.param(&format!("{n}.mlp.c_fc.bias"), &[4 * c]);
             g.op(
                 &format!("h.{i}.mlp.c_fc"),
-                Op::Linear { inp: ln2, weight: fc_w, bias: fc_b, out: fc, in_features: c, out_features: 4 * c },
+                Op::Linear {
+                    inp: ln2,
+                    weight: fc_w,
+                    bias: fc_b,
+                    out: fc,
+                    in_features: c,
+                    out_features: 4 * c,
+                },
             );
             let gelu = g.act(&format!("h.{i}.mlp.gelu"), &[b, t, 4 * c]);
             g.op(&format!("h.{i}.mlp.gelu"), Op::Gelu { inp: fc, out: gelu });
@@ -303,11 +458,25 @@ impl Program {
             let mproj_b = g.param(&format!("{n}.mlp.c_proj.bias"), &[c]);
             g.op(
                 &format!("h.{i}.mlp.c_proj"),
-                Op::Linear { inp: gelu, weight: mproj_w, bias: mproj_b, out: mproj, in_features: 4 * c, out_features: c },
+                Op::Linear {
+                    inp: gelu,
+                    weight: mproj_w,
+                    bias: mproj_b,
+                    out: mproj,
+                    in_features: 4 * c,
+                    out_features: c,
+                },
             );
             let mproj = g.dropout(&format!("h.{i}.mlp.drop"), mproj, p, &[b, t, c]);
             let res2 = g.act(&format!("h.{i}.res_2"), &[b, t, c]);
-            g.op(&format!("h.{i}.res_2"), Op::Residual { a: res1, b: mproj, out: res2 });
+            g.op(
+                &format!("h.{i}.res_2"),
+                Op::Residual {
+                    a: res1,
+                    b: mproj,
+                    out: res2,
+                },
+            );
             x = res2;
         }
 
@@ -317,13 +486,37 @@ impl Program {
         let lnf_rstd = g.tensor("ln_f.rstd", &[b, t], TensorKind::Saved);
         let lnf_w = g.param("transformer.ln_f.weight", &[c]);
         let lnf_b = g.param("transformer.ln_f.bias", &[c]);
-        g.op("ln_f", Op::LayerNorm { inp: x, weight: lnf_w, bias: lnf_b, out: lnf, mean: lnf_mean, rstd: lnf_rstd });
+        g.op(
+            "ln_f",
+            Op::LayerNorm {
+                inp: x,
+                weight: lnf_w,
+                bias: lnf_b,
+                out: lnf,
+                mean: lnf_mean,
+                rstd: lnf_rstd,
+            },
+        );
 
         g.layer("head", "LM head (tied to wte) + cross-entropy");
         let logits = g.act("logits", &[b, t, VOCAB]);
-        g.op("lm_head", Op::TiedHead { inp: lnf, wte, out: logits });
+        g.op(
+            "lm_head",
+            Op::TiedHead {
+                inp: lnf,
+                wte,
+                out: logits,
+            },
+        );
         let losses = g.tensor("losses", &[b, t], TensorKind::Saved);
-        g.op("cross_entropy", Op::CrossEntropy { logits, targets, losses });
+        g.op(
+            "cross_entropy",
+            Op::CrossEntropy {
+                logits,
+                targets,
+                losses,
+            },
+        );
 
         let n_ops = g.ops.len();
         let mut steps = vec![Step::ZeroGrads];
@@ -351,7 +544,11 @@ impl Program {
 
     /// Parameter ids in program order (the checkpoint's order).
     pub fn params(&self) -> impl Iterator<Item = TensorId> + '_ {
-        self.tensors.iter().enumerate().filter(|(_, t)| t.kind == TensorKind::Param).map(|(i, _)| i)
+        self.tensors
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| t.kind == TensorKind::Param)
+            .map(|(i, _)| i)
     }
 
     /// Whether AdamW decays this parameter: every tensor with ≥2 dimensions.
@@ -391,7 +588,11 @@ mod tests {
         for node in &p.ops {
             let (ins, outs) = node.op.io();
             for i in ins {
-                assert!(ready[i], "{} reads {} before it is written", node.label, p.tensors[i].name);
+                assert!(
+                    ready[i],
+                    "{} reads {} before it is written",
+                    node.label, p.tensors[i].name
+                );
             }
             for o in outs {
                 assert!(!ready[o], "{} is written twice", p.tensors[o].name);

@@ -7,10 +7,10 @@ pub mod schedule;
 
 use crate::backend::{Backend, StepParams};
 use crate::data::rng::dropout_seed;
-use crate::data::{validation_batches, Batch, BatchSampler, Corpus};
+use crate::data::{Batch, BatchSampler, Corpus, validation_batches};
 use crate::model::checkpoint::{Checkpoint, LossPoint, OptimizerState};
 use crate::model::config::Config;
-use crate::model::params::{init_params, NamedTensor};
+use crate::model::params::{NamedTensor, init_params};
 use serde::Serialize;
 use web_time::Instant;
 
@@ -37,7 +37,11 @@ pub enum TrainError {
         "training diverged at step {step}: the loss is {loss} and the gradient norm {grad_norm}; \
          the update was not applied and the last good weights are kept (lower the learning rate with --lr)"
     )]
-    Diverged { step: u64, loss: f32, grad_norm: f32 },
+    Diverged {
+        step: u64,
+        loss: f32,
+        grad_norm: f32,
+    },
     #[error("the checkpoint was trained with a different model shape than the one asked for: {0}")]
     Mismatch(String),
     #[error("{0}")]
@@ -58,19 +62,37 @@ pub struct Trainer {
 
 impl Trainer {
     /// A fresh run: parameters initialised from `seed`.
-    pub fn new(mut backend: Box<dyn Backend>, corpus: Corpus, seed: u64) -> Result<Self, TrainError> {
+    pub fn new(
+        mut backend: Box<dyn Backend>,
+        corpus: Corpus,
+        seed: u64,
+    ) -> Result<Self, TrainError> {
         let config = backend.program().config.clone();
         for t in init_params(backend.program(), seed) {
             backend.write(&t.name, &t.values)?;
         }
-        let val_batches = validation_batches(&corpus, config.batch, config.ctx, config.eval_batches, seed);
-        Ok(Self { backend, config, corpus, seed, step: 0, history: vec![], sampler: BatchSampler::new(seed), val_batches })
+        let val_batches =
+            validation_batches(&corpus, config.batch, config.ctx, config.eval_batches, seed);
+        Ok(Self {
+            backend,
+            config,
+            corpus,
+            seed,
+            step: 0,
+            history: vec![],
+            sampler: BatchSampler::new(seed),
+            val_batches,
+        })
     }
 
     /// Continues a run from a checkpoint (its parameters, optimizer state,
     /// step, batch sequence and loss history). The backend's program must
     /// have the checkpoint's model shape.
-    pub fn resume(mut backend: Box<dyn Backend>, corpus: Corpus, ckpt: &Checkpoint) -> Result<Self, TrainError> {
+    pub fn resume(
+        mut backend: Box<dyn Backend>,
+        corpus: Corpus,
+        ckpt: &Checkpoint,
+    ) -> Result<Self, TrainError> {
         let config = backend.program().config.clone();
         let shape = |c: &Config| (c.n_layer, c.n_head, c.d_model, c.ctx);
         if shape(&config) != shape(&ckpt.config) {
@@ -92,7 +114,13 @@ impl Trainer {
         if let Some(s) = ckpt.sampler_state {
             sampler.rng = crate::data::rng::Rng::new(s);
         }
-        let val_batches = validation_batches(&corpus, config.batch, config.ctx, config.eval_batches, ckpt.seed);
+        let val_batches = validation_batches(
+            &corpus,
+            config.batch,
+            config.ctx,
+            config.eval_batches,
+            ckpt.seed,
+        );
         Ok(Self {
             backend,
             config,
@@ -107,7 +135,8 @@ impl Trainer {
 
     /// Takes the next batch from the run's sequence.
     pub fn next_batch(&mut self) -> Batch {
-        self.sampler.next(&self.corpus, self.config.batch, self.config.ctx)
+        self.sampler
+            .next(&self.corpus, self.config.batch, self.config.ctx)
     }
 
     /// One optimizer step on the next batch; evaluates the validation loss
@@ -120,17 +149,31 @@ impl Trainer {
     /// One optimizer step on a given batch (the overfit gate uses a fixed one).
     pub fn train_on(&mut self, batch: &Batch) -> Result<StepMetrics, TrainError> {
         let lr = schedule::learning_rate(&self.config, self.step);
-        let params = StepParams { lr, adam_t: self.step + 1, dropout_seed: dropout_seed(self.seed, self.step) };
+        let params = StepParams {
+            lr,
+            adam_t: self.step + 1,
+            dropout_seed: dropout_seed(self.seed, self.step),
+        };
         let start = Instant::now();
         let out = self.backend.train_step(batch, params);
         let ms = start.elapsed().as_secs_f64() * 1e3;
         if !out.applied {
-            return Err(TrainError::Diverged { step: self.step + 1, loss: out.loss, grad_norm: out.grad_norm });
+            return Err(TrainError::Diverged {
+                step: self.step + 1,
+                loss: out.loss,
+                grad_norm: out.grad_norm,
+            });
         }
         self.step += 1;
         let interval = self.config.eval_interval;
-        let val_loss = ((interval > 0 && self.step % interval == 0) || self.step == self.config.steps).then(|| self.evaluate());
-        self.history.push(LossPoint { step: self.step, loss: out.loss, val_loss });
+        let val_loss = ((interval > 0 && self.step % interval == 0)
+            || self.step == self.config.steps)
+            .then(|| self.evaluate());
+        self.history.push(LossPoint {
+            step: self.step,
+            loss: out.loss,
+            val_loss,
+        });
         Ok(StepMetrics {
             step: self.step,
             loss: out.loss,
@@ -145,7 +188,10 @@ impl Trainer {
     /// Mean loss over the run's fixed validation batches.
     pub fn evaluate(&mut self) -> f32 {
         let batches = std::mem::take(&mut self.val_batches);
-        let sum: f64 = batches.iter().map(|b| self.backend.eval_loss(b) as f64).sum();
+        let sum: f64 = batches
+            .iter()
+            .map(|b| self.backend.eval_loss(b) as f64)
+            .sum();
         self.val_batches = batches;
         (sum / self.val_batches.len() as f64) as f32
     }
@@ -157,7 +203,11 @@ impl Trainer {
             .params()
             .map(|id| {
                 let t = &program.tensors[id];
-                Ok(NamedTensor { name: t.name.clone(), shape: t.shape.clone(), values: self.backend.read(&t.name)? })
+                Ok(NamedTensor {
+                    name: t.name.clone(),
+                    shape: t.shape.clone(),
+                    values: self.backend.read(&t.name)?,
+                })
             })
             .collect()
     }
@@ -171,11 +221,18 @@ impl Trainer {
                     .iter()
                     .map(|p| {
                         let name = format!("{prefix}{}", p.name);
-                        Ok(NamedTensor { values: self.backend.read(&name)?, name, shape: p.shape.clone() })
+                        Ok(NamedTensor {
+                            values: self.backend.read(&name)?,
+                            name,
+                            shape: p.shape.clone(),
+                        })
                     })
                     .collect()
             };
-            Some(OptimizerState { m: read("adam.m.")?, v: read("adam.v.")? })
+            Some(OptimizerState {
+                m: read("adam.m.")?,
+                v: read("adam.v.")?,
+            })
         } else {
             None
         };

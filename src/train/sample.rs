@@ -21,14 +21,21 @@ pub struct SampleOptions {
 
 impl Default for SampleOptions {
     fn default() -> Self {
-        Self { temperature: 0.8, top_k: 40, seed: 42 }
+        Self {
+            temperature: 0.8,
+            top_k: 40,
+            seed: 42,
+        }
     }
 }
 
 impl SampleOptions {
     pub fn validate(&self) -> Result<(), String> {
         if !(self.temperature.is_finite() && self.temperature >= 0.0) {
-            return Err(format!("temperature {} must be a finite number >= 0 (0 means greedy)", self.temperature));
+            return Err(format!(
+                "temperature {} must be a finite number >= 0 (0 means greedy)",
+                self.temperature
+            ));
         }
         if !(1..=256).contains(&self.top_k) {
             return Err(format!("top-k {} must be between 1 and 256", self.top_k));
@@ -39,7 +46,12 @@ impl SampleOptions {
 
 /// Draws the next byte from `logits` (V).
 pub fn sample_logits(logits: &[f32], opts: &SampleOptions, rng: &mut Rng) -> u8 {
-    let argmax = || logits.iter().enumerate().fold(0, |best, (i, &l)| if l > logits[best] { i } else { best });
+    let argmax = || {
+        logits
+            .iter()
+            .enumerate()
+            .fold(0, |best, (i, &l)| if l > logits[best] { i } else { best })
+    };
     if opts.temperature == 0.0 {
         return argmax() as u8;
     }
@@ -47,7 +59,10 @@ pub fn sample_logits(logits: &[f32], opts: &SampleOptions, rng: &mut Rng) -> u8 
     order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
     order.truncate(opts.top_k.min(logits.len()));
     let m = logits[order[0]];
-    let weights: Vec<f64> = order.iter().map(|&i| (((logits[i] - m) / opts.temperature) as f64).exp()).collect();
+    let weights: Vec<f64> = order
+        .iter()
+        .map(|&i| (((logits[i] - m) / opts.temperature) as f64).exp())
+        .collect();
     let total: f64 = weights.iter().sum();
     let mut u = rng.uniform() * total;
     for (w, &i) in weights.iter().zip(&order) {
@@ -61,10 +76,20 @@ pub fn sample_logits(logits: &[f32], opts: &SampleOptions, rng: &mut Rng) -> u8 
 
 /// Generates `n_tokens` bytes after `prompt`, calling `emit` with each one as
 /// soon as it is drawn. An empty prompt starts from a newline.
-pub fn generate(generator: &mut Generator, prompt: &[u8], n_tokens: usize, opts: &SampleOptions, mut emit: impl FnMut(u8)) -> Vec<u8> {
+pub fn generate(
+    generator: &mut Generator,
+    prompt: &[u8],
+    n_tokens: usize,
+    opts: &SampleOptions,
+    mut emit: impl FnMut(u8),
+) -> Vec<u8> {
     let ctx = generator.ctx();
     let mut rng = Rng::for_stream(opts.seed, "sample");
-    let mut history: Vec<u8> = if prompt.is_empty() { vec![b'\n'] } else { prompt.to_vec() };
+    let mut history: Vec<u8> = if prompt.is_empty() {
+        vec![b'\n']
+    } else {
+        prompt.to_vec()
+    };
     let start = history.len().saturating_sub(ctx);
     let mut logits = generator.prime(&history[start..]);
     let mut out = Vec::with_capacity(n_tokens);
@@ -93,9 +118,17 @@ mod tests {
         logits[65] = 3.0;
         logits[66] = 2.0;
         let mut rng = Rng::new(1);
-        let greedy = SampleOptions { temperature: 0.0, top_k: 40, seed: 0 };
+        let greedy = SampleOptions {
+            temperature: 0.0,
+            top_k: 40,
+            seed: 0,
+        };
         assert_eq!(sample_logits(&logits, &greedy, &mut rng), 65);
-        let top1 = SampleOptions { temperature: 1.0, top_k: 1, seed: 0 };
+        let top1 = SampleOptions {
+            temperature: 1.0,
+            top_k: 1,
+            seed: 0,
+        };
         for _ in 0..50 {
             assert_eq!(sample_logits(&logits, &top1, &mut rng), 65);
         }
@@ -106,7 +139,11 @@ mod tests {
         let logits: Vec<f32> = (0..256).map(|i| (i as f32 * 0.37).sin()).collect();
         let mut order: Vec<usize> = (0..256).collect();
         order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]));
-        let opts = SampleOptions { temperature: 2.0, top_k: 5, seed: 0 };
+        let opts = SampleOptions {
+            temperature: 2.0,
+            top_k: 5,
+            seed: 0,
+        };
         let mut rng = Rng::new(2);
         for _ in 0..500 {
             let t = sample_logits(&logits, &opts, &mut rng) as usize;
@@ -116,9 +153,30 @@ mod tests {
 
     #[test]
     fn bad_options_are_refused() {
-        assert!(SampleOptions { temperature: -1.0, ..Default::default() }.validate().is_err());
-        assert!(SampleOptions { top_k: 0, ..Default::default() }.validate().is_err());
-        assert!(SampleOptions { top_k: 257, ..Default::default() }.validate().is_err());
+        assert!(
+            SampleOptions {
+                temperature: -1.0,
+                ..Default::default()
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(
+            SampleOptions {
+                top_k: 0,
+                ..Default::default()
+            }
+            .validate()
+            .is_err()
+        );
+        assert!(
+            SampleOptions {
+                top_k: 257,
+                ..Default::default()
+            }
+            .validate()
+            .is_err()
+        );
         assert!(SampleOptions::default().validate().is_ok());
     }
 }

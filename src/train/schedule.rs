@@ -7,7 +7,11 @@ use crate::model::config::{Config, Schedule};
 pub fn learning_rate(config: &Config, it: u64) -> f32 {
     match &config.schedule {
         Schedule::Constant => config.lr,
-        Schedule::WarmupCosine { warmup_steps, decay_steps, min_lr } => {
+        Schedule::WarmupCosine {
+            warmup_steps,
+            decay_steps,
+            min_lr,
+        } => {
             let (w, d) = (*warmup_steps, *decay_steps);
             if it < w {
                 return config.lr * (it + 1) as f32 / (w + 1) as f32;
