@@ -140,7 +140,8 @@ mod tests {
         for i in -4000..=4000 {
             let x = i as f64 / 1000.0;
             let err = (super::erf_as7126(x as f32) as f64 - libm::erf(x)).abs();
-            assert!(err < 3e-7, "erf({x}): error {err}");
+            // 1.5e-7 from the formula, plus a few f32 roundings of values near 1.
+            assert!(err < 5e-7, "erf({x}): error {err}");
         }
     }
 }
