@@ -9,7 +9,8 @@
 //! 3. [`program`]: one training step as an ordered list of ops over named
 //!    tensors, built from a config; every backend and viewer runs this.
 //! 4. [`backend`] and [`cpu`]: the backend interface and the CPU reference
-//!    backend (rayon-parallel, f32 or f64).
+//!    backend (rayon-parallel, f32 or f64); [`gpu`]: the same program as
+//!    WGSL compute shaders on any wgpu device.
 //! 5. [`train`]: the trainer, learning-rate schedules and text generation.
 //! 6. [`bench`]: the training-speed benchmark.
 
@@ -17,6 +18,7 @@ pub mod backend;
 pub mod bench;
 pub mod cpu;
 pub mod data;
+pub mod gpu;
 pub mod model;
 pub mod program;
 pub mod train;

@@ -1,0 +1,110 @@
+// adamw.wgsl — global-norm gradient clipping and AdamW over the flat parameter
+// buffers. All parameters live in one buffer (decayed ≥2-D tensors first, then
+// biases and LayerNorm gains), their gradients and moments in three more, so
+// the optimizer is three dispatches, not three per tensor.
+//
+// Bindings (group 0):
+//   @binding(0) params:   array<f32>  a chunk of the flat parameters
+//   @binding(1) grads:    array<f32>  the same chunk of the gradients (rewritten clipped)
+//   @binding(2) m:        array<f32>  first moments
+//   @binding(3) v:        array<f32>  second moments
+//   @binding(4) stats:    array<f32>  [loss, grad_norm, clip_scale, sum_squares]
+//   @binding(5) partials: array<f32>  one partial sum of squares per workgroup
+//   @binding(6) op:       OptParams   chunk length and its offset in the flat buffer
+//   @binding(7) step:     StepUniform lr, betas, eps, weight decay, bias corrections, clip
+// Entry points:
+//   sum_squares_partial  group per CHUNK elements: partials[first_group + g] = Σ grad²
+//   grad_norm_final      one group: stats[1] = √Σ partials (in order), stats[2] = clip scale
+//   adamw_update         thread per element: PyTorch's AdamW on the clipped gradient; does
+//                        nothing when the loss or the norm is not finite (a diverged step
+//                        leaves the model as it was)
+// Workgroup: 256 threads; fixed reduction trees (deterministic).
+
+struct OptParams {
+    // elements in this chunk binding
+    n: u32,
+    // flat index of the chunk's first element
+    offset: u32,
+    // partial sums written before this chunk (sum_squares_partial) or in all (final)
+    first_group: u32,
+    _pad: u32,
+}
+
+const WG: u32 = 256u;
+const CHUNK: u32 = 4096u;
+
+@group(0) @binding(0) var<storage, read_write> params: array<f32>;
+@group(0) @binding(1) var<storage, read_write> grads: array<f32>;
+@group(0) @binding(2) var<storage, read_write> m: array<f32>;
+@group(0) @binding(3) var<storage, read_write> v: array<f32>;
+@group(0) @binding(4) var<storage, read_write> stats: array<f32>;
+@group(0) @binding(5) var<storage, read_write> partials: array<f32>;
+@group(0) @binding(6) var<uniform> op: OptParams;
+@group(0) @binding(7) var<uniform> step: StepUniform;
+
+var<workgroup> red: array<f32, 256>;
+
+fn is_finite(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7f800000u) != 0x7f800000u;
+}
+
+fn reduce(tid: u32, x: f32) -> f32 {
+    red[tid] = x;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (tid < s) { red[tid] += red[tid + s]; }
+        workgroupBarrier();
+    }
+    return red[0];
+}
+
+@compute @workgroup_size(256)
+fn sum_squares_partial(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let group = wg.x + wg.y * 65535u;
+    let start = group * CHUNK;
+    var s = 0.0;
+    for (var i = start + lid.x; i < min(start + CHUNK, op.n); i += WG) {
+        let g = grads[i];
+        s += g * g;
+    }
+    let total = reduce(lid.x, s);
+    if (lid.x == 0u && start < op.n) {
+        partials[op.first_group + group] = total;
+    }
+}
+
+@compute @workgroup_size(256)
+fn grad_norm_final(@builtin(local_invocation_id) lid: vec3<u32>) {
+    var s = 0.0;
+    for (var i = lid.x; i < op.first_group; i += WG) { s += partials[i]; }
+    let total = reduce(lid.x, s);
+    if (lid.x == 0u) {
+        let norm = sqrt(total);
+        var scale = 1.0;
+        if (step.grad_clip > 0.0 && is_finite(norm)) {
+            scale = min(1.0, step.grad_clip / (norm + 1e-6));
+        }
+        stats[1] = norm;
+        stats[2] = scale;
+        stats[3] = total;
+    }
+}
+
+@compute @workgroup_size(256)
+fn adamw_update(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    if (!(is_finite(stats[0]) && is_finite(stats[1]))) { return; }
+    let scale = stats[2];
+    for (var i = gid.x; i < op.n; i += nwg.x * WG) {
+        let g = grads[i] * scale;
+        grads[i] = g;
+        let mi = step.beta1 * m[i] + (1.0 - step.beta1) * g;
+        let vi = step.beta2 * v[i] + (1.0 - step.beta2) * g * g;
+        m[i] = mi;
+        v[i] = vi;
+        var shrink = 1.0;
+        if (op.offset + i < step.decay_end) { shrink = 1.0 - step.lr * step.weight_decay; }
+        let mhat = mi / step.bias_correction1;
+        let vhat = vi / step.bias_correction2;
+        params[i] = params[i] * shrink - step.lr * mhat / (sqrt(vhat) + step.eps);
+    }
+}

@@ -1,0 +1,282 @@
+// attention.wgsl — causal multi-head FlashAttention-2, forward and tiled backward.
+// Neither direction ever holds a T×T matrix: scores live one 16×16 tile at a
+// time in workgroup memory, and the backward recomputes P from the saved
+// log-sum-exp, as in Dao (2023), "FlashAttention-2", Algorithms 1 and 2.
+//
+// Bindings (group 0):
+//   @binding(0) qkv:   array<f32>  (B, T, 3C): q | k | v, head h at columns h·D..h·D+D of each
+//   @binding(1) out:   array<f32>  (B, T, C) the attention output y (forward writes, backward reads)
+//   @binding(2) lse:   array<f32>  (B, H, T) log-sum-exp of each score row (forward writes)
+//   @binding(3) dout:  array<f32>  (B, T, C) gradient of y
+//   @binding(4) dqkv:  array<f32>  (B, T, 3C) gradient of qkv, accumulated
+//   @binding(5) delta: array<f32>  (B, H, T) rowsum(dout ∘ out), written by attention_backward_delta
+//   @binding(6) at:    AttnParams  sizes, scale 1/√D, dropout stream and probability
+//   @binding(7) step:  StepUniform dropout seed, training flag
+// Entry points (workgroup 16×16: y = the tile's row, x = a lane):
+//   attention_forward        group (query tile, b·H + h): online softmax over key tiles
+//                            j0 ≤ the tile's last query; lane x scores key j0 + x and owns
+//                            output dims x, x + 16, …
+//   attention_backward_delta thread per (b, h, i): delta = Σ_d dout·out
+//   attention_backward_dkdv  group (key tile, b·H + h): walks query tiles from the diagonal
+//                            down; accumulates dK, dV of its keys in registers
+//   attention_backward_dq    group (query tile, b·H + h): walks key tiles up to the diagonal;
+//                            accumulates dQ of its queries in registers
+// dQ and dK/dV come from two kernels so that no two workgroups write one element
+// (no float atomics; deterministic). DPL = dims per lane = ceil(D / 16), templated
+// in when the pipeline is built; D ≤ 16·DPL ≤ 128.
+// Dropout (training only) multiplies P by the mask of element ((b·H + h)·T + i)·T + j.
+
+struct AttnParams {
+    b: u32,
+    t: u32,
+    c: u32,
+    h: u32,
+    d: u32,
+    stream: u32,
+    p: f32,
+    scale: f32,
+}
+
+const BR: u32 = 16u;
+const BC: u32 = 16u;
+const DPL: u32 = {{DPL}}u;
+const DMAX: u32 = 16u * DPL;
+
+@group(0) @binding(0) var<storage, read> qkv: array<f32>;
+@group(0) @binding(1) var<storage, read_write> out: array<f32>;
+@group(0) @binding(2) var<storage, read_write> lse: array<f32>;
+@group(0) @binding(3) var<storage, read> dout: array<f32>;
+@group(0) @binding(4) var<storage, read_write> dqkv: array<f32>;
+@group(0) @binding(5) var<storage, read_write> delta: array<f32>;
+@group(0) @binding(6) var<uniform> at: AttnParams;
+@group(0) @binding(7) var<uniform> step: StepUniform;
+
+var<workgroup> tile_a: array<f32, BC * DMAX>; // 16 rows of K, V, Q or dO, row stride D
+var<workgroup> tile_b: array<f32, BC * DMAX>;
+var<workgroup> s_tile: array<f32, 256>;  // BR × BC
+var<workgroup> s_tile2: array<f32, 256>; // BR × BC
+
+// Offset of element (b, t, part·C + h·D + d) in qkv / dqkv; part 0 = q, 1 = k, 2 = v.
+fn qkv_at(b: u32, t: u32, part: u32, h: u32) -> u32 {
+    return (b * at.t + t) * 3u * at.c + part * at.c + h * at.d;
+}
+
+// Offset of (b, t, h·D) in out / dout.
+fn y_at(b: u32, t: u32, h: u32) -> u32 {
+    return (b * at.t + t) * at.c + h * at.d;
+}
+
+fn mask(bh: u32, i: u32, j: u32) -> f32 {
+    if (step.training != 0u && at.p > 0.0) {
+        return dropout_scale(step.dropout_seed, at.stream, (bh * at.t + i) * at.t + j, at.p);
+    }
+    return 1.0;
+}
+
+// Loads rows r0..r0+16 of part `part` of qkv (or of dout when part == 3) into `which`.
+fn load_rows(which: u32, b: u32, h: u32, r0: u32, part: u32, tid: u32) {
+    for (var e = tid; e < 16u * at.d; e += 256u) {
+        let rr = e / at.d;
+        let d = e % at.d;
+        let r = r0 + rr;
+        var v = 0.0;
+        if (r < at.t) {
+            if (part == 3u) { v = dout[y_at(b, r, h) + d]; } else { v = qkv[qkv_at(b, r, part, h) + d]; }
+        }
+        if (which == 0u) { tile_a[rr * at.d + d] = v; } else { tile_b[rr * at.d + d] = v; }
+    }
+}
+
+@compute @workgroup_size(16, 16, 1)
+fn attention_forward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let bh = wg.y;
+    let b = bh / at.h;
+    let h = bh % at.h;
+    let q0 = wg.x * BR;
+    let r = lid.y;
+    let lane = lid.x;
+    let tid = r * 16u + lane;
+    let i = q0 + r;
+    let valid = i < at.t;
+    let qbase = qkv_at(b, min(i, at.t - 1u), 0u, h);
+
+    var o: array<f32, DPL>;
+    for (var u = 0u; u < DPL; u++) { o[u] = 0.0; }
+    var m = -3.4028235e38;
+    var l = 0.0;
+    let last = min(q0 + BR, at.t);
+    for (var j0 = 0u; j0 < last; j0 += BC) {
+        load_rows(0u, b, h, j0, 1u, tid); // K tile
+        load_rows(1u, b, h, j0, 2u, tid); // V tile
+        workgroupBarrier();
+        let j = j0 + lane;
+        var sc = -3.4028235e38;
+        if (valid && j <= i) {
+            var acc = 0.0;
+            for (var d = 0u; d < at.d; d++) { acc += qkv[qbase + d] * tile_a[lane * at.d + d]; }
+            sc = acc * at.scale;
+        }
+        s_tile[r * BC + lane] = sc;
+        workgroupBarrier();
+        if (valid) {
+            var m_tile = m;
+            for (var jj = 0u; jj < BC; jj++) {
+                if (j0 + jj <= i) { m_tile = max(m_tile, s_tile[r * BC + jj]); }
+            }
+            let alpha = exp(m - m_tile);
+            l *= alpha;
+            for (var u = 0u; u < DPL; u++) { o[u] *= alpha; }
+            for (var jj = 0u; jj < BC; jj++) {
+                if (j0 + jj <= i) {
+                    let pij = exp(s_tile[r * BC + jj] - m_tile);
+                    l += pij;
+                    let pd = pij * mask(bh, i, j0 + jj);
+                    for (var u = 0u; u < DPL; u++) {
+                        let d = lane + 16u * u;
+                        if (d < at.d) { o[u] += pd * tile_b[jj * at.d + d]; }
+                    }
+                }
+            }
+            m = m_tile;
+        }
+        workgroupBarrier();
+    }
+    if (valid) {
+        let ybase = y_at(b, i, h);
+        for (var u = 0u; u < DPL; u++) {
+            let d = lane + 16u * u;
+            if (d < at.d) { out[ybase + d] = o[u] / l; }
+        }
+        if (lane == 0u) { lse[bh * at.t + i] = m + log(l); }
+    }
+}
+
+@compute @workgroup_size(256)
+fn attention_backward_delta(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    for (var idx = gid.x; idx < at.b * at.h * at.t; idx += nwg.x * 256u) {
+        let i = idx % at.t;
+        let bh = idx / at.t;
+        let base = y_at(bh / at.h, i, bh % at.h);
+        var s = 0.0;
+        for (var d = 0u; d < at.d; d++) { s += dout[base + d] * out[base + d]; }
+        delta[idx] = s;
+    }
+}
+
+@compute @workgroup_size(16, 16, 1)
+fn attention_backward_dkdv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let bh = wg.y;
+    let b = bh / at.h;
+    let h = bh % at.h;
+    let j0 = wg.x * BC;
+    let jj = lid.y;          // this thread's key within the tile
+    let lane = lid.x;
+    let tid = jj * 16u + lane;
+    let j = j0 + jj;
+    let kbase = qkv_at(b, min(j, at.t - 1u), 1u, h);
+    let vbase = qkv_at(b, min(j, at.t - 1u), 2u, h);
+
+    var dk: array<f32, DPL>;
+    var dv: array<f32, DPL>;
+    for (var u = 0u; u < DPL; u++) { dk[u] = 0.0; dv[u] = 0.0; }
+    for (var i0 = j0; i0 < at.t; i0 += BR) {
+        load_rows(0u, b, h, i0, 0u, tid); // Q tile
+        load_rows(1u, b, h, i0, 3u, tid); // dO tile
+        workgroupBarrier();
+        // Thread (jj, lane) scores query i = i0 + lane against key j.
+        let i = i0 + lane;
+        var pd = 0.0;
+        var ds = 0.0;
+        if (j < at.t && i < at.t && j <= i) {
+            var s = 0.0;
+            var dp = 0.0;
+            for (var d = 0u; d < at.d; d++) {
+                s += tile_a[lane * at.d + d] * qkv[kbase + d];
+                dp += tile_b[lane * at.d + d] * qkv[vbase + d];
+            }
+            let pij = exp(s * at.scale - lse[bh * at.t + i]);
+            let mk = mask(bh, i, j);
+            pd = pij * mk;
+            ds = pij * (dp * mk - delta[bh * at.t + i]);
+        }
+        s_tile[lane * BC + jj] = pd;
+        s_tile2[lane * BC + jj] = ds;
+        workgroupBarrier();
+        for (var ii = 0u; ii < BR; ii++) {
+            let p_ij = s_tile[ii * BC + jj];
+            let ds_ij = s_tile2[ii * BC + jj];
+            for (var u = 0u; u < DPL; u++) {
+                let d = lane + 16u * u;
+                if (d < at.d) {
+                    dv[u] += p_ij * tile_b[ii * at.d + d];
+                    dk[u] += ds_ij * tile_a[ii * at.d + d];
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+    if (j < at.t) {
+        for (var u = 0u; u < DPL; u++) {
+            let d = lane + 16u * u;
+            if (d < at.d) {
+                dqkv[kbase + d] += at.scale * dk[u];
+                dqkv[vbase + d] += dv[u];
+            }
+        }
+    }
+}
+
+@compute @workgroup_size(16, 16, 1)
+fn attention_backward_dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let bh = wg.y;
+    let b = bh / at.h;
+    let h = bh % at.h;
+    let q0 = wg.x * BR;
+    let r = lid.y;
+    let lane = lid.x;
+    let tid = r * 16u + lane;
+    let i = q0 + r;
+    let valid = i < at.t;
+    let ic = min(i, at.t - 1u);
+    let qbase = qkv_at(b, ic, 0u, h);
+    let obase = y_at(b, ic, h);
+    let lse_i = lse[bh * at.t + ic];
+    let delta_i = delta[bh * at.t + ic];
+
+    var dq: array<f32, DPL>;
+    for (var u = 0u; u < DPL; u++) { dq[u] = 0.0; }
+    let last = min(q0 + BR, at.t);
+    for (var j0 = 0u; j0 < last; j0 += BC) {
+        load_rows(0u, b, h, j0, 1u, tid); // K tile
+        load_rows(1u, b, h, j0, 2u, tid); // V tile
+        workgroupBarrier();
+        let j = j0 + lane;
+        var ds = 0.0;
+        if (valid && j <= i) {
+            var s = 0.0;
+            var dp = 0.0;
+            for (var d = 0u; d < at.d; d++) {
+                s += qkv[qbase + d] * tile_a[lane * at.d + d];
+                dp += dout[obase + d] * tile_b[lane * at.d + d];
+            }
+            let pij = exp(s * at.scale - lse_i);
+            ds = pij * (dp * mask(bh, i, j) - delta_i);
+        }
+        s_tile[r * BC + lane] = ds;
+        workgroupBarrier();
+        for (var jj = 0u; jj < BC; jj++) {
+            let ds_ij = s_tile[r * BC + jj];
+            for (var u = 0u; u < DPL; u++) {
+                let d = lane + 16u * u;
+                if (d < at.d) { dq[u] += ds_ij * tile_a[jj * at.d + d]; }
+            }
+        }
+        workgroupBarrier();
+    }
+    if (valid) {
+        for (var u = 0u; u < DPL; u++) {
+            let d = lane + 16u * u;
+            if (d < at.d) { dqkv[qbase + d] += at.scale * dq[u]; }
+        }
+    }
+}

@@ -1,0 +1,82 @@
+// elementwise.wgsl — GELU, residual add, gradient accumulation, dropout.
+//
+// Bindings (group 0):
+//   @binding(0) dst:  array<f32>   output (written, or accumulated into for backward)
+//   @binding(1) x:    array<f32>   first input
+//   @binding(2) y:    array<f32>   second input (residual: b; gelu_backward: the forward input)
+//   @binding(3) ew:   EwParams     element count, dropout stream and probability
+//   @binding(4) step: StepUniform  dropout seed, training flag
+// Every tensor is flat (n elements). Entry points:
+//   gelu_forward      dst = gelu(x)                       x: inp
+//   gelu_backward     dst += x · gelu'(y)                 x: dout, y: inp
+//   residual_forward  dst = x + y
+//   accumulate        dst += x
+//   dropout_forward   dst = x · mask (or x when evaluating)
+//   dropout_backward  dst += x · mask
+// Workgroup: 256 threads, grid-stride loop (dispatch at most 65535 groups).
+
+struct EwParams {
+    n: u32,
+    stream: u32,
+    p: f32,
+    _pad: u32,
+}
+
+@group(0) @binding(0) var<storage, read_write> dst: array<f32>;
+@group(0) @binding(1) var<storage, read> x: array<f32>;
+@group(0) @binding(2) var<storage, read> y: array<f32>;
+@group(0) @binding(3) var<uniform> ew: EwParams;
+@group(0) @binding(4) var<uniform> step: StepUniform;
+
+const INV_SQRT2: f32 = 0.70710678118654752;
+const INV_SQRT_2PI: f32 = 0.39894228040143268;
+
+@compute @workgroup_size(256)
+fn gelu_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    for (var i = gid.x; i < ew.n; i += nwg.x * 256u) {
+        let v = x[i];
+        dst[i] = 0.5 * v * (1.0 + erf_as7126(v * INV_SQRT2));
+    }
+}
+
+@compute @workgroup_size(256)
+fn gelu_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    for (var i = gid.x; i < ew.n; i += nwg.x * 256u) {
+        let v = y[i];
+        let cdf = 0.5 * (1.0 + erf_as7126(v * INV_SQRT2));
+        let pdf = exp(-0.5 * v * v) * INV_SQRT_2PI;
+        dst[i] += x[i] * (cdf + v * pdf);
+    }
+}
+
+@compute @workgroup_size(256)
+fn residual_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    for (var i = gid.x; i < ew.n; i += nwg.x * 256u) {
+        dst[i] = x[i] + y[i];
+    }
+}
+
+@compute @workgroup_size(256)
+fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    for (var i = gid.x; i < ew.n; i += nwg.x * 256u) {
+        dst[i] += x[i];
+    }
+}
+
+@compute @workgroup_size(256)
+fn dropout_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    for (var i = gid.x; i < ew.n; i += nwg.x * 256u) {
+        var v = x[i];
+        if (step.training != 0u) {
+            v *= dropout_scale(step.dropout_seed, ew.stream, i, ew.p);
+        }
+        dst[i] = v;
+    }
+}
+
+@compute @workgroup_size(256)
+fn dropout_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    for (var i = gid.x; i < ew.n; i += nwg.x * 256u) {
+        dst[i] += x[i] * dropout_scale(step.dropout_seed, ew.stream, i, ew.p);
+    }
+}

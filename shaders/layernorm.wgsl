@@ -1,0 +1,158 @@
+// layernorm.wgsl — LayerNorm forward and backward, eps 1e-5, and the
+// deterministic column sums that finish dweight/dbias and linear bias grads.
+//
+// Bindings (group 0):
+//   @binding(0) inp:   array<f32>  (N, C) the forward input
+//   @binding(1) gain:  array<f32>  (C) weight
+//   @binding(2) out:   array<f32>  forward: out (N, C); backward: dinp (N, C), accumulated
+//   @binding(3) mean:  array<f32>  (N) saved by the forward
+//   @binding(4) rstd:  array<f32>  (N) saved by the forward
+//   @binding(5) g:     array<f32>  forward: bias (C); backward: dout (N, C)
+//   @binding(6) part:  array<f32>  (chunks, 2C) partial column sums (backward)
+//   @binding(7) ln:    LnParams
+// Entry points:
+//   layernorm_forward        one workgroup per row: out = (x − mean)·rstd·gain + bias
+//   layernorm_backward_dx    one workgroup per row: dinp += (dnorm − mean(dnorm) − norm·mean(dnorm·norm))·rstd
+//   layernorm_backward_part  one workgroup per chunk of ROWS_PER_CHUNK rows: part[chunk] = Σ (dout·norm, dout)
+//   column_sums_final        thread per column: out[col] += Σ_chunks part[chunk·stride + offset + col] (in order)
+//   bias_grad_part           one workgroup per chunk: part[chunk, col] = Σ_rows g[row, col] (width C)
+// Workgroup: 64 threads; row reductions through workgroup memory in a fixed tree
+// (deterministic, no atomics).
+
+struct LnParams {
+    rows: u32,
+    c: u32,
+    chunks: u32,
+    // column_sums_final reads part[chunk * part_stride + part_offset + col]
+    part_stride: u32,
+    part_offset: u32,
+    _pad0: u32,
+    _pad1: u32,
+    _pad2: u32,
+}
+
+const WG: u32 = 64u;
+const ROWS_PER_CHUNK: u32 = 64u;
+const EPS: f32 = 1e-5;
+
+@group(0) @binding(0) var<storage, read> inp: array<f32>;
+@group(0) @binding(1) var<storage, read> gain: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@group(0) @binding(3) var<storage, read_write> mean: array<f32>;
+@group(0) @binding(4) var<storage, read_write> rstd: array<f32>;
+@group(0) @binding(5) var<storage, read> g: array<f32>;
+@group(0) @binding(6) var<storage, read_write> part: array<f32>;
+@group(0) @binding(7) var<uniform> ln: LnParams;
+
+var<workgroup> red_a: array<f32, 64>;
+var<workgroup> red_b: array<f32, 64>;
+
+// Sums red_a (and red_b) over the workgroup; every thread gets the totals.
+fn reduce2(tid: u32, a: f32, b: f32) -> vec2<f32> {
+    red_a[tid] = a;
+    red_b[tid] = b;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (tid < s) {
+            red_a[tid] += red_a[tid + s];
+            red_b[tid] += red_b[tid + s];
+        }
+        workgroupBarrier();
+    }
+    let r = vec2<f32>(red_a[0], red_b[0]);
+    workgroupBarrier();
+    return r;
+}
+
+@compute @workgroup_size(64)
+fn layernorm_forward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let row = wg.x + wg.y * 65535u;
+    if (row >= ln.rows) { return; }
+    let base = row * ln.c;
+    let tid = lid.x;
+    var s = 0.0;
+    for (var i = tid; i < ln.c; i += WG) { s += inp[base + i]; }
+    let m = reduce2(tid, s, 0.0).x / f32(ln.c);
+    var v = 0.0;
+    for (var i = tid; i < ln.c; i += WG) {
+        let d = inp[base + i] - m;
+        v += d * d;
+    }
+    let var_ = reduce2(tid, v, 0.0).x / f32(ln.c);
+    let r = 1.0 / sqrt(var_ + EPS);
+    for (var i = tid; i < ln.c; i += WG) {
+        out[base + i] = (inp[base + i] - m) * r * gain[i] + g[i];
+    }
+    if (tid == 0u) {
+        mean[row] = m;
+        rstd[row] = r;
+    }
+}
+
+@compute @workgroup_size(64)
+fn layernorm_backward_dx(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let row = wg.x + wg.y * 65535u;
+    if (row >= ln.rows) { return; }
+    let base = row * ln.c;
+    let tid = lid.x;
+    let m = mean[row];
+    let r = rstd[row];
+    var s1 = 0.0;
+    var s2 = 0.0;
+    for (var i = tid; i < ln.c; i += WG) {
+        let norm = (inp[base + i] - m) * r;
+        let dnorm = gain[i] * g[base + i];
+        s1 += dnorm;
+        s2 += dnorm * norm;
+    }
+    let sums = reduce2(tid, s1, s2) / f32(ln.c);
+    for (var i = tid; i < ln.c; i += WG) {
+        let norm = (inp[base + i] - m) * r;
+        let dnorm = gain[i] * g[base + i];
+        out[base + i] += (dnorm - sums.x - norm * sums.y) * r;
+    }
+}
+
+@compute @workgroup_size(64)
+fn layernorm_backward_part(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let chunk = wg.x;
+    let r0 = chunk * ROWS_PER_CHUNK;
+    let r1 = min(r0 + ROWS_PER_CHUNK, ln.rows);
+    for (var col = lid.x; col < ln.c; col += WG) {
+        var dw = 0.0;
+        var db = 0.0;
+        for (var row = r0; row < r1; row++) {
+            let gv = g[row * ln.c + col];
+            dw += gv * (inp[row * ln.c + col] - mean[row]) * rstd[row];
+            db += gv;
+        }
+        part[chunk * 2u * ln.c + col] = dw;
+        part[chunk * 2u * ln.c + ln.c + col] = db;
+    }
+}
+
+@compute @workgroup_size(64)
+fn bias_grad_part(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    let chunk = wg.x;
+    let r0 = chunk * ROWS_PER_CHUNK;
+    let r1 = min(r0 + ROWS_PER_CHUNK, ln.rows);
+    for (var col = lid.x; col < ln.c; col += WG) {
+        var db = 0.0;
+        for (var row = r0; row < r1; row++) {
+            db += g[row * ln.c + col];
+        }
+        part[chunk * ln.c + col] = db;
+    }
+}
+
+// dst is `out`: width `c` columns, `chunks` partial rows.
+@compute @workgroup_size(64)
+fn column_sums_final(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let col = gid.x;
+    if (col >= ln.c) { return; }
+    var s = 0.0;
+    for (var ch = 0u; ch < ln.chunks; ch++) {
+        s += part[ch * ln.part_stride + ln.part_offset + col];
+    }
+    out[col] += s;
+}

@@ -1,0 +1,80 @@
+//! The wgpu device the GPU backend runs on: one it creates itself (command
+//! line, tests, benchmarks) or one it is handed (Bevy's, in the app).
+
+use std::fmt;
+
+/// A device, its queue, and what we know about the adapter behind them.
+#[derive(Clone)]
+pub struct GpuContext {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: wgpu::AdapterInfo,
+    pub limits: wgpu::Limits,
+}
+
+impl fmt::Debug for GpuContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "GpuContext({})", self.describe())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    #[error(
+        "no GPU adapter found ({0}); install a Vulkan driver (on Linux without a GPU: \
+         `apt-get install mesa-vulkan-drivers` for lavapipe) or use --backend cpu"
+    )]
+    NoAdapter(String),
+    #[error("the GPU adapter {adapter} refused to open a device: {message}")]
+    Device { adapter: String, message: String },
+    #[error("preset `{preset}` does not fit this GPU ({adapter}): {what} needs {need}, but the adapter's {limit} is {have}; choose a smaller preset or --backend cpu")]
+    Limit { preset: String, adapter: String, what: String, limit: &'static str, need: u64, have: u64 },
+    #[error("GPU error: {0}")]
+    Other(String),
+}
+
+impl GpuContext {
+    /// Opens the best adapter wgpu finds (`WGPU_BACKEND` and
+    /// `WGPU_ADAPTER_NAME` choose), with every limit the adapter offers.
+    pub async fn new() -> Result<Self, GpuError> {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let options = wgpu::RequestAdapterOptions { power_preference: wgpu::PowerPreference::HighPerformance, ..Default::default() };
+        let adapter = match wgpu::util::initialize_adapter_from_env(&instance, None).await {
+            Ok(a) => a,
+            Err(_) => instance.request_adapter(&options).await.map_err(|e| GpuError::NoAdapter(e.to_string()))?,
+        };
+        let info = adapter.get_info();
+        let mut features = wgpu::Features::empty();
+        if adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY) {
+            features |= wgpu::Features::TIMESTAMP_QUERY;
+        }
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("tinygpt:device"),
+                required_features: features,
+                required_limits: adapter.limits(),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| GpuError::Device { adapter: info.name.clone(), message: e.to_string() })?;
+        let limits = device.limits();
+        Ok(Self { device, queue, info, limits })
+    }
+
+    /// Opens a device and blocks until it is ready (not for the browser).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn new_blocking() -> Result<Self, GpuError> {
+        pollster::block_on(Self::new())
+    }
+
+    /// Wraps a device someone else opened (Bevy's `RenderDevice`).
+    pub fn from_device(device: wgpu::Device, queue: wgpu::Queue, info: wgpu::AdapterInfo) -> Self {
+        let limits = device.limits();
+        Self { device, queue, info, limits }
+    }
+
+    /// e.g. `NVIDIA H100 80GB HBM3 (Vulkan, DiscreteGpu)`
+    pub fn describe(&self) -> String {
+        format!("{} ({:?}, {:?})", self.info.name, self.info.backend, self.info.device_type)
+    }
+}

@@ -1,0 +1,185 @@
+//! The WGSL kernels of `shaders/`: their bind-group layouts (declared here,
+//! next to the binding lists in each file's header) and compute pipelines.
+//!
+//! Modules are created without runtime bounds checks, as Bevy creates them:
+//! every kernel guards its own edges, and the parity tests run at shapes that
+//! are not multiples of any tile. (Checked modules cost up to 40× on
+//! dynamically indexed private arrays: see `docs/performance.md`.)
+
+use std::collections::HashMap;
+
+/// How a binding is declared in WGSL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slot {
+    /// `var<storage, read>`
+    Ro,
+    /// `var<storage, read_write>`
+    Rw,
+    /// `var<uniform>`
+    Uniform,
+}
+
+use Slot::{Ro, Rw, Uniform};
+
+/// One WGSL file: its source, bindings in order, and entry points.
+pub struct ShaderFile {
+    pub name: &'static str,
+    pub source: &'static str,
+    pub slots: &'static [Slot],
+    pub entries: &'static [&'static str],
+}
+
+const COMMON: &str = include_str!("../../shaders/common.wgsl");
+
+pub const SHADERS: &[ShaderFile] = &[
+    ShaderFile {
+        name: "matmul",
+        source: include_str!("../../shaders/matmul.wgsl"),
+        // a, b, c, bias, params
+        slots: &[Ro, Ro, Rw, Ro, Uniform],
+        entries: &["matmul_nt", "matmul_nn", "matmul_tn"],
+    },
+    ShaderFile {
+        name: "elementwise",
+        source: include_str!("../../shaders/elementwise.wgsl"),
+        // dst, x, y, ew, step
+        slots: &[Rw, Ro, Ro, Uniform, Uniform],
+        entries: &["gelu_forward", "gelu_backward", "residual_forward", "accumulate", "dropout_forward", "dropout_backward"],
+    },
+    ShaderFile {
+        name: "layernorm",
+        source: include_str!("../../shaders/layernorm.wgsl"),
+        // inp, gain, out, mean, rstd, g, part, ln
+        slots: &[Ro, Ro, Rw, Rw, Rw, Ro, Rw, Uniform],
+        entries: &["layernorm_forward", "layernorm_backward_dx", "layernorm_backward_part", "bias_grad_part", "column_sums_final"],
+    },
+    ShaderFile {
+        name: "embedding",
+        source: include_str!("../../shaders/embedding.wgsl"),
+        // tokens, wte, wpe, act, order, offsets, e
+        slots: &[Ro, Rw, Rw, Rw, Ro, Ro, Uniform],
+        entries: &["embedding_forward", "embedding_backward_wpe", "embedding_backward_wte"],
+    },
+    ShaderFile {
+        name: "cross_entropy",
+        source: include_str!("../../shaders/cross_entropy.wgsl"),
+        // logits, targets, losses, dlogits, stats, ce
+        slots: &[Ro, Ro, Rw, Rw, Rw, Uniform],
+        entries: &["cross_entropy_forward", "cross_entropy_backward", "loss_mean"],
+    },
+    ShaderFile {
+        name: "attention",
+        source: include_str!("../../shaders/attention.wgsl"),
+        // qkv, out, lse, dout, dqkv, delta, at, step
+        slots: &[Ro, Rw, Rw, Ro, Rw, Rw, Uniform, Uniform],
+        entries: &["attention_forward", "attention_backward_delta", "attention_backward_dkdv", "attention_backward_dq"],
+    },
+    ShaderFile {
+        name: "adamw",
+        source: include_str!("../../shaders/adamw.wgsl"),
+        // params, grads, m, v, stats, partials, op, step
+        slots: &[Rw, Rw, Rw, Rw, Rw, Rw, Uniform, Uniform],
+        entries: &["sum_squares_partial", "grad_norm_final", "adamw_update"],
+    },
+];
+
+/// Attention's dims per lane for a head size: ceil(D / 16).
+pub fn attention_dims_per_lane(head_dim: usize) -> usize {
+    head_dim.div_ceil(16).max(1)
+}
+
+/// Workgroup memory the attention kernels need for a head size, in bytes.
+pub fn attention_workgroup_bytes(head_dim: usize) -> u64 {
+    let dmax = 16 * attention_dims_per_lane(head_dim);
+    ((2 * 16 * dmax + 2 * 256) * 4) as u64
+}
+
+/// The full WGSL source of a file as compiled (common declarations first,
+/// templates filled in).
+pub fn full_source(file: &ShaderFile, head_dim: usize) -> String {
+    let body = file.source.replace("{{DPL}}", &attention_dims_per_lane(head_dim).to_string());
+    format!("{COMMON}\n{body}")
+}
+
+/// Compiled pipelines, by entry-point name, and each file's layout.
+pub struct Kernels {
+    pub layouts: HashMap<&'static str, wgpu::BindGroupLayout>,
+    pub pipelines: HashMap<&'static str, (usize, wgpu::ComputePipeline)>,
+}
+
+impl Kernels {
+    /// Compiles every kernel for models with this head size.
+    pub fn new(device: &wgpu::Device, head_dim: usize) -> Self {
+        let mut layouts = HashMap::new();
+        let mut pipelines = HashMap::new();
+        for (file_index, file) in SHADERS.iter().enumerate() {
+            let entries: Vec<wgpu::BindGroupLayoutEntry> = file
+                .slots
+                .iter()
+                .enumerate()
+                .map(|(i, slot)| wgpu::BindGroupLayoutEntry {
+                    binding: i as u32,
+                    visibility: wgpu::ShaderStages::COMPUTE,
+                    ty: match slot {
+                        Uniform => wgpu::BindingType::Buffer {
+                            ty: wgpu::BufferBindingType::Uniform,
+                            has_dynamic_offset: false,
+                            min_binding_size: None,
+                        },
+                        s => wgpu::BindingType::Buffer {
+                            ty: wgpu::BufferBindingType::Storage { read_only: *s == Ro },
+                            has_dynamic_offset: false,
+                            min_binding_size: None,
+                        },
+                    },
+                    count: None,
+                })
+                .collect();
+            let label = format!("tinygpt:layout:{}", file.name);
+            let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(&label), entries: &entries });
+            let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                label: Some(&label),
+                bind_group_layouts: &[Some(&layout)],
+                immediate_size: 0,
+            });
+            let source = full_source(file, head_dim);
+            // SAFETY: every kernel bounds-checks its own indices (see each
+            // file's header); the parity tests exercise ragged shapes.
+            let module = unsafe {
+                device.create_shader_module_trusted(
+                    wgpu::ShaderModuleDescriptor {
+                        label: Some(&format!("tinygpt:shader:{}", file.name)),
+                        source: wgpu::ShaderSource::Wgsl(source.into()),
+                    },
+                    wgpu::ShaderRuntimeChecks::unchecked(),
+                )
+            };
+            for entry in file.entries {
+                let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                    label: Some(&format!("tinygpt:pipeline:{entry}")),
+                    layout: Some(&pipeline_layout),
+                    module: &module,
+                    entry_point: Some(entry),
+                    compilation_options: wgpu::PipelineCompilationOptions {
+                        // Every kernel writes workgroup memory before reading it.
+                        zero_initialize_workgroup_memory: false,
+                        ..Default::default()
+                    },
+                    cache: None,
+                });
+                pipelines.insert(*entry, (file_index, pipeline));
+            }
+            layouts.insert(file.name, layout);
+        }
+        Self { layouts, pipelines }
+    }
+
+    pub fn layout_of(&self, entry: &str) -> &wgpu::BindGroupLayout {
+        let (file, _) = &self.pipelines[entry];
+        &self.layouts[SHADERS[*file].name]
+    }
+
+    pub fn slots_of(&self, entry: &str) -> &'static [Slot] {
+        SHADERS[self.pipelines[entry].0].slots
+    }
+}

@@ -1,0 +1,259 @@
+//! The GPU backend against the CPU reference, on whatever adapter wgpu finds
+//! (Mesa's lavapipe in CI). These tests fail, never skip, without an adapter.
+//!
+//! Order as a bug would show: each kernel alone on fresh random inputs
+//! (forward, then backward), FlashAttention at awkward (T, D), then whole
+//! training steps, the overfit gate, and buffer allocation.
+
+use std::sync::OnceLock;
+use tinygpt::backend::{Backend, StepParams};
+use tinygpt::cpu::CpuBackend;
+use tinygpt::data::rng::Rng;
+use tinygpt::data::{Batch, Corpus};
+use tinygpt::gpu::{GpuBackend, GpuContext};
+use tinygpt::model::config::{Config, Schedule};
+use tinygpt::model::params::init_params;
+use tinygpt::program::{Op, Program, Step, TensorKind};
+use tinygpt::train::Trainer;
+
+fn context() -> GpuContext {
+    static CTX: OnceLock<GpuContext> = OnceLock::new();
+    CTX.get_or_init(|| {
+        let ctx = GpuContext::new_blocking().expect("the GPU tests need an adapter (CI installs lavapipe: mesa-vulkan-drivers)");
+        eprintln!("GPU tests on {}", ctx.describe());
+        ctx
+    })
+    .clone()
+}
+
+fn config(n_layer: usize, n_head: usize, d_model: usize, ctx: usize, batch: usize, dropout: f32) -> Config {
+    Config {
+        n_layer,
+        n_head,
+        d_model,
+        ctx,
+        batch,
+        steps: 100,
+        lr: 1e-3,
+        schedule: Schedule::Constant,
+        beta1: 0.9,
+        beta2: 0.95,
+        eps: 1e-8,
+        weight_decay: 0.1,
+        grad_clip: 1.0,
+        dropout,
+        eval_interval: 0,
+        eval_batches: 1,
+    }
+}
+
+fn rel_err(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let diff: f64 = got.iter().zip(want).map(|(a, b)| ((a - b) as f64).powi(2)).sum::<f64>().sqrt();
+    let norm: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum::<f64>().sqrt();
+    if norm == 0.0 { diff } else { diff / norm }
+}
+
+fn random_batch(cfg: &Config, seed: u64) -> Batch {
+    let mut rng = Rng::new(seed);
+    let data: Vec<u8> = (0..cfg.ctx * cfg.batch * 4 + 64).map(|_| rng.below(256) as u8).collect();
+    Batch::sample(&data, cfg.batch, cfg.ctx, &mut rng)
+}
+
+/// Every op of the program, forward then backward, on fresh random inputs:
+/// the CPU op and the GPU kernel(s) get identical inputs, and every output
+/// must agree to ≤ 1e-5 relative.
+fn per_op_parity(cfg: &Config) {
+    let program = Program::new(cfg);
+    let mut cpu = CpuBackend::<f32>::new(program.clone());
+    let mut gpu = GpuBackend::new(context(), program.clone()).unwrap();
+    let batch = random_batch(cfg, 1);
+    cpu.set_batch(&batch);
+    gpu.set_batch(&batch);
+    let sp = StepParams { lr: 1e-3, adam_t: 1, dropout_seed: 77 };
+    cpu.set_mode(true, sp.dropout_seed);
+    let mut rng = Rng::new(5);
+    let mut fill = |cpu: &mut CpuBackend<f32>, gpu: &mut GpuBackend, id: usize, std: f64| {
+        let t = &program.tensors[id];
+        if t.kind == TensorKind::Input {
+            return;
+        }
+        let mut v: Vec<f32> = (0..t.numel()).map(|_| (rng.normal() * std) as f32).collect();
+        if t.name.ends_with(".rstd") {
+            v.iter_mut().for_each(|x| *x = x.abs() + 0.5);
+        }
+        cpu.write(&t.name, &v).unwrap();
+        gpu.write(&t.name, &v).unwrap();
+    };
+    let check = |cpu: &mut CpuBackend<f32>, gpu: &mut GpuBackend, id: usize, what: &str| {
+        let name = &program.tensors[id].name;
+        let want = cpu.read(name).unwrap();
+        let got = gpu.read(name).unwrap();
+        let e = rel_err(&got, &want);
+        let worst = got.iter().zip(&want).enumerate().max_by(|a, b| (a.1.0 - a.1.1).abs().total_cmp(&(b.1.0 - b.1.1).abs())).unwrap();
+        assert!(e <= 1e-5, "{what}: `{name}` relative error {e:e} (worst at {}: gpu {} cpu {})", worst.0, worst.1.0, worst.1.1);
+    };
+    for (i, node) in program.ops.iter().enumerate() {
+        let (ins, outs) = node.op.io();
+        // Forward on fresh inputs.
+        for &id in &ins {
+            fill(&mut cpu, &mut gpu, id, 1.0);
+        }
+        cpu.run(Step::Forward(i), None);
+        gpu.run_steps(&[Step::Forward(i)], Some(sp));
+        for &id in &outs {
+            check(&mut cpu, &mut gpu, id, &format!("forward {}", node.label));
+        }
+        // Backward: random output gradient, random starting input gradients
+        // (the kernels accumulate), same saved values.
+        let grads_out: Vec<usize> = outs.iter().filter_map(|&o| program.tensors[o].grad).collect();
+        for &gid in &grads_out {
+            fill(&mut cpu, &mut gpu, gid, 1.0);
+        }
+        if matches!(node.op, Op::CrossEntropy { .. }) {
+            // The loss's gradient is the mean: the backward reads only logits.
+        }
+        let grads_in: Vec<usize> = ins.iter().filter_map(|&x| program.tensors[x].grad).collect();
+        for &gid in &grads_in {
+            fill(&mut cpu, &mut gpu, gid, 0.1);
+        }
+        cpu.run(Step::Backward(i), None);
+        gpu.run_steps(&[Step::Backward(i)], Some(sp));
+        for &gid in &grads_in {
+            check(&mut cpu, &mut gpu, gid, &format!("backward {}", node.label));
+        }
+    }
+}
+
+#[test]
+fn every_kernel_matches_the_cpu_at_ragged_shapes() {
+    // C = 20 (3C = 60, 4C = 80), T = 13, B = 3: no size is a multiple of a tile.
+    per_op_parity(&config(1, 2, 20, 13, 3, 0.0));
+}
+
+#[test]
+fn every_kernel_matches_the_cpu_with_dropout() {
+    per_op_parity(&config(1, 2, 20, 13, 3, 0.25));
+}
+
+#[test]
+fn flash_attention_matches_naive_attention() {
+    // (T, head_dim): T = 1, T below / at / above a 16-row tile, D up to 128.
+    for (t, d, h) in [(1, 8, 2), (15, 16, 1), (16, 32, 2), (17, 24, 2), (33, 64, 1), (40, 128, 1)] {
+        let cfg = config(1, h, d * h, t, 2, 0.0);
+        let program = Program::new(&cfg);
+        let attn = program.ops.iter().position(|n| matches!(n.op, Op::Attention { .. })).unwrap();
+        let mut cpu = CpuBackend::<f32>::new(program.clone());
+        let mut gpu = GpuBackend::new(context(), program.clone()).unwrap();
+        let Op::Attention { qkv, out, lse, .. } = program.ops[attn].op else { unreachable!() };
+        let mut rng = Rng::new(t as u64 * 131 + d as u64);
+        let mut set = |id: usize| {
+            let name = &program.tensors[id].name;
+            let v: Vec<f32> = (0..program.tensors[id].numel()).map(|_| rng.normal() as f32).collect();
+            cpu.write(name, &v).unwrap();
+            gpu.write(name, &v).unwrap();
+        };
+        set(qkv);
+        set(program.tensors[out].grad.unwrap());
+        set(program.tensors[qkv].grad.unwrap());
+        cpu.set_mode(true, 0);
+        cpu.run(Step::Forward(attn), None);
+        cpu.run(Step::Backward(attn), None);
+        gpu.run_steps(&[Step::Forward(attn), Step::Backward(attn)], None);
+        for id in [out, lse, program.tensors[qkv].grad.unwrap()] {
+            let name = &program.tensors[id].name;
+            let e = rel_err(&gpu.read(name).unwrap(), &cpu.read(name).unwrap());
+            assert!(e <= 1e-5, "T={t} D={d}: `{name}` relative error {e:e}");
+        }
+    }
+}
+
+/// Same seed, same batches: `steps` training steps on both backends.
+fn whole_step_parity(dropout: f32) {
+    let mut cfg = Config::load("tiny").unwrap();
+    cfg.dropout = dropout;
+    cfg.eval_interval = 0;
+    let corpus = Corpus::tiny_shakespeare(cfg.ctx).unwrap();
+    let mut cpu = Trainer::new(Box::new(CpuBackend::<f32>::new(Program::new(&cfg))), corpus.clone(), 42).unwrap();
+    let mut gpu = Trainer::new(Box::new(GpuBackend::new(context(), Program::new(&cfg)).unwrap()), corpus, 42).unwrap();
+    for step in 1..=20 {
+        let a = cpu.train_step().unwrap();
+        let b = gpu.train_step().unwrap();
+        let e = ((a.loss - b.loss) / a.loss).abs();
+        assert!(e <= 1e-4, "dropout {dropout}, step {step}: loss cpu {} gpu {} ({e:e})", a.loss, b.loss);
+        let e = ((a.grad_norm - b.grad_norm) / a.grad_norm).abs();
+        assert!(e <= 1e-4, "dropout {dropout}, step {step}: grad norm cpu {} gpu {}", a.grad_norm, b.grad_norm);
+    }
+    for (pc, pg) in cpu.params().unwrap().iter().zip(gpu.params().unwrap()) {
+        let e = rel_err(&pg.values, &pc.values);
+        assert!(e <= 1e-4, "dropout {dropout}: `{}` after 20 steps: relative error {e:e}", pc.name);
+    }
+}
+
+#[test]
+fn twenty_steps_match_the_cpu() {
+    whole_step_parity(0.0);
+}
+
+#[test]
+fn twenty_steps_match_the_cpu_with_dropout() {
+    whole_step_parity(0.2);
+}
+
+#[test]
+fn gpu_overfit_gate_one_fixed_batch() {
+    let mut cfg = Config::load("tiny").unwrap();
+    cfg.lr = 3e-3;
+    cfg.eval_interval = 0;
+    let corpus = Corpus::tiny_shakespeare(cfg.ctx).unwrap();
+    let mut t = Trainer::new(Box::new(GpuBackend::new(context(), Program::new(&cfg)).unwrap()), corpus, 42).unwrap();
+    let batch = t.next_batch();
+    let first = t.train_on(&batch).unwrap().loss;
+    assert!((first - 256f32.ln()).abs() < 0.1, "initial loss {first}");
+    let mut last = first;
+    for _ in 1..300 {
+        last = t.train_on(&batch).unwrap().loss;
+        if last < 0.05 {
+            break;
+        }
+    }
+    assert!(last < 0.05, "after 300 steps the loss is {last}");
+}
+
+#[test]
+fn no_buffer_is_created_after_the_first_step() {
+    let cfg = Config::load("tiny").unwrap();
+    let program = Program::new(&cfg);
+    // A device of its own: the other tests' buffers must not count here.
+    let ctx = GpuContext::new_blocking().expect("the GPU tests need an adapter");
+    let mut gpu = GpuBackend::new(ctx.clone(), program.clone()).unwrap();
+    for t in init_params(&program, 1) {
+        gpu.write(&t.name, &t.values).unwrap();
+    }
+    let created = gpu.buffers_created();
+    let corpus = Corpus::tiny_shakespeare(cfg.ctx).unwrap();
+    let mut sampler = tinygpt::data::BatchSampler::new(3);
+    let mut step = |gpu: &mut GpuBackend, t: u64| {
+        let batch = sampler.next(&corpus, cfg.batch, cfg.ctx);
+        gpu.train_step(&batch, StepParams { lr: 1e-3, adam_t: t, dropout_seed: 0 });
+        gpu.eval_loss(&batch);
+        gpu.read("transformer.h.0.attn.c_attn.weight").unwrap();
+    };
+    step(&mut gpu, 1);
+    let live = ctx.device.get_internal_counters().hal.buffers.read();
+    for t in 2..6 {
+        step(&mut gpu, t);
+    }
+    assert_eq!(gpu.buffers_created(), created, "the backend created buffers after construction");
+    let live_after = ctx.device.get_internal_counters().hal.buffers.read();
+    assert_eq!(live, live_after, "live device buffers changed between step 1 and step 5");
+}
+
+#[test]
+fn a_preset_too_big_for_the_adapter_is_refused_by_name() {
+    let mut ctx = context();
+    ctx.limits.max_storage_buffer_binding_size = 1 << 16;
+    let cfg = Config::load("small").unwrap();
+    let err = GpuBackend::new(ctx, Program::new(&cfg)).err().expect("must refuse").to_string();
+    assert!(err.contains("max_storage_buffer_binding_size") && err.contains("3L/3H/d96"), "{err}");
+}
