@@ -327,3 +327,52 @@ pub fn gemm_contest(config: &Config) -> Vec<GemmResult> {
     }
     out
 }
+
+/// The GPU matmul kernel alone: TFLOP/s of `C = A·Bᵀ` (the linear forward
+/// layout) at M×K×N, timed over `reps` dispatches in one submit.
+pub fn gpu_matmul_tflops(ctx: &crate::gpu::GpuContext, m: usize, k: usize, n: usize, reps: usize) -> f64 {
+    use wgpu::util::DeviceExt;
+    let device = &ctx.device;
+    let kernels = crate::gpu::kernels::Kernels::new(device, 32);
+    let mut rng = crate::data::rng::Rng::new(3);
+    let mut buffer = |len: usize, label: &str| {
+        let data: Vec<f32> = (0..len).map(|_| rng.normal() as f32).collect();
+        device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+            label: Some(label),
+            contents: bytemuck::cast_slice(&data),
+            usage: wgpu::BufferUsages::STORAGE,
+        })
+    };
+    let (a, b, c, bias) = (buffer(m * k, "a"), buffer(n * k, "b"), buffer(m * n, "c"), buffer(n, "bias"));
+    let params: [u32; 8] = [m as u32, k as u32, n as u32, 0, 1f32.to_bits(), 0, 0, 0];
+    let uniform = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
+        label: Some("params"),
+        contents: bytemuck::cast_slice(&params),
+        usage: wgpu::BufferUsages::UNIFORM,
+    });
+    let entries: Vec<wgpu::BindGroupEntry> = [&a, &b, &c, &bias, &uniform]
+        .iter()
+        .enumerate()
+        .map(|(i, buf)| wgpu::BindGroupEntry { binding: i as u32, resource: buf.as_entire_binding() })
+        .collect();
+    let bind = device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: kernels.layout_of("matmul_nt"), entries: &entries });
+    let pipeline = &kernels.pipelines["matmul_nt"].1;
+    let run = |count: usize| {
+        let mut encoder = device.create_command_encoder(&Default::default());
+        {
+            let mut pass = encoder.begin_compute_pass(&Default::default());
+            pass.set_pipeline(pipeline);
+            pass.set_bind_group(0, &bind, &[]);
+            for _ in 0..count {
+                pass.dispatch_workgroups(n.div_ceil(64) as u32, m.div_ceil(64) as u32, 1);
+            }
+        }
+        ctx.queue.submit([encoder.finish()]);
+        let _ = device.poll(wgpu::PollType::wait_indefinitely());
+    };
+    run(2);
+    let start = Instant::now();
+    run(reps);
+    let secs = start.elapsed().as_secs_f64() / reps as f64;
+    2.0 * (m * k * n) as f64 / secs / 1e12
+}

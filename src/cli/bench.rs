@@ -1,14 +1,15 @@
 //! `tinygpt bench`: training speed per preset, as a table or JSON lines.
 
-use super::BackendChoice;
+use super::backend::{build, resolve, BackendChoice, Resolved};
 use anyhow::Result;
-use tinygpt::bench::{BenchOptions, Machine, bench, cpu_backend};
+use tinygpt::bench::{BenchOptions, Machine, bench};
 use tinygpt::model::config::Config;
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// Backends to measure, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "cpu")]
+    /// Backends to measure, comma-separated (auto: the CPU, and the GPU when
+    /// a hardware adapter is present).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "auto")]
     backend: Vec<BackendChoice>,
     /// Presets to measure, comma-separated.
     #[arg(
@@ -29,6 +30,12 @@ pub struct BenchArgs {
     /// Show where a CPU step's time goes, per op family, instead.
     #[arg(long)]
     ops: bool,
+    /// Time every GPU kernel of one training step (timestamp queries) per preset.
+    #[arg(long)]
+    kernels: bool,
+    /// Measure the GPU matmul kernel alone, in TFLOP/s, at M×K×N (e.g. 16384x384x1536).
+    #[arg(long, value_name = "MxKxN")]
+    matmul: Option<String>,
     /// Compare the CPU matmul contenders (GEMM crate vs hand-written loop) at each preset's layer shapes.
     #[arg(long)]
     gemm: bool,
@@ -41,6 +48,45 @@ pub fn run(args: BenchArgs) -> Result<()> {
         .iter()
         .map(|p| Ok((p.clone(), Config::load(p)?)))
         .collect::<Result<Vec<_>>>()?;
+    if let Some(shape) = &args.matmul {
+        let dims: Vec<usize> = shape.split('x').map(|d| d.parse()).collect::<Result<_, _>>().map_err(|_| anyhow::anyhow!("--matmul wants MxKxN, e.g. 16384x384x1536"))?;
+        let [m, k, n] = dims[..] else { anyhow::bail!("--matmul wants MxKxN, e.g. 16384x384x1536") };
+        let Resolved::Gpu(ctx) = resolve(BackendChoice::Gpu)? else { unreachable!() };
+        let tflops = tinygpt::bench::gpu_matmul_tflops(&ctx, m, k, n, 20);
+        println!("matmul_nt {m}x{k}x{n} on {}: {tflops:.2} TFLOP/s", ctx.describe());
+        return Ok(());
+    }
+    if args.kernels {
+        let Resolved::Gpu(ctx) = resolve(BackendChoice::Gpu)? else { unreachable!() };
+        for (name, config) in &configs {
+            let mut gpu = tinygpt::gpu::GpuBackend::new(ctx.clone(), tinygpt::program::Program::new(config))?;
+            let corpus = tinygpt::data::Corpus::tiny_shakespeare(config.ctx)?;
+            let batch = tinygpt::data::BatchSampler::new(1).next(&corpus, config.batch, config.ctx);
+            let sp = tinygpt::backend::StepParams { lr: config.lr, adam_t: 1, dropout_seed: 1 };
+            for t in tinygpt::model::params::init_params(tinygpt::backend::Backend::program(&gpu), 42) {
+                tinygpt::backend::Backend::write(&mut gpu, &t.name, &t.values)?;
+            }
+            gpu.profile_step(&batch, sp); // warm-up
+            let Some(rows) = gpu.profile_step(&batch, sp) else {
+                println!("{}: this adapter has no timestamp queries; per-kernel times are not available", ctx.describe());
+                return Ok(());
+            };
+            let mut by_kind: std::collections::BTreeMap<(String, &str), (f64, usize)> = Default::default();
+            for (label, entry, ns) in &rows {
+                let e = by_kind.entry((label.clone(), entry)).or_default();
+                e.0 += ns / 1e6;
+                e.1 += 1;
+            }
+            let total: f64 = by_kind.values().map(|v| v.0).sum();
+            println!("{name}: {total:.3} ms of kernel time in {} dispatches on {}", rows.len(), ctx.describe());
+            let mut sorted: Vec<_> = by_kind.into_iter().collect();
+            sorted.sort_by(|a, b| b.1.0.total_cmp(&a.1.0));
+            for ((label, entry), (ms, count)) in sorted {
+                println!("  {label:<20} {entry:<26} {count:>4}x {ms:>9.4} ms {:>5.1}%", 100.0 * ms / total);
+            }
+        }
+        return Ok(());
+    }
     if args.gemm {
         for (name, config) in &configs {
             for r in tinygpt::bench::gemm_contest(config) {
@@ -93,19 +139,35 @@ pub fn run(args: BenchArgs) -> Result<()> {
             "warm-up ms"
         );
     }
+    // Settle the backend list once (one GPU device for every preset).
+    let mut backends: Vec<(BackendChoice, Resolved)> = Vec::new();
+    for &choice in &args.backend {
+        match choice {
+            BackendChoice::Auto => {
+                backends.push((BackendChoice::Cpu, Resolved::Cpu));
+                if let r @ Resolved::Gpu(_) = resolve(BackendChoice::Auto)? {
+                    backends.push((BackendChoice::Auto, r));
+                }
+            }
+            c => backends.push((c, resolve(c)?)),
+        }
+    }
     for (name, config) in &configs {
-        for backend in &args.backend {
-            let b = match backend {
-                BackendChoice::Cpu => cpu_backend(config),
-            };
+        let mut cpu_ms = None;
+        for (choice, resolved) in &backends {
+            let b = build(resolved, *choice, config)?;
             let r = bench(name, b, opts).map_err(anyhow::Error::msg)?;
+            let backend = resolved.name();
+            if backend == "cpu" {
+                cpu_ms = Some(r.median_ms);
+            }
             if args.json {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
                 println!(
                     "{:<14} {:<8} {:>12} {:>10.2} {:>10.2} {:>10.2} {:>12.0} {:>6} {:>11.1}",
                     r.preset,
-                    format!("{backend:?}").to_lowercase(),
+                    backend,
                     super::group_thousands(r.params),
                     r.median_ms,
                     r.min_ms,
@@ -114,6 +176,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     r.steps,
                     r.warmup_ms
                 );
+                if let (Some(c), "gpu") = (cpu_ms, backend) {
+                    println!("{:<14} gpu over cpu: {:.1}x", "", c / r.median_ms);
+                }
             }
         }
     }

@@ -6,7 +6,9 @@ use std::io::Write;
 use std::path::PathBuf;
 use tinygpt::cpu::generate::Generator;
 use tinygpt::model::checkpoint::{Checkpoint, Precision, check_writable};
-use tinygpt::train::sample::{SampleOptions, generate};
+use super::backend::{BackendChoice, Resolved};
+use tinygpt::gpu::generate::GpuGenerator;
+use tinygpt::train::sample::{NextToken, SampleOptions, generate};
 
 #[derive(clap::Args)]
 pub struct GenerateArgs {
@@ -25,6 +27,9 @@ pub struct GenerateArgs {
     /// Sample only among the K most likely bytes (1..=256).
     #[arg(long = "top-k", value_name = "K", default_value_t = 40, value_parser = clap::value_parser!(u16).range(1..=256))]
     top_k: u16,
+    /// Where to compute: the CPU's KV cache, or the GPU's forward pass.
+    #[arg(long, value_enum, default_value = "auto")]
+    backend: BackendChoice,
     /// Random seed of the sampler.
     #[arg(long, value_name = "S", default_value_t = 42)]
     seed: u64,
@@ -38,7 +43,10 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         seed: args.seed,
     };
     opts.validate().map_err(anyhow::Error::msg)?;
-    let mut generator = Generator::new(&ck.config, &ck.params).map_err(anyhow::Error::msg)?;
+    let mut generator: Box<dyn NextToken> = match super::backend::resolve(args.backend)? {
+        Resolved::Gpu(ctx) => Box::new(GpuGenerator::new(ctx, &ck.config, &ck.params)?),
+        Resolved::Cpu => Box::new(Generator::new(&ck.config, &ck.params).map_err(anyhow::Error::msg)?),
+    };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     out.write_all(args.prompt.as_bytes())?;
@@ -47,7 +55,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     let mut pending: Vec<u8> = Vec::new();
     let mut io_error = None;
     generate(
-        &mut generator,
+        generator.as_mut(),
         args.prompt.as_bytes(),
         args.tokens,
         &opts,

@@ -1,6 +1,7 @@
 //! Argument parsing and dispatch. Every bad argument ends the program with one
 //! line that names the problem and the fix, and a non-zero exit code.
 
+mod backend;
 mod bench;
 mod generate;
 mod train;
@@ -39,12 +40,7 @@ enum Command {
     Export(generate::ExportArgs),
 }
 
-/// The backends this build can run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum BackendChoice {
-    /// The CPU backend (rayon, f32).
-    Cpu,
-}
+pub use backend::BackendChoice;
 
 pub fn main() -> ExitCode {
     // Like any Unix filter, end quietly when the reader of stdout goes away

@@ -20,7 +20,7 @@ pub struct TrainArgs {
     #[arg(long, default_value = DEFAULT_PRESET)]
     preset: String,
     /// Where to compute.
-    #[arg(long, value_enum, default_value = "cpu")]
+    #[arg(long, value_enum, default_value = "auto")]
     backend: BackendChoice,
     /// Text to learn from, read as bytes (default: TinyShakespeare, built in).
     #[arg(long, value_name = "FILE")]
@@ -78,9 +78,8 @@ pub fn run(args: TrainArgs) -> Result<()> {
         Some(p) => Corpus::from_file(p, config.ctx)?,
         None => Corpus::tiny_shakespeare(config.ctx)?,
     };
-    let backend = match args.backend {
-        BackendChoice::Cpu => tinygpt::bench::cpu_backend(&config),
-    };
+    let resolved = super::backend::resolve(args.backend)?;
+    let backend = super::backend::build(&resolved, args.backend, &config)?;
     let description = backend.describe();
     let mut trainer = match &resumed {
         Some(ck) => Trainer::resume(backend, corpus, ck)?,

@@ -11,6 +11,7 @@
 //! (`buffers_created` counts them; a test checks).
 
 pub mod context;
+pub mod generate;
 pub mod kernels;
 
 use crate::backend::{Backend, BackendError, StepOutcome, StepParams};
@@ -646,6 +647,78 @@ impl GpuBackend {
         }
         self.ctx.queue.submit([encoder.finish()]);
         let _ = self.ctx.device.poll(wgpu::PollType::wait_indefinitely());
+    }
+
+    /// Times every dispatch of one training step with GPU timestamps (each in
+    /// a compute pass of its own, so the total exceeds a normal step's).
+    /// Returns (program step label, kernel entry point, nanoseconds) in order,
+    /// or None when the adapter has no timestamp queries.
+    pub fn profile_step(&mut self, batch: &Batch, sp: StepParams) -> Option<Vec<(String, &'static str, f64)>> {
+        if !self.ctx.device.features().contains(wgpu::Features::TIMESTAMP_QUERY) {
+            return None;
+        }
+        self.upload_batch(batch);
+        self.write_step_uniform(Some(sp));
+        let n: usize = self.dispatches_per_step();
+        let queries = self.ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("tinygpt:profile"),
+            ty: wgpu::QueryType::Timestamp,
+            count: (2 * n) as u32,
+        });
+        let resolve = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("tinygpt:profile.resolve"),
+            size: (16 * n) as u64,
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        let staging = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("tinygpt:profile.staging"),
+            size: (16 * n) as u64,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
+        for &buf in &self.grad_buffers {
+            encoder.clear_buffer(&self.buffers[buf], 0, None);
+        }
+        let mut labels = Vec::new();
+        let mut q = 0u32;
+        for (step, dispatches) in &self.steps {
+            let label = match step {
+                Step::Forward(i) => format!("fwd {}", self.program.ops[*i].op.kind_name()),
+                Step::Backward(i) => format!("bwd {}", self.program.ops[*i].op.kind_name()),
+                other => format!("{other:?}"),
+            };
+            for d in dispatches {
+                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: None,
+                    timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
+                        query_set: &queries,
+                        beginning_of_pass_write_index: Some(q),
+                        end_of_pass_write_index: Some(q + 1),
+                    }),
+                });
+                pass.set_pipeline(&self.kernels.pipelines[d.entry].1);
+                pass.set_bind_group(0, &d.bind_group, &[]);
+                pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+                drop(pass);
+                labels.push((label.clone(), d.entry));
+                q += 2;
+            }
+        }
+        encoder.resolve_query_set(&queries, 0..q, &resolve, 0);
+        encoder.copy_buffer_to_buffer(&resolve, 0, &staging, 0, (16 * n) as u64);
+        self.ctx.queue.submit([encoder.finish()]);
+        let bytes = self.map_blocking(&staging, (16 * n) as u64);
+        let ticks: &[u64] = bytemuck::cast_slice(&bytes);
+        let period = self.ctx.queue.get_timestamp_period() as f64;
+        Some(
+            labels
+                .into_iter()
+                .enumerate()
+                .map(|(i, (label, entry))| (label, entry, ticks[2 * i + 1].saturating_sub(ticks[2 * i]) as f64 * period))
+                .collect(),
+        )
     }
 
     /// Runs only the forward ops on a batch in evaluation mode and returns the

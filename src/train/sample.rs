@@ -7,8 +7,36 @@
 //! from the last `ctx / 2` bytes and filling resumes, so each token still costs
 //! one position on average and always sees at least `ctx / 2` bytes.
 
-use crate::cpu::generate::Generator;
 use crate::data::rng::Rng;
+
+/// A model that yields next-byte logits position by position: the CPU's KV
+/// cache ([`crate::cpu::generate::Generator`]) or the GPU's windowed forward
+/// ([`crate::gpu::generate::GpuGenerator`]).
+pub trait NextToken {
+    /// Context length: how many positions the window holds.
+    fn ctx(&self) -> usize;
+    /// Positions currently in the window.
+    fn len(&self) -> usize;
+    /// Empties the window, feeds 1..=ctx tokens, returns the logits after the last.
+    fn prime(&mut self, tokens: &[u8]) -> Vec<f32>;
+    /// Appends one token (the window must not be full) and returns the logits after it.
+    fn push(&mut self, token: u8) -> Vec<f32>;
+}
+
+impl NextToken for crate::cpu::generate::Generator {
+    fn ctx(&self) -> usize {
+        crate::cpu::generate::Generator::ctx(self)
+    }
+    fn len(&self) -> usize {
+        crate::cpu::generate::Generator::len(self)
+    }
+    fn prime(&mut self, tokens: &[u8]) -> Vec<f32> {
+        crate::cpu::generate::Generator::prime(self, tokens)
+    }
+    fn push(&mut self, token: u8) -> Vec<f32> {
+        crate::cpu::generate::Generator::push(self, token)
+    }
+}
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SampleOptions {
@@ -77,7 +105,7 @@ pub fn sample_logits(logits: &[f32], opts: &SampleOptions, rng: &mut Rng) -> u8 
 /// Generates `n_tokens` bytes after `prompt`, calling `emit` with each one as
 /// soon as it is drawn. An empty prompt starts from a newline.
 pub fn generate(
-    generator: &mut Generator,
+    generator: &mut dyn NextToken,
     prompt: &[u8],
     n_tokens: usize,
     opts: &SampleOptions,

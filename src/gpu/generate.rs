@@ -1,0 +1,60 @@
+//! Text generation on the GPU: the program's own forward pass over the
+//! current window (batch 1), reading back the logits of its last position.
+//! It follows the same window rule as the CPU's KV cache, so both compute
+//! the same function; it recomputes the window for each byte instead of
+//! caching keys and values.
+
+use super::{GpuBackend, GpuContext, GpuError};
+use crate::backend::Backend;
+use crate::data::Batch;
+use crate::model::config::{Config, VOCAB};
+use crate::model::params::NamedTensor;
+use crate::program::Program;
+use crate::train::sample::NextToken;
+
+pub struct GpuGenerator {
+    backend: GpuBackend,
+    window: Vec<u8>,
+}
+
+impl GpuGenerator {
+    pub fn new(ctx: GpuContext, config: &Config, params: &[NamedTensor]) -> Result<Self, GpuError> {
+        let mut cfg = config.clone();
+        cfg.batch = 1;
+        let mut backend = GpuBackend::new(ctx, Program::new(&cfg))?;
+        for p in params {
+            backend.write(&p.name, &p.values).map_err(|e| GpuError::Other(e.to_string()))?;
+        }
+        Ok(Self { backend, window: Vec::new() })
+    }
+
+    fn logits_of_last(&mut self) -> Vec<f32> {
+        let ctx = self.ctx();
+        let mut inputs: Vec<u32> = self.window.iter().map(|&b| b as u32).collect();
+        inputs.resize(ctx, 0); // causal: padding after the window changes nothing before it
+        let batch = Batch { batch: 1, ctx, targets: inputs.clone(), inputs };
+        self.backend.forward(&batch, None);
+        let logits = self.backend.read("logits").expect("the program has logits");
+        let last = self.window.len() - 1;
+        logits[last * VOCAB..(last + 1) * VOCAB].to_vec()
+    }
+}
+
+impl NextToken for GpuGenerator {
+    fn ctx(&self) -> usize {
+        self.backend.program().config.ctx
+    }
+    fn len(&self) -> usize {
+        self.window.len()
+    }
+    fn prime(&mut self, tokens: &[u8]) -> Vec<f32> {
+        assert!(!tokens.is_empty() && tokens.len() <= self.ctx(), "prime needs 1..=ctx tokens");
+        self.window = tokens.to_vec();
+        self.logits_of_last()
+    }
+    fn push(&mut self, token: u8) -> Vec<f32> {
+        assert!(self.window.len() < self.ctx(), "window is full");
+        self.window.push(token);
+        self.logits_of_last()
+    }
+}
