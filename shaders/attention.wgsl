@@ -51,8 +51,10 @@ const DMAX: u32 = 16u * DPL;
 @group(0) @binding(6) var<uniform> at: AttnParams;
 @group(0) @binding(7) var<uniform> step: StepUniform;
 
-var<workgroup> tile_a: array<f32, BC * DMAX>; // 16 rows of K, V, Q or dO, row stride D
-var<workgroup> tile_b: array<f32, BC * DMAX>;
+// 16 rows of K, V, Q or dO. Row stride D + 1: lane x reading row x at the
+// same column then hits 16 different memory banks instead of one.
+var<workgroup> tile_a: array<f32, BC * (DMAX + 1u)>;
+var<workgroup> tile_b: array<f32, BC * (DMAX + 1u)>;
 var<workgroup> s_tile: array<f32, 256>;  // BR × BC
 var<workgroup> s_tile2: array<f32, 256>; // BR × BC
 
@@ -64,6 +66,11 @@ fn qkv_at(b: u32, t: u32, part: u32, h: u32) -> u32 {
 // Offset of (b, t, h·D) in out / dout.
 fn y_at(b: u32, t: u32, h: u32) -> u32 {
     return (b * at.t + t) * at.c + h * at.d;
+}
+
+// Row stride of the shared tiles.
+fn ts() -> u32 {
+    return at.d + 1u;
 }
 
 fn mask(bh: u32, i: u32, j: u32) -> f32 {
@@ -83,7 +90,7 @@ fn load_rows(which: u32, b: u32, h: u32, r0: u32, part: u32, tid: u32) {
         if (r < at.t) {
             if (part == 3u) { v = dout[y_at(b, r, h) + d]; } else { v = qkv[qkv_at(b, r, part, h) + d]; }
         }
-        if (which == 0u) { tile_a[rr * at.d + d] = v; } else { tile_b[rr * at.d + d] = v; }
+        if (which == 0u) { tile_a[rr * ts() + d] = v; } else { tile_b[rr * ts() + d] = v; }
     }
 }
 
@@ -113,7 +120,7 @@ fn attention_forward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invoca
         var sc = -3.4028235e38;
         if (valid && j <= i) {
             var acc = 0.0;
-            for (var d = 0u; d < at.d; d++) { acc += qkv[qbase + d] * tile_a[lane * at.d + d]; }
+            for (var d = 0u; d < at.d; d++) { acc += qkv[qbase + d] * tile_a[lane * ts() + d]; }
             sc = acc * at.scale;
         }
         s_tile[r * BC + lane] = sc;
@@ -133,7 +140,7 @@ fn attention_forward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invoca
                     let pd = pij * mask(bh, i, j0 + jj);
                     for (var u = 0u; u < DPL; u++) {
                         let d = lane + 16u * u;
-                        if (d < at.d) { o[u] += pd * tile_b[jj * at.d + d]; }
+                        if (d < at.d) { o[u] += pd * tile_b[jj * ts() + d]; }
                     }
                 }
             }
@@ -191,8 +198,8 @@ fn attention_backward_dkdv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_
             var s = 0.0;
             var dp = 0.0;
             for (var d = 0u; d < at.d; d++) {
-                s += tile_a[lane * at.d + d] * qkv[kbase + d];
-                dp += tile_b[lane * at.d + d] * qkv[vbase + d];
+                s += tile_a[lane * ts() + d] * qkv[kbase + d];
+                dp += tile_b[lane * ts() + d] * qkv[vbase + d];
             }
             let pij = exp(s * at.scale - lse[bh * at.t + i]);
             let mk = mask(bh, i, j);
@@ -208,8 +215,8 @@ fn attention_backward_dkdv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_
             for (var u = 0u; u < DPL; u++) {
                 let d = lane + 16u * u;
                 if (d < at.d) {
-                    dv[u] += p_ij * tile_b[ii * at.d + d];
-                    dk[u] += ds_ij * tile_a[ii * at.d + d];
+                    dv[u] += p_ij * tile_b[ii * ts() + d];
+                    dk[u] += ds_ij * tile_a[ii * ts() + d];
                 }
             }
         }
@@ -256,8 +263,8 @@ fn attention_backward_dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_in
             var s = 0.0;
             var dp = 0.0;
             for (var d = 0u; d < at.d; d++) {
-                s += qkv[qbase + d] * tile_a[lane * at.d + d];
-                dp += dout[obase + d] * tile_b[lane * at.d + d];
+                s += qkv[qbase + d] * tile_a[lane * ts() + d];
+                dp += dout[obase + d] * tile_b[lane * ts() + d];
             }
             let pij = exp(s * at.scale - lse_i);
             ds = pij * (dp * mask(bh, i, j) - delta_i);
@@ -268,7 +275,7 @@ fn attention_backward_dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_in
             let ds_ij = s_tile[r * BC + jj];
             for (var u = 0u; u < DPL; u++) {
                 let d = lane + 16u * u;
-                if (d < at.d) { dq[u] += ds_ij * tile_a[jj * at.d + d]; }
+                if (d < at.d) { dq[u] += ds_ij * tile_a[jj * ts() + d]; }
             }
         }
         workgroupBarrier();

@@ -13,10 +13,10 @@
 // Entry points:
 //   layernorm_forward        one workgroup per row: out = (x − mean)·rstd·gain + bias
 //   layernorm_backward_dx    one workgroup per row: dinp += (dnorm − mean(dnorm) − norm·mean(dnorm·norm))·rstd
-//   layernorm_backward_part  one workgroup per chunk of ROWS_PER_CHUNK rows: part[chunk] = Σ (dout·norm, dout)
+//   layernorm_backward_part  one workgroup (256 threads) per chunk of ROWS_PER_CHUNK rows: part[chunk] = Σ (dout·norm, dout)
 //   column_sums_final        thread per column: out[col] += Σ_chunks part[chunk·stride + offset + col] (in order)
-//   bias_grad_part           one workgroup per chunk: part[chunk, col] = Σ_rows g[row, col] (width C)
-// Workgroup: 64 threads; row reductions through workgroup memory in a fixed tree
+//   bias_grad_part           one workgroup (256 threads) per chunk: part[chunk, col] = Σ_rows g[row, col] (width C)
+// Workgroup: 64 threads (the per-row kernels); row reductions through workgroup memory in a fixed tree
 // (deterministic, no atomics).
 
 struct LnParams {
@@ -32,7 +32,8 @@ struct LnParams {
 }
 
 const WG: u32 = 64u;
-const ROWS_PER_CHUNK: u32 = 64u;
+const ROWS_PER_CHUNK: u32 = 16u;
+const PART_WG: u32 = 256u;
 const EPS: f32 = 1e-5;
 
 @group(0) @binding(0) var<storage, read> inp: array<f32>;
@@ -113,12 +114,12 @@ fn layernorm_backward_dx(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_in
     }
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(256)
 fn layernorm_backward_part(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let chunk = wg.x;
     let r0 = chunk * ROWS_PER_CHUNK;
     let r1 = min(r0 + ROWS_PER_CHUNK, ln.rows);
-    for (var col = lid.x; col < ln.c; col += WG) {
+    for (var col = lid.x; col < ln.c; col += PART_WG) {
         var dw = 0.0;
         var db = 0.0;
         for (var row = r0; row < r1; row++) {
@@ -131,12 +132,12 @@ fn layernorm_backward_part(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_
     }
 }
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(256)
 fn bias_grad_part(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let chunk = wg.x;
     let r0 = chunk * ROWS_PER_CHUNK;
     let r1 = min(r0 + ROWS_PER_CHUNK, ln.rows);
-    for (var col = lid.x; col < ln.c; col += WG) {
+    for (var col = lid.x; col < ln.c; col += PART_WG) {
         var db = 0.0;
         for (var row = r0; row < r1; row++) {
             db += g[row * ln.c + col];

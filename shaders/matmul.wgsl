@@ -13,12 +13,19 @@
 //   matmul_tn: C = alpha·Aᵀ·B   A (K, M), B (K, N)   dW = doutᵀ · inp
 // then C = that + (ACCUMULATE ? C : 0) + (HAS_BIAS ? bias : 0).
 //
+// Split-K (when M·N gives too few tiles to fill the GPU and K is long, as in
+// dW = doutᵀ·inp): workgroup z walks only K range [z·k_split, (z+1)·k_split)
+// and writes its raw partial product to c[z·M·N + …] (c is then a scratch
+// buffer); matmul_split_reduce adds the `splits` partials in order and applies
+// alpha, ACCUMULATE and HAS_BIAS, binding the partials as `a` and the
+// destination as `c`. Deterministic: no atomics, a fixed summation order.
+//
 // Workgroup: 16×16 threads; a workgroup computes a 64×64 tile of C and each
 // thread a 4×4 block of it, held in four named vec4 accumulators (a private
 // array indexed at run time would spill to local memory). K is walked 16 at a
 // time through workgroup memory, one vec4 per (k, 4 rows or 4 columns).
 // Every load and store is guarded, so any M, K, N works (edges are zero-filled).
-// Dispatch: (ceil(N / 64), ceil(M / 64), 1).
+// Dispatch: (ceil(N / 64), ceil(M / 64), splits); the reduce: grid-stride, 256 threads.
 
 struct MatmulParams {
     m: u32,
@@ -26,9 +33,10 @@ struct MatmulParams {
     n: u32,
     flags: u32,
     alpha: f32,
+    // K per split (a multiple of 16) and the number of splits; 1 split = no split-K
+    k_split: u32,
+    splits: u32,
     _pad0: u32,
-    _pad1: u32,
-    _pad2: u32,
 }
 
 const ACCUMULATE: u32 = 1u;
@@ -130,8 +138,15 @@ fn multiply_tile(acc: Acc, tx: u32, ty: u32) -> Acc {
     return r;
 }
 
-fn store_row(row: u32, col0: u32, v: vec4<f32>) {
+fn store_row(row: u32, col0: u32, v: vec4<f32>, split: u32) {
     if (row >= p.m) { return; }
+    if (p.splits > 1u) {
+        let base = split * p.m * p.n + row * p.n;
+        for (var j = 0u; j < 4u; j++) {
+            if (col0 + j < p.n) { c[base + col0 + j] = v[j]; }
+        }
+        return;
+    }
     for (var j = 0u; j < 4u; j++) {
         let col = col0 + j;
         if (col < p.n) {
@@ -143,13 +158,13 @@ fn store_row(row: u32, col0: u32, v: vec4<f32>) {
     }
 }
 
-fn store(acc: Acc, m0: u32, n0: u32, tx: u32, ty: u32) {
+fn store(acc: Acc, m0: u32, n0: u32, tx: u32, ty: u32, split: u32) {
     let row = m0 + 4u * ty;
     let col = n0 + 4u * tx;
-    store_row(row, col, acc.r0);
-    store_row(row + 1u, col, acc.r1);
-    store_row(row + 2u, col, acc.r2);
-    store_row(row + 3u, col, acc.r3);
+    store_row(row, col, acc.r0, split);
+    store_row(row + 1u, col, acc.r1, split);
+    store_row(row + 2u, col, acc.r2, split);
+    store_row(row + 3u, col, acc.r3, split);
 }
 
 @compute @workgroup_size(16, 16, 1)
@@ -158,14 +173,16 @@ fn matmul_nt(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id)
     let n0 = wg.x * TILE;
     let tid = lid.y * 16u + lid.x;
     var acc = Acc(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
-    for (var k0 = 0u; k0 < p.k; k0 += TK) {
+    let k_begin = wg.z * p.k_split;
+    let k_end = min(k_begin + p.k_split, p.k);
+    for (var k0 = k_begin; k0 < k_end; k0 += TK) {
         load_k_contiguous_a(m0, p.m, k0, tid);
         load_k_contiguous_b(n0, p.n, k0, tid);
         workgroupBarrier();
         acc = multiply_tile(acc, lid.x, lid.y);
         workgroupBarrier();
     }
-    store(acc, m0, n0, lid.x, lid.y);
+    store(acc, m0, n0, lid.x, lid.y, wg.z);
 }
 
 @compute @workgroup_size(16, 16, 1)
@@ -174,14 +191,16 @@ fn matmul_nn(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id)
     let n0 = wg.x * TILE;
     let tid = lid.y * 16u + lid.x;
     var acc = Acc(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
-    for (var k0 = 0u; k0 < p.k; k0 += TK) {
+    let k_begin = wg.z * p.k_split;
+    let k_end = min(k_begin + p.k_split, p.k);
+    for (var k0 = k_begin; k0 < k_end; k0 += TK) {
         load_k_contiguous_a(m0, p.m, k0, tid);
         load_mn_contiguous_b(n0, p.n, k0, tid);
         workgroupBarrier();
         acc = multiply_tile(acc, lid.x, lid.y);
         workgroupBarrier();
     }
-    store(acc, m0, n0, lid.x, lid.y);
+    store(acc, m0, n0, lid.x, lid.y, wg.z);
 }
 
 @compute @workgroup_size(16, 16, 1)
@@ -190,12 +209,28 @@ fn matmul_tn(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id)
     let n0 = wg.x * TILE;
     let tid = lid.y * 16u + lid.x;
     var acc = Acc(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
-    for (var k0 = 0u; k0 < p.k; k0 += TK) {
+    let k_begin = wg.z * p.k_split;
+    let k_end = min(k_begin + p.k_split, p.k);
+    for (var k0 = k_begin; k0 < k_end; k0 += TK) {
         load_mn_contiguous_a(m0, p.m, k0, tid);
         load_mn_contiguous_b(n0, p.n, k0, tid);
         workgroupBarrier();
         acc = multiply_tile(acc, lid.x, lid.y);
         workgroupBarrier();
     }
-    store(acc, m0, n0, lid.x, lid.y);
+    store(acc, m0, n0, lid.x, lid.y, wg.z);
+}
+
+// Sums the split-K partials (bound as `a`, splits × M × N) into C.
+@compute @workgroup_size(256)
+fn matmul_split_reduce(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let total = p.m * p.n;
+    for (var i = gid.x; i < total; i += nwg.x * 256u) {
+        var s = 0.0;
+        for (var z = 0u; z < p.splits; z++) { s += a[z * total + i]; }
+        var x = p.alpha * s;
+        if ((p.flags & ACCUMULATE) != 0u) { x += c[i]; }
+        if ((p.flags & HAS_BIAS) != 0u) { x += bias[i % p.n]; }
+        c[i] = x;
+    }
 }

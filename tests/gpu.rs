@@ -132,6 +132,14 @@ fn every_kernel_matches_the_cpu_at_ragged_shapes() {
 }
 
 #[test]
+fn every_kernel_matches_the_cpu_with_split_k() {
+    // N = B·T = 604 rows: the weight gradients (M, N ≤ 80, K = 604) take the
+    // split-K path with a ragged last split.
+    assert!(tinygpt::gpu::split_k(80, 604, 20).0 > 1);
+    per_op_parity(&config(1, 2, 20, 151, 4, 0.0));
+}
+
+#[test]
 fn every_kernel_matches_the_cpu_with_dropout() {
     per_op_parity(&config(1, 2, 20, 13, 3, 0.25));
 }

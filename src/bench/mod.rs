@@ -344,7 +344,7 @@ pub fn gpu_matmul_tflops(ctx: &crate::gpu::GpuContext, m: usize, k: usize, n: us
         })
     };
     let (a, b, c, bias) = (buffer(m * k, "a"), buffer(n * k, "b"), buffer(m * n, "c"), buffer(n, "bias"));
-    let params: [u32; 8] = [m as u32, k as u32, n as u32, 0, 1f32.to_bits(), 0, 0, 0];
+    let params: [u32; 8] = [m as u32, k as u32, n as u32, 0, 1f32.to_bits(), k as u32, 1, 0];
     let uniform = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
         label: Some("params"),
         contents: bytemuck::cast_slice(&params),

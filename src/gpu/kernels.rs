@@ -37,7 +37,7 @@ pub const SHADERS: &[ShaderFile] = &[
         source: include_str!("../../shaders/matmul.wgsl"),
         // a, b, c, bias, params
         slots: &[Ro, Ro, Rw, Ro, Uniform],
-        entries: &["matmul_nt", "matmul_nn", "matmul_tn"],
+        entries: &["matmul_nt", "matmul_nn", "matmul_tn", "matmul_split_reduce"],
     },
     ShaderFile {
         name: "elementwise",
@@ -91,7 +91,7 @@ pub fn attention_dims_per_lane(head_dim: usize) -> usize {
 /// Workgroup memory the attention kernels need for a head size, in bytes.
 pub fn attention_workgroup_bytes(head_dim: usize) -> u64 {
     let dmax = 16 * attention_dims_per_lane(head_dim);
-    ((2 * 16 * dmax + 2 * 256) * 4) as u64
+    ((2 * 16 * (dmax + 1) + 2 * 256) * 4) as u64
 }
 
 /// The full WGSL source of a file as compiled (common declarations first,

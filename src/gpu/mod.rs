@@ -59,7 +59,21 @@ const STEP_UNIFORM_BYTES: u64 = 48;
 /// Elements per workgroup of `sum_squares_partial`.
 const NORM_CHUNK: usize = 4096;
 /// Rows per partial column sum (`ROWS_PER_CHUNK` in layernorm.wgsl).
-const ROWS_PER_CHUNK: usize = 64;
+const ROWS_PER_CHUNK: usize = 16;
+
+/// Split-K plan for an M×K×N matmul: (splits, K per split). Few output tiles
+/// with a long K (the weight gradients: M, N = layer widths, K = B·T) leave
+/// most of the GPU idle, so K is cut into pieces of at least 256 until there
+/// are about 256 workgroups.
+pub fn split_k(m: usize, k: usize, n: usize) -> (usize, usize) {
+    let tiles = m.div_ceil(64) * n.div_ceil(64);
+    if tiles >= 128 || k < 512 {
+        return (1, k);
+    }
+    let want = 256usize.div_ceil(tiles).min(k / 256).max(1);
+    let k_split = k.div_ceil(want).next_multiple_of(16);
+    (k.div_ceil(k_split), k_split)
+}
 
 fn words(values: &[u32]) -> Vec<u8> {
     bytemuck::cast_slice(values).to_vec()
@@ -240,6 +254,24 @@ impl GpuBackend {
             .unwrap_or(0);
         let part = alloc.storage(&device, "scratch.column_partials", (rows.div_ceil(ROWS_PER_CHUNK) * widest) as u64 * 4);
         let delta = alloc.storage(&device, "scratch.attention_delta", (cfg.batch * cfg.n_head * cfg.ctx) as u64 * 4);
+        // Split-K partials: the largest splits × M × N of any matmul of the step.
+        let split_floats = program
+            .ops
+            .iter()
+            .flat_map(|node| {
+                let shapes: Vec<(usize, usize, usize)> = match node.op {
+                    Op::Linear { in_features: i, out_features: o, .. } => vec![(rows, i, o), (rows, o, i), (o, rows, i)],
+                    Op::TiedHead { .. } => vec![(rows, cfg.d_model, VOCAB), (rows, VOCAB, cfg.d_model), (VOCAB, rows, cfg.d_model)],
+                    _ => vec![],
+                };
+                shapes.into_iter().map(|(m, k, n)| {
+                    let (splits, _) = split_k(m, k, n);
+                    if splits > 1 { splits * m * n } else { 0 }
+                })
+            })
+            .max()
+            .unwrap_or(0);
+        let split_scratch = alloc.storage(&device, "scratch.split_k", split_floats as u64 * 4);
         let dummy_ro = alloc.storage(&device, "dummy.read", 16);
         let dummy_rw = alloc.storage(&device, "dummy.write", 16);
 
@@ -257,12 +289,22 @@ impl GpuBackend {
         let (b, t, c, v) = (cfg.batch, cfg.ctx, cfg.d_model, VOCAB);
         let mm = |entry: &'static str, a: Src, bm: Src, out: Src, bias: Option<Src>, m: usize, k: usize, n: usize, acc: bool| {
             let flags = if acc { 1 } else { 0 } | if bias.is_some() { 2 } else { 0 };
-            Planned {
-                entry,
-                bindings: vec![a, bm, out, bias.unwrap_or(Src::DummyRo), Src::Params],
-                params: [words(&[m as u32, k as u32, n as u32, flags]), words(&[1f32.to_bits(), 0, 0, 0])].concat(),
-                groups: [n.div_ceil(64) as u32, m.div_ceil(64) as u32, 1],
+            let (splits, k_split) = split_k(m, k, n);
+            let params = [words(&[m as u32, k as u32, n as u32, flags]), words(&[1f32.to_bits(), k_split as u32, splits as u32, 0])].concat();
+            let tiles = [n.div_ceil(64) as u32, m.div_ceil(64) as u32, splits as u32];
+            if splits == 1 {
+                return vec![Planned { entry, bindings: vec![a, bm, out, bias.unwrap_or(Src::DummyRo), Src::Params], params, groups: tiles }];
             }
+            let scratch = whole(split_scratch, 0);
+            vec![
+                Planned { entry, bindings: vec![a, bm, scratch, Src::DummyRo, Src::Params], params: params.clone(), groups: tiles },
+                Planned {
+                    entry: "matmul_split_reduce",
+                    bindings: vec![scratch, Src::DummyRo, out, bias.unwrap_or(Src::DummyRo), Src::Params],
+                    params,
+                    groups: grid(m * n),
+                },
+            ]
         };
         let ew = |entry: &'static str, dst: Src, x: Src, y: Src, n: usize, stream: u32, prob: f32| Planned {
             entry,
@@ -315,7 +357,7 @@ impl GpuBackend {
                         }]
                     }
                     Op::Linear { inp, weight, bias, out, in_features, out_features } => {
-                        vec![mm("matmul_nt", p(inp), p(weight), p(out), Some(p(bias)), rows, in_features, out_features, false)]
+                        mm("matmul_nt", p(inp), p(weight), p(out), Some(p(bias)), rows, in_features, out_features, false)
                     }
                     Op::Attention { qkv, out, lse, n_head, dropout, stream } => vec![Planned {
                         entry: "attention_forward",
@@ -328,7 +370,7 @@ impl GpuBackend {
                     Op::Dropout { inp, out, p: prob, stream } => {
                         vec![ew("dropout_forward", p(out), p(inp), Src::DummyRo, program.tensors[out].numel(), stream, prob)]
                     }
-                    Op::TiedHead { inp, wte, out } => vec![mm("matmul_nt", p(inp), p(wte), p(out), None, rows, c, v, false)],
+                    Op::TiedHead { inp, wte, out } => mm("matmul_nt", p(inp), p(wte), p(out), None, rows, c, v, false),
                     Op::CrossEntropy { logits, targets: tg, losses } => vec![
                         Planned {
                             entry: "cross_entropy_forward",
@@ -372,10 +414,8 @@ impl GpuBackend {
                         ]
                     }
                     Op::Linear { inp, weight, bias, out, in_features, out_features } => {
-                        let mut v = vec![
-                            mm("matmul_nn", g(out), p(weight), g(inp), None, rows, out_features, in_features, true),
-                            mm("matmul_tn", g(out), p(inp), g(weight), None, out_features, rows, in_features, true),
-                        ];
+                        let mut v = mm("matmul_nn", g(out), p(weight), g(inp), None, rows, out_features, in_features, true);
+                        v.extend(mm("matmul_tn", g(out), p(inp), g(weight), None, out_features, rows, in_features, true));
                         v.extend(bias_grad(g(out), g(bias), out_features));
                         v
                     }
@@ -397,10 +437,11 @@ impl GpuBackend {
                     Op::Dropout { inp, out, p: prob, stream } => {
                         vec![ew("dropout_backward", g(inp), g(out), Src::DummyRo, program.tensors[out].numel(), stream, prob)]
                     }
-                    Op::TiedHead { inp, wte, out } => vec![
-                        mm("matmul_nn", g(out), p(wte), g(inp), None, rows, v, c, true),
-                        mm("matmul_tn", g(out), p(inp), g(wte), None, v, rows, c, true),
-                    ],
+                    Op::TiedHead { inp, wte, out } => {
+                        let mut d = mm("matmul_nn", g(out), p(wte), g(inp), None, rows, v, c, true);
+                        d.extend(mm("matmul_tn", g(out), p(inp), g(wte), None, v, rows, c, true));
+                        d
+                    }
                     Op::CrossEntropy { logits, targets: tg, losses } => vec![Planned {
                         entry: "cross_entropy_backward",
                         bindings: vec![p(logits), p(tg), p(losses), g(logits), whole(stats, 16), Src::Params],
