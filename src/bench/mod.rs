@@ -6,6 +6,8 @@ use crate::backend::Backend;
 use crate::data::Corpus;
 use crate::model::config::Config;
 use crate::train::Trainer;
+pub mod report;
+
 use serde::Serialize;
 use web_time::Instant;
 
@@ -67,44 +69,48 @@ impl Default for BenchOptions {
 #[derive(Clone, Debug, Serialize)]
 pub struct BenchResult {
     pub preset: String,
+    /// `cpu` or `gpu`.
     pub backend: String,
+    /// What ran it: thread count, or the adapter and its graphics API.
+    pub device: String,
     pub params: usize,
     pub batch: usize,
     pub ctx: usize,
-    /// Wall time of the untimed warm-up steps, together.
+    /// Building the backend: allocation, and for the GPU shader compilation.
+    pub setup_ms: f64,
+    /// The first training step alone (first-use costs).
+    pub first_step_ms: f64,
+    /// The remaining untimed warm-up steps, together.
     pub warmup_ms: f64,
     pub steps: usize,
     pub median_ms: f64,
     pub min_ms: f64,
     pub max_ms: f64,
     pub tokens_per_s: f64,
+    /// CPU median over this median, when the same run measured the CPU.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_over_cpu: Option<f64>,
     pub machine: Machine,
 }
 
-/// Benchmarks `backend` (built for `config`) on training steps.
-pub fn bench(
-    preset: &str,
-    backend: Box<dyn Backend>,
-    opts: BenchOptions,
-) -> Result<BenchResult, String> {
-    let mut config = backend.program().config.clone();
-    let description = backend.describe();
+/// Benchmarks `backend` (built for `config` in `setup_ms`) on training steps.
+pub fn bench(preset: &str, backend_kind: &str, backend: Box<dyn Backend>, setup_ms: f64, opts: BenchOptions) -> Result<BenchResult, String> {
+    let config = backend.program().config.clone();
+    let device = backend.describe();
     let corpus = Corpus::tiny_shakespeare(config.ctx).map_err(|e| e.to_string())?;
-    // No evaluations inside the timed steps.
-    config.eval_interval = 0;
     let mut trainer = Trainer::new(backend, corpus, 42).map_err(|e| e.to_string())?;
+    // No evaluations inside the timed steps.
     trainer.config.eval_interval = 0;
     trainer.config.steps = u64::MAX;
+    let first_step_ms = trainer.train_step().map_err(|e| e.to_string())?.ms;
     let start = Instant::now();
-    for _ in 0..opts.warmup_steps {
+    for _ in 1..opts.warmup_steps.max(1) {
         trainer.train_step().map_err(|e| e.to_string())?;
     }
     let warmup_ms = start.elapsed().as_secs_f64() * 1e3;
     let mut times = Vec::new();
     let timing = Instant::now();
-    while times.len() < opts.min_steps
-        || (times.len() < opts.max_steps && timing.elapsed().as_secs_f64() < opts.min_seconds)
-    {
+    while times.len() < opts.min_steps || (times.len() < opts.max_steps && timing.elapsed().as_secs_f64() < opts.min_seconds) {
         times.push(trainer.train_step().map_err(|e| e.to_string())?.ms);
     }
     times.sort_by(f64::total_cmp);
@@ -115,16 +121,20 @@ pub fn bench(
     };
     Ok(BenchResult {
         preset: preset.to_string(),
-        backend: description,
+        backend: backend_kind.to_string(),
+        device,
         params: config.param_count(),
         batch: config.batch,
         ctx: config.ctx,
+        setup_ms,
+        first_step_ms,
         warmup_ms,
         steps: times.len(),
         median_ms,
         min_ms: times[0],
         max_ms: *times.last().unwrap(),
         tokens_per_s: config.tokens_per_step() as f64 / (median_ms / 1e3),
+        gpu_over_cpu: None,
         machine: Machine::detect(),
     })
 }

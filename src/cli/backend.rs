@@ -23,15 +23,6 @@ pub enum Resolved {
     Gpu(GpuContext),
 }
 
-impl Resolved {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Resolved::Cpu => "cpu",
-            Resolved::Gpu(_) => "gpu",
-        }
-    }
-}
-
 /// Settles `auto`: a hardware GPU adapter if there is one. A software
 /// adapter (lavapipe, SwiftShader) runs the kernels about a thousand times
 /// slower than a GPU, so `auto` prefers the CPU backend over it.

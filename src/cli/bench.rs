@@ -1,7 +1,7 @@
 //! `tinygpt bench`: training speed per preset, as a table or JSON lines.
 
 use super::backend::{build, resolve, BackendChoice, Resolved};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use tinygpt::bench::{BenchOptions, Machine, bench};
 use tinygpt::model::config::Config;
 
@@ -24,6 +24,10 @@ pub struct BenchArgs {
     /// Time at least this many seconds per preset (at least 5, at most 100 steps).
     #[arg(long, default_value_t = 3.0, value_parser = super::positive_f32)]
     seconds: f32,
+    /// Also write a Markdown table, an SVG chart of the speedup curve and the
+    /// JSON lines into this folder.
+    #[arg(long, value_name = "DIR")]
+    report: Option<std::path::PathBuf>,
     /// One JSON object per measurement instead of a table.
     #[arg(long)]
     json: bool,
@@ -127,7 +131,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             m.cpu, m.cores, m.os, m.arch
         );
         println!(
-            "{:<14} {:<8} {:>12} {:>10} {:>10} {:>10} {:>12} {:>6} {:>11}",
+            "{:<14} {:<8} {:>12} {:>10} {:>10} {:>10} {:>12} {:>6} {:>17}",
             "preset",
             "backend",
             "params",
@@ -136,7 +140,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             "max ms",
             "tokens/s",
             "steps",
-            "warm-up ms"
+            "setup+warm-up ms"
         );
     }
     // Settle the backend list once (one GPU device for every preset).
@@ -152,35 +156,51 @@ pub fn run(args: BenchArgs) -> Result<()> {
             c => backends.push((c, resolve(c)?)),
         }
     }
+    if !args.json {
+        for (_, r) in &backends {
+            if let Resolved::Gpu(ctx) = r {
+                println!("gpu: {}", ctx.describe());
+            }
+        }
+    }
+    let mut results = Vec::new();
     for (name, config) in &configs {
         let mut cpu_ms = None;
         for (choice, resolved) in &backends {
+            let start = web_time::Instant::now();
             let b = build(resolved, *choice, config)?;
-            let r = bench(name, b, opts).map_err(anyhow::Error::msg)?;
-            let backend = resolved.name();
-            if backend == "cpu" {
-                cpu_ms = Some(r.median_ms);
+            let setup_ms = start.elapsed().as_secs_f64() * 1e3;
+            let kind = if b.describe().starts_with("gpu") { "gpu" } else { "cpu" };
+            let mut r = bench(name, kind, b, setup_ms, opts).map_err(anyhow::Error::msg)?;
+            match kind {
+                "cpu" => cpu_ms = Some(r.median_ms),
+                _ => r.gpu_over_cpu = cpu_ms.map(|c| c / r.median_ms),
             }
             if args.json {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
                 println!(
-                    "{:<14} {:<8} {:>12} {:>10.2} {:>10.2} {:>10.2} {:>12.0} {:>6} {:>11.1}",
+                    "{:<14} {:<8} {:>12} {:>10.2} {:>10.2} {:>10.2} {:>12.0} {:>6} {:>17.1}",
                     r.preset,
-                    backend,
+                    r.backend,
                     super::group_thousands(r.params),
                     r.median_ms,
                     r.min_ms,
                     r.max_ms,
                     r.tokens_per_s,
                     r.steps,
-                    r.warmup_ms
+                    r.setup_ms + r.first_step_ms + r.warmup_ms
                 );
-                if let (Some(c), "gpu") = (cpu_ms, backend) {
-                    println!("{:<14} gpu over cpu: {:.1}x", "", c / r.median_ms);
+                if let Some(x) = r.gpu_over_cpu {
+                    println!("{:<14} gpu over cpu: {x:.2}x", "");
                 }
             }
+            results.push(r);
         }
+    }
+    if let Some(dir) = &args.report {
+        tinygpt::bench::report::write(dir, &results).with_context(|| format!("cannot write the report into {}", dir.display()))?;
+        eprintln!("report: {}/bench.md, {}/speedup.svg, {}/bench.jsonl", dir.display(), dir.display(), dir.display());
     }
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! `tinygpt generate` (streaming text from a checkpoint) and `tinygpt export`.
 
 use super::non_negative_f32;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::PathBuf;
 use tinygpt::cpu::generate::Generator;
@@ -106,5 +106,64 @@ pub fn export(args: ExportArgs) -> Result<()> {
         "wrote {} (f16 weights, no optimizer state)",
         args.out.display()
     );
+    Ok(())
+}
+
+#[derive(clap::Args)]
+pub struct EvalArgs {
+    /// The checkpoint to evaluate.
+    #[arg(long, value_name = "FILE")]
+    checkpoint: PathBuf,
+    /// Text whose validation split is read (default: TinyShakespeare).
+    #[arg(long, value_name = "FILE")]
+    corpus: Option<PathBuf>,
+    /// Also write the logits, (batch, ctx, 256) little-endian f32, to this file.
+    #[arg(long, value_name = "FILE")]
+    dump_logits: Option<PathBuf>,
+    /// Where to compute.
+    #[arg(long, value_enum, default_value = "cpu")]
+    backend: BackendChoice,
+}
+
+/// `tinygpt eval`: the loss of a checkpoint on a fixed batch (validation
+/// windows at offsets 0, ctx, 2·ctx, …), as one JSON line. Other
+/// implementations (`tests/reference/tinygpt_torch.py --check`) rebuild the
+/// same batch and compare.
+pub fn eval(args: EvalArgs) -> Result<()> {
+    let ck = Checkpoint::load(&args.checkpoint)?;
+    let config = ck.config.clone();
+    let corpus = match &args.corpus {
+        Some(p) => tinygpt::data::Corpus::from_file(p, config.ctx)?,
+        None => tinygpt::data::Corpus::tiny_shakespeare(config.ctx)?,
+    };
+    let (b, t) = (config.batch, config.ctx);
+    let windows = corpus.val.len() - t;
+    let offsets: Vec<usize> = (0..b).map(|i| (i * t) % windows).collect();
+    let mut inputs = Vec::with_capacity(b * t);
+    let mut targets = Vec::with_capacity(b * t);
+    for &o in &offsets {
+        inputs.extend(corpus.val[o..o + t].iter().map(|&x| x as u32));
+        targets.extend(corpus.val[o + 1..o + t + 1].iter().map(|&x| x as u32));
+    }
+    let batch = tinygpt::data::Batch { batch: b, ctx: t, inputs, targets };
+    let resolved = super::backend::resolve(args.backend)?;
+    let mut backend = super::backend::build(&resolved, args.backend, &config)?;
+    for p in &ck.params {
+        backend.write(&p.name, &p.values)?;
+    }
+    let loss = backend.eval_loss(&batch);
+    if let Some(path) = &args.dump_logits {
+        let logits = backend.read("logits")?;
+        std::fs::write(path, bytemuck::cast_slice::<f32, u8>(&logits)).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let line = serde_json::json!({
+        "loss": loss,
+        "batch": b,
+        "ctx": t,
+        "split": "val",
+        "offsets": offsets,
+        "backend": backend.describe(),
+    });
+    println!("{line}");
     Ok(())
 }

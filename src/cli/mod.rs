@@ -38,6 +38,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Write a checkpoint's weights as half precision (f16), for sharing.
     Export(generate::ExportArgs),
+    /// Print a checkpoint's loss on a fixed validation batch (and dump its logits).
+    Eval(generate::EvalArgs),
 }
 
 pub use backend::BackendChoice;
@@ -82,6 +84,7 @@ pub fn main() -> ExitCode {
         }
         Command::Bench(a) => bench::run(a),
         Command::Export(a) => generate::export(a),
+        Command::Eval(a) => generate::eval(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
