@@ -3,14 +3,15 @@
 // Bindings (group 0):
 //   @binding(0) dst:  array<f32>   output (written, or accumulated into for backward)
 //   @binding(1) x:    array<f32>   first input
-//   @binding(2) y:    array<f32>   second input (residual: b; gelu_backward: the forward input)
+//   @binding(2) y:    array<f32>   second input (residual: b; gelu_backward: the forward input);
+//                                  accumulate2's second output, hence read_write
 //   @binding(3) ew:   EwParams     element count, dropout stream and probability
 //   @binding(4) step: StepUniform  dropout seed, training flag
 // Every tensor is flat (n elements). Entry points:
 //   gelu_forward      dst = gelu(x)                       x: inp
 //   gelu_backward     dst += x · gelu'(y)                 x: dout, y: inp
 //   residual_forward  dst = x + y
-//   accumulate        dst += x
+//   accumulate2       dst += x and y += x (a residual's backward, both inputs at once)
 //   dropout_forward   dst = x · mask (or x when evaluating)
 //   dropout_backward  dst += x · mask
 // Workgroup: 256 threads, grid-stride loop (dispatch at most 65535 groups).
@@ -24,7 +25,7 @@ struct EwParams {
 
 @group(0) @binding(0) var<storage, read_write> dst: array<f32>;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> y: array<f32>;
+@group(0) @binding(2) var<storage, read_write> y: array<f32>;
 @group(0) @binding(3) var<uniform> ew: EwParams;
 @group(0) @binding(4) var<uniform> step: StepUniform;
 
@@ -57,9 +58,11 @@ fn residual_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_
 }
 
 @compute @workgroup_size(256)
-fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+fn accumulate2(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     for (var i = gid.x; i < ew.n; i += nwg.x * 256u) {
-        dst[i] += x[i];
+        let g = x[i];
+        dst[i] += g;
+        y[i] += g;
     }
 }
 

@@ -14,6 +14,8 @@
 //   layernorm_forward        one workgroup per row: out = (x − mean)·rstd·gain + bias
 //   layernorm_backward_dx    one workgroup per row: dinp += (dnorm − mean(dnorm) − norm·mean(dnorm·norm))·rstd
 //   layernorm_backward_part  one workgroup (256 threads) per chunk of ROWS_PER_CHUNK rows: part[chunk] = Σ (dout·norm, dout)
+//   layernorm_params_final   thread per column: dweight (bound as out) += Σ part[·, col],
+//                            dbias (bound as mean) += Σ part[·, C + col], in chunk order
 //   column_sums_final        thread per column: out[col] += Σ_chunks part[chunk·stride + offset + col] (in order)
 //   bias_grad_part           one workgroup (256 threads) per chunk: part[chunk, col] = Σ_rows g[row, col] (width C)
 // Workgroup: 64 threads (the per-row kernels); row reductions through workgroup memory in a fixed tree
@@ -144,6 +146,22 @@ fn bias_grad_part(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
         }
         part[chunk * ln.c + col] = db;
     }
+}
+
+// LayerNorm's parameter gradients in one dispatch: part rows hold (dw | db),
+// 2C wide; dweight is bound as `out` and dbias as `mean`.
+@compute @workgroup_size(64)
+fn layernorm_params_final(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let col = gid.x;
+    if (col >= ln.c) { return; }
+    var dw = 0.0;
+    var db = 0.0;
+    for (var ch = 0u; ch < ln.chunks; ch++) {
+        dw += part[ch * 2u * ln.c + col];
+        db += part[ch * 2u * ln.c + ln.c + col];
+    }
+    out[col] += dw;
+    mean[col] += db;
 }
 
 // dst is `out`: width `c` columns, `chunks` partial rows.

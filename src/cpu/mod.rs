@@ -23,6 +23,8 @@ pub struct CpuBackend<F: Float> {
     /// Training mode applies dropout.
     training: bool,
     dropout_seed: u32,
+    /// The gradient norm the last [`Step::ClipGradNorm`] measured (before clipping).
+    last_grad_norm: f64,
 }
 
 impl<F: Float> CpuBackend<F> {
@@ -47,6 +49,7 @@ impl<F: Float> CpuBackend<F> {
             targets: vec![],
             training: true,
             dropout_seed: 0,
+            last_grad_norm: 0.0,
         }
     }
 
@@ -95,12 +98,13 @@ impl<F: Float> CpuBackend<F> {
     }
 
     /// Global gradient norm over all parameters.
+    /// Parallel over tensors, each summed in order, the sums added in
+    /// program order: deterministic, and one task per tensor rather than one
+    /// parallel job per tensor.
     pub fn grad_norm(&self) -> f64 {
-        self.program
-            .params()
-            .map(|p| ops::sum_squares(&self.data[self.program.tensors[p].grad.unwrap()]))
-            .sum::<f64>()
-            .sqrt()
+        let grads: Vec<&[F]> = self.program.params().map(|p| &self.data[self.program.tensors[p].grad.unwrap()][..]).collect();
+        let sums: Vec<f64> = grads.par_iter().map(|g| g.iter().map(|&x| (x * x).f64()).sum::<f64>()).collect();
+        sums.into_iter().sum::<f64>().sqrt()
     }
 
     fn take(&mut self, id: TensorId) -> Vec<F> {
@@ -134,13 +138,19 @@ impl<F: Float> CpuBackend<F> {
             Step::ClipGradNorm => {
                 let clip = self.program.config.grad_clip as f64;
                 let norm = self.grad_norm();
+                self.last_grad_norm = norm;
                 if clip > 0.0 && norm.is_finite() {
-                    let s = (clip / (norm + 1e-6)).min(1.0);
-                    if s < 1.0 {
-                        for p in self.program.params().collect::<Vec<_>>() {
-                            let g = self.grad_of(p);
-                            ops::scale(&mut self.data[g], F::c(s));
+                    let s = F::c((clip / (norm + 1e-6)).min(1.0));
+                    if s < F::one() {
+                        let mut is_param_grad = vec![false; self.data.len()];
+                        for p in self.program.params() {
+                            is_param_grad[self.grad_of(p)] = true;
                         }
+                        self.data.par_iter_mut().zip(is_param_grad.par_iter()).for_each(|(d, &clip_it)| {
+                            if clip_it {
+                                d.iter_mut().for_each(|x| *x *= s);
+                            }
+                        });
                     }
                 }
             }
@@ -457,10 +467,11 @@ impl<F: Float> Backend for CpuBackend<F> {
         self.forward();
         let loss = self.loss();
         self.backward();
-        let grad_norm = self.grad_norm();
+        // Clipping measures the norm (and leaves non-finite gradients alone).
+        self.run(Step::ClipGradNorm, None);
+        let grad_norm = self.last_grad_norm;
         let applied = loss.is_finite() && grad_norm.is_finite();
         if applied {
-            self.run(Step::ClipGradNorm, None);
             let cfg = &self.program.config;
             let h = ops::AdamW {
                 lr: sp.lr,

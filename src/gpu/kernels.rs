@@ -43,15 +43,22 @@ pub const SHADERS: &[ShaderFile] = &[
         name: "elementwise",
         source: include_str!("../../shaders/elementwise.wgsl"),
         // dst, x, y, ew, step
-        slots: &[Rw, Ro, Ro, Uniform, Uniform],
-        entries: &["gelu_forward", "gelu_backward", "residual_forward", "accumulate", "dropout_forward", "dropout_backward"],
+        slots: &[Rw, Ro, Rw, Uniform, Uniform],
+        entries: &["gelu_forward", "gelu_backward", "residual_forward", "accumulate2", "dropout_forward", "dropout_backward"],
     },
     ShaderFile {
         name: "layernorm",
         source: include_str!("../../shaders/layernorm.wgsl"),
         // inp, gain, out, mean, rstd, g, part, ln
         slots: &[Ro, Ro, Rw, Rw, Rw, Ro, Rw, Uniform],
-        entries: &["layernorm_forward", "layernorm_backward_dx", "layernorm_backward_part", "bias_grad_part", "column_sums_final"],
+        entries: &[
+            "layernorm_forward",
+            "layernorm_backward_dx",
+            "layernorm_backward_part",
+            "layernorm_params_final",
+            "bias_grad_part",
+            "column_sums_final",
+        ],
     },
     ShaderFile {
         name: "embedding",

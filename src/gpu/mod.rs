@@ -62,15 +62,15 @@ const NORM_CHUNK: usize = 4096;
 const ROWS_PER_CHUNK: usize = 16;
 
 /// Split-K plan for an M×K×N matmul: (splits, K per split). Few output tiles
-/// with a long K (the weight gradients: M, N = layer widths, K = B·T) leave
-/// most of the GPU idle, so K is cut into pieces of at least 256 until there
-/// are about 256 workgroups.
+/// with a long K (the weight gradients: M, N = layer widths, K = B·T; and
+/// dinp at small widths) leave most of the GPU idle, so K is cut into pieces
+/// of at least 64 until there are about 256 workgroups.
 pub fn split_k(m: usize, k: usize, n: usize) -> (usize, usize) {
     let tiles = m.div_ceil(64) * n.div_ceil(64);
-    if tiles >= 128 || k < 512 {
+    if tiles >= 128 || k < 256 {
         return (1, k);
     }
-    let want = 256usize.div_ceil(tiles).min(k / 256).max(1);
+    let want = 256usize.div_ceil(tiles).min(k / 64).max(1);
     let k_split = k.div_ceil(want).next_multiple_of(16);
     (k.div_ceil(k_split), k_split)
 }
@@ -365,10 +365,10 @@ impl GpuBackend {
                         params: attn_params(&cfg, n_head, stream, dropout),
                         groups: [t.div_ceil(16) as u32, (b * n_head) as u32, 1],
                     }],
-                    Op::Gelu { inp, out } => vec![ew("gelu_forward", p(out), p(inp), Src::DummyRo, program.tensors[out].numel(), 0, 0.0)],
+                    Op::Gelu { inp, out } => vec![ew("gelu_forward", p(out), p(inp), Src::DummyRw, program.tensors[out].numel(), 0, 0.0)],
                     Op::Residual { a, b: bb, out } => vec![ew("residual_forward", p(out), p(a), p(bb), program.tensors[out].numel(), 0, 0.0)],
                     Op::Dropout { inp, out, p: prob, stream } => {
-                        vec![ew("dropout_forward", p(out), p(inp), Src::DummyRo, program.tensors[out].numel(), stream, prob)]
+                        vec![ew("dropout_forward", p(out), p(inp), Src::DummyRw, program.tensors[out].numel(), stream, prob)]
                     }
                     Op::TiedHead { inp, wte, out } => mm("matmul_nt", p(inp), p(wte), p(out), None, rows, c, v, false),
                     Op::CrossEntropy { logits, targets: tg, losses } => vec![
@@ -409,8 +409,13 @@ impl GpuBackend {
                                 params: ln_params(rows, width, 0, 0),
                                 groups: [chunks_n as u32, 1, 1],
                             },
-                            column_sum(g(weight), width, 2 * width, 0),
-                            column_sum(g(bias), width, 2 * width, width),
+                            Planned {
+                                entry: "layernorm_params_final",
+                                // dweight in the `out` slot, dbias in the `mean` slot
+                                bindings: vec![Src::DummyRo, Src::DummyRo, g(weight), g(bias), Src::DummyRw, Src::DummyRo, whole(part, 0), Src::Params],
+                                params: ln_params(rows, width, 2 * width, 0),
+                                groups: [width.div_ceil(64) as u32, 1, 1],
+                            },
                         ]
                     }
                     Op::Linear { inp, weight, bias, out, in_features, out_features } => {
@@ -431,11 +436,12 @@ impl GpuBackend {
                     }
                     Op::Gelu { inp, out } => vec![ew("gelu_backward", g(inp), g(out), p(inp), program.tensors[out].numel(), 0, 0.0)],
                     Op::Residual { a, b: bb, out } => {
-                        let n = program.tensors[out].numel();
-                        vec![ew("accumulate", g(a), g(out), Src::DummyRo, n, 0, 0.0), ew("accumulate", g(bb), g(out), Src::DummyRo, n, 0, 0.0)]
+                        // One dispatch adds dout to both inputs' gradients (the
+                        // second rides in the `y` slot, read-write in accumulate2).
+                        vec![ew("accumulate2", g(a), g(out), g(bb), program.tensors[out].numel(), 0, 0.0)]
                     }
                     Op::Dropout { inp, out, p: prob, stream } => {
-                        vec![ew("dropout_backward", g(inp), g(out), Src::DummyRo, program.tensors[out].numel(), stream, prob)]
+                        vec![ew("dropout_backward", g(inp), g(out), Src::DummyRw, program.tensors[out].numel(), stream, prob)]
                     }
                     Op::TiedHead { inp, wte, out } => {
                         let mut d = mm("matmul_nn", g(out), p(wte), g(inp), None, rows, v, c, true);
