@@ -47,5 +47,22 @@ fn bench_json_has_the_documented_fields_and_the_report_is_well_formed() {
     let md = std::fs::read_to_string(dir.join("bench.md")).unwrap();
     assert!(md.contains("| tiny | 70,464 |"), "{md}");
     assert_eq!(std::fs::read_to_string(dir.join("bench.jsonl")).unwrap().lines().count(), 2);
+
+    // The saved lines re-render the same report without measuring again.
+    let again = dir.join("again");
+    let out = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+        .args(["bench", "--replot"])
+        .arg(dir.join("bench.jsonl"))
+        .arg("--report")
+        .arg(&again)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(again.join("speedup.svg")).unwrap(), svg);
+    let bad = dir.join("bad.jsonl");
+    std::fs::write(&bad, "{\"not\": \"a bench line\"}\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tinygpt")).args(["bench", "--replot"]).arg(&bad).arg("--report").arg(&again).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 1: not a tinygpt bench JSON line"));
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -8,11 +8,11 @@ use crate::model::config::Config;
 use crate::train::Trainer;
 pub mod report;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use web_time::Instant;
 
 /// The machine a measurement was taken on.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Machine {
     pub cpu: String,
     pub cores: usize,
@@ -66,7 +66,7 @@ impl Default for BenchOptions {
 }
 
 /// One preset on one backend.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BenchResult {
     pub preset: String,
     /// `cpu` or `gpu`.

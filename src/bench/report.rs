@@ -128,12 +128,16 @@ impl Panel {
                 let _ = writeln!(s, r##"<text x="{x:.1}" y="{:.1}" font-size="11" text-anchor="middle">{}</text>"##, self.top + self.height + 16.0, si(v));
             }
         }
+        // Decades, and 2× and 5× between them when the axis spans little.
+        let steps: &[f64] = if self.y.1 - self.y.0 < 2.0 { &[1.0, 2.0, 5.0] } else { &[1.0] };
         for e in (self.y.0.floor() as i32)..=(self.y.1.ceil() as i32) {
-            let v = 10f64.powi(e);
-            let y = self.py(v);
-            if y >= self.top - 0.5 && y <= self.top + self.height + 0.5 {
-                let _ = writeln!(s, r##"<line x1="{:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/>"##, self.left, self.left + self.width);
-                let _ = writeln!(s, r##"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="end">{}</text>"##, self.left - 6.0, y + 4.0, si(v));
+            for m in steps {
+                let v = m * 10f64.powi(e);
+                let y = self.py(v);
+                if y >= self.top - 0.5 && y <= self.top + self.height + 0.5 {
+                    let _ = writeln!(s, r##"<line x1="{:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/>"##, self.left, self.left + self.width);
+                    let _ = writeln!(s, r##"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="end">{}</text>"##, self.left - 6.0, y + 4.0, si(v));
+                }
             }
         }
     }

@@ -28,6 +28,10 @@ pub struct BenchArgs {
     /// JSON lines into this folder.
     #[arg(long, value_name = "DIR")]
     report: Option<std::path::PathBuf>,
+    /// Re-render the report from JSON lines saved earlier (`bench.jsonl`)
+    /// instead of measuring; needs --report.
+    #[arg(long, value_name = "FILE", requires = "report")]
+    replot: Option<std::path::PathBuf>,
     /// One JSON object per measurement instead of a table.
     #[arg(long)]
     json: bool,
@@ -46,6 +50,19 @@ pub struct BenchArgs {
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
+    if let (Some(file), Some(dir)) = (&args.replot, &args.report) {
+        let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+        let results = text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .enumerate()
+            .map(|(i, l)| serde_json::from_str(l).with_context(|| format!("{} line {}: not a tinygpt bench JSON line", file.display(), i + 1)))
+            .collect::<Result<Vec<tinygpt::bench::BenchResult>>>()?;
+        anyhow::ensure!(!results.is_empty(), "{} holds no measurements", file.display());
+        tinygpt::bench::report::write(dir, &results).with_context(|| format!("cannot write the report into {}", dir.display()))?;
+        eprintln!("report: {}/bench.md, {}/speedup.svg, {}/bench.jsonl", dir.display(), dir.display(), dir.display());
+        return Ok(());
+    }
     // Refuse bad presets before spending time on good ones.
     let configs = args
         .presets
