@@ -265,3 +265,36 @@ fn a_preset_too_big_for_the_adapter_is_refused_by_name() {
     let err = GpuBackend::new(ctx, Program::new(&cfg)).err().expect("must refuse").to_string();
     assert!(err.contains("max_storage_buffer_binding_size") && err.contains("3L/3H/d96"), "{err}");
 }
+
+#[test]
+fn readback_is_asynchronous_and_matches_the_blocking_read() {
+    let cfg = Config::load("tiny").unwrap();
+    let program = Program::new(&cfg);
+    let mut gpu = GpuBackend::new(context(), program.clone()).unwrap();
+    for t in init_params(&program, 4) {
+        gpu.write(&t.name, &t.values).unwrap();
+    }
+    let corpus = Corpus::tiny_shakespeare(cfg.ctx).unwrap();
+    let batch = tinygpt::data::BatchSampler::new(1).next(&corpus, cfg.batch, cfg.ctx);
+    gpu.train_step(&batch, StepParams { lr: 1e-3, adam_t: 1, dropout_seed: 0 });
+    for name in ["transformer.h.1.mlp.c_fc.weight", "h.0.attn.y", "grad.transformer.wte.weight", "tokens"] {
+        let want = gpu.read(name).unwrap();
+        let mut handle = gpu.request_read(name).unwrap();
+        let got = loop {
+            gpu.poll();
+            match gpu.try_take(handle) {
+                Ok(v) => break v,
+                Err(h) => handle = h,
+            }
+        };
+        assert_eq!(got, want, "{name}");
+        assert_eq!(pollster::block_on(gpu.read_async(name)).unwrap(), want, "{name} (async fn)");
+    }
+    // Staging buffers are pooled: reading again creates none.
+    let created = gpu.buffers_created();
+    for _ in 0..3 {
+        pollster::block_on(gpu.read_async("h.0.attn.y")).unwrap();
+    }
+    assert_eq!(gpu.buffers_created(), created);
+    assert!(gpu.request_read("no.such.tensor").is_err());
+}

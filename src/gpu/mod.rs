@@ -13,6 +13,7 @@
 pub mod context;
 pub mod generate;
 pub mod kernels;
+pub mod readback;
 
 use crate::backend::{Backend, BackendError, StepOutcome, StepParams};
 use crate::data::Batch;
@@ -102,6 +103,7 @@ pub struct GpuBackend {
     stats: usize,
     stats_staging: wgpu::Buffer,
     readback: wgpu::Buffer,
+    staging: readback::StagingPool,
     tokens: usize,
     targets: usize,
     order: usize,
@@ -552,6 +554,7 @@ impl GpuBackend {
             stats,
             stats_staging,
             readback,
+            staging: readback::StagingPool::default(),
             tokens,
             targets,
             order: order_buf,
@@ -657,6 +660,65 @@ impl GpuBackend {
         let out = slice.get_mapped_range().to_vec();
         buffer.unmap();
         out
+    }
+
+    /// Starts reading a tensor back without waiting: the data arrives once
+    /// the GPU has finished and the device has been polled (Bevy polls every
+    /// frame; elsewhere call [`GpuBackend::poll`]). Take it with
+    /// [`GpuBackend::try_take`].
+    pub fn request_read(&mut self, name: &str) -> Result<readback::ReadbackHandle, BackendError> {
+        let (id, place) = self.place(name)?;
+        let (slot, created) = self.staging.acquire(&self.ctx.device, place.size);
+        self.buffers_created += created as usize;
+        let staging = self.staging.buffer(slot);
+        let mut encoder = self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tinygpt:readback") });
+        encoder.copy_buffer_to_buffer(&self.buffers[place.buffer], place.offset, staging, 0, place.size);
+        self.ctx.queue.submit([encoder.finish()]);
+        let state = readback::start_map(staging, place.size);
+        let is_u32 = self.program.tensors[id].kind == TensorKind::Input;
+        Ok(readback::ReadbackHandle { slot, size: place.size, is_u32, state })
+    }
+
+    /// The data of a readback if it has arrived, else the handle back.
+    pub fn try_take(&mut self, handle: readback::ReadbackHandle) -> Result<Vec<f32>, readback::ReadbackHandle> {
+        let taken = handle.state.lock().unwrap().take();
+        let Some(result) = taken else { return Err(handle) };
+        let buffer = self.staging.buffer(handle.slot);
+        let values = match result {
+            Ok(()) => {
+                let bytes = buffer.slice(0..handle.size).get_mapped_range().to_vec();
+                buffer.unmap();
+                if handle.is_u32 {
+                    bytemuck::cast_slice::<u8, u32>(&bytes).iter().map(|&x| x as f32).collect()
+                } else {
+                    bytemuck::cast_slice::<u8, f32>(&bytes).to_vec()
+                }
+            }
+            // The device was lost; nothing was mapped.
+            Err(_) => Vec::new(),
+        };
+        self.staging.release(handle.slot);
+        Ok(values)
+    }
+
+    /// Lets the device make progress without waiting (a no-op in browsers,
+    /// where the page's event loop does it).
+    pub fn poll(&self) {
+        let _ = self.ctx.device.poll(wgpu::PollType::Poll);
+    }
+
+    /// Reads a tensor back asynchronously: awaits the GPU without blocking the
+    /// thread, polling the device between checks.
+    pub async fn read_async(&mut self, name: &str) -> Result<Vec<f32>, BackendError> {
+        let mut handle = self.request_read(name)?;
+        loop {
+            self.poll();
+            match self.try_take(handle) {
+                Ok(values) => return Ok(values),
+                Err(h) => handle = h,
+            }
+            readback::YieldNow(false).await;
+        }
     }
 
     fn place(&self, name: &str) -> Result<(TensorId, Place), BackendError> {
