@@ -167,8 +167,13 @@ fn store(acc: Acc, m0: u32, n0: u32, tx: u32, ty: u32, split: u32) {
     store_row(row + 3u, col, acc.r3, split);
 }
 
-@compute @workgroup_size(16, 16, 1)
-fn matmul_nt(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+const NT: u32 = 0u;
+const NN: u32 = 1u;
+const TN: u32 = 2u;
+
+// The tile loop of every layout; `form` is a constant at each call site, so
+// the branches fold away.
+fn matmul_tiles(wg: vec3<u32>, lid: vec3<u32>, form: u32) {
     let m0 = wg.y * TILE;
     let n0 = wg.x * TILE;
     let tid = lid.y * 16u + lid.x;
@@ -176,49 +181,36 @@ fn matmul_nt(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id)
     let k_begin = wg.z * p.k_split;
     let k_end = min(k_begin + p.k_split, p.k);
     for (var k0 = k_begin; k0 < k_end; k0 += TK) {
-        load_k_contiguous_a(m0, p.m, k0, tid);
-        load_k_contiguous_b(n0, p.n, k0, tid);
+        if (form == TN) {
+            load_mn_contiguous_a(m0, p.m, k0, tid);
+        } else {
+            load_k_contiguous_a(m0, p.m, k0, tid);
+        }
+        if (form == NT) {
+            load_k_contiguous_b(n0, p.n, k0, tid);
+        } else {
+            load_mn_contiguous_b(n0, p.n, k0, tid);
+        }
         workgroupBarrier();
         acc = multiply_tile(acc, lid.x, lid.y);
         workgroupBarrier();
     }
     store(acc, m0, n0, lid.x, lid.y, wg.z);
+}
+
+@compute @workgroup_size(16, 16, 1)
+fn matmul_nt(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    matmul_tiles(wg, lid, NT);
 }
 
 @compute @workgroup_size(16, 16, 1)
 fn matmul_nn(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-    let m0 = wg.y * TILE;
-    let n0 = wg.x * TILE;
-    let tid = lid.y * 16u + lid.x;
-    var acc = Acc(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
-    let k_begin = wg.z * p.k_split;
-    let k_end = min(k_begin + p.k_split, p.k);
-    for (var k0 = k_begin; k0 < k_end; k0 += TK) {
-        load_k_contiguous_a(m0, p.m, k0, tid);
-        load_mn_contiguous_b(n0, p.n, k0, tid);
-        workgroupBarrier();
-        acc = multiply_tile(acc, lid.x, lid.y);
-        workgroupBarrier();
-    }
-    store(acc, m0, n0, lid.x, lid.y, wg.z);
+    matmul_tiles(wg, lid, NN);
 }
 
 @compute @workgroup_size(16, 16, 1)
 fn matmul_tn(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
-    let m0 = wg.y * TILE;
-    let n0 = wg.x * TILE;
-    let tid = lid.y * 16u + lid.x;
-    var acc = Acc(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
-    let k_begin = wg.z * p.k_split;
-    let k_end = min(k_begin + p.k_split, p.k);
-    for (var k0 = k_begin; k0 < k_end; k0 += TK) {
-        load_mn_contiguous_a(m0, p.m, k0, tid);
-        load_mn_contiguous_b(n0, p.n, k0, tid);
-        workgroupBarrier();
-        acc = multiply_tile(acc, lid.x, lid.y);
-        workgroupBarrier();
-    }
-    store(acc, m0, n0, lid.x, lid.y, wg.z);
+    matmul_tiles(wg, lid, TN);
 }
 
 // Sums the split-K partials (bound as `a`, splits × M × N) into C.

@@ -5,13 +5,16 @@
 //! (forward, then backward), FlashAttention at awkward (T, D), then whole
 //! training steps, the overfit gate, and buffer allocation.
 
+mod common;
+
+use common::config;
 use std::sync::OnceLock;
 use tinygpt::backend::{Backend, StepParams};
 use tinygpt::cpu::CpuBackend;
 use tinygpt::data::rng::Rng;
 use tinygpt::data::{Batch, Corpus};
 use tinygpt::gpu::{GpuBackend, GpuContext};
-use tinygpt::model::config::{Config, Schedule};
+use tinygpt::model::config::Config;
 use tinygpt::model::params::init_params;
 use tinygpt::program::{Op, Program, Step, TensorKind};
 use tinygpt::train::Trainer;
@@ -24,27 +27,6 @@ fn context() -> GpuContext {
         ctx
     })
     .clone()
-}
-
-fn config(n_layer: usize, n_head: usize, d_model: usize, ctx: usize, batch: usize, dropout: f32) -> Config {
-    Config {
-        n_layer,
-        n_head,
-        d_model,
-        ctx,
-        batch,
-        steps: 100,
-        lr: 1e-3,
-        schedule: Schedule::Constant,
-        beta1: 0.9,
-        beta2: 0.95,
-        eps: 1e-8,
-        weight_decay: 0.1,
-        grad_clip: 1.0,
-        dropout,
-        eval_interval: 0,
-        eval_batches: 1,
-    }
 }
 
 fn rel_err(got: &[f32], want: &[f32]) -> f64 {

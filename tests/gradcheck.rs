@@ -2,10 +2,12 @@
 //! loss, in f64 with a tight tolerance (relative error ≤ 1e-6).
 
 use tinygpt::cpu::CpuBackend;
+mod common;
+
 use tinygpt::cpu::ops::{self, AttnDims};
 use tinygpt::data::Batch;
 use tinygpt::data::rng::Rng;
-use tinygpt::model::config::{Config, Schedule};
+use tinygpt::model::config::Config;
 use tinygpt::model::params::init_params;
 use tinygpt::program::Program;
 
@@ -290,24 +292,9 @@ fn tied_head_and_cross_entropy_backward() {
 }
 
 fn small_config(dropout: f32) -> Config {
-    Config {
-        n_layer: 2,
-        n_head: 2,
-        d_model: 8,
-        ctx: 5,
-        batch: 3,
-        steps: 10,
-        lr: 1e-3,
-        schedule: Schedule::Constant,
-        beta1: 0.9,
-        beta2: 0.95,
-        eps: 1e-8,
-        weight_decay: 0.1,
-        grad_clip: 1.0,
-        dropout,
-        eval_interval: 0,
-        eval_batches: 1,
-    }
+    let mut cfg = common::config(2, 2, 8, 5, 3, dropout);
+    cfg.steps = 10;
+    cfg
 }
 
 /// The whole model: every parameter's gradient of the loss, in f64.
