@@ -220,7 +220,6 @@ fn no_buffer_is_created_after_the_first_step() {
     for t in init_params(&program, 1) {
         gpu.write(&t.name, &t.values).unwrap();
     }
-    let created = gpu.buffers_created();
     let corpus = Corpus::tiny_shakespeare(cfg.ctx).unwrap();
     let mut sampler = tinygpt::data::BatchSampler::new(3);
     let mut step = |gpu: &mut GpuBackend, t: u64| {
@@ -230,6 +229,7 @@ fn no_buffer_is_created_after_the_first_step() {
         gpu.read("transformer.h.0.attn.c_attn.weight").unwrap();
     };
     step(&mut gpu, 1);
+    let created = gpu.buffers_created();
     let live = ctx.device.get_internal_counters().hal.buffers.read();
     for t in 2..6 {
         step(&mut gpu, t);

@@ -102,7 +102,6 @@ pub struct GpuBackend {
     step_uniform: wgpu::Buffer,
     stats: usize,
     stats_staging: wgpu::Buffer,
-    readback: wgpu::Buffer,
     staging: readback::StagingPool,
     tokens: usize,
     targets: usize,
@@ -492,7 +491,6 @@ impl GpuBackend {
         ctx.queue.write_buffer(&uniforms, 0, &uniform_bytes);
         let step_uniform = alloc.other(&device, "step", STEP_UNIFORM_BYTES, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
         let stats_staging = alloc.other(&device, "stats.staging", 16, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
-        let readback = alloc.other(&device, "readback", largest, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
 
         let buffers = alloc.buffers;
         let mut next_uniform = uniform_offsets.into_iter();
@@ -553,7 +551,6 @@ impl GpuBackend {
             step_uniform,
             stats,
             stats_staging,
-            readback,
             staging: readback::StagingPool::default(),
             tokens,
             targets,
@@ -890,17 +887,17 @@ impl Backend for GpuBackend {
         self.forward(batch, None)
     }
 
+    /// Blocking: the convenience for the CLI and tests (not for a browser,
+    /// where [`GpuBackend::request_read`] is the way).
     fn read(&mut self, name: &str) -> Result<Vec<f32>, BackendError> {
-        let (id, place) = self.place(name)?;
-        let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
-        encoder.copy_buffer_to_buffer(&self.buffers[place.buffer], place.offset, &self.readback, 0, place.size);
-        self.ctx.queue.submit([encoder.finish()]);
-        let bytes = self.map_blocking(&self.readback, place.size);
-        Ok(if self.program.tensors[id].kind == TensorKind::Input {
-            bytemuck::cast_slice::<u8, u32>(&bytes).iter().map(|&x| x as f32).collect()
-        } else {
-            bytemuck::cast_slice::<u8, f32>(&bytes).to_vec()
-        })
+        let mut handle = self.request_read(name)?;
+        loop {
+            let _ = self.ctx.device.poll(wgpu::PollType::wait_indefinitely());
+            match self.try_take(handle) {
+                Ok(values) => return Ok(values),
+                Err(h) => handle = h,
+            }
+        }
     }
 
     fn write(&mut self, name: &str, values: &[f32]) -> Result<(), BackendError> {

@@ -148,6 +148,7 @@ impl Checkpoint {
                     .and_then(|f| f.sync_all())
                     .map_err(|e| werr(e.to_string()))
             })
+            .and_then(|_| readable_by_all(&tmp).map_err(|e| werr(e.to_string())))
             .and_then(|_| std::fs::rename(&tmp, path).map_err(|e| werr(e.to_string())));
         if result.is_err() {
             let _ = std::fs::remove_file(&tmp);
@@ -309,6 +310,19 @@ impl Checkpoint {
             optimizer,
         })
     }
+}
+
+/// safetensors writes through a private (0600) temporary file; a checkpoint
+/// is an ordinary file (0644), like any other the user saves.
+fn readable_by_all(path: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))?;
+    }
+    #[cfg(not(unix))]
+    let _ = path;
+    Ok(())
 }
 
 /// The temporary file a save writes before renaming it over `path`.
