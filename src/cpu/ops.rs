@@ -729,21 +729,7 @@ pub fn cross_entropy_backward<F: Float>(
     });
 }
 
-// ---------------------------------------------------------- clip and AdamW
-
-/// Σ g² of one tensor, in fixed chunks summed in order (deterministic).
-pub fn sum_squares<F: Float>(g: &[F]) -> f64 {
-    let parts: Vec<f64> = g
-        .par_chunks(16 * 1024)
-        .map(|c| c.iter().map(|&x| (x * x).f64()).sum::<f64>())
-        .collect();
-    parts.into_iter().sum()
-}
-
-pub fn scale<F: Float>(g: &mut [F], s: F) {
-    g.par_chunks_mut(16 * 1024)
-        .for_each(|c| c.iter_mut().for_each(|x| *x *= s));
-}
+// --------------------------------------------------------------------- AdamW
 
 /// The hyperparameters of one AdamW update.
 #[derive(Clone, Copy, Debug)]
