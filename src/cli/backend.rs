@@ -20,7 +20,7 @@ pub enum BackendChoice {
 #[derive(Clone, Debug)]
 pub enum Resolved {
     Cpu,
-    Gpu(GpuContext),
+    Gpu(Box<GpuContext>),
 }
 
 /// Settles `auto`: a hardware GPU adapter if there is one. A software
@@ -29,11 +29,11 @@ pub enum Resolved {
 pub fn resolve(choice: BackendChoice) -> Result<Resolved> {
     match choice {
         BackendChoice::Cpu => Ok(Resolved::Cpu),
-        BackendChoice::Gpu => Ok(Resolved::Gpu(GpuContext::new_blocking()?)),
+        BackendChoice::Gpu => Ok(Resolved::Gpu(Box::new(GpuContext::new_blocking()?))),
         BackendChoice::Auto => Ok(match GpuContext::new_blocking() {
             Ok(ctx) if ctx.info.device_type != wgpu::DeviceType::Cpu => {
                 eprintln!("backend auto: the GPU, {}", ctx.describe());
-                Resolved::Gpu(ctx)
+                Resolved::Gpu(Box::new(ctx))
             }
             Ok(ctx) => {
                 eprintln!("backend auto: the CPU (the only adapter, {}, is a software renderer and slower)", ctx.info.name);
@@ -52,7 +52,7 @@ pub fn resolve(choice: BackendChoice) -> Result<Resolved> {
 pub fn build(resolved: &Resolved, choice: BackendChoice, config: &Config) -> Result<Box<dyn Backend>> {
     match resolved {
         Resolved::Cpu => Ok(tinygpt::bench::cpu_backend(config)),
-        Resolved::Gpu(ctx) => match GpuBackend::new(ctx.clone(), Program::new(config)) {
+        Resolved::Gpu(ctx) => match GpuBackend::new((**ctx).clone(), Program::new(config)) {
             Ok(b) => Ok(Box::new(b)),
             Err(e) if choice == BackendChoice::Auto => {
                 eprintln!("backend auto: the CPU, because {e}");

@@ -80,7 +80,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if args.kernels {
         let Resolved::Gpu(ctx) = resolve(BackendChoice::Gpu)? else { unreachable!() };
         for (name, config) in &configs {
-            let mut gpu = tinygpt::gpu::GpuBackend::new(ctx.clone(), tinygpt::program::Program::new(config))?;
+            let mut gpu = tinygpt::gpu::GpuBackend::new((*ctx).clone(), tinygpt::program::Program::new(config))?;
             let corpus = tinygpt::data::Corpus::tiny_shakespeare(config.ctx)?;
             let batch = tinygpt::data::BatchSampler::new(1).next(&corpus, config.batch, config.ctx);
             let sp = tinygpt::backend::StepParams { lr: config.lr, adam_t: 1, dropout_seed: 1 };

@@ -44,7 +44,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     };
     opts.validate().map_err(anyhow::Error::msg)?;
     let mut generator: Box<dyn NextToken> = match super::backend::resolve(args.backend)? {
-        Resolved::Gpu(ctx) => Box::new(GpuGenerator::new(ctx, &ck.config, &ck.params)?),
+        Resolved::Gpu(ctx) => Box::new(GpuGenerator::new(*ctx, &ck.config, &ck.params)?),
         Resolved::Cpu => Box::new(Generator::new(&ck.config, &ck.params).map_err(anyhow::Error::msg)?),
     };
     let stdout = std::io::stdout();
@@ -78,11 +78,10 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     if !pending.is_empty() {
         out.write_all(String::from_utf8_lossy(&pending).as_bytes())?;
     }
-    if let Some(e) = io_error {
-        if e.kind() != std::io::ErrorKind::BrokenPipe {
+    if let Some(e) = io_error
+        && e.kind() != std::io::ErrorKind::BrokenPipe {
             return Err(e.into());
         }
-    }
     writeln!(out)?;
     Ok(())
 }

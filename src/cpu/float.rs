@@ -147,7 +147,7 @@ pub fn exp_fast(x: f32) -> f32 {
     let n = (x * LOG2E + ROUND) - ROUND;
     let r = x - n * LN2_HI - n * LN2_LO;
     let p = ((((1.987_569_1e-4 * r + 1.398_199_9e-3) * r + 8.333_452e-3) * r + 4.166_579_6e-2) * r + 1.666_666_5e-1) * r
-        + 5.000_000_1e-1;
+        + 5e-1;
     let e = p * r * r + r + 1.0;
     // SAFETY: n is an integer in [-126, 127] after the clamp (a plain `as`
     // cast adds saturation checks that stop the loop from vectorising).

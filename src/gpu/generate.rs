@@ -44,7 +44,7 @@ impl NextToken for GpuGenerator {
     fn ctx(&self) -> usize {
         self.backend.program().config.ctx
     }
-    fn len(&self) -> usize {
+    fn positions(&self) -> usize {
         self.window.len()
     }
     fn prime(&mut self, tokens: &[u8]) -> Vec<f32> {

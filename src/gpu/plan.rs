@@ -63,7 +63,7 @@ pub(super) fn grid(n: usize) -> [u32; 3] {
 
 /// One workgroup per row, rows beyond 65535 folded into y.
 fn per_row(rows: usize) -> [u32; 3] {
-    [rows.min(65535).max(1) as u32, rows.div_ceil(65535).max(1) as u32, 1]
+    [rows.clamp(1, 65535) as u32, rows.div_ceil(65535).max(1) as u32, 1]
 }
 
 /// The buffers a plan binds besides the tensors themselves.
@@ -165,7 +165,7 @@ pub(super) fn plan_steps(program: &Program, places: &[Option<Place>], scratch: &
                 Op::Attention { qkv, out, lse, n_head, dropout, stream } => vec![Planned {
                     entry: "attention_forward",
                     bindings: vec![p(qkv), p(out), p(lse), Src::DummyRo, Src::DummyRw, Src::DummyRw, Src::Params, Src::Step],
-                    params: attn_params(&cfg, n_head, stream, dropout),
+                    params: attn_params(cfg, n_head, stream, dropout),
                     groups: [t.div_ceil(16) as u32, (b * n_head) as u32, 1],
                 }],
                 Op::Gelu { inp, out } => vec![ew("gelu_forward", p(out), p(inp), Src::DummyRw, program.tensors[out].numel(), 0, 0.0)],
@@ -229,7 +229,7 @@ pub(super) fn plan_steps(program: &Program, places: &[Option<Place>], scratch: &
                 }
                 Op::Attention { qkv, out, lse, n_head, dropout, stream } => {
                     let binds = vec![p(qkv), p(out), p(lse), g(out), g(qkv), whole(delta, 0), Src::Params, Src::Step];
-                    let params = attn_params(&cfg, n_head, stream, dropout);
+                    let params = attn_params(cfg, n_head, stream, dropout);
                     let tiles = [t.div_ceil(16) as u32, (b * n_head) as u32, 1];
                     vec![
                         Planned { entry: "attention_backward_delta", bindings: binds.clone(), params: params.clone(), groups: grid(b * n_head * t) },

@@ -192,7 +192,7 @@ impl Config {
         if self.steps == 0 {
             return Err(rule("steps", "is 0; it must be at least 1".into()));
         }
-        if self.d_model % self.n_head != 0 {
+        if !self.d_model.is_multiple_of(self.n_head) {
             return Err(rule(
                 "n_head",
                 format!(

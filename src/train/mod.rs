@@ -166,7 +166,7 @@ impl Trainer {
         }
         self.step += 1;
         let interval = self.config.eval_interval;
-        let val_loss = ((interval > 0 && self.step % interval == 0)
+        let val_loss = ((interval > 0 && self.step.is_multiple_of(interval))
             || self.step == self.config.steps)
             .then(|| self.evaluate());
         self.history.push(LossPoint {

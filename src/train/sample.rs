@@ -16,7 +16,7 @@ pub trait NextToken {
     /// Context length: how many positions the window holds.
     fn ctx(&self) -> usize;
     /// Positions currently in the window.
-    fn len(&self) -> usize;
+    fn positions(&self) -> usize;
     /// Empties the window, feeds 1..=ctx tokens, returns the logits after the last.
     fn prime(&mut self, tokens: &[u8]) -> Vec<f32>;
     /// Appends one token (the window must not be full) and returns the logits after it.
@@ -27,7 +27,7 @@ impl NextToken for crate::cpu::generate::Generator {
     fn ctx(&self) -> usize {
         crate::cpu::generate::Generator::ctx(self)
     }
-    fn len(&self) -> usize {
+    fn positions(&self) -> usize {
         crate::cpu::generate::Generator::len(self)
     }
     fn prime(&mut self, tokens: &[u8]) -> Vec<f32> {
@@ -126,7 +126,7 @@ pub fn generate(
         emit(tok);
         out.push(tok);
         history.push(tok);
-        logits = if generator.len() == ctx {
+        logits = if generator.positions() == ctx {
             let keep = (ctx / 2).max(1);
             generator.prime(&history[history.len() - keep..])
         } else {
