@@ -29,6 +29,8 @@ pub enum GpuError {
     Device { adapter: String, message: String },
     #[error("preset `{preset}` does not fit this GPU ({adapter}): {what} needs {need}, but the adapter's {limit} is {have}; choose a smaller preset or --backend cpu")]
     Limit { preset: String, adapter: String, what: String, limit: &'static str, need: u64, have: u64 },
+    #[error("preset `{preset}` does not fit in the memory of {adapter}: its {bytes} bytes of buffers failed to allocate ({message}); choose a smaller preset or --backend cpu")]
+    OutOfMemory { preset: String, adapter: String, bytes: u64, message: String },
     #[error("GPU error: {0}")]
     Other(String),
 }

@@ -155,6 +155,9 @@ impl GpuBackend {
 
         let device = ctx.device.clone();
         let kernels = Kernels::new(&device, cfg.head_dim());
+        // Running out of GPU memory is a property of the preset, not a bug:
+        // catch it and say so, instead of wgpu's default panic.
+        let memory_scope = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let mut alloc = Allocator::default();
         let flat_bytes = flat_len as u64 * 4;
         let flat_params = alloc.storage(&device, "params", flat_bytes);
@@ -258,6 +261,13 @@ impl GpuBackend {
         let step_uniform = alloc.other(&device, "step", STEP_UNIFORM_BYTES, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
         let stats_staging = alloc.other(&device, "stats.staging", 16, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
 
+        #[cfg(not(target_arch = "wasm32"))]
+        if let Some(error) = pollster::block_on(memory_scope.pop()) {
+            let bytes: u64 = alloc.buffers.iter().map(|b| b.size()).sum();
+            return Err(GpuError::OutOfMemory { preset: preset.clone(), adapter: ctx.info.name.clone(), bytes, message: error.to_string() });
+        }
+        #[cfg(target_arch = "wasm32")]
+        drop(memory_scope); // the browser reports it asynchronously, to the console
         let buffers = alloc.buffers;
         let mut next_uniform = uniform_offsets.into_iter();
         let steps = planned_steps
