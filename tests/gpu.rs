@@ -280,3 +280,41 @@ fn readback_is_asynchronous_and_matches_the_blocking_read() {
     assert_eq!(gpu.buffers_created(), created);
     assert!(gpu.request_read("no.such.tensor").is_err());
 }
+
+#[test]
+fn submitted_steps_equal_steps_taken_one_by_one() {
+    // The app's path (several steps per submit, outcomes collected later,
+    // nothing waits) against train_step, bit for bit.
+    let mut cfg = Config::load("tiny").unwrap();
+    cfg.dropout = 0.1;
+    let program = Program::new(&cfg);
+    let mut one = GpuBackend::new(context(), program.clone()).unwrap();
+    let mut many = GpuBackend::new(context(), program.clone()).unwrap();
+    for t in init_params(&program, 6) {
+        one.write(&t.name, &t.values).unwrap();
+        many.write(&t.name, &t.values).unwrap();
+    }
+    let corpus = Corpus::tiny_shakespeare(cfg.ctx).unwrap();
+    let mut sampler = tinygpt::data::BatchSampler::new(8);
+    let batches: Vec<_> = (0..5).map(|_| sampler.next(&corpus, cfg.batch, cfg.ctx)).collect();
+    let params: Vec<_> = (1..=5u64).map(|t| StepParams { lr: 1e-3 * t as f32, adam_t: t, dropout_seed: t as u32 * 7 }).collect();
+    let want: Vec<_> = batches.iter().zip(&params).map(|(b, p)| one.train_step(b, *p)).collect();
+    // Two submits (3 + 2 steps): the staging ring is reused.
+    let mut got = Vec::new();
+    for range in [0..3, 3..5] {
+        let mut handle = many.submit_steps(&batches[range.clone()], &params[range]);
+        let outcomes = loop {
+            many.poll();
+            match many.try_finish_steps(handle) {
+                Ok(o) => break o,
+                Err(h) => handle = h,
+            }
+        };
+        got.extend(outcomes);
+    }
+    assert_eq!(got, want);
+    for p in program.params() {
+        let name = &program.tensors[p].name;
+        assert_eq!(many.read(name).unwrap(), one.read(name).unwrap(), "{name}");
+    }
+}

@@ -49,6 +49,10 @@ pub struct GpuBackend {
     stats: usize,
     stats_staging: wgpu::Buffer,
     staging: readback::StagingPool,
+    /// Staging for [`GpuBackend::submit_steps`]: batches and uniforms of the
+    /// steps in one submit (created on first use, grown only when a bigger
+    /// submit comes).
+    ring: Option<wgpu::Buffer>,
     tokens: usize,
     targets: usize,
     order: usize,
@@ -328,6 +332,7 @@ impl GpuBackend {
             stats,
             stats_staging,
             staging: readback::StagingPool::default(),
+            ring: None,
             tokens,
             targets,
             order: order_buf,
@@ -351,13 +356,11 @@ impl GpuBackend {
         self.steps.iter().map(|(_, d)| d.len()).sum()
     }
 
-    fn upload_batch(&self, batch: &Batch) {
+    /// The four input buffers of a batch, as bytes: tokens, targets, and the
+    /// rows grouped by token (a stable counting sort) with each token's start,
+    /// for the deterministic embedding backward.
+    fn batch_bytes(&self, batch: &Batch) -> [Vec<u8>; 4] {
         assert_eq!(batch.inputs.len(), self.program.rows(), "batch shape does not match the program");
-        let q = &self.ctx.queue;
-        q.write_buffer(&self.buffers[self.tokens], 0, bytemuck::cast_slice(&batch.inputs));
-        q.write_buffer(&self.buffers[self.targets], 0, bytemuck::cast_slice(&batch.targets));
-        // Rows grouped by token, in row order (a stable counting sort), for
-        // the deterministic embedding backward.
         let mut offsets = vec![0u32; VOCAB + 1];
         for &tok in &batch.inputs {
             offsets[tok as usize + 1] += 1;
@@ -371,11 +374,23 @@ impl GpuBackend {
             order[next[tok as usize] as usize] = row as u32;
             next[tok as usize] += 1;
         }
-        q.write_buffer(&self.buffers[self.order], 0, bytemuck::cast_slice(&order));
-        q.write_buffer(&self.buffers[self.offsets], 0, bytemuck::cast_slice(&offsets));
+        [words(&batch.inputs), words(&batch.targets), words(&order), words(&offsets)]
     }
 
-    fn write_step_uniform(&self, sp: Option<StepParams>) {
+    /// The buffers `batch_bytes` fills, in the same order.
+    fn batch_buffers(&self) -> [usize; 4] {
+        [self.tokens, self.targets, self.order, self.offsets]
+    }
+
+    fn upload_batch(&self, batch: &Batch) {
+        for (bytes, buf) in self.batch_bytes(batch).iter().zip(self.batch_buffers()) {
+            self.ctx.queue.write_buffer(&self.buffers[buf], 0, bytes);
+        }
+    }
+
+    /// The per-step uniform block (`StepUniform` in common.wgsl); `None`
+    /// evaluates (no dropout).
+    fn step_uniform_bytes(&self, sp: Option<StepParams>) -> Vec<u8> {
         let cfg = &self.program.config;
         let (lr, t, seed, training) = match sp {
             Some(s) => (s.lr, s.adam_t, s.dropout_seed, 1u32),
@@ -386,7 +401,63 @@ impl GpuBackend {
         let f = [lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, bc1, bc2, cfg.grad_clip];
         let mut bytes: Vec<u8> = bytemuck::cast_slice(&f).to_vec();
         bytes.extend(words(&[seed, training, self.decay_end, self.program.rows() as u32]));
-        self.ctx.queue.write_buffer(&self.step_uniform, 0, &bytes);
+        bytes
+    }
+
+    fn write_step_uniform(&self, sp: Option<StepParams>) {
+        self.ctx.queue.write_buffer(&self.step_uniform, 0, &self.step_uniform_bytes(sp));
+    }
+
+    /// Submits several training steps at once without waiting: their batches
+    /// and uniforms go to a staging ring, and one encoder copies each into
+    /// place before that step's dispatches, then copies the step's
+    /// [loss, norm, …] out. Collect the outcomes with
+    /// [`GpuBackend::try_finish_steps`] once the device has been polled (by
+    /// Bevy, by the browser, or [`GpuBackend::poll`]). This is how the app
+    /// trains inside the frame loop.
+    pub fn submit_steps(&mut self, batches: &[Batch], params: &[StepParams]) -> readback::ReadbackHandle {
+        assert_eq!(batches.len(), params.len(), "one StepParams per batch");
+        assert!(!batches.is_empty(), "submit at least one step");
+        let n = batches.len();
+        let batch_sizes: Vec<u64> = self.batch_bytes(&batches[0]).iter().map(|b| b.len() as u64).collect();
+        let per_step = batch_sizes.iter().sum::<u64>() + STEP_UNIFORM_BYTES;
+        if self.ring.as_ref().is_none_or(|r| r.size() < per_step * n as u64) {
+            self.ring = Some(self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("tinygpt:buffer:step_ring"),
+                size: per_step * n as u64,
+                usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }));
+            self.buffers_created += 1;
+        }
+        let ring = self.ring.clone().expect("created above");
+        let (slot, created) = self.staging.acquire(&self.ctx.device, 16 * n as u64);
+        self.buffers_created += created as usize;
+        let mut encoder = self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tinygpt:train_steps") });
+        for (i, (batch, sp)) in batches.iter().zip(params).enumerate() {
+            let mut at = per_step * i as u64;
+            for (bytes, buf) in self.batch_bytes(batch).iter().zip(self.batch_buffers()) {
+                self.ctx.queue.write_buffer(&ring, at, bytes);
+                encoder.copy_buffer_to_buffer(&ring, at, &self.buffers[buf], 0, bytes.len() as u64);
+                at += bytes.len() as u64;
+            }
+            self.ctx.queue.write_buffer(&ring, at, &self.step_uniform_bytes(Some(*sp)));
+            encoder.copy_buffer_to_buffer(&ring, at, &self.step_uniform, 0, STEP_UNIFORM_BYTES);
+            self.record(&mut encoder, true, self.steps.iter().map(|(_, d)| d.as_slice()));
+            encoder.copy_buffer_to_buffer(&self.buffers[self.stats], 0, self.staging.buffer(slot), 16 * i as u64, 16);
+        }
+        self.ctx.queue.submit([encoder.finish()]);
+        let state = readback::start_map(self.staging.buffer(slot), 16 * n as u64);
+        readback::ReadbackHandle { slot, size: 16 * n as u64, is_u32: false, state }
+    }
+
+    /// The outcomes of submitted steps, in order, if they have finished.
+    pub fn try_finish_steps(&mut self, handle: readback::ReadbackHandle) -> Result<Vec<StepOutcome>, readback::ReadbackHandle> {
+        let stats = self.try_take(handle)?;
+        Ok(stats
+            .chunks_exact(4)
+            .map(|s| StepOutcome { loss: s[0], grad_norm: s[1], applied: s[0].is_finite() && s[1].is_finite() })
+            .collect())
     }
 
     /// Records dispatch lists, in order, into `encoder`: the gradient clears
