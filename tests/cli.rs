@@ -291,5 +291,10 @@ fn train_resume_generate_export_and_bench() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("473,244,160"));
     let out = tinygpt(&["--help"]);
     assert!(out.status.success());
+    // `tinygpt` alone shows what there is to do (and is not a success).
+    let out = tinygpt(&[]);
+    assert!(!out.status.success());
+    let help = String::from_utf8_lossy(&out.stderr);
+    assert!(help.contains("Usage") && help.contains("train") && help.contains("generate"), "{help}");
     std::fs::remove_dir_all(dir).unwrap();
 }

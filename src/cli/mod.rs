@@ -58,6 +58,11 @@ pub fn main() -> ExitCode {
             let _ = e.print();
             return ExitCode::SUCCESS;
         }
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            // `tinygpt` alone: show a newcomer what there is to do.
+            let _ = e.print();
+            return ExitCode::from(2);
+        }
         Err(e) => {
             // clap's message up to its usage block, folded onto one line.
             let text = e.to_string();
