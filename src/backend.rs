@@ -52,4 +52,13 @@ pub trait Backend {
     fn read(&mut self, name: &str) -> Result<Vec<f32>, BackendError>;
     /// Overwrites any tensor (parameters, optimizer state).
     fn write(&mut self, name: &str, values: &[f32]) -> Result<(), BackendError>;
+
+    /// Sets every parameter to its GPT-2 initialisation from `seed`
+    /// ([`crate::model::params::init_params`]).
+    fn initialize(&mut self, seed: u64) -> Result<(), BackendError> {
+        for t in crate::model::params::init_params(self.program(), seed) {
+            self.write(&t.name, &t.values)?;
+        }
+        Ok(())
+    }
 }

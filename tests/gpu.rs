@@ -15,7 +15,6 @@ use tinygpt::data::rng::Rng;
 use tinygpt::data::{Batch, Corpus};
 use tinygpt::gpu::{GpuBackend, GpuContext};
 use tinygpt::model::config::Config;
-use tinygpt::model::params::init_params;
 use tinygpt::program::{Op, Program, Step, TensorKind};
 use tinygpt::train::Trainer;
 
@@ -217,9 +216,7 @@ fn no_buffer_is_created_after_the_first_step() {
     // A device of its own: the other tests' buffers must not count here.
     let ctx = GpuContext::new_blocking().expect("the GPU tests need an adapter");
     let mut gpu = GpuBackend::new(ctx.clone(), program.clone()).unwrap();
-    for t in init_params(&program, 1) {
-        gpu.write(&t.name, &t.values).unwrap();
-    }
+    gpu.initialize(1).unwrap();
     let corpus = Corpus::tiny_shakespeare(cfg.ctx).unwrap();
     let mut sampler = tinygpt::data::BatchSampler::new(3);
     let mut step = |gpu: &mut GpuBackend, t: u64| {
@@ -253,9 +250,7 @@ fn readback_is_asynchronous_and_matches_the_blocking_read() {
     let cfg = Config::load("tiny").unwrap();
     let program = Program::new(&cfg);
     let mut gpu = GpuBackend::new(context(), program.clone()).unwrap();
-    for t in init_params(&program, 4) {
-        gpu.write(&t.name, &t.values).unwrap();
-    }
+    gpu.initialize(4).unwrap();
     let corpus = Corpus::tiny_shakespeare(cfg.ctx).unwrap();
     let batch = tinygpt::data::BatchSampler::new(1).next(&corpus, cfg.batch, cfg.ctx);
     gpu.train_step(&batch, StepParams { lr: 1e-3, adam_t: 1, dropout_seed: 0 });
@@ -290,10 +285,8 @@ fn submitted_steps_equal_steps_taken_one_by_one() {
     let program = Program::new(&cfg);
     let mut one = GpuBackend::new(context(), program.clone()).unwrap();
     let mut many = GpuBackend::new(context(), program.clone()).unwrap();
-    for t in init_params(&program, 6) {
-        one.write(&t.name, &t.values).unwrap();
-        many.write(&t.name, &t.values).unwrap();
-    }
+    one.initialize(6).unwrap();
+    many.initialize(6).unwrap();
     let corpus = Corpus::tiny_shakespeare(cfg.ctx).unwrap();
     let mut sampler = tinygpt::data::BatchSampler::new(8);
     let batches: Vec<_> = (0..5).map(|_| sampler.next(&corpus, cfg.batch, cfg.ctx)).collect();

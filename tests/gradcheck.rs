@@ -361,10 +361,8 @@ fn f32_backend_agrees_with_f64() {
     let mut b32 = CpuBackend::<f32>::new(program.clone());
     let mut b64 = CpuBackend::<f64>::new(program.clone());
     use tinygpt::backend::Backend;
-    for t in init_params(&program, 8) {
-        b32.write(&t.name, &t.values).unwrap();
-        b64.write(&t.name, &t.values).unwrap();
-    }
+    b32.initialize(8).unwrap();
+    b64.initialize(8).unwrap();
     let data: Vec<u8> = (0..300).map(|i| ((i * 91 + 5) % 256) as u8).collect();
     let batch = Batch::sample(&data, cfg.batch, cfg.ctx, &mut Rng::new(1));
     let sp = tinygpt::backend::StepParams {

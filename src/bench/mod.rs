@@ -154,10 +154,7 @@ pub fn profile_cpu_step(config: &Config, steps: usize) -> Vec<(String, f64)> {
     use crate::program::Step;
     let program = crate::program::Program::new(config);
     let mut be = CpuBackend::<f32>::new(program.clone());
-    for t in crate::model::params::init_params(&program, 42) {
-        be.write(&t.name, &t.values)
-            .expect("init matches the program");
-    }
+    be.initialize(42).expect("init matches the program");
     let corpus = Corpus::tiny_shakespeare(config.ctx)
         .expect("TinyShakespeare is long enough for every preset");
     let mut sampler = crate::data::BatchSampler::new(42);

@@ -84,9 +84,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             let corpus = tinygpt::data::Corpus::tiny_shakespeare(config.ctx)?;
             let batch = tinygpt::data::BatchSampler::new(1).next(&corpus, config.batch, config.ctx);
             let sp = tinygpt::backend::StepParams { lr: config.lr, adam_t: 1, dropout_seed: 1 };
-            for t in tinygpt::model::params::init_params(tinygpt::backend::Backend::program(&gpu), 42) {
-                tinygpt::backend::Backend::write(&mut gpu, &t.name, &t.values)?;
-            }
+            tinygpt::backend::Backend::initialize(&mut gpu, 42)?;
             gpu.profile_step(&batch, sp); // warm-up
             let Some(rows) = gpu.profile_step(&batch, sp) else {
                 println!("{}: this adapter has no timestamp queries; per-kernel times are not available", ctx.describe());

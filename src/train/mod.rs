@@ -10,7 +10,7 @@ use crate::data::rng::dropout_seed;
 use crate::data::{Batch, BatchSampler, Corpus, validation_batches};
 use crate::model::checkpoint::{Checkpoint, LossPoint, OptimizerState};
 use crate::model::config::Config;
-use crate::model::params::{NamedTensor, init_params};
+use crate::model::params::NamedTensor;
 use serde::Serialize;
 use web_time::Instant;
 
@@ -68,9 +68,7 @@ impl Trainer {
         seed: u64,
     ) -> Result<Self, TrainError> {
         let config = backend.program().config.clone();
-        for t in init_params(backend.program(), seed) {
-            backend.write(&t.name, &t.values)?;
-        }
+        backend.initialize(seed)?;
         let val_batches =
             validation_batches(&corpus, config.batch, config.ctx, config.eval_batches, seed);
         Ok(Self {
