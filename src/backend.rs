@@ -40,7 +40,19 @@ pub enum BackendError {
     },
 }
 
-pub trait Backend {
+/// `Send` where threads exist: the app moves a CPU trainer onto a worker
+/// task. In the browser (one thread; wgpu's handles are not `Send` there)
+/// it asks nothing.
+#[cfg(not(target_arch = "wasm32"))]
+pub trait MaybeSend: Send {}
+#[cfg(not(target_arch = "wasm32"))]
+impl<T: Send> MaybeSend for T {}
+#[cfg(target_arch = "wasm32")]
+pub trait MaybeSend {}
+#[cfg(target_arch = "wasm32")]
+impl<T> MaybeSend for T {}
+
+pub trait Backend: MaybeSend {
     /// A one-line description, e.g. `cpu (rayon, 16 threads)`.
     fn describe(&self) -> String;
     fn program(&self) -> &Program;
@@ -52,6 +64,12 @@ pub trait Backend {
     fn read(&mut self, name: &str) -> Result<Vec<f32>, BackendError>;
     /// Overwrites any tensor (parameters, optimizer state).
     fn write(&mut self, name: &str, values: &[f32]) -> Result<(), BackendError>;
+
+    /// The GPU backend behind this one, for the asynchronous paths (several
+    /// steps per submit, readbacks without waiting) that only it has.
+    fn as_gpu(&mut self) -> Option<&mut crate::gpu::GpuBackend> {
+        None
+    }
 
     /// Sets every parameter to its GPT-2 initialisation from `seed`
     /// ([`crate::model::params::init_params`]).

@@ -311,3 +311,61 @@ fn submitted_steps_equal_steps_taken_one_by_one() {
         assert_eq!(many.read(name).unwrap(), one.read(name).unwrap(), "{name}");
     }
 }
+
+#[test]
+fn the_trainers_frame_loop_path_is_the_same_run_as_train_step() {
+    // Trainer::submit_gpu_steps/finish_gpu_steps (what the app calls every
+    // frame, two submits in flight) against Trainer::train_step: same losses,
+    // same validation losses at the same steps, same weights.
+    let mut cfg = Config::load("tiny").unwrap();
+    cfg.dropout = 0.1;
+    cfg.steps = 9;
+    cfg.eval_interval = 4;
+    cfg.eval_batches = 2;
+    let program = Program::new(&cfg);
+    let corpus = || Corpus::tiny_shakespeare(cfg.ctx).unwrap();
+    let mut one = Trainer::new(Box::new(GpuBackend::new(context(), program.clone()).unwrap()), corpus(), 5).unwrap();
+    let want: Vec<_> = (0..cfg.steps).map(|_| one.train_step().unwrap()).collect();
+
+    let mut app = Trainer::new(Box::new(GpuBackend::new(context(), program.clone()).unwrap()), corpus(), 5).unwrap();
+    let mut in_flight = std::collections::VecDeque::new();
+    let mut got = Vec::new();
+    while got.len() < cfg.steps as usize {
+        while in_flight.len() < 2 {
+            match app.submit_gpu_steps(3) {
+                Some(f) => in_flight.push_back(f),
+                None => break,
+            }
+        }
+        let f = in_flight.pop_front().expect("steps remain, so a submit is in flight");
+        match app.finish_gpu_steps(f) {
+            Ok(done) => {
+                assert!(done.diverged.is_none());
+                got.extend(done.metrics);
+            }
+            Err(f) => in_flight.push_front(f),
+        }
+    }
+    assert!(app.submit_gpu_steps(3).is_none(), "the run stops at its step count");
+    let key = |m: &tinygpt::train::StepMetrics| (m.step, m.loss, m.val_loss, m.grad_norm, m.lr);
+    assert_eq!(got.iter().map(key).collect::<Vec<_>>(), want.iter().map(key).collect::<Vec<_>>());
+    assert_eq!(got.iter().filter(|m| m.val_loss.is_some()).count(), 3, "steps 4, 8 and the last");
+    for p in program.params() {
+        let name = &program.tensors[p].name;
+        assert_eq!(app.backend.read(name).unwrap(), one.backend.read(name).unwrap(), "{name}");
+    }
+    // Several tensors in one readback arrive in the order named.
+    let names = ["transformer.wpe.weight", "transformer.ln_f.bias"];
+    let gpu = app.backend.as_gpu().unwrap();
+    let mut handle = gpu.request_reads(&names).unwrap();
+    let values = loop {
+        gpu.poll();
+        match gpu.try_take(handle) {
+            Ok(v) => break v,
+            Err(h) => handle = h,
+        }
+    };
+    let wpe = one.backend.read(names[0]).unwrap();
+    let ln = one.backend.read(names[1]).unwrap();
+    assert_eq!(values, [wpe, ln].concat());
+}

@@ -451,6 +451,53 @@ impl GpuBackend {
         readback::ReadbackHandle { slot, size: 16 * n as u64, is_u32: false, state }
     }
 
+    /// Submits the evaluation-mode forward pass of several batches without
+    /// waiting; [`GpuBackend::try_finish_evals`] gives their mean losses.
+    /// Queued after whatever was submitted before, so it evaluates the
+    /// weights those steps leave.
+    pub fn submit_evals(&mut self, batches: &[Batch]) -> readback::ReadbackHandle {
+        assert!(!batches.is_empty(), "evaluate at least one batch");
+        let n = batches.len();
+        let batch_sizes: Vec<u64> = self.batch_bytes(&batches[0]).iter().map(|b| b.len() as u64).collect();
+        let per_batch = batch_sizes.iter().sum::<u64>() + STEP_UNIFORM_BYTES;
+        if self.ring.as_ref().is_none_or(|r| r.size() < per_batch * n as u64) {
+            self.ring = Some(self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("tinygpt:buffer:step_ring"),
+                size: per_batch * n as u64,
+                usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }));
+            self.buffers_created += 1;
+        }
+        let ring = self.ring.clone().expect("created above");
+        let (slot, created) = self.staging.acquire(&self.ctx.device, 16 * n as u64);
+        self.buffers_created += created as usize;
+        let mut encoder = self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tinygpt:evals") });
+        let forward: Vec<&[Dispatch]> = self.steps.iter().filter(|(s, _)| matches!(s, Step::Forward(_))).map(|(_, d)| d.as_slice()).collect();
+        for (i, batch) in batches.iter().enumerate() {
+            let mut at = per_batch * i as u64;
+            for (bytes, buf) in self.batch_bytes(batch).iter().zip(self.batch_buffers()) {
+                self.ctx.queue.write_buffer(&ring, at, bytes);
+                encoder.copy_buffer_to_buffer(&ring, at, &self.buffers[buf], 0, bytes.len() as u64);
+                at += bytes.len() as u64;
+            }
+            self.ctx.queue.write_buffer(&ring, at, &self.step_uniform_bytes(None));
+            encoder.copy_buffer_to_buffer(&ring, at, &self.step_uniform, 0, STEP_UNIFORM_BYTES);
+            self.record(&mut encoder, false, forward.iter().copied());
+            encoder.copy_buffer_to_buffer(&self.buffers[self.stats], 0, self.staging.buffer(slot), 16 * i as u64, 16);
+        }
+        self.ctx.queue.submit([encoder.finish()]);
+        let state = readback::start_map(self.staging.buffer(slot), 16 * n as u64);
+        readback::ReadbackHandle { slot, size: 16 * n as u64, is_u32: false, state }
+    }
+
+    /// The mean loss of submitted evaluations, if they have finished.
+    pub fn try_finish_evals(&mut self, handle: readback::ReadbackHandle) -> Result<f32, readback::ReadbackHandle> {
+        let stats = self.try_take(handle)?;
+        let losses: Vec<f64> = stats.chunks_exact(4).map(|s| s[0] as f64).collect();
+        Ok((losses.iter().sum::<f64>() / losses.len().max(1) as f64) as f32)
+    }
+
     /// The outcomes of submitted steps, in order, if they have finished.
     pub fn try_finish_steps(&mut self, handle: readback::ReadbackHandle) -> Result<Vec<StepOutcome>, readback::ReadbackHandle> {
         let stats = self.try_take(handle)?;
@@ -525,6 +572,27 @@ impl GpuBackend {
         let state = readback::start_map(staging, place.size);
         let is_u32 = self.program.tensors[id].kind == TensorKind::Input;
         Ok(readback::ReadbackHandle { slot, size: place.size, is_u32, state })
+    }
+
+    /// Starts reading several float tensors back in one copy and one map;
+    /// [`GpuBackend::try_take`] then gives their values one after another,
+    /// in the order named (split them by each tensor's size).
+    pub fn request_reads(&mut self, names: &[&str]) -> Result<readback::ReadbackHandle, BackendError> {
+        assert!(!names.is_empty(), "read at least one tensor");
+        let places = names.iter().map(|n| self.place(n).map(|(_, p)| p)).collect::<Result<Vec<_>, _>>()?;
+        let total: u64 = places.iter().map(|p| p.size).sum();
+        let (slot, created) = self.staging.acquire(&self.ctx.device, total);
+        self.buffers_created += created as usize;
+        let staging = self.staging.buffer(slot);
+        let mut encoder = self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tinygpt:readbacks") });
+        let mut at = 0;
+        for p in &places {
+            encoder.copy_buffer_to_buffer(&self.buffers[p.buffer], p.offset, staging, at, p.size);
+            at += p.size;
+        }
+        self.ctx.queue.submit([encoder.finish()]);
+        let state = readback::start_map(staging, total);
+        Ok(readback::ReadbackHandle { slot, size: total, is_u32: false, state })
     }
 
     /// The data of a readback if it has arrived, else the handle back.
@@ -695,6 +763,10 @@ impl Backend for GpuBackend {
 
     fn eval_loss(&mut self, batch: &Batch) -> f32 {
         self.forward(batch, None)
+    }
+
+    fn as_gpu(&mut self) -> Option<&mut GpuBackend> {
+        Some(self)
     }
 
     /// Blocking: the convenience for the CLI and tests (not for a browser,

@@ -58,6 +58,42 @@ pub struct Trainer {
     pub history: Vec<LossPoint>,
     sampler: BatchSampler,
     val_batches: Vec<Batch>,
+    /// Steps handed to the GPU (≥ `step`; more while some are in flight).
+    submitted: u64,
+    /// When the GPU last finished steps (for ms/step while pipelined).
+    last_finish: Option<Instant>,
+}
+
+/// Training steps submitted to the GPU and not yet collected (see
+/// [`Trainer::submit_gpu_steps`]), with the evaluation that follows them
+/// when the last one lands on the evaluation interval.
+#[must_use = "collect the steps with Trainer::finish_gpu_steps"]
+pub struct StepsInFlight {
+    handle: Option<crate::gpu::readback::ReadbackHandle>,
+    eval: Option<crate::gpu::readback::ReadbackHandle>,
+    eval_loss: Option<f32>,
+    outcomes: Option<Vec<crate::backend::StepOutcome>>,
+    lrs: Vec<f32>,
+    submitted_at: Instant,
+}
+
+/// What collecting a GPU submit gave: the steps' metrics, and the first
+/// step that diverged, if one did.
+#[derive(Debug, Default)]
+pub struct GpuStepsDone {
+    pub metrics: Vec<StepMetrics>,
+    pub diverged: Option<TrainError>,
+}
+
+impl StepsInFlight {
+    /// How many steps this submit holds.
+    pub fn len(&self) -> usize {
+        self.lrs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lrs.is_empty()
+    }
 }
 
 impl Trainer {
@@ -80,6 +116,8 @@ impl Trainer {
             history: vec![],
             sampler: BatchSampler::new(seed),
             val_batches,
+            submitted: 0,
+            last_finish: None,
         })
     }
 
@@ -128,6 +166,8 @@ impl Trainer {
             history: ckpt.loss_history.clone(),
             sampler,
             val_batches,
+            submitted: ckpt.step,
+            last_finish: None,
         })
     }
 
@@ -146,12 +186,9 @@ impl Trainer {
 
     /// One optimizer step on a given batch (the overfit gate uses a fixed one).
     pub fn train_on(&mut self, batch: &Batch) -> Result<StepMetrics, TrainError> {
-        let lr = schedule::learning_rate(&self.config, self.step);
-        let params = StepParams {
-            lr,
-            adam_t: self.step + 1,
-            dropout_seed: dropout_seed(self.seed, self.step),
-        };
+        assert_eq!(self.submitted, self.step, "steps are in flight on the GPU; collect them first");
+        let params = self.step_params(self.step);
+        let lr = params.lr;
         let start = Instant::now();
         let out = self.backend.train_step(batch, params);
         let ms = start.elapsed().as_secs_f64() * 1e3;
@@ -163,10 +200,8 @@ impl Trainer {
             });
         }
         self.step += 1;
-        let interval = self.config.eval_interval;
-        let val_loss = ((interval > 0 && self.step.is_multiple_of(interval))
-            || self.step == self.config.steps)
-            .then(|| self.evaluate());
+        self.submitted = self.step;
+        let val_loss = self.evaluates_after(self.step).then(|| self.evaluate());
         self.history.push(LossPoint {
             step: self.step,
             loss: out.loss,
@@ -181,6 +216,132 @@ impl Trainer {
             ms,
             tokens_per_s: self.config.tokens_per_step() as f64 / (ms / 1e3),
         })
+    }
+
+    /// Learning rate, AdamW step and dropout seed of the step after `done`
+    /// completed steps.
+    pub fn step_params(&self, done: u64) -> StepParams {
+        StepParams {
+            lr: schedule::learning_rate(&self.config, done),
+            adam_t: done + 1,
+            dropout_seed: dropout_seed(self.seed, done),
+        }
+    }
+
+    /// Whether the run evaluates the validation loss after step `step`
+    /// (1-based): on the interval, and at the run's last step.
+    pub fn evaluates_after(&self, step: u64) -> bool {
+        let interval = self.config.eval_interval;
+        (interval > 0 && step.is_multiple_of(interval)) || step == self.config.steps
+    }
+
+    /// Steps submitted to the GPU, including those not yet collected.
+    pub fn submitted(&self) -> u64 {
+        self.submitted
+    }
+
+    /// Submits up to `n` training steps to the GPU without waiting (the
+    /// app's frame loop): the next batches of the run's sequence, with the
+    /// same learning rates and dropout seeds [`Trainer::train_step`] would
+    /// use, so the result is the same run. A submit stops at an evaluation
+    /// step and queues the validation forward passes right behind it, so the
+    /// validation loss is that of exactly those weights. Returns None when
+    /// the backend is not the GPU or the run has reached its step count.
+    /// Several submits may be in flight; collect them in order.
+    pub fn submit_gpu_steps(&mut self, n: usize) -> Option<StepsInFlight> {
+        let remaining = self.config.steps.saturating_sub(self.submitted);
+        let mut n = (n as u64).min(remaining);
+        if n == 0 || self.backend.as_gpu().is_none() {
+            return None;
+        }
+        if let Some(k) = (1..=n).find(|k| self.evaluates_after(self.submitted + k)) {
+            n = k;
+        }
+        let first = self.submitted;
+        let params: Vec<StepParams> = (first..first + n).map(|done| self.step_params(done)).collect();
+        let batches: Vec<Batch> = (0..n).map(|_| self.next_batch()).collect();
+        let evaluate = self.evaluates_after(first + n);
+        let val_batches = std::mem::take(&mut self.val_batches);
+        let gpu = self.backend.as_gpu().expect("checked above");
+        let handle = gpu.submit_steps(&batches, &params);
+        let eval = evaluate.then(|| gpu.submit_evals(&val_batches));
+        self.val_batches = val_batches;
+        self.submitted += n;
+        Some(StepsInFlight {
+            handle: Some(handle),
+            eval,
+            eval_loss: None,
+            outcomes: None,
+            lrs: params.iter().map(|p| p.lr).collect(),
+            submitted_at: Instant::now(),
+        })
+    }
+
+    /// Collects submitted steps if the GPU has finished them (never waits):
+    /// `Err` gives the submit back when it is still running. The steps join
+    /// the history; ms/step is the wall time since the later of the submit
+    /// and the previous collection, shared out evenly.
+    ///
+    /// A step whose loss or gradients were not finite was not applied (the
+    /// GPU skips its update): it still counts as a step, is left out of the
+    /// history, and comes back as [`TrainError::Diverged`] so the caller can
+    /// pause. Steps queued behind it ran normally, each applied only if its
+    /// own loss and gradients were finite.
+    pub fn finish_gpu_steps(&mut self, mut flight: StepsInFlight) -> Result<GpuStepsDone, StepsInFlight> {
+        let Some(gpu) = self.backend.as_gpu() else {
+            return Ok(GpuStepsDone::default());
+        };
+        gpu.poll();
+        if flight.outcomes.is_none() {
+            let handle = flight.handle.take().expect("a submit holds its handle until its outcomes arrive");
+            match gpu.try_finish_steps(handle) {
+                Ok(outcomes) => flight.outcomes = Some(outcomes),
+                Err(h) => {
+                    flight.handle = Some(h);
+                    return Err(flight);
+                }
+            }
+        }
+        if let Some(eval) = flight.eval.take() {
+            match gpu.try_finish_evals(eval) {
+                Ok(loss) => flight.eval_loss = Some(loss),
+                Err(h) => {
+                    flight.eval = Some(h);
+                    return Err(flight);
+                }
+            }
+        }
+        let now = Instant::now();
+        let since = self.last_finish.map_or(flight.submitted_at, |t| t.max(flight.submitted_at));
+        self.last_finish = Some(now);
+        let outcomes = flight.outcomes.take().unwrap_or_default();
+        let n = outcomes.len();
+        let ms = now.duration_since(since).as_secs_f64() * 1e3 / n.max(1) as f64;
+        let mut done = GpuStepsDone::default();
+        for (i, (out, lr)) in outcomes.into_iter().zip(flight.lrs).enumerate() {
+            self.step += 1;
+            if !out.applied {
+                done.diverged.get_or_insert(TrainError::Diverged { step: self.step, loss: out.loss, grad_norm: out.grad_norm });
+                continue;
+            }
+            let val_loss = if i + 1 == n { flight.eval_loss } else { None };
+            self.history.push(LossPoint { step: self.step, loss: out.loss, val_loss });
+            done.metrics.push(StepMetrics {
+                step: self.step,
+                loss: out.loss,
+                val_loss,
+                grad_norm: out.grad_norm,
+                lr,
+                ms,
+                tokens_per_s: self.config.tokens_per_step() as f64 / (ms / 1e3),
+            });
+        }
+        Ok(done)
+    }
+
+    /// The state of the batch sampler (saved in checkpoints).
+    pub fn sampler_state(&self) -> u64 {
+        self.sampler.rng.state()
     }
 
     /// Mean loss over the run's fixed validation batches.
@@ -234,7 +395,13 @@ impl Trainer {
         } else {
             None
         };
-        Ok(Checkpoint {
+        Ok(self.checkpoint_from(params, optimizer))
+    }
+
+    /// A checkpoint of the run with parameters (and moments) the caller read
+    /// itself, e.g. asynchronously from the GPU.
+    pub fn checkpoint_from(&self, params: Vec<NamedTensor>, optimizer: Option<OptimizerState>) -> Checkpoint {
+        Checkpoint {
             config: self.config.clone(),
             step: self.step,
             seed: self.seed,
@@ -242,6 +409,6 @@ impl Trainer {
             loss_history: self.history.clone(),
             params,
             optimizer,
-        })
+        }
     }
 }
