@@ -13,7 +13,11 @@
 //!    WGSL compute shaders on any wgpu device.
 //! 5. [`train`]: the trainer, learning-rate schedules and text generation.
 //! 6. [`bench`]: the training-speed benchmark.
+//! 7. `app` (feature `app`): the Bevy explainer, which mirrors the program
+//!    as entities and trains inside its frame loop.
 
+#[cfg(feature = "app")]
+pub mod app;
 pub mod backend;
 pub mod bench;
 pub mod cpu;

@@ -1,5 +1,5 @@
 //! The `tinygpt` command line: train, generate, list presets, benchmark and
-//! export, headless. (The explainer app will be its default once it lands.)
+//! export, headless; with the `app` feature, `tinygpt` alone opens the explainer.
 
 #[cfg(not(target_arch = "wasm32"))]
 mod cli;

@@ -291,10 +291,19 @@ fn train_resume_generate_export_and_bench() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("473,244,160"));
     let out = tinygpt(&["--help"]);
     assert!(out.status.success());
-    // `tinygpt` alone shows what there is to do (and is not a success).
-    let out = tinygpt(&[]);
+    // `tinygpt` alone opens the explainer; without a display it says so in
+    // one line and names the way to run without one.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+        .env_remove("DISPLAY")
+        .env_remove("WAYLAND_DISPLAY")
+        .output()
+        .unwrap();
     assert!(!out.status.success());
-    let help = String::from_utf8_lossy(&out.stderr);
-    assert!(help.contains("Usage") && help.contains("train") && help.contains("generate"), "{help}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("display") && err.contains("--headless"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -21,7 +21,8 @@ use tinygpt::train::Trainer;
 fn context() -> GpuContext {
     static CTX: OnceLock<GpuContext> = OnceLock::new();
     CTX.get_or_init(|| {
-        let ctx = GpuContext::new_blocking().expect("the GPU tests need an adapter (CI installs lavapipe: mesa-vulkan-drivers)");
+        let ctx = GpuContext::new_blocking()
+            .expect("the GPU tests need an adapter (CI installs lavapipe: mesa-vulkan-drivers)");
         eprintln!("GPU tests on {}", ctx.describe());
         ctx
     })
@@ -30,14 +31,21 @@ fn context() -> GpuContext {
 
 fn rel_err(got: &[f32], want: &[f32]) -> f64 {
     assert_eq!(got.len(), want.len());
-    let diff: f64 = got.iter().zip(want).map(|(a, b)| ((a - b) as f64).powi(2)).sum::<f64>().sqrt();
+    let diff: f64 = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| ((a - b) as f64).powi(2))
+        .sum::<f64>()
+        .sqrt();
     let norm: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum::<f64>().sqrt();
     if norm == 0.0 { diff } else { diff / norm }
 }
 
 fn random_batch(cfg: &Config, seed: u64) -> Batch {
     let mut rng = Rng::new(seed);
-    let data: Vec<u8> = (0..cfg.ctx * cfg.batch * 4 + 64).map(|_| rng.below(256) as u8).collect();
+    let data: Vec<u8> = (0..cfg.ctx * cfg.batch * 4 + 64)
+        .map(|_| rng.below(256) as u8)
+        .collect();
     Batch::sample(&data, cfg.batch, cfg.ctx, &mut rng)
 }
 
@@ -51,7 +59,11 @@ fn per_op_parity(cfg: &Config) {
     let batch = random_batch(cfg, 1);
     cpu.set_batch(&batch);
     gpu.set_batch(&batch);
-    let sp = StepParams { lr: 1e-3, adam_t: 1, dropout_seed: 77 };
+    let sp = StepParams {
+        lr: 1e-3,
+        adam_t: 1,
+        dropout_seed: 77,
+    };
     cpu.set_mode(true, sp.dropout_seed);
     let mut rng = Rng::new(5);
     let mut fill = |cpu: &mut CpuBackend<f32>, gpu: &mut GpuBackend, id: usize, std: f64| {
@@ -59,7 +71,9 @@ fn per_op_parity(cfg: &Config) {
         if t.kind == TensorKind::Input {
             return;
         }
-        let mut v: Vec<f32> = (0..t.numel()).map(|_| (rng.normal() * std) as f32).collect();
+        let mut v: Vec<f32> = (0..t.numel())
+            .map(|_| (rng.normal() * std) as f32)
+            .collect();
         if t.name.ends_with(".rstd") {
             v.iter_mut().for_each(|x| *x = x.abs() + 0.5);
         }
@@ -71,8 +85,19 @@ fn per_op_parity(cfg: &Config) {
         let want = cpu.read(name).unwrap();
         let got = gpu.read(name).unwrap();
         let e = rel_err(&got, &want);
-        let worst = got.iter().zip(&want).enumerate().max_by(|a, b| (a.1.0 - a.1.1).abs().total_cmp(&(b.1.0 - b.1.1).abs())).unwrap();
-        assert!(e <= 1e-5, "{what}: `{name}` relative error {e:e} (worst at {}: gpu {} cpu {})", worst.0, worst.1.0, worst.1.1);
+        let worst = got
+            .iter()
+            .zip(&want)
+            .enumerate()
+            .max_by(|a, b| (a.1.0 - a.1.1).abs().total_cmp(&(b.1.0 - b.1.1).abs()))
+            .unwrap();
+        assert!(
+            e <= 1e-5,
+            "{what}: `{name}` relative error {e:e} (worst at {}: gpu {} cpu {})",
+            worst.0,
+            worst.1.0,
+            worst.1.1
+        );
     };
     for (i, node) in program.ops.iter().enumerate() {
         let (ins, outs) = node.op.io();
@@ -87,14 +112,20 @@ fn per_op_parity(cfg: &Config) {
         }
         // Backward: random output gradient, random starting input gradients
         // (the kernels accumulate), same saved values.
-        let grads_out: Vec<usize> = outs.iter().filter_map(|&o| program.tensors[o].grad).collect();
+        let grads_out: Vec<usize> = outs
+            .iter()
+            .filter_map(|&o| program.tensors[o].grad)
+            .collect();
         for &gid in &grads_out {
             fill(&mut cpu, &mut gpu, gid, 1.0);
         }
         if matches!(node.op, Op::CrossEntropy { .. }) {
             // The loss's gradient is the mean: the backward reads only logits.
         }
-        let grads_in: Vec<usize> = ins.iter().filter_map(|&x| program.tensors[x].grad).collect();
+        let grads_in: Vec<usize> = ins
+            .iter()
+            .filter_map(|&x| program.tensors[x].grad)
+            .collect();
         for &gid in &grads_in {
             fill(&mut cpu, &mut gpu, gid, 0.1);
         }
@@ -128,17 +159,32 @@ fn every_kernel_matches_the_cpu_with_dropout() {
 #[test]
 fn flash_attention_matches_naive_attention() {
     // (T, head_dim): T = 1, T below / at / above a 16-row tile, D up to 128.
-    for (t, d, h) in [(1, 8, 2), (15, 16, 1), (16, 32, 2), (17, 24, 2), (33, 64, 1), (40, 128, 1)] {
+    for (t, d, h) in [
+        (1, 8, 2),
+        (15, 16, 1),
+        (16, 32, 2),
+        (17, 24, 2),
+        (33, 64, 1),
+        (40, 128, 1),
+    ] {
         let cfg = config(1, h, d * h, t, 2, 0.0);
         let program = Program::new(&cfg);
-        let attn = program.ops.iter().position(|n| matches!(n.op, Op::Attention { .. })).unwrap();
+        let attn = program
+            .ops
+            .iter()
+            .position(|n| matches!(n.op, Op::Attention { .. }))
+            .unwrap();
         let mut cpu = CpuBackend::<f32>::new(program.clone());
         let mut gpu = GpuBackend::new(context(), program.clone()).unwrap();
-        let Op::Attention { qkv, out, lse, .. } = program.ops[attn].op else { unreachable!() };
+        let Op::Attention { qkv, out, lse, .. } = program.ops[attn].op else {
+            unreachable!()
+        };
         let mut rng = Rng::new(t as u64 * 131 + d as u64);
         let mut set = |id: usize| {
             let name = &program.tensors[id].name;
-            let v: Vec<f32> = (0..program.tensors[id].numel()).map(|_| rng.normal() as f32).collect();
+            let v: Vec<f32> = (0..program.tensors[id].numel())
+                .map(|_| rng.normal() as f32)
+                .collect();
             cpu.write(name, &v).unwrap();
             gpu.write(name, &v).unwrap();
         };
@@ -163,19 +209,43 @@ fn whole_step_parity(dropout: f32) {
     cfg.dropout = dropout;
     cfg.eval_interval = 0;
     let corpus = Corpus::tiny_shakespeare(cfg.ctx).unwrap();
-    let mut cpu = Trainer::new(Box::new(CpuBackend::<f32>::new(Program::new(&cfg))), corpus.clone(), 42).unwrap();
-    let mut gpu = Trainer::new(Box::new(GpuBackend::new(context(), Program::new(&cfg)).unwrap()), corpus, 42).unwrap();
+    let mut cpu = Trainer::new(
+        Box::new(CpuBackend::<f32>::new(Program::new(&cfg))),
+        corpus.clone(),
+        42,
+    )
+    .unwrap();
+    let mut gpu = Trainer::new(
+        Box::new(GpuBackend::new(context(), Program::new(&cfg)).unwrap()),
+        corpus,
+        42,
+    )
+    .unwrap();
     for step in 1..=20 {
         let a = cpu.train_step().unwrap();
         let b = gpu.train_step().unwrap();
         let e = ((a.loss - b.loss) / a.loss).abs();
-        assert!(e <= 1e-4, "dropout {dropout}, step {step}: loss cpu {} gpu {} ({e:e})", a.loss, b.loss);
+        assert!(
+            e <= 1e-4,
+            "dropout {dropout}, step {step}: loss cpu {} gpu {} ({e:e})",
+            a.loss,
+            b.loss
+        );
         let e = ((a.grad_norm - b.grad_norm) / a.grad_norm).abs();
-        assert!(e <= 1e-4, "dropout {dropout}, step {step}: grad norm cpu {} gpu {}", a.grad_norm, b.grad_norm);
+        assert!(
+            e <= 1e-4,
+            "dropout {dropout}, step {step}: grad norm cpu {} gpu {}",
+            a.grad_norm,
+            b.grad_norm
+        );
     }
     for (pc, pg) in cpu.params().unwrap().iter().zip(gpu.params().unwrap()) {
         let e = rel_err(&pg.values, &pc.values);
-        assert!(e <= 1e-4, "dropout {dropout}: `{}` after 20 steps: relative error {e:e}", pc.name);
+        assert!(
+            e <= 1e-4,
+            "dropout {dropout}: `{}` after 20 steps: relative error {e:e}",
+            pc.name
+        );
     }
 }
 
@@ -195,7 +265,12 @@ fn gpu_overfit_gate_one_fixed_batch() {
     cfg.lr = 3e-3;
     cfg.eval_interval = 0;
     let corpus = Corpus::tiny_shakespeare(cfg.ctx).unwrap();
-    let mut t = Trainer::new(Box::new(GpuBackend::new(context(), Program::new(&cfg)).unwrap()), corpus, 42).unwrap();
+    let mut t = Trainer::new(
+        Box::new(GpuBackend::new(context(), Program::new(&cfg)).unwrap()),
+        corpus,
+        42,
+    )
+    .unwrap();
     let batch = t.next_batch();
     let first = t.train_on(&batch).unwrap().loss;
     assert!((first - 256f32.ln()).abs() < 0.1, "initial loss {first}");
@@ -221,7 +296,14 @@ fn no_buffer_is_created_after_the_first_step() {
     let mut sampler = tinygpt::data::BatchSampler::new(3);
     let mut step = |gpu: &mut GpuBackend, t: u64| {
         let batch = sampler.next(&corpus, cfg.batch, cfg.ctx);
-        gpu.train_step(&batch, StepParams { lr: 1e-3, adam_t: t, dropout_seed: 0 });
+        gpu.train_step(
+            &batch,
+            StepParams {
+                lr: 1e-3,
+                adam_t: t,
+                dropout_seed: 0,
+            },
+        );
         gpu.eval_loss(&batch);
         gpu.read("transformer.h.0.attn.c_attn.weight").unwrap();
     };
@@ -231,9 +313,16 @@ fn no_buffer_is_created_after_the_first_step() {
     for t in 2..6 {
         step(&mut gpu, t);
     }
-    assert_eq!(gpu.buffers_created(), created, "the backend created buffers after construction");
+    assert_eq!(
+        gpu.buffers_created(),
+        created,
+        "the backend created buffers after construction"
+    );
     let live_after = ctx.device.get_internal_counters().hal.buffers.read();
-    assert_eq!(live, live_after, "live device buffers changed between step 1 and step 5");
+    assert_eq!(
+        live, live_after,
+        "live device buffers changed between step 1 and step 5"
+    );
 }
 
 #[test]
@@ -241,8 +330,14 @@ fn a_preset_too_big_for_the_adapter_is_refused_by_name() {
     let mut ctx = context();
     ctx.limits.max_storage_buffer_binding_size = 1 << 16;
     let cfg = Config::load("small").unwrap();
-    let err = GpuBackend::new(ctx, Program::new(&cfg)).err().expect("must refuse").to_string();
-    assert!(err.contains("max_storage_buffer_binding_size") && err.contains("3L/3H/d96"), "{err}");
+    let err = GpuBackend::new(ctx, Program::new(&cfg))
+        .err()
+        .expect("must refuse")
+        .to_string();
+    assert!(
+        err.contains("max_storage_buffer_binding_size") && err.contains("3L/3H/d96"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -253,8 +348,20 @@ fn readback_is_asynchronous_and_matches_the_blocking_read() {
     gpu.initialize(4).unwrap();
     let corpus = Corpus::tiny_shakespeare(cfg.ctx).unwrap();
     let batch = tinygpt::data::BatchSampler::new(1).next(&corpus, cfg.batch, cfg.ctx);
-    gpu.train_step(&batch, StepParams { lr: 1e-3, adam_t: 1, dropout_seed: 0 });
-    for name in ["transformer.h.1.mlp.c_fc.weight", "h.0.attn.y", "grad.transformer.wte.weight", "tokens"] {
+    gpu.train_step(
+        &batch,
+        StepParams {
+            lr: 1e-3,
+            adam_t: 1,
+            dropout_seed: 0,
+        },
+    );
+    for name in [
+        "transformer.h.1.mlp.c_fc.weight",
+        "h.0.attn.y",
+        "grad.transformer.wte.weight",
+        "tokens",
+    ] {
         let want = gpu.read(name).unwrap();
         let mut handle = gpu.request_read(name).unwrap();
         let got = loop {
@@ -265,7 +372,11 @@ fn readback_is_asynchronous_and_matches_the_blocking_read() {
             }
         };
         assert_eq!(got, want, "{name}");
-        assert_eq!(pollster::block_on(gpu.read_async(name)).unwrap(), want, "{name} (async fn)");
+        assert_eq!(
+            pollster::block_on(gpu.read_async(name)).unwrap(),
+            want,
+            "{name} (async fn)"
+        );
     }
     // Staging buffers are pooled: reading again creates none.
     let created = gpu.buffers_created();
@@ -289,9 +400,21 @@ fn submitted_steps_equal_steps_taken_one_by_one() {
     many.initialize(6).unwrap();
     let corpus = Corpus::tiny_shakespeare(cfg.ctx).unwrap();
     let mut sampler = tinygpt::data::BatchSampler::new(8);
-    let batches: Vec<_> = (0..5).map(|_| sampler.next(&corpus, cfg.batch, cfg.ctx)).collect();
-    let params: Vec<_> = (1..=5u64).map(|t| StepParams { lr: 1e-3 * t as f32, adam_t: t, dropout_seed: t as u32 * 7 }).collect();
-    let want: Vec<_> = batches.iter().zip(&params).map(|(b, p)| one.train_step(b, *p)).collect();
+    let batches: Vec<_> = (0..5)
+        .map(|_| sampler.next(&corpus, cfg.batch, cfg.ctx))
+        .collect();
+    let params: Vec<_> = (1..=5u64)
+        .map(|t| StepParams {
+            lr: 1e-3 * t as f32,
+            adam_t: t,
+            dropout_seed: t as u32 * 7,
+        })
+        .collect();
+    let want: Vec<_> = batches
+        .iter()
+        .zip(&params)
+        .map(|(b, p)| one.train_step(b, *p))
+        .collect();
     // Two submits (3 + 2 steps): the staging ring is reused.
     let mut got = Vec::new();
     for range in [0..3, 3..5] {
@@ -324,10 +447,20 @@ fn the_trainers_frame_loop_path_is_the_same_run_as_train_step() {
     cfg.eval_batches = 2;
     let program = Program::new(&cfg);
     let corpus = || Corpus::tiny_shakespeare(cfg.ctx).unwrap();
-    let mut one = Trainer::new(Box::new(GpuBackend::new(context(), program.clone()).unwrap()), corpus(), 5).unwrap();
+    let mut one = Trainer::new(
+        Box::new(GpuBackend::new(context(), program.clone()).unwrap()),
+        corpus(),
+        5,
+    )
+    .unwrap();
     let want: Vec<_> = (0..cfg.steps).map(|_| one.train_step().unwrap()).collect();
 
-    let mut app = Trainer::new(Box::new(GpuBackend::new(context(), program.clone()).unwrap()), corpus(), 5).unwrap();
+    let mut app = Trainer::new(
+        Box::new(GpuBackend::new(context(), program.clone()).unwrap()),
+        corpus(),
+        5,
+    )
+    .unwrap();
     let mut in_flight = std::collections::VecDeque::new();
     let mut got = Vec::new();
     while got.len() < cfg.steps as usize {
@@ -337,7 +470,9 @@ fn the_trainers_frame_loop_path_is_the_same_run_as_train_step() {
                 None => break,
             }
         }
-        let f = in_flight.pop_front().expect("steps remain, so a submit is in flight");
+        let f = in_flight
+            .pop_front()
+            .expect("steps remain, so a submit is in flight");
         match app.finish_gpu_steps(f) {
             Ok(done) => {
                 assert!(done.diverged.is_none());
@@ -346,13 +481,27 @@ fn the_trainers_frame_loop_path_is_the_same_run_as_train_step() {
             Err(f) => in_flight.push_front(f),
         }
     }
-    assert!(app.submit_gpu_steps(3).is_none(), "the run stops at its step count");
+    assert!(
+        app.submit_gpu_steps(3).is_none(),
+        "the run stops at its step count"
+    );
     let key = |m: &tinygpt::train::StepMetrics| (m.step, m.loss, m.val_loss, m.grad_norm, m.lr);
-    assert_eq!(got.iter().map(key).collect::<Vec<_>>(), want.iter().map(key).collect::<Vec<_>>());
-    assert_eq!(got.iter().filter(|m| m.val_loss.is_some()).count(), 3, "steps 4, 8 and the last");
+    assert_eq!(
+        got.iter().map(key).collect::<Vec<_>>(),
+        want.iter().map(key).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        got.iter().filter(|m| m.val_loss.is_some()).count(),
+        3,
+        "steps 4, 8 and the last"
+    );
     for p in program.params() {
         let name = &program.tensors[p].name;
-        assert_eq!(app.backend.read(name).unwrap(), one.backend.read(name).unwrap(), "{name}");
+        assert_eq!(
+            app.backend.read(name).unwrap(),
+            one.backend.read(name).unwrap(),
+            "{name}"
+        );
     }
     // Several tensors in one readback arrive in the order named.
     let names = ["transformer.wpe.weight", "transformer.ln_f.bias"];

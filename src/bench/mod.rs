@@ -94,7 +94,13 @@ pub struct BenchResult {
 }
 
 /// Benchmarks `backend` (built for `config` in `setup_ms`) on training steps.
-pub fn bench(preset: &str, backend_kind: &str, backend: Box<dyn Backend>, setup_ms: f64, opts: BenchOptions) -> Result<BenchResult, String> {
+pub fn bench(
+    preset: &str,
+    backend_kind: &str,
+    backend: Box<dyn Backend>,
+    setup_ms: f64,
+    opts: BenchOptions,
+) -> Result<BenchResult, String> {
     let config = backend.program().config.clone();
     let device = backend.describe();
     let corpus = Corpus::tiny_shakespeare(config.ctx).map_err(|e| e.to_string())?;
@@ -110,7 +116,9 @@ pub fn bench(preset: &str, backend_kind: &str, backend: Box<dyn Backend>, setup_
     let warmup_ms = start.elapsed().as_secs_f64() * 1e3;
     let mut times = Vec::new();
     let timing = Instant::now();
-    while times.len() < opts.min_steps || (times.len() < opts.max_steps && timing.elapsed().as_secs_f64() < opts.min_seconds) {
+    while times.len() < opts.min_steps
+        || (times.len() < opts.max_steps && timing.elapsed().as_secs_f64() < opts.min_seconds)
+    {
         times.push(trainer.train_step().map_err(|e| e.to_string())?.ms);
     }
     times.sort_by(f64::total_cmp);
@@ -337,7 +345,13 @@ pub fn gemm_contest(config: &Config) -> Vec<GemmResult> {
 
 /// The GPU matmul kernel alone: TFLOP/s of `C = A·Bᵀ` (the linear forward
 /// layout) at M×K×N, timed over `reps` dispatches in one submit.
-pub fn gpu_matmul_tflops(ctx: &crate::gpu::GpuContext, m: usize, k: usize, n: usize, reps: usize) -> f64 {
+pub fn gpu_matmul_tflops(
+    ctx: &crate::gpu::GpuContext,
+    m: usize,
+    k: usize,
+    n: usize,
+    reps: usize,
+) -> f64 {
     use wgpu::util::DeviceExt;
     let device = &ctx.device;
     let kernels = crate::gpu::kernels::Kernels::new(device, 32);
@@ -350,8 +364,22 @@ pub fn gpu_matmul_tflops(ctx: &crate::gpu::GpuContext, m: usize, k: usize, n: us
             usage: wgpu::BufferUsages::STORAGE,
         })
     };
-    let (a, b, c, bias) = (buffer(m * k, "a"), buffer(n * k, "b"), buffer(m * n, "c"), buffer(n, "bias"));
-    let params: [u32; 8] = [m as u32, k as u32, n as u32, 0, 1f32.to_bits(), k as u32, 1, 0];
+    let (a, b, c, bias) = (
+        buffer(m * k, "a"),
+        buffer(n * k, "b"),
+        buffer(m * n, "c"),
+        buffer(n, "bias"),
+    );
+    let params: [u32; 8] = [
+        m as u32,
+        k as u32,
+        n as u32,
+        0,
+        1f32.to_bits(),
+        k as u32,
+        1,
+        0,
+    ];
     let uniform = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
         label: Some("params"),
         contents: bytemuck::cast_slice(&params),
@@ -360,9 +388,16 @@ pub fn gpu_matmul_tflops(ctx: &crate::gpu::GpuContext, m: usize, k: usize, n: us
     let entries: Vec<wgpu::BindGroupEntry> = [&a, &b, &c, &bias, &uniform]
         .iter()
         .enumerate()
-        .map(|(i, buf)| wgpu::BindGroupEntry { binding: i as u32, resource: buf.as_entire_binding() })
+        .map(|(i, buf)| wgpu::BindGroupEntry {
+            binding: i as u32,
+            resource: buf.as_entire_binding(),
+        })
         .collect();
-    let bind = device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: kernels.layout_of("matmul_nt"), entries: &entries });
+    let bind = device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: kernels.layout_of("matmul_nt"),
+        entries: &entries,
+    });
     let pipeline = &kernels.pipelines["matmul_nt"].1;
     let run = |count: usize| {
         let mut encoder = device.create_command_encoder(&Default::default());

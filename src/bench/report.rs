@@ -30,7 +30,12 @@ fn rows(results: &[BenchResult]) -> Vec<Row<'_>> {
         let row = match out.iter_mut().position(|x| x.preset == r.preset) {
             Some(i) => &mut out[i],
             None => {
-                out.push(Row { preset: &r.preset, params: r.params, cpu: None, gpu: None });
+                out.push(Row {
+                    preset: &r.preset,
+                    params: r.params,
+                    cpu: None,
+                    gpu: None,
+                });
                 out.last_mut().unwrap()
             }
         };
@@ -51,31 +56,69 @@ fn machine_line(results: &[BenchResult]) -> String {
             devices.push(&r.device);
         }
     }
-    format!("{} ({} cores, {} {}); {}", m.cpu, m.cores, m.os, m.arch, devices.join("; "))
+    format!(
+        "{} ({} cores, {} {}); {}",
+        m.cpu,
+        m.cores,
+        m.os,
+        m.arch,
+        devices.join("; ")
+    )
 }
 
 pub fn markdown(results: &[BenchResult]) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# tinygpt bench\n\nMachine: {}\n", machine_line(results));
-    let _ = writeln!(s, "| preset | parameters | CPU ms/step | GPU ms/step | GPU over CPU | original TinyGPT (WebGPU over WASM) |");
+    let _ = writeln!(
+        s,
+        "| preset | parameters | CPU ms/step | GPU ms/step | GPU over CPU | original TinyGPT (WebGPU over WASM) |"
+    );
     let _ = writeln!(s, "|---|---|---|---|---|---|");
-    let fmt = |r: Option<&BenchResult>| r.map(|r| format!("{:.2} (min {:.2}, max {:.2})", r.median_ms, r.min_ms, r.max_ms)).unwrap_or("–".into());
+    let fmt = |r: Option<&BenchResult>| {
+        r.map(|r| {
+            format!(
+                "{:.2} (min {:.2}, max {:.2})",
+                r.median_ms, r.min_ms, r.max_ms
+            )
+        })
+        .unwrap_or("–".into())
+    };
     for row in rows(results) {
         let ratio = match (row.cpu, row.gpu) {
             (Some(c), Some(g)) => format!("{:.2}×", c.median_ms / g.median_ms),
             _ => "–".into(),
         };
-        let original = ORIGINAL.iter().find(|o| o.0 == row.preset).map(|o| format!("{:.1}×", o.3)).unwrap_or("–".into());
-        let _ = writeln!(s, "| {} | {} | {} | {} | {} | {} |", row.preset, group(row.params), fmt(row.cpu), fmt(row.gpu), ratio, original);
+        let original = ORIGINAL
+            .iter()
+            .find(|o| o.0 == row.preset)
+            .map(|o| format!("{:.1}×", o.3))
+            .unwrap_or("–".into());
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} |",
+            row.preset,
+            group(row.params),
+            fmt(row.cpu),
+            fmt(row.gpu),
+            ratio,
+            original
+        );
     }
     let _ = writeln!(
         s,
         "\nWarm-up (backend setup, including shader compilation, and the first steps) is excluded from the medians and listed here:\n"
     );
-    let _ = writeln!(s, "| preset | backend | setup ms | first step ms | other warm-up steps ms | timed steps |");
+    let _ = writeln!(
+        s,
+        "| preset | backend | setup ms | first step ms | other warm-up steps ms | timed steps |"
+    );
     let _ = writeln!(s, "|---|---|---|---|---|---|");
     for r in results {
-        let _ = writeln!(s, "| {} | {} | {:.1} | {:.1} | {:.1} | {} |", r.preset, r.backend, r.setup_ms, r.first_step_ms, r.warmup_ms, r.steps);
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.1} | {:.1} | {:.1} | {} |",
+            r.preset, r.backend, r.setup_ms, r.first_step_ms, r.warmup_ms, r.steps
+        );
     }
     s
 }
@@ -104,7 +147,13 @@ impl Panel {
             r##"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="none" stroke="#444"/>"##,
             self.left, self.top, self.width, self.height
         );
-        let _ = writeln!(s, r##"<text x="{:.1}" y="{:.1}" font-size="15" text-anchor="middle">{}</text>"##, self.left + self.width / 2.0, self.top - 10.0, title);
+        let _ = writeln!(
+            s,
+            r##"<text x="{:.1}" y="{:.1}" font-size="15" text-anchor="middle">{}</text>"##,
+            self.left + self.width / 2.0,
+            self.top - 10.0,
+            title
+        );
         let _ = writeln!(
             s,
             r##"<text x="{:.1}" y="{:.1}" font-size="12" text-anchor="middle">parameters (log scale)</text>"##,
@@ -124,19 +173,44 @@ impl Panel {
             let v = 10f64.powi(e);
             let x = self.px(v);
             if x >= self.left - 0.5 && x <= self.left + self.width + 0.5 {
-                let _ = writeln!(s, r##"<line x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{:.1}" stroke="#ddd"/>"##, self.top, self.top + self.height);
-                let _ = writeln!(s, r##"<text x="{x:.1}" y="{:.1}" font-size="11" text-anchor="middle">{}</text>"##, self.top + self.height + 16.0, si(v));
+                let _ = writeln!(
+                    s,
+                    r##"<line x1="{x:.1}" y1="{:.1}" x2="{x:.1}" y2="{:.1}" stroke="#ddd"/>"##,
+                    self.top,
+                    self.top + self.height
+                );
+                let _ = writeln!(
+                    s,
+                    r##"<text x="{x:.1}" y="{:.1}" font-size="11" text-anchor="middle">{}</text>"##,
+                    self.top + self.height + 16.0,
+                    si(v)
+                );
             }
         }
         // Decades, and 2× and 5× between them when the axis spans little.
-        let steps: &[f64] = if self.y.1 - self.y.0 < 2.0 { &[1.0, 2.0, 5.0] } else { &[1.0] };
+        let steps: &[f64] = if self.y.1 - self.y.0 < 2.0 {
+            &[1.0, 2.0, 5.0]
+        } else {
+            &[1.0]
+        };
         for e in (self.y.0.floor() as i32)..=(self.y.1.ceil() as i32) {
             for m in steps {
                 let v = m * 10f64.powi(e);
                 let y = self.py(v);
                 if y >= self.top - 0.5 && y <= self.top + self.height + 0.5 {
-                    let _ = writeln!(s, r##"<line x1="{:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/>"##, self.left, self.left + self.width);
-                    let _ = writeln!(s, r##"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="end">{}</text>"##, self.left - 6.0, y + 4.0, si(v));
+                    let _ = writeln!(
+                        s,
+                        r##"<line x1="{:.1}" y1="{y:.1}" x2="{:.1}" y2="{y:.1}" stroke="#ddd"/>"##,
+                        self.left,
+                        self.left + self.width
+                    );
+                    let _ = writeln!(
+                        s,
+                        r##"<text x="{:.1}" y="{:.1}" font-size="11" text-anchor="end">{}</text>"##,
+                        self.left - 6.0,
+                        y + 4.0,
+                        si(v)
+                    );
                 }
             }
         }
@@ -146,11 +220,27 @@ impl Panel {
         if points.is_empty() {
             return;
         }
-        let path: Vec<String> = points.iter().map(|&(x, y)| format!("{:.1},{:.1}", self.px(x), self.py(y))).collect();
-        let dash = if dashed { r#" stroke-dasharray="6 4""# } else { "" };
-        let _ = writeln!(s, r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2"{dash}/>"#, path.join(" "));
+        let path: Vec<String> = points
+            .iter()
+            .map(|&(x, y)| format!("{:.1},{:.1}", self.px(x), self.py(y)))
+            .collect();
+        let dash = if dashed {
+            r#" stroke-dasharray="6 4""#
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            s,
+            r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2"{dash}/>"#,
+            path.join(" ")
+        );
         for &(x, y) in points {
-            let _ = writeln!(s, r#"<circle cx="{:.1}" cy="{:.1}" r="3.5" fill="{colour}"/>"#, self.px(x), self.py(y));
+            let _ = writeln!(
+                s,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="3.5" fill="{colour}"/>"#,
+                self.px(x),
+                self.py(y)
+            );
         }
     }
 }
@@ -166,27 +256,48 @@ fn si(v: f64) -> String {
 }
 
 fn bounds(values: impl Iterator<Item = f64>) -> (f64, f64) {
-    let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
+    let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+        (lo.min(v), hi.max(v))
+    });
     if !lo.is_finite() {
         return (0.0, 1.0);
     }
     let (lo, hi) = (lo.log10() - 0.15, hi.log10() + 0.15);
-    if hi - lo < 1.0 { (lo - 0.5, hi + 0.5) } else { (lo, hi) }
+    if hi - lo < 1.0 {
+        (lo - 0.5, hi + 0.5)
+    } else {
+        (lo, hi)
+    }
 }
 
 fn escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 pub fn svg(results: &[BenchResult]) -> String {
     let rows = rows(results);
-    let cpu: Vec<(f64, f64)> = rows.iter().filter_map(|r| r.cpu.map(|c| (r.params as f64, c.median_ms))).collect();
-    let gpu: Vec<(f64, f64)> = rows.iter().filter_map(|r| r.gpu.map(|g| (r.params as f64, g.median_ms))).collect();
-    let ratio: Vec<(f64, f64)> =
-        rows.iter().filter_map(|r| Some((r.params as f64, r.cpu?.median_ms / r.gpu?.median_ms))).collect();
+    let cpu: Vec<(f64, f64)> = rows
+        .iter()
+        .filter_map(|r| r.cpu.map(|c| (r.params as f64, c.median_ms)))
+        .collect();
+    let gpu: Vec<(f64, f64)> = rows
+        .iter()
+        .filter_map(|r| r.gpu.map(|g| (r.params as f64, g.median_ms)))
+        .collect();
+    let ratio: Vec<(f64, f64)> = rows
+        .iter()
+        .filter_map(|r| Some((r.params as f64, r.cpu?.median_ms / r.gpu?.median_ms)))
+        .collect();
     let orig_ms: Vec<(f64, f64)> = ORIGINAL.iter().map(|o| (o.1 as f64, o.2)).collect();
     let orig_ratio: Vec<(f64, f64)> = ORIGINAL.iter().map(|o| (o.1 as f64, o.3)).collect();
-    let xs = bounds(rows.iter().map(|r| r.params as f64).chain(ORIGINAL.iter().map(|o| o.1 as f64)));
+    let xs = bounds(
+        rows.iter()
+            .map(|r| r.params as f64)
+            .chain(ORIGINAL.iter().map(|o| o.1 as f64)),
+    );
     let left = Panel {
         left: 80.0,
         top: 70.0,
@@ -205,10 +316,20 @@ pub fn svg(results: &[BenchResult]) -> String {
     };
     let mut s = String::new();
     let _ = writeln!(s, r#"<?xml version="1.0" encoding="UTF-8"?>"#);
-    let _ = writeln!(s, r#"<svg xmlns="http://www.w3.org/2000/svg" width="1000" height="470" viewBox="0 0 1000 470" font-family="sans-serif">"#);
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="1000" height="470" viewBox="0 0 1000 470" font-family="sans-serif">"#
+    );
     let _ = writeln!(s, r#"<rect width="1000" height="470" fill="white"/>"#);
-    let _ = writeln!(s, r#"<text x="500" y="24" font-size="16" text-anchor="middle">TinyGPT training step: the speedup is a curve</text>"#);
-    let _ = writeln!(s, r#"<text x="500" y="42" font-size="11" text-anchor="middle">{}</text>"#, escape(&machine_line(results)));
+    let _ = writeln!(
+        s,
+        r#"<text x="500" y="24" font-size="16" text-anchor="middle">TinyGPT training step: the speedup is a curve</text>"#
+    );
+    let _ = writeln!(
+        s,
+        r#"<text x="500" y="42" font-size="11" text-anchor="middle">{}</text>"#,
+        escape(&machine_line(results))
+    );
     left.axes(&mut s, "ms per training step", "ms / step (log scale)");
     right.axes(&mut s, "GPU over CPU", "speedup (log scale)");
     left.series(&mut s, &orig_ms, "#999999", true);
@@ -220,13 +341,29 @@ pub fn svg(results: &[BenchResult]) -> String {
         ("#1f77b4", false, "tinygpt CPU backend (this machine)"),
         ("#ff7f0e", false, "tinygpt GPU backend (this machine)"),
         ("#2ca02c", false, "GPU over CPU (this machine)"),
-        ("#999999", true, "original TinyGPT, M-series laptop: WASM SIMD ms (left), WebGPU over WASM (right)"),
+        (
+            "#999999",
+            true,
+            "original TinyGPT, M-series laptop: WASM SIMD ms (left), WebGPU over WASM (right)",
+        ),
     ];
     for (i, (colour, dashed, label)) in legend.iter().enumerate() {
         let y = 400.0 + 16.0 * i as f64;
-        let dash = if *dashed { r#" stroke-dasharray="6 4""# } else { "" };
-        let _ = writeln!(s, r#"<line x1="80" y1="{y}" x2="110" y2="{y}" stroke="{colour}" stroke-width="2"{dash}/>"#);
-        let _ = writeln!(s, r#"<text x="118" y="{}" font-size="12">{}</text>"#, y + 4.0, escape(label));
+        let dash = if *dashed {
+            r#" stroke-dasharray="6 4""#
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            s,
+            r#"<line x1="80" y1="{y}" x2="110" y2="{y}" stroke="{colour}" stroke-width="2"{dash}/>"#
+        );
+        let _ = writeln!(
+            s,
+            r#"<text x="118" y="{}" font-size="12">{}</text>"#,
+            y + 4.0,
+            escape(label)
+        );
     }
     let _ = writeln!(s, "</svg>");
     s
@@ -237,7 +374,10 @@ pub fn write(dir: &Path, results: &[BenchResult]) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
     std::fs::write(dir.join("bench.md"), markdown(results))?;
     std::fs::write(dir.join("speedup.svg"), svg(results))?;
-    let lines: Vec<String> = results.iter().map(|r| serde_json::to_string(r).expect("serialisable")).collect();
+    let lines: Vec<String> = results
+        .iter()
+        .map(|r| serde_json::to_string(r).expect("serialisable"))
+        .collect();
     std::fs::write(dir.join("bench.jsonl"), lines.join("\n") + "\n")
 }
 

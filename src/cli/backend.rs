@@ -36,7 +36,10 @@ pub fn resolve(choice: BackendChoice) -> Result<Resolved> {
                 Resolved::Gpu(Box::new(ctx))
             }
             Ok(ctx) => {
-                eprintln!("backend auto: the CPU (the only adapter, {}, is a software renderer and slower)", ctx.info.name);
+                eprintln!(
+                    "backend auto: the CPU (the only adapter, {}, is a software renderer and slower)",
+                    ctx.info.name
+                );
                 Resolved::Cpu
             }
             Err(_) => {
@@ -49,7 +52,11 @@ pub fn resolve(choice: BackendChoice) -> Result<Resolved> {
 
 /// Builds the backend for a config. With `auto`, a GPU that cannot fit the
 /// preset falls back to the CPU with a notice; with `gpu` that is an error.
-pub fn build(resolved: &Resolved, choice: BackendChoice, config: &Config) -> Result<Box<dyn Backend>> {
+pub fn build(
+    resolved: &Resolved,
+    choice: BackendChoice,
+    config: &Config,
+) -> Result<Box<dyn Backend>> {
     match resolved {
         Resolved::Cpu => Ok(tinygpt::bench::cpu_backend(config)),
         Resolved::Gpu(ctx) => match GpuBackend::new((**ctx).clone(), Program::new(config)) {

@@ -1,6 +1,6 @@
 //! `tinygpt bench`: training speed per preset, as a table or JSON lines.
 
-use super::backend::{build, resolve, BackendChoice, Resolved};
+use super::backend::{BackendChoice, Resolved, build, resolve};
 use anyhow::{Context, Result};
 use tinygpt::bench::{BenchOptions, Machine, bench};
 use tinygpt::model::config::Config;
@@ -51,16 +51,35 @@ pub struct BenchArgs {
 
 pub fn run(args: BenchArgs) -> Result<()> {
     if let (Some(file), Some(dir)) = (&args.replot, &args.report) {
-        let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read {}", file.display()))?;
         let results = text
             .lines()
             .filter(|l| !l.trim().is_empty())
             .enumerate()
-            .map(|(i, l)| serde_json::from_str(l).with_context(|| format!("{} line {}: not a tinygpt bench JSON line", file.display(), i + 1)))
+            .map(|(i, l)| {
+                serde_json::from_str(l).with_context(|| {
+                    format!(
+                        "{} line {}: not a tinygpt bench JSON line",
+                        file.display(),
+                        i + 1
+                    )
+                })
+            })
             .collect::<Result<Vec<tinygpt::bench::BenchResult>>>()?;
-        anyhow::ensure!(!results.is_empty(), "{} holds no measurements", file.display());
-        tinygpt::bench::report::write(dir, &results).with_context(|| format!("cannot write the report into {}", dir.display()))?;
-        eprintln!("report: {}/bench.md, {}/speedup.svg, {}/bench.jsonl", dir.display(), dir.display(), dir.display());
+        anyhow::ensure!(
+            !results.is_empty(),
+            "{} holds no measurements",
+            file.display()
+        );
+        tinygpt::bench::report::write(dir, &results)
+            .with_context(|| format!("cannot write the report into {}", dir.display()))?;
+        eprintln!(
+            "report: {}/bench.md, {}/speedup.svg, {}/bench.jsonl",
+            dir.display(),
+            dir.display(),
+            dir.display()
+        );
         return Ok(());
     }
     // Refuse bad presets before spending time on good ones.
@@ -70,38 +89,69 @@ pub fn run(args: BenchArgs) -> Result<()> {
         .map(|p| Ok((p.clone(), Config::load(p)?)))
         .collect::<Result<Vec<_>>>()?;
     if let Some(shape) = &args.matmul {
-        let dims: Vec<usize> = shape.split('x').map(|d| d.parse()).collect::<Result<_, _>>().map_err(|_| anyhow::anyhow!("--matmul wants MxKxN, e.g. 16384x384x1536"))?;
-        let [m, k, n] = dims[..] else { anyhow::bail!("--matmul wants MxKxN, e.g. 16384x384x1536") };
-        let Resolved::Gpu(ctx) = resolve(BackendChoice::Gpu)? else { unreachable!() };
+        let dims: Vec<usize> = shape
+            .split('x')
+            .map(|d| d.parse())
+            .collect::<Result<_, _>>()
+            .map_err(|_| anyhow::anyhow!("--matmul wants MxKxN, e.g. 16384x384x1536"))?;
+        let [m, k, n] = dims[..] else {
+            anyhow::bail!("--matmul wants MxKxN, e.g. 16384x384x1536")
+        };
+        let Resolved::Gpu(ctx) = resolve(BackendChoice::Gpu)? else {
+            unreachable!()
+        };
         let tflops = tinygpt::bench::gpu_matmul_tflops(&ctx, m, k, n, 20);
-        println!("matmul_nt {m}x{k}x{n} on {}: {tflops:.2} TFLOP/s", ctx.describe());
+        println!(
+            "matmul_nt {m}x{k}x{n} on {}: {tflops:.2} TFLOP/s",
+            ctx.describe()
+        );
         return Ok(());
     }
     if args.kernels {
-        let Resolved::Gpu(ctx) = resolve(BackendChoice::Gpu)? else { unreachable!() };
+        let Resolved::Gpu(ctx) = resolve(BackendChoice::Gpu)? else {
+            unreachable!()
+        };
         for (name, config) in &configs {
-            let mut gpu = tinygpt::gpu::GpuBackend::new((*ctx).clone(), tinygpt::program::Program::new(config))?;
+            let mut gpu = tinygpt::gpu::GpuBackend::new(
+                (*ctx).clone(),
+                tinygpt::program::Program::new(config),
+            )?;
             let corpus = tinygpt::data::Corpus::tiny_shakespeare(config.ctx)?;
             let batch = tinygpt::data::BatchSampler::new(1).next(&corpus, config.batch, config.ctx);
-            let sp = tinygpt::backend::StepParams { lr: config.lr, adam_t: 1, dropout_seed: 1 };
+            let sp = tinygpt::backend::StepParams {
+                lr: config.lr,
+                adam_t: 1,
+                dropout_seed: 1,
+            };
             tinygpt::backend::Backend::initialize(&mut gpu, 42)?;
             gpu.profile_step(&batch, sp); // warm-up
             let Some(rows) = gpu.profile_step(&batch, sp) else {
-                println!("{}: this adapter has no timestamp queries; per-kernel times are not available", ctx.describe());
+                println!(
+                    "{}: this adapter has no timestamp queries; per-kernel times are not available",
+                    ctx.describe()
+                );
                 return Ok(());
             };
-            let mut by_kind: std::collections::BTreeMap<(String, &str), (f64, usize)> = Default::default();
+            let mut by_kind: std::collections::BTreeMap<(String, &str), (f64, usize)> =
+                Default::default();
             for (label, entry, ns) in &rows {
                 let e = by_kind.entry((label.clone(), entry)).or_default();
                 e.0 += ns / 1e6;
                 e.1 += 1;
             }
             let total: f64 = by_kind.values().map(|v| v.0).sum();
-            println!("{name}: {total:.3} ms of kernel time in {} dispatches on {}", rows.len(), ctx.describe());
+            println!(
+                "{name}: {total:.3} ms of kernel time in {} dispatches on {}",
+                rows.len(),
+                ctx.describe()
+            );
             let mut sorted: Vec<_> = by_kind.into_iter().collect();
             sorted.sort_by(|a, b| b.1.0.total_cmp(&a.1.0));
             for ((label, entry), (ms, count)) in sorted {
-                println!("  {label:<20} {entry:<26} {count:>4}x {ms:>9.4} ms {:>5.1}%", 100.0 * ms / total);
+                println!(
+                    "  {label:<20} {entry:<26} {count:>4}x {ms:>9.4} ms {:>5.1}%",
+                    100.0 * ms / total
+                );
             }
         }
         return Ok(());
@@ -185,7 +235,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
             let start = web_time::Instant::now();
             let b = build(resolved, *choice, config)?;
             let setup_ms = start.elapsed().as_secs_f64() * 1e3;
-            let kind = if b.describe().starts_with("gpu") { "gpu" } else { "cpu" };
+            let kind = if b.describe().starts_with("gpu") {
+                "gpu"
+            } else {
+                "cpu"
+            };
             let mut r = bench(name, kind, b, setup_ms, opts).map_err(anyhow::Error::msg)?;
             match kind {
                 "cpu" => cpu_ms = Some(r.median_ms),
@@ -214,8 +268,14 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
     }
     if let Some(dir) = &args.report {
-        tinygpt::bench::report::write(dir, &results).with_context(|| format!("cannot write the report into {}", dir.display()))?;
-        eprintln!("report: {}/bench.md, {}/speedup.svg, {}/bench.jsonl", dir.display(), dir.display(), dir.display());
+        tinygpt::bench::report::write(dir, &results)
+            .with_context(|| format!("cannot write the report into {}", dir.display()))?;
+        eprintln!(
+            "report: {}/bench.md, {}/speedup.svg, {}/bench.jsonl",
+            dir.display(),
+            dir.display(),
+            dir.display()
+        );
     }
     Ok(())
 }

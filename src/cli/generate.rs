@@ -1,13 +1,13 @@
 //! `tinygpt generate` (streaming text from a checkpoint) and `tinygpt export`.
 
+use super::backend::{BackendChoice, Resolved};
 use super::non_negative_f32;
 use anyhow::{Context, Result};
 use std::io::Write;
 use std::path::PathBuf;
 use tinygpt::cpu::generate::Generator;
-use tinygpt::model::checkpoint::{Checkpoint, Precision, check_writable};
-use super::backend::{BackendChoice, Resolved};
 use tinygpt::gpu::generate::GpuGenerator;
+use tinygpt::model::checkpoint::{Checkpoint, Precision, check_writable};
 use tinygpt::train::sample::{NextToken, SampleOptions, generate};
 
 #[derive(clap::Args)]
@@ -45,7 +45,9 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     opts.validate().map_err(anyhow::Error::msg)?;
     let mut generator: Box<dyn NextToken> = match super::backend::resolve(args.backend)? {
         Resolved::Gpu(ctx) => Box::new(GpuGenerator::new(*ctx, &ck.config, &ck.params)?),
-        Resolved::Cpu => Box::new(Generator::new(&ck.config, &ck.params).map_err(anyhow::Error::msg)?),
+        Resolved::Cpu => {
+            Box::new(Generator::new(&ck.config, &ck.params).map_err(anyhow::Error::msg)?)
+        }
     };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
@@ -79,9 +81,10 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         out.write_all(String::from_utf8_lossy(&pending).as_bytes())?;
     }
     if let Some(e) = io_error
-        && e.kind() != std::io::ErrorKind::BrokenPipe {
-            return Err(e.into());
-        }
+        && e.kind() != std::io::ErrorKind::BrokenPipe
+    {
+        return Err(e.into());
+    }
     writeln!(out)?;
     Ok(())
 }
@@ -144,7 +147,12 @@ pub fn eval(args: EvalArgs) -> Result<()> {
         inputs.extend(corpus.val[o..o + t].iter().map(|&x| x as u32));
         targets.extend(corpus.val[o + 1..o + t + 1].iter().map(|&x| x as u32));
     }
-    let batch = tinygpt::data::Batch { batch: b, ctx: t, inputs, targets };
+    let batch = tinygpt::data::Batch {
+        batch: b,
+        ctx: t,
+        inputs,
+        targets,
+    };
     let resolved = super::backend::resolve(args.backend)?;
     let mut backend = super::backend::build(&resolved, args.backend, &config)?;
     for p in &ck.params {
@@ -153,7 +161,8 @@ pub fn eval(args: EvalArgs) -> Result<()> {
     let loss = backend.eval_loss(&batch);
     if let Some(path) = &args.dump_logits {
         let logits = backend.read("logits")?;
-        std::fs::write(path, bytemuck::cast_slice::<f32, u8>(&logits)).with_context(|| format!("cannot write {}", path.display()))?;
+        std::fs::write(path, bytemuck::cast_slice::<f32, u8>(&logits))
+            .with_context(|| format!("cannot write {}", path.display()))?;
     }
     let line = serde_json::json!({
         "loss": loss,

@@ -1,6 +1,8 @@
 //! Argument parsing and dispatch. Every bad argument ends the program with one
 //! line that names the problem and the fix, and a non-zero exit code.
 
+#[cfg(feature = "app")]
+mod app;
 mod backend;
 mod bench;
 mod generate;
@@ -23,11 +25,14 @@ struct Cli {
     #[arg(long, global = true, value_parser = clap::value_parser!(u16).range(1..))]
     threads: Option<u16>,
     #[command(subcommand)]
-    command: Command,
+    command: Option<Command>,
 }
 
 #[derive(Subcommand)]
 enum Command {
+    /// Open the explainer (the default): watch the model train, live.
+    #[cfg(feature = "app")]
+    App(app::AppArgs),
     /// Train a model and save it as a checkpoint.
     Train(train::TrainArgs),
     /// Generate text from a checkpoint, streaming it to stdout.
@@ -80,7 +85,19 @@ pub fn main() -> ExitCode {
             .num_threads(n as usize)
             .build_global();
     }
-    let result = match cli.command {
+    let Some(command) = cli.command else {
+        #[cfg(feature = "app")]
+        return finish(app::run_app(app::AppArgs::default_for_window()));
+        #[cfg(not(feature = "app"))]
+        {
+            use clap::CommandFactory;
+            let _ = Cli::command().print_help();
+            return ExitCode::from(2);
+        }
+    };
+    let result = match command {
+        #[cfg(feature = "app")]
+        Command::App(a) => app::run_app(a),
         Command::Train(a) => train::run(a),
         Command::Generate(a) => generate::run(a),
         Command::Presets => {
@@ -91,6 +108,10 @@ pub fn main() -> ExitCode {
         Command::Export(a) => generate::export(a),
         Command::Eval(a) => generate::eval(a),
     };
+    finish(result)
+}
+
+fn finish(result: anyhow::Result<()>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -127,17 +148,7 @@ fn presets() {
     }
 }
 
-pub fn group_thousands(n: usize) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
-}
+pub use tinygpt::model::config::group_thousands;
 
 /// Parses a number that must be finite and > 0.
 pub fn positive_f32(s: &str) -> Result<f32, String> {

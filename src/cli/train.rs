@@ -65,7 +65,10 @@ pub fn run(args: TrainArgs) -> Result<()> {
         args.preset
     ))?;
     // What the run is called: the preset, or the checkpoint it continues.
-    let named = args.resume.as_deref().unwrap_or(std::path::Path::new(&args.preset));
+    let named = args
+        .resume
+        .as_deref()
+        .unwrap_or(std::path::Path::new(&args.preset));
     let preset_name = named
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())

@@ -102,8 +102,15 @@ impl<F: Float> CpuBackend<F> {
     /// program order: deterministic, and one task per tensor rather than one
     /// parallel job per tensor.
     pub fn grad_norm(&self) -> f64 {
-        let grads: Vec<&[F]> = self.program.params().map(|p| &self.data[self.program.tensors[p].grad.unwrap()][..]).collect();
-        let sums: Vec<f64> = grads.par_iter().map(|g| g.iter().map(|&x| (x * x).f64()).sum::<f64>()).collect();
+        let grads: Vec<&[F]> = self
+            .program
+            .params()
+            .map(|p| &self.data[self.program.tensors[p].grad.unwrap()][..])
+            .collect();
+        let sums: Vec<f64> = grads
+            .par_iter()
+            .map(|g| g.iter().map(|&x| (x * x).f64()).sum::<f64>())
+            .collect();
         sums.into_iter().sum::<f64>().sqrt()
     }
 
@@ -146,11 +153,14 @@ impl<F: Float> CpuBackend<F> {
                         for p in self.program.params() {
                             is_param_grad[self.grad_of(p)] = true;
                         }
-                        self.data.par_iter_mut().zip(is_param_grad.par_iter()).for_each(|(d, &clip_it)| {
-                            if clip_it {
-                                d.iter_mut().for_each(|x| *x *= s);
-                            }
-                        });
+                        self.data
+                            .par_iter_mut()
+                            .zip(is_param_grad.par_iter())
+                            .for_each(|(d, &clip_it)| {
+                                if clip_it {
+                                    d.iter_mut().for_each(|x| *x *= s);
+                                }
+                            });
                     }
                 }
             }

@@ -269,24 +269,29 @@ pub fn linear_backward<F: Float>(
 pub fn gelu_forward<F: Float>(out: &mut [F], inp: &[F]) {
     let inv_sqrt2 = F::c(std::f64::consts::FRAC_1_SQRT_2);
     let half = F::c(0.5);
-    out.par_chunks_mut(16 * 1024).zip(inp.par_chunks(16 * 1024)).for_each(|(o, x)| {
-        for (o, &x) in o.iter_mut().zip(x) {
-            *o = half * x * (F::one() + (x * inv_sqrt2).erf());
-        }
-    });
+    out.par_chunks_mut(16 * 1024)
+        .zip(inp.par_chunks(16 * 1024))
+        .for_each(|(o, x)| {
+            for (o, &x) in o.iter_mut().zip(x) {
+                *o = half * x * (F::one() + (x * inv_sqrt2).erf());
+            }
+        });
 }
 
 pub fn gelu_backward<F: Float>(dinp: &mut [F], dout: &[F], inp: &[F]) {
     let inv_sqrt2 = F::c(std::f64::consts::FRAC_1_SQRT_2);
     let inv_sqrt_2pi = F::c(1.0 / (2.0 * std::f64::consts::PI).sqrt());
     let half = F::c(0.5);
-    dinp.par_chunks_mut(16 * 1024).zip(dout.par_chunks(16 * 1024)).zip(inp.par_chunks(16 * 1024)).for_each(|((d, g), x)| {
-        for ((d, &g), &x) in d.iter_mut().zip(g).zip(x) {
-            let cdf = half * (F::one() + (x * inv_sqrt2).erf());
-            let pdf = (-half * x * x).exp_fast() * inv_sqrt_2pi;
-            *d += g * (cdf + x * pdf);
-        }
-    });
+    dinp.par_chunks_mut(16 * 1024)
+        .zip(dout.par_chunks(16 * 1024))
+        .zip(inp.par_chunks(16 * 1024))
+        .for_each(|((d, g), x)| {
+            for ((d, &g), &x) in d.iter_mut().zip(g).zip(x) {
+                let cdf = half * (F::one() + (x * inv_sqrt2).erf());
+                let pdf = (-half * x * x).exp_fast() * inv_sqrt_2pi;
+                *d += g * (cdf + x * pdf);
+            }
+        });
 }
 
 // --------------------------------------------------------- residual, dropout

@@ -27,10 +27,26 @@ pub enum GpuError {
     NoAdapter(String),
     #[error("the GPU adapter {adapter} refused to open a device: {message}")]
     Device { adapter: String, message: String },
-    #[error("preset `{preset}` does not fit this GPU ({adapter}): {what} needs {need}, but the adapter's {limit} is {have}; choose a smaller preset or --backend cpu")]
-    Limit { preset: String, adapter: String, what: String, limit: &'static str, need: u64, have: u64 },
-    #[error("preset `{preset}` does not fit in the memory of {adapter}: its {bytes} bytes of buffers failed to allocate ({message}); choose a smaller preset or --backend cpu")]
-    OutOfMemory { preset: String, adapter: String, bytes: u64, message: String },
+    #[error(
+        "preset `{preset}` does not fit this GPU ({adapter}): {what} needs {need}, but the adapter's {limit} is {have}; choose a smaller preset or --backend cpu"
+    )]
+    Limit {
+        preset: String,
+        adapter: String,
+        what: String,
+        limit: &'static str,
+        need: u64,
+        have: u64,
+    },
+    #[error(
+        "preset `{preset}` does not fit in the memory of {adapter}: its {bytes} bytes of buffers failed to allocate ({message}); choose a smaller preset or --backend cpu"
+    )]
+    OutOfMemory {
+        preset: String,
+        adapter: String,
+        bytes: u64,
+        message: String,
+    },
     #[error("GPU error: {0}")]
     Other(String),
 }
@@ -39,11 +55,18 @@ impl GpuContext {
     /// Opens the best adapter wgpu finds (`WGPU_BACKEND` and
     /// `WGPU_ADAPTER_NAME` choose), with every limit the adapter offers.
     pub async fn new() -> Result<Self, GpuError> {
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
-        let options = wgpu::RequestAdapterOptions { power_preference: wgpu::PowerPreference::HighPerformance, ..Default::default() };
+        let instance =
+            wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let options = wgpu::RequestAdapterOptions {
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            ..Default::default()
+        };
         let adapter = match wgpu::util::initialize_adapter_from_env(&instance, None).await {
             Ok(a) => a,
-            Err(_) => instance.request_adapter(&options).await.map_err(|e| GpuError::NoAdapter(e.to_string()))?,
+            Err(_) => instance
+                .request_adapter(&options)
+                .await
+                .map_err(|e| GpuError::NoAdapter(e.to_string()))?,
         };
         let info = adapter.get_info();
         let mut features = wgpu::Features::empty();
@@ -58,9 +81,17 @@ impl GpuContext {
                 ..Default::default()
             })
             .await
-            .map_err(|e| GpuError::Device { adapter: info.name.clone(), message: e.to_string() })?;
+            .map_err(|e| GpuError::Device {
+                adapter: info.name.clone(),
+                message: e.to_string(),
+            })?;
         let limits = device.limits();
-        Ok(Self { device, queue, info, limits })
+        Ok(Self {
+            device,
+            queue,
+            info,
+            limits,
+        })
     }
 
     /// Opens a device and blocks until it is ready (not for the browser).
@@ -72,11 +103,19 @@ impl GpuContext {
     /// Wraps a device someone else opened (Bevy's `RenderDevice`).
     pub fn from_device(device: wgpu::Device, queue: wgpu::Queue, info: wgpu::AdapterInfo) -> Self {
         let limits = device.limits();
-        Self { device, queue, info, limits }
+        Self {
+            device,
+            queue,
+            info,
+            limits,
+        }
     }
 
     /// e.g. `NVIDIA H100 80GB HBM3 (Vulkan, DiscreteGpu)`
     pub fn describe(&self) -> String {
-        format!("{} ({:?}, {:?})", self.info.name, self.info.backend, self.info.device_type)
+        format!(
+            "{} ({:?}, {:?})",
+            self.info.name, self.info.backend, self.info.device_type
+        )
     }
 }

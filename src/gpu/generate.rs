@@ -23,16 +23,26 @@ impl GpuGenerator {
         cfg.batch = 1;
         let mut backend = GpuBackend::new(ctx, Program::new(&cfg))?;
         for p in params {
-            backend.write(&p.name, &p.values).map_err(|e| GpuError::Other(e.to_string()))?;
+            backend
+                .write(&p.name, &p.values)
+                .map_err(|e| GpuError::Other(e.to_string()))?;
         }
-        Ok(Self { backend, window: Vec::new() })
+        Ok(Self {
+            backend,
+            window: Vec::new(),
+        })
     }
 
     fn logits_of_last(&mut self) -> Vec<f32> {
         let ctx = self.ctx();
         let mut inputs: Vec<u32> = self.window.iter().map(|&b| b as u32).collect();
         inputs.resize(ctx, 0); // causal: padding after the window changes nothing before it
-        let batch = Batch { batch: 1, ctx, targets: inputs.clone(), inputs };
+        let batch = Batch {
+            batch: 1,
+            ctx,
+            targets: inputs.clone(),
+            inputs,
+        };
         self.backend.forward(&batch, None);
         let logits = self.backend.read("logits").expect("the program has logits");
         let last = self.window.len() - 1;
@@ -48,7 +58,10 @@ impl NextToken for GpuGenerator {
         self.window.len()
     }
     fn prime(&mut self, tokens: &[u8]) -> Vec<f32> {
-        assert!(!tokens.is_empty() && tokens.len() <= self.ctx(), "prime needs 1..=ctx tokens");
+        assert!(
+            !tokens.is_empty() && tokens.len() <= self.ctx(),
+            "prime needs 1..=ctx tokens"
+        );
         self.window = tokens.to_vec();
         self.logits_of_last()
     }

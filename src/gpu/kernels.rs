@@ -44,7 +44,14 @@ pub const SHADERS: &[ShaderFile] = &[
         source: include_str!("../../shaders/elementwise.wgsl"),
         // dst, x, y, ew, step
         slots: &[Rw, Ro, Rw, Uniform, Uniform],
-        entries: &["gelu_forward", "gelu_backward", "residual_forward", "accumulate2", "dropout_forward", "dropout_backward"],
+        entries: &[
+            "gelu_forward",
+            "gelu_backward",
+            "residual_forward",
+            "accumulate2",
+            "dropout_forward",
+            "dropout_backward",
+        ],
     },
     ShaderFile {
         name: "layernorm",
@@ -65,21 +72,34 @@ pub const SHADERS: &[ShaderFile] = &[
         source: include_str!("../../shaders/embedding.wgsl"),
         // tokens, wte, wpe, act, order, offsets, e
         slots: &[Ro, Rw, Rw, Rw, Ro, Ro, Uniform],
-        entries: &["embedding_forward", "embedding_backward_wpe", "embedding_backward_wte"],
+        entries: &[
+            "embedding_forward",
+            "embedding_backward_wpe",
+            "embedding_backward_wte",
+        ],
     },
     ShaderFile {
         name: "cross_entropy",
         source: include_str!("../../shaders/cross_entropy.wgsl"),
         // logits, targets, losses, dlogits, stats, ce
         slots: &[Ro, Ro, Rw, Rw, Rw, Uniform],
-        entries: &["cross_entropy_forward", "cross_entropy_backward", "loss_mean"],
+        entries: &[
+            "cross_entropy_forward",
+            "cross_entropy_backward",
+            "loss_mean",
+        ],
     },
     ShaderFile {
         name: "attention",
         source: include_str!("../../shaders/attention.wgsl"),
         // qkv, out, lse, dout, dqkv, delta, at, step
         slots: &[Ro, Rw, Rw, Ro, Rw, Rw, Uniform, Uniform],
-        entries: &["attention_forward", "attention_backward_delta", "attention_backward_dkdv", "attention_backward_dq"],
+        entries: &[
+            "attention_forward",
+            "attention_backward_delta",
+            "attention_backward_dkdv",
+            "attention_backward_dq",
+        ],
     },
     ShaderFile {
         name: "adamw",
@@ -104,7 +124,9 @@ pub fn attention_workgroup_bytes(head_dim: usize) -> u64 {
 /// The full WGSL source of a file as compiled (common declarations first,
 /// templates filled in).
 pub fn full_source(file: &ShaderFile, head_dim: usize) -> String {
-    let body = file.source.replace("{{DPL}}", &attention_dims_per_lane(head_dim).to_string());
+    let body = file
+        .source
+        .replace("{{DPL}}", &attention_dims_per_lane(head_dim).to_string());
     format!("{COMMON}\n{body}")
 }
 
@@ -134,7 +156,9 @@ impl Kernels {
                             min_binding_size: None,
                         },
                         s => wgpu::BindingType::Buffer {
-                            ty: wgpu::BufferBindingType::Storage { read_only: *s == Ro },
+                            ty: wgpu::BufferBindingType::Storage {
+                                read_only: *s == Ro,
+                            },
                             has_dynamic_offset: false,
                             min_binding_size: None,
                         },
@@ -143,7 +167,10 @@ impl Kernels {
                 })
                 .collect();
             let label = format!("tinygpt:layout:{}", file.name);
-            let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(&label), entries: &entries });
+            let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                label: Some(&label),
+                entries: &entries,
+            });
             let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
                 label: Some(&label),
                 bind_group_layouts: &[Some(&layout)],

@@ -73,7 +73,9 @@ impl Allocator {
         let buffer = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(&format!("tinygpt:buffer:{label}")),
             size: bytes.max(16).next_multiple_of(4),
-            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         });
         self.created += 1;
@@ -81,7 +83,13 @@ impl Allocator {
         self.buffers.len() - 1
     }
 
-    fn other(&mut self, device: &wgpu::Device, label: &str, bytes: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {
+    fn other(
+        &mut self,
+        device: &wgpu::Device,
+        label: &str,
+        bytes: u64,
+        usage: wgpu::BufferUsages,
+    ) -> wgpu::Buffer {
         self.created += 1;
         device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(&format!("tinygpt:buffer:{label}")),
@@ -98,7 +106,10 @@ impl GpuBackend {
     pub fn new(ctx: GpuContext, program: Program) -> Result<Self, GpuError> {
         let cfg = program.config.clone();
         let limits = ctx.limits.clone();
-        let preset = format!("{}L/{}H/d{}/ctx{}/batch{}", cfg.n_layer, cfg.n_head, cfg.d_model, cfg.ctx, cfg.batch);
+        let preset = format!(
+            "{}L/{}H/d{}/ctx{}/batch{}",
+            cfg.n_layer, cfg.n_head, cfg.d_model, cfg.ctx, cfg.batch
+        );
         let refuse = |what: String, limit: &'static str, need: u64, have: u64| GpuError::Limit {
             preset: preset.clone(),
             adapter: ctx.info.name.clone(),
@@ -110,10 +121,26 @@ impl GpuBackend {
 
         // --- limits, before any allocation
         let align_floats = (limits.min_storage_buffer_offset_alignment.max(256) / 4) as usize;
-        let largest = program.tensors.iter().map(|t| t.numel() as u64 * 4).max().unwrap_or(0);
+        let largest = program
+            .tensors
+            .iter()
+            .map(|t| t.numel() as u64 * 4)
+            .max()
+            .unwrap_or(0);
         if largest > limits.max_storage_buffer_binding_size {
-            let name = program.tensors.iter().max_by_key(|t| t.numel()).unwrap().name.clone();
-            return Err(refuse(format!("tensor `{name}`"), "max_storage_buffer_binding_size", largest, limits.max_storage_buffer_binding_size));
+            let name = program
+                .tensors
+                .iter()
+                .max_by_key(|t| t.numel())
+                .unwrap()
+                .name
+                .clone();
+            return Err(refuse(
+                format!("tensor `{name}`"),
+                "max_storage_buffer_binding_size",
+                largest,
+                limits.max_storage_buffer_binding_size,
+            ));
         }
         let attn_bytes = kernels::attention_workgroup_bytes(cfg.head_dim());
         if attn_bytes > limits.max_compute_workgroup_storage_size as u64 {
@@ -124,16 +151,32 @@ impl GpuBackend {
                 limits.max_compute_workgroup_storage_size as u64,
             ));
         }
-        if limits.max_compute_invocations_per_workgroup < 256 || limits.max_compute_workgroup_size_x < 256 {
-            return Err(refuse("256-thread workgroups".into(), "max_compute_invocations_per_workgroup", 256, limits.max_compute_invocations_per_workgroup as u64));
+        if limits.max_compute_invocations_per_workgroup < 256
+            || limits.max_compute_workgroup_size_x < 256
+        {
+            return Err(refuse(
+                "256-thread workgroups".into(),
+                "max_compute_invocations_per_workgroup",
+                256,
+                limits.max_compute_invocations_per_workgroup as u64,
+            ));
         }
         if limits.max_storage_buffers_per_shader_stage < 8 {
-            return Err(refuse("8 storage buffers per kernel".into(), "max_storage_buffers_per_shader_stage", 8, limits.max_storage_buffers_per_shader_stage as u64));
+            return Err(refuse(
+                "8 storage buffers per kernel".into(),
+                "max_storage_buffers_per_shader_stage",
+                8,
+                limits.max_storage_buffers_per_shader_stage as u64,
+            ));
         }
 
         // --- flat parameter layout: decayed tensors first
         let params: Vec<TensorId> = program.params().collect();
-        let mut order: Vec<TensorId> = params.iter().copied().filter(|&p| program.decays(p)).collect();
+        let mut order: Vec<TensorId> = params
+            .iter()
+            .copied()
+            .filter(|&p| program.decays(p))
+            .collect();
         let decayed = order.len();
         order.extend(params.iter().copied().filter(|&p| !program.decays(p)));
         let mut flat_offsets = vec![0usize; program.tensors.len()];
@@ -149,11 +192,21 @@ impl GpuBackend {
         }
         let flat_len = flat_len.next_multiple_of(align_floats);
         if flat_len as u64 * 4 > limits.max_buffer_size {
-            return Err(refuse("the flat parameter buffer".into(), "max_buffer_size", flat_len as u64 * 4, limits.max_buffer_size));
+            return Err(refuse(
+                "the flat parameter buffer".into(),
+                "max_buffer_size",
+                flat_len as u64 * 4,
+                limits.max_buffer_size,
+            ));
         }
         for t in &program.tensors {
             if t.numel() as u64 * 4 > limits.max_buffer_size {
-                return Err(refuse(format!("tensor `{}`", t.name), "max_buffer_size", t.numel() as u64 * 4, limits.max_buffer_size));
+                return Err(refuse(
+                    format!("tensor `{}`", t.name),
+                    "max_buffer_size",
+                    t.numel() as u64 * 4,
+                    limits.max_buffer_size,
+                ));
             }
         }
 
@@ -173,7 +226,11 @@ impl GpuBackend {
         let mut grad_buffers = vec![flat_grads];
         for &p in &params {
             let info = &program.tensors[p];
-            let at = |buffer| Place { buffer, offset: flat_offsets[p] as u64 * 4, size: info.numel() as u64 * 4 };
+            let at = |buffer| Place {
+                buffer,
+                offset: flat_offsets[p] as u64 * 4,
+                size: info.numel() as u64 * 4,
+            };
             places[p] = Some(at(flat_params));
             places[info.grad.unwrap()] = Some(at(flat_grads));
             let (m, v) = info.adam.unwrap();
@@ -188,7 +245,11 @@ impl GpuBackend {
             if t.kind == TensorKind::Grad {
                 grad_buffers.push(buffer);
             }
-            places[id] = Some(Place { buffer, offset: 0, size: t.numel() as u64 * 4 });
+            places[id] = Some(Place {
+                buffer,
+                offset: 0,
+                size: t.numel() as u64 * 4,
+            });
         }
         let rows = program.rows();
         let tokens = places[program.tokens].unwrap().buffer;
@@ -206,16 +267,32 @@ impl GpuBackend {
             })
             .max()
             .unwrap_or(0);
-        let part = alloc.storage(&device, "scratch.column_partials", (rows.div_ceil(ROWS_PER_CHUNK) * widest) as u64 * 4);
-        let delta = alloc.storage(&device, "scratch.attention_delta", (cfg.batch * cfg.n_head * cfg.ctx) as u64 * 4);
+        let part = alloc.storage(
+            &device,
+            "scratch.column_partials",
+            (rows.div_ceil(ROWS_PER_CHUNK) * widest) as u64 * 4,
+        );
+        let delta = alloc.storage(
+            &device,
+            "scratch.attention_delta",
+            (cfg.batch * cfg.n_head * cfg.ctx) as u64 * 4,
+        );
         // Split-K partials: the largest splits × M × N of any matmul of the step.
         let split_floats = program
             .ops
             .iter()
             .flat_map(|node| {
                 let shapes: Vec<(usize, usize, usize)> = match node.op {
-                    Op::Linear { in_features: i, out_features: o, .. } => vec![(rows, i, o), (rows, o, i), (o, rows, i)],
-                    Op::TiedHead { .. } => vec![(rows, cfg.d_model, VOCAB), (rows, VOCAB, cfg.d_model), (VOCAB, rows, cfg.d_model)],
+                    Op::Linear {
+                        in_features: i,
+                        out_features: o,
+                        ..
+                    } => vec![(rows, i, o), (rows, o, i), (o, rows, i)],
+                    Op::TiedHead { .. } => vec![
+                        (rows, cfg.d_model, VOCAB),
+                        (rows, VOCAB, cfg.d_model),
+                        (VOCAB, rows, cfg.d_model),
+                    ],
                     _ => vec![],
                 };
                 shapes.into_iter().map(|(m, k, n)| {
@@ -230,9 +307,13 @@ impl GpuBackend {
         let dummy_rw = alloc.storage(&device, "dummy.write", 16);
 
         // Flat chunks that fit one storage binding (AdamW and the norm).
-        let max_chunk = ((limits.max_storage_buffer_binding_size / 4) as usize / align_floats * align_floats).min(65535 * NORM_CHUNK);
-        let chunks: Vec<(usize, usize)> =
-            (0..flat_len).step_by(max_chunk).map(|s| (s, max_chunk.min(flat_len - s))).collect();
+        let max_chunk = ((limits.max_storage_buffer_binding_size / 4) as usize / align_floats
+            * align_floats)
+            .min(65535 * NORM_CHUNK);
+        let chunks: Vec<(usize, usize)> = (0..flat_len)
+            .step_by(max_chunk)
+            .map(|s| (s, max_chunk.min(flat_len - s)))
+            .collect();
         let norm_groups: usize = chunks.iter().map(|(_, n)| n.div_ceil(NORM_CHUNK)).sum();
         let partials = alloc.storage(&device, "scratch.norm_partials", norm_groups as u64 * 4);
 
@@ -260,15 +341,35 @@ impl GpuBackend {
                 uniform_bytes.resize(uniform_bytes.len().next_multiple_of(ualign), 0);
             }
         }
-        let uniforms = alloc.other(&device, "uniforms", uniform_bytes.len() as u64, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
+        let uniforms = alloc.other(
+            &device,
+            "uniforms",
+            uniform_bytes.len() as u64,
+            wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+        );
         ctx.queue.write_buffer(&uniforms, 0, &uniform_bytes);
-        let step_uniform = alloc.other(&device, "step", STEP_UNIFORM_BYTES, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
-        let stats_staging = alloc.other(&device, "stats.staging", 16, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+        let step_uniform = alloc.other(
+            &device,
+            "step",
+            STEP_UNIFORM_BYTES,
+            wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+        );
+        let stats_staging = alloc.other(
+            &device,
+            "stats.staging",
+            16,
+            wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        );
 
         #[cfg(not(target_arch = "wasm32"))]
         if let Some(error) = pollster::block_on(memory_scope.pop()) {
             let bytes: u64 = alloc.buffers.iter().map(|b| b.size()).sum();
-            return Err(GpuError::OutOfMemory { preset: preset.clone(), adapter: ctx.info.name.clone(), bytes, message: error.to_string() });
+            return Err(GpuError::OutOfMemory {
+                preset: preset.clone(),
+                adapter: ctx.info.name.clone(),
+                bytes,
+                message: error.to_string(),
+            });
         }
         #[cfg(target_arch = "wasm32")]
         drop(memory_scope); // the browser reports it asynchronously, to the console
@@ -282,7 +383,12 @@ impl GpuBackend {
                     .map(|plan| {
                         let uoff = next_uniform.next().unwrap() as u64;
                         let slots = kernels.slots_of(plan.entry);
-                        assert_eq!(slots.len(), plan.bindings.len(), "{}: binding count", plan.entry);
+                        assert_eq!(
+                            slots.len(),
+                            plan.bindings.len(),
+                            "{}: binding count",
+                            plan.entry
+                        );
                         let entries: Vec<wgpu::BindGroupEntry> = plan
                             .bindings
                             .iter()
@@ -293,19 +399,41 @@ impl GpuBackend {
                                     Src::At(place) => wgpu::BufferBinding {
                                         buffer: &buffers[place.buffer],
                                         offset: place.offset,
-                                        size: if place.size == 0 { None } else { wgpu::BufferSize::new(place.size) },
+                                        size: if place.size == 0 {
+                                            None
+                                        } else {
+                                            wgpu::BufferSize::new(place.size)
+                                        },
                                     },
-                                    Src::DummyRo => wgpu::BufferBinding { buffer: &buffers[dummy_ro], offset: 0, size: None },
-                                    Src::DummyRw => wgpu::BufferBinding { buffer: &buffers[dummy_rw], offset: 0, size: None },
+                                    Src::DummyRo => wgpu::BufferBinding {
+                                        buffer: &buffers[dummy_ro],
+                                        offset: 0,
+                                        size: None,
+                                    },
+                                    Src::DummyRw => wgpu::BufferBinding {
+                                        buffer: &buffers[dummy_rw],
+                                        offset: 0,
+                                        size: None,
+                                    },
                                     Src::Params => wgpu::BufferBinding {
                                         buffer: &uniforms,
                                         offset: uoff,
                                         size: wgpu::BufferSize::new(plan.params.len() as u64),
                                     },
-                                    Src::Step => wgpu::BufferBinding { buffer: &step_uniform, offset: 0, size: None },
+                                    Src::Step => wgpu::BufferBinding {
+                                        buffer: &step_uniform,
+                                        offset: 0,
+                                        size: None,
+                                    },
                                 };
-                                debug_assert!(matches!(src, Src::Params | Src::Step) == (*slot == Slot::Uniform));
-                                wgpu::BindGroupEntry { binding: i as u32, resource: wgpu::BindingResource::Buffer(binding) }
+                                debug_assert!(
+                                    matches!(src, Src::Params | Src::Step)
+                                        == (*slot == Slot::Uniform)
+                                );
+                                wgpu::BindGroupEntry {
+                                    binding: i as u32,
+                                    resource: wgpu::BindingResource::Buffer(binding),
+                                }
                             })
                             .collect();
                         let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
@@ -313,7 +441,11 @@ impl GpuBackend {
                             layout: kernels.layout_of(plan.entry),
                             entries: &entries,
                         });
-                        Dispatch { entry: plan.entry, bind_group, groups: plan.groups }
+                        Dispatch {
+                            entry: plan.entry,
+                            bind_group,
+                            groups: plan.groups,
+                        }
                     })
                     .collect();
                 (step, dispatches)
@@ -360,7 +492,11 @@ impl GpuBackend {
     /// rows grouped by token (a stable counting sort) with each token's start,
     /// for the deterministic embedding backward.
     fn batch_bytes(&self, batch: &Batch) -> [Vec<u8>; 4] {
-        assert_eq!(batch.inputs.len(), self.program.rows(), "batch shape does not match the program");
+        assert_eq!(
+            batch.inputs.len(),
+            self.program.rows(),
+            "batch shape does not match the program"
+        );
         let mut offsets = vec![0u32; VOCAB + 1];
         for &tok in &batch.inputs {
             offsets[tok as usize + 1] += 1;
@@ -374,7 +510,12 @@ impl GpuBackend {
             order[next[tok as usize] as usize] = row as u32;
             next[tok as usize] += 1;
         }
-        [words(&batch.inputs), words(&batch.targets), words(&order), words(&offsets)]
+        [
+            words(&batch.inputs),
+            words(&batch.targets),
+            words(&order),
+            words(&offsets),
+        ]
     }
 
     /// The buffers `batch_bytes` fills, in the same order.
@@ -398,14 +539,30 @@ impl GpuBackend {
         };
         let bc1 = (1.0 - (cfg.beta1 as f64).powi(t as i32)) as f32;
         let bc2 = (1.0 - (cfg.beta2 as f64).powi(t as i32)) as f32;
-        let f = [lr, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay, bc1, bc2, cfg.grad_clip];
+        let f = [
+            lr,
+            cfg.beta1,
+            cfg.beta2,
+            cfg.eps,
+            cfg.weight_decay,
+            bc1,
+            bc2,
+            cfg.grad_clip,
+        ];
         let mut bytes: Vec<u8> = bytemuck::cast_slice(&f).to_vec();
-        bytes.extend(words(&[seed, training, self.decay_end, self.program.rows() as u32]));
+        bytes.extend(words(&[
+            seed,
+            training,
+            self.decay_end,
+            self.program.rows() as u32,
+        ]));
         bytes
     }
 
     fn write_step_uniform(&self, sp: Option<StepParams>) {
-        self.ctx.queue.write_buffer(&self.step_uniform, 0, &self.step_uniform_bytes(sp));
+        self.ctx
+            .queue
+            .write_buffer(&self.step_uniform, 0, &self.step_uniform_bytes(sp));
     }
 
     /// Submits several training steps at once without waiting: their batches
@@ -415,13 +572,25 @@ impl GpuBackend {
     /// [`GpuBackend::try_finish_steps`] once the device has been polled (by
     /// Bevy, by the browser, or [`GpuBackend::poll`]). This is how the app
     /// trains inside the frame loop.
-    pub fn submit_steps(&mut self, batches: &[Batch], params: &[StepParams]) -> readback::ReadbackHandle {
+    pub fn submit_steps(
+        &mut self,
+        batches: &[Batch],
+        params: &[StepParams],
+    ) -> readback::ReadbackHandle {
         assert_eq!(batches.len(), params.len(), "one StepParams per batch");
         assert!(!batches.is_empty(), "submit at least one step");
         let n = batches.len();
-        let batch_sizes: Vec<u64> = self.batch_bytes(&batches[0]).iter().map(|b| b.len() as u64).collect();
+        let batch_sizes: Vec<u64> = self
+            .batch_bytes(&batches[0])
+            .iter()
+            .map(|b| b.len() as u64)
+            .collect();
         let per_step = batch_sizes.iter().sum::<u64>() + STEP_UNIFORM_BYTES;
-        if self.ring.as_ref().is_none_or(|r| r.size() < per_step * n as u64) {
+        if self
+            .ring
+            .as_ref()
+            .is_none_or(|r| r.size() < per_step * n as u64)
+        {
             self.ring = Some(self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("tinygpt:buffer:step_ring"),
                 size: per_step * n as u64,
@@ -433,7 +602,12 @@ impl GpuBackend {
         let ring = self.ring.clone().expect("created above");
         let (slot, created) = self.staging.acquire(&self.ctx.device, 16 * n as u64);
         self.buffers_created += created as usize;
-        let mut encoder = self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tinygpt:train_steps") });
+        let mut encoder = self
+            .ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("tinygpt:train_steps"),
+            });
         for (i, (batch, sp)) in batches.iter().zip(params).enumerate() {
             let mut at = per_step * i as u64;
             for (bytes, buf) in self.batch_bytes(batch).iter().zip(self.batch_buffers()) {
@@ -441,14 +615,31 @@ impl GpuBackend {
                 encoder.copy_buffer_to_buffer(&ring, at, &self.buffers[buf], 0, bytes.len() as u64);
                 at += bytes.len() as u64;
             }
-            self.ctx.queue.write_buffer(&ring, at, &self.step_uniform_bytes(Some(*sp)));
+            self.ctx
+                .queue
+                .write_buffer(&ring, at, &self.step_uniform_bytes(Some(*sp)));
             encoder.copy_buffer_to_buffer(&ring, at, &self.step_uniform, 0, STEP_UNIFORM_BYTES);
-            self.record(&mut encoder, true, self.steps.iter().map(|(_, d)| d.as_slice()));
-            encoder.copy_buffer_to_buffer(&self.buffers[self.stats], 0, self.staging.buffer(slot), 16 * i as u64, 16);
+            self.record(
+                &mut encoder,
+                true,
+                self.steps.iter().map(|(_, d)| d.as_slice()),
+            );
+            encoder.copy_buffer_to_buffer(
+                &self.buffers[self.stats],
+                0,
+                self.staging.buffer(slot),
+                16 * i as u64,
+                16,
+            );
         }
         self.ctx.queue.submit([encoder.finish()]);
         let state = readback::start_map(self.staging.buffer(slot), 16 * n as u64);
-        readback::ReadbackHandle { slot, size: 16 * n as u64, is_u32: false, state }
+        readback::ReadbackHandle {
+            slot,
+            size: 16 * n as u64,
+            is_u32: false,
+            state,
+        }
     }
 
     /// Submits the evaluation-mode forward pass of several batches without
@@ -458,9 +649,17 @@ impl GpuBackend {
     pub fn submit_evals(&mut self, batches: &[Batch]) -> readback::ReadbackHandle {
         assert!(!batches.is_empty(), "evaluate at least one batch");
         let n = batches.len();
-        let batch_sizes: Vec<u64> = self.batch_bytes(&batches[0]).iter().map(|b| b.len() as u64).collect();
+        let batch_sizes: Vec<u64> = self
+            .batch_bytes(&batches[0])
+            .iter()
+            .map(|b| b.len() as u64)
+            .collect();
         let per_batch = batch_sizes.iter().sum::<u64>() + STEP_UNIFORM_BYTES;
-        if self.ring.as_ref().is_none_or(|r| r.size() < per_batch * n as u64) {
+        if self
+            .ring
+            .as_ref()
+            .is_none_or(|r| r.size() < per_batch * n as u64)
+        {
             self.ring = Some(self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("tinygpt:buffer:step_ring"),
                 size: per_batch * n as u64,
@@ -472,8 +671,18 @@ impl GpuBackend {
         let ring = self.ring.clone().expect("created above");
         let (slot, created) = self.staging.acquire(&self.ctx.device, 16 * n as u64);
         self.buffers_created += created as usize;
-        let mut encoder = self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tinygpt:evals") });
-        let forward: Vec<&[Dispatch]> = self.steps.iter().filter(|(s, _)| matches!(s, Step::Forward(_))).map(|(_, d)| d.as_slice()).collect();
+        let mut encoder = self
+            .ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("tinygpt:evals"),
+            });
+        let forward: Vec<&[Dispatch]> = self
+            .steps
+            .iter()
+            .filter(|(s, _)| matches!(s, Step::Forward(_)))
+            .map(|(_, d)| d.as_slice())
+            .collect();
         for (i, batch) in batches.iter().enumerate() {
             let mut at = per_batch * i as u64;
             for (bytes, buf) in self.batch_bytes(batch).iter().zip(self.batch_buffers()) {
@@ -481,41 +690,72 @@ impl GpuBackend {
                 encoder.copy_buffer_to_buffer(&ring, at, &self.buffers[buf], 0, bytes.len() as u64);
                 at += bytes.len() as u64;
             }
-            self.ctx.queue.write_buffer(&ring, at, &self.step_uniform_bytes(None));
+            self.ctx
+                .queue
+                .write_buffer(&ring, at, &self.step_uniform_bytes(None));
             encoder.copy_buffer_to_buffer(&ring, at, &self.step_uniform, 0, STEP_UNIFORM_BYTES);
             self.record(&mut encoder, false, forward.iter().copied());
-            encoder.copy_buffer_to_buffer(&self.buffers[self.stats], 0, self.staging.buffer(slot), 16 * i as u64, 16);
+            encoder.copy_buffer_to_buffer(
+                &self.buffers[self.stats],
+                0,
+                self.staging.buffer(slot),
+                16 * i as u64,
+                16,
+            );
         }
         self.ctx.queue.submit([encoder.finish()]);
         let state = readback::start_map(self.staging.buffer(slot), 16 * n as u64);
-        readback::ReadbackHandle { slot, size: 16 * n as u64, is_u32: false, state }
+        readback::ReadbackHandle {
+            slot,
+            size: 16 * n as u64,
+            is_u32: false,
+            state,
+        }
     }
 
     /// The mean loss of submitted evaluations, if they have finished.
-    pub fn try_finish_evals(&mut self, handle: readback::ReadbackHandle) -> Result<f32, readback::ReadbackHandle> {
+    pub fn try_finish_evals(
+        &mut self,
+        handle: readback::ReadbackHandle,
+    ) -> Result<f32, readback::ReadbackHandle> {
         let stats = self.try_take(handle)?;
         let losses: Vec<f64> = stats.chunks_exact(4).map(|s| s[0] as f64).collect();
         Ok((losses.iter().sum::<f64>() / losses.len().max(1) as f64) as f32)
     }
 
     /// The outcomes of submitted steps, in order, if they have finished.
-    pub fn try_finish_steps(&mut self, handle: readback::ReadbackHandle) -> Result<Vec<StepOutcome>, readback::ReadbackHandle> {
+    pub fn try_finish_steps(
+        &mut self,
+        handle: readback::ReadbackHandle,
+    ) -> Result<Vec<StepOutcome>, readback::ReadbackHandle> {
         let stats = self.try_take(handle)?;
         Ok(stats
             .chunks_exact(4)
-            .map(|s| StepOutcome { loss: s[0], grad_norm: s[1], applied: s[0].is_finite() && s[1].is_finite() })
+            .map(|s| StepOutcome {
+                loss: s[0],
+                grad_norm: s[1],
+                applied: s[0].is_finite() && s[1].is_finite(),
+            })
             .collect())
     }
 
     /// Records dispatch lists, in order, into `encoder`: the gradient clears
     /// first when `zero_grads`, then one compute pass.
-    fn record<'a>(&'a self, encoder: &mut wgpu::CommandEncoder, zero_grads: bool, lists: impl Iterator<Item = &'a [Dispatch]>) {
+    fn record<'a>(
+        &'a self,
+        encoder: &mut wgpu::CommandEncoder,
+        zero_grads: bool,
+        lists: impl Iterator<Item = &'a [Dispatch]>,
+    ) {
         if zero_grads {
             for &buf in &self.grad_buffers {
                 encoder.clear_buffer(&self.buffers[buf], 0, None);
             }
         }
-        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("tinygpt:step"), timestamp_writes: None });
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("tinygpt:step"),
+            timestamp_writes: None,
+        });
         for d in lists.flatten() {
             pass.set_pipeline(&self.kernels.pipelines[d.entry].1);
             pass.set_bind_group(0, &d.bind_group, &[]);
@@ -525,7 +765,12 @@ impl GpuBackend {
 
     /// The dispatches of one step of the program.
     fn dispatches_of(&self, step: Step) -> &[Dispatch] {
-        &self.steps.iter().find(|(s, _)| *s == step).expect("the step belongs to the program").1
+        &self
+            .steps
+            .iter()
+            .find(|(s, _)| *s == step)
+            .expect("the step belongs to the program")
+            .1
     }
 
     /// Submits `encoder` after copying the stats to the staging buffer, and
@@ -543,7 +788,9 @@ impl GpuBackend {
         let slice = buffer.slice(0..size);
         let done: Arc<Mutex<Option<Result<(), wgpu::BufferAsyncError>>>> = Arc::default();
         let flag = done.clone();
-        slice.map_async(wgpu::MapMode::Read, move |r| *flag.lock().unwrap() = Some(r));
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            *flag.lock().unwrap() = Some(r)
+        });
         loop {
             let _ = self.ctx.device.poll(wgpu::PollType::wait_indefinitely());
             if done.lock().unwrap().is_some() {
@@ -566,25 +813,52 @@ impl GpuBackend {
         let (slot, created) = self.staging.acquire(&self.ctx.device, place.size);
         self.buffers_created += created as usize;
         let staging = self.staging.buffer(slot);
-        let mut encoder = self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tinygpt:readback") });
-        encoder.copy_buffer_to_buffer(&self.buffers[place.buffer], place.offset, staging, 0, place.size);
+        let mut encoder = self
+            .ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("tinygpt:readback"),
+            });
+        encoder.copy_buffer_to_buffer(
+            &self.buffers[place.buffer],
+            place.offset,
+            staging,
+            0,
+            place.size,
+        );
         self.ctx.queue.submit([encoder.finish()]);
         let state = readback::start_map(staging, place.size);
         let is_u32 = self.program.tensors[id].kind == TensorKind::Input;
-        Ok(readback::ReadbackHandle { slot, size: place.size, is_u32, state })
+        Ok(readback::ReadbackHandle {
+            slot,
+            size: place.size,
+            is_u32,
+            state,
+        })
     }
 
     /// Starts reading several float tensors back in one copy and one map;
     /// [`GpuBackend::try_take`] then gives their values one after another,
     /// in the order named (split them by each tensor's size).
-    pub fn request_reads(&mut self, names: &[&str]) -> Result<readback::ReadbackHandle, BackendError> {
+    pub fn request_reads(
+        &mut self,
+        names: &[&str],
+    ) -> Result<readback::ReadbackHandle, BackendError> {
         assert!(!names.is_empty(), "read at least one tensor");
-        let places = names.iter().map(|n| self.place(n).map(|(_, p)| p)).collect::<Result<Vec<_>, _>>()?;
+        let places = names
+            .iter()
+            .map(|n| self.place(n).map(|(_, p)| p))
+            .collect::<Result<Vec<_>, _>>()?;
         let total: u64 = places.iter().map(|p| p.size).sum();
         let (slot, created) = self.staging.acquire(&self.ctx.device, total);
         self.buffers_created += created as usize;
         let staging = self.staging.buffer(slot);
-        let mut encoder = self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tinygpt:readbacks") });
+        let mut encoder = self
+            .ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("tinygpt:readbacks"),
+            });
         let mut at = 0;
         for p in &places {
             encoder.copy_buffer_to_buffer(&self.buffers[p.buffer], p.offset, staging, at, p.size);
@@ -592,20 +866,33 @@ impl GpuBackend {
         }
         self.ctx.queue.submit([encoder.finish()]);
         let state = readback::start_map(staging, total);
-        Ok(readback::ReadbackHandle { slot, size: total, is_u32: false, state })
+        Ok(readback::ReadbackHandle {
+            slot,
+            size: total,
+            is_u32: false,
+            state,
+        })
     }
 
     /// The data of a readback if it has arrived, else the handle back.
-    pub fn try_take(&mut self, handle: readback::ReadbackHandle) -> Result<Vec<f32>, readback::ReadbackHandle> {
+    pub fn try_take(
+        &mut self,
+        handle: readback::ReadbackHandle,
+    ) -> Result<Vec<f32>, readback::ReadbackHandle> {
         let taken = handle.state.lock().unwrap().take();
-        let Some(result) = taken else { return Err(handle) };
+        let Some(result) = taken else {
+            return Err(handle);
+        };
         let buffer = self.staging.buffer(handle.slot);
         let values = match result {
             Ok(()) => {
                 let bytes = buffer.slice(0..handle.size).get_mapped_range().to_vec();
                 buffer.unmap();
                 if handle.is_u32 {
-                    bytemuck::cast_slice::<u8, u32>(&bytes).iter().map(|&x| x as f32).collect()
+                    bytemuck::cast_slice::<u8, u32>(&bytes)
+                        .iter()
+                        .map(|&x| x as f32)
+                        .collect()
                 } else {
                     bytemuck::cast_slice::<u8, f32>(&bytes).to_vec()
                 }
@@ -638,7 +925,10 @@ impl GpuBackend {
     }
 
     fn place(&self, name: &str) -> Result<(TensorId, Place), BackendError> {
-        let id = self.program.tensor_id(name).ok_or_else(|| BackendError::UnknownTensor(name.to_string()))?;
+        let id = self
+            .program
+            .tensor_id(name)
+            .ok_or_else(|| BackendError::UnknownTensor(name.to_string()))?;
         Ok((id, self.places[id].expect("every tensor is placed")))
     }
 
@@ -654,7 +944,11 @@ impl GpuBackend {
     pub fn run_steps(&mut self, steps: &[Step], sp: Option<StepParams>) {
         self.write_step_uniform(sp);
         let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
-        self.record(&mut encoder, steps.contains(&Step::ZeroGrads), steps.iter().map(|&s| self.dispatches_of(s)));
+        self.record(
+            &mut encoder,
+            steps.contains(&Step::ZeroGrads),
+            steps.iter().map(|&s| self.dispatches_of(s)),
+        );
         self.ctx.queue.submit([encoder.finish()]);
         let _ = self.ctx.device.poll(wgpu::PollType::wait_indefinitely());
     }
@@ -663,8 +957,17 @@ impl GpuBackend {
     /// a compute pass of its own, so the total exceeds a normal step's).
     /// Returns (program step label, kernel entry point, nanoseconds) in order,
     /// or None when the adapter has no timestamp queries.
-    pub fn profile_step(&mut self, batch: &Batch, sp: StepParams) -> Option<Vec<(String, &'static str, f64)>> {
-        if !self.ctx.device.features().contains(wgpu::Features::TIMESTAMP_QUERY) {
+    pub fn profile_step(
+        &mut self,
+        batch: &Batch,
+        sp: StepParams,
+    ) -> Option<Vec<(String, &'static str, f64)>> {
+        if !self
+            .ctx
+            .device
+            .features()
+            .contains(wgpu::Features::TIMESTAMP_QUERY)
+        {
             return None;
         }
         self.upload_batch(batch);
@@ -726,7 +1029,13 @@ impl GpuBackend {
             labels
                 .into_iter()
                 .enumerate()
-                .map(|(i, (label, entry))| (label, entry, ticks[2 * i + 1].saturating_sub(ticks[2 * i]) as f64 * period))
+                .map(|(i, (label, entry))| {
+                    (
+                        label,
+                        entry,
+                        ticks[2 * i + 1].saturating_sub(ticks[2 * i]) as f64 * period,
+                    )
+                })
                 .collect(),
         )
     }
@@ -737,7 +1046,10 @@ impl GpuBackend {
         self.upload_batch(batch);
         self.write_step_uniform(sp);
         let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
-        let forward = self.steps.iter().filter(|(s, _)| matches!(s, Step::Forward(_)));
+        let forward = self
+            .steps
+            .iter()
+            .filter(|(s, _)| matches!(s, Step::Forward(_)));
         self.record(&mut encoder, false, forward.map(|(_, d)| d.as_slice()));
         self.submit_and_read_stats(encoder)[0]
     }
@@ -755,10 +1067,23 @@ impl Backend for GpuBackend {
     fn train_step(&mut self, batch: &Batch, sp: StepParams) -> StepOutcome {
         self.upload_batch(batch);
         self.write_step_uniform(Some(sp));
-        let mut encoder = self.ctx.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("tinygpt:train_step") });
-        self.record(&mut encoder, true, self.steps.iter().map(|(_, d)| d.as_slice()));
+        let mut encoder = self
+            .ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("tinygpt:train_step"),
+            });
+        self.record(
+            &mut encoder,
+            true,
+            self.steps.iter().map(|(_, d)| d.as_slice()),
+        );
         let [loss, grad_norm, _, _] = self.submit_and_read_stats(encoder);
-        StepOutcome { loss, grad_norm, applied: loss.is_finite() && grad_norm.is_finite() }
+        StepOutcome {
+            loss,
+            grad_norm,
+            applied: loss.is_finite() && grad_norm.is_finite(),
+        }
     }
 
     fn eval_loss(&mut self, batch: &Batch) -> f32 {
@@ -786,9 +1111,17 @@ impl Backend for GpuBackend {
         let (id, place) = self.place(name)?;
         let expected = self.program.tensors[id].numel();
         if values.len() != expected || self.program.tensors[id].kind == TensorKind::Input {
-            return Err(BackendError::WrongSize { name: name.to_string(), expected, got: values.len() });
+            return Err(BackendError::WrongSize {
+                name: name.to_string(),
+                expected,
+                got: values.len(),
+            });
         }
-        self.ctx.queue.write_buffer(&self.buffers[place.buffer], place.offset, bytemuck::cast_slice(values));
+        self.ctx.queue.write_buffer(
+            &self.buffers[place.buffer],
+            place.offset,
+            bytemuck::cast_slice(values),
+        );
         Ok(())
     }
 }

@@ -63,7 +63,11 @@ pub(super) fn grid(n: usize) -> [u32; 3] {
 
 /// One workgroup per row, rows beyond 65535 folded into y.
 fn per_row(rows: usize) -> [u32; 3] {
-    [rows.clamp(1, 65535) as u32, rows.div_ceil(65535).max(1) as u32, 1]
+    [
+        rows.clamp(1, 65535) as u32,
+        rows.div_ceil(65535).max(1) as u32,
+        1,
+    ]
 }
 
 /// The buffers a plan binds besides the tensors themselves.
@@ -82,46 +86,113 @@ pub(super) struct Scratch {
 }
 
 /// Every dispatch of the step, per entry of `program.steps`.
-pub(super) fn plan_steps(program: &Program, places: &[Option<Place>], scratch: &Scratch) -> Vec<(Step, Vec<Planned>)> {
+pub(super) fn plan_steps(
+    program: &Program,
+    places: &[Option<Place>],
+    scratch: &Scratch,
+) -> Vec<(Step, Vec<Planned>)> {
     let cfg = &program.config;
     let rows = program.rows();
-    let Scratch { flat: [flat_params, flat_grads, flat_m, flat_v], ref chunks, stats, partials, part, delta, split: split_scratch, order: order_buf, offsets: offsets_buf } = *scratch;
+    let Scratch {
+        flat: [flat_params, flat_grads, flat_m, flat_v],
+        ref chunks,
+        stats,
+        partials,
+        part,
+        delta,
+        split: split_scratch,
+        order: order_buf,
+        offsets: offsets_buf,
+    } = *scratch;
     let p = |id: TensorId| Src::At(places[id].unwrap());
     let g = |id: TensorId| Src::At(places[program.tensors[id].grad.unwrap()].unwrap());
-    let whole = |buffer: usize, bytes: u64| Src::At(Place { buffer, offset: 0, size: bytes });
+    let whole = |buffer: usize, bytes: u64| {
+        Src::At(Place {
+            buffer,
+            offset: 0,
+            size: bytes,
+        })
+    };
     let (b, t, c, v) = (cfg.batch, cfg.ctx, cfg.d_model, VOCAB);
-    let mm = |entry: &'static str, a: Src, bm: Src, out: Src, bias: Option<Src>, m: usize, k: usize, n: usize, acc: bool| {
+    let mm = |entry: &'static str,
+              a: Src,
+              bm: Src,
+              out: Src,
+              bias: Option<Src>,
+              m: usize,
+              k: usize,
+              n: usize,
+              acc: bool| {
         let flags = if acc { 1 } else { 0 } | if bias.is_some() { 2 } else { 0 };
         let (splits, k_split) = split_k(m, k, n);
-        let params = [words(&[m as u32, k as u32, n as u32, flags]), words(&[1f32.to_bits(), k_split as u32, splits as u32, 0])].concat();
+        let params = [
+            words(&[m as u32, k as u32, n as u32, flags]),
+            words(&[1f32.to_bits(), k_split as u32, splits as u32, 0]),
+        ]
+        .concat();
         let tiles = [n.div_ceil(64) as u32, m.div_ceil(64) as u32, splits as u32];
         if splits == 1 {
-            return vec![Planned { entry, bindings: vec![a, bm, out, bias.unwrap_or(Src::DummyRo), Src::Params], params, groups: tiles }];
+            return vec![Planned {
+                entry,
+                bindings: vec![a, bm, out, bias.unwrap_or(Src::DummyRo), Src::Params],
+                params,
+                groups: tiles,
+            }];
         }
         let scratch = whole(split_scratch, 0);
         vec![
-            Planned { entry, bindings: vec![a, bm, scratch, Src::DummyRo, Src::Params], params: params.clone(), groups: tiles },
+            Planned {
+                entry,
+                bindings: vec![a, bm, scratch, Src::DummyRo, Src::Params],
+                params: params.clone(),
+                groups: tiles,
+            },
             Planned {
                 entry: "matmul_split_reduce",
-                bindings: vec![scratch, Src::DummyRo, out, bias.unwrap_or(Src::DummyRo), Src::Params],
+                bindings: vec![
+                    scratch,
+                    Src::DummyRo,
+                    out,
+                    bias.unwrap_or(Src::DummyRo),
+                    Src::Params,
+                ],
                 params,
                 groups: grid(m * n),
             },
         ]
     };
-    let ew = |entry: &'static str, dst: Src, x: Src, y: Src, n: usize, stream: u32, prob: f32| Planned {
-        entry,
-        bindings: vec![dst, x, y, Src::Params, Src::Step],
-        params: words(&[n as u32, stream, prob.to_bits(), 0]),
-        groups: grid(n),
-    };
+    let ew =
+        |entry: &'static str, dst: Src, x: Src, y: Src, n: usize, stream: u32, prob: f32| Planned {
+            entry,
+            bindings: vec![dst, x, y, Src::Params, Src::Step],
+            params: words(&[n as u32, stream, prob.to_bits(), 0]),
+            groups: grid(n),
+        };
     let chunks_n = rows.div_ceil(ROWS_PER_CHUNK);
     let ln_params = |rows: usize, width: usize, stride: usize, offset: usize| {
-        words(&[rows as u32, width as u32, chunks_n as u32, stride as u32, offset as u32, 0, 0, 0])
+        words(&[
+            rows as u32,
+            width as u32,
+            chunks_n as u32,
+            stride as u32,
+            offset as u32,
+            0,
+            0,
+            0,
+        ])
     };
     let column_sum = |dst: Src, width: usize, stride: usize, offset: usize| Planned {
         entry: "column_sums_final",
-        bindings: vec![Src::DummyRo, Src::DummyRo, dst, Src::DummyRw, Src::DummyRw, Src::DummyRo, whole(part, 0), Src::Params],
+        bindings: vec![
+            Src::DummyRo,
+            Src::DummyRo,
+            dst,
+            Src::DummyRw,
+            Src::DummyRw,
+            Src::DummyRo,
+            whole(part, 0),
+            Src::Params,
+        ],
         params: ln_params(rows, width, stride, offset),
         groups: [width.div_ceil(64) as u32, 1, 1],
     };
@@ -129,7 +200,16 @@ pub(super) fn plan_steps(program: &Program, places: &[Option<Place>], scratch: &
         vec![
             Planned {
                 entry: "bias_grad_part",
-                bindings: vec![Src::DummyRo, Src::DummyRo, Src::DummyRw, Src::DummyRw, Src::DummyRw, dout, whole(part, 0), Src::Params],
+                bindings: vec![
+                    Src::DummyRo,
+                    Src::DummyRo,
+                    Src::DummyRw,
+                    Src::DummyRw,
+                    Src::DummyRw,
+                    dout,
+                    whole(part, 0),
+                    Src::Params,
+                ],
                 params: ln_params(rows, width, width, 0),
                 groups: [chunks_n as u32, 1, 1],
             },
@@ -144,116 +224,390 @@ pub(super) fn plan_steps(program: &Program, places: &[Option<Place>], scratch: &
         let plans: Vec<Planned> = match *step {
             Step::ZeroGrads => vec![],
             Step::Forward(i) => match program.ops[i].op {
-                Op::Embedding { tokens: tk, wte, wpe, out } => vec![Planned {
+                Op::Embedding {
+                    tokens: tk,
+                    wte,
+                    wpe,
+                    out,
+                } => vec![Planned {
                     entry: "embedding_forward",
-                    bindings: vec![p(tk), p(wte), p(wpe), p(out), whole(order_buf, 0), whole(offsets_buf, 0), Src::Params],
+                    bindings: vec![
+                        p(tk),
+                        p(wte),
+                        p(wpe),
+                        p(out),
+                        whole(order_buf, 0),
+                        whole(offsets_buf, 0),
+                        Src::Params,
+                    ],
                     params: emb_params.clone(),
                     groups: grid(rows * c),
                 }],
-                Op::LayerNorm { inp, weight, bias, out, mean, rstd } => {
+                Op::LayerNorm {
+                    inp,
+                    weight,
+                    bias,
+                    out,
+                    mean,
+                    rstd,
+                } => {
                     let width = program.tensors[inp].shape.last().copied().unwrap();
                     vec![Planned {
                         entry: "layernorm_forward",
-                        bindings: vec![p(inp), p(weight), p(out), p(mean), p(rstd), p(bias), Src::DummyRw, Src::Params],
+                        bindings: vec![
+                            p(inp),
+                            p(weight),
+                            p(out),
+                            p(mean),
+                            p(rstd),
+                            p(bias),
+                            Src::DummyRw,
+                            Src::Params,
+                        ],
                         params: ln_params(rows, width, 0, 0),
                         groups: per_row(rows),
                     }]
                 }
-                Op::Linear { inp, weight, bias, out, in_features, out_features } => {
-                    mm("matmul_nt", p(inp), p(weight), p(out), Some(p(bias)), rows, in_features, out_features, false)
-                }
-                Op::Attention { qkv, out, lse, n_head, dropout, stream } => vec![Planned {
+                Op::Linear {
+                    inp,
+                    weight,
+                    bias,
+                    out,
+                    in_features,
+                    out_features,
+                } => mm(
+                    "matmul_nt",
+                    p(inp),
+                    p(weight),
+                    p(out),
+                    Some(p(bias)),
+                    rows,
+                    in_features,
+                    out_features,
+                    false,
+                ),
+                Op::Attention {
+                    qkv,
+                    out,
+                    lse,
+                    n_head,
+                    dropout,
+                    stream,
+                } => vec![Planned {
                     entry: "attention_forward",
-                    bindings: vec![p(qkv), p(out), p(lse), Src::DummyRo, Src::DummyRw, Src::DummyRw, Src::Params, Src::Step],
+                    bindings: vec![
+                        p(qkv),
+                        p(out),
+                        p(lse),
+                        Src::DummyRo,
+                        Src::DummyRw,
+                        Src::DummyRw,
+                        Src::Params,
+                        Src::Step,
+                    ],
                     params: attn_params(cfg, n_head, stream, dropout),
                     groups: [t.div_ceil(16) as u32, (b * n_head) as u32, 1],
                 }],
-                Op::Gelu { inp, out } => vec![ew("gelu_forward", p(out), p(inp), Src::DummyRw, program.tensors[out].numel(), 0, 0.0)],
-                Op::Residual { a, b: bb, out } => vec![ew("residual_forward", p(out), p(a), p(bb), program.tensors[out].numel(), 0, 0.0)],
-                Op::Dropout { inp, out, p: prob, stream } => {
-                    vec![ew("dropout_forward", p(out), p(inp), Src::DummyRw, program.tensors[out].numel(), stream, prob)]
+                Op::Gelu { inp, out } => vec![ew(
+                    "gelu_forward",
+                    p(out),
+                    p(inp),
+                    Src::DummyRw,
+                    program.tensors[out].numel(),
+                    0,
+                    0.0,
+                )],
+                Op::Residual { a, b: bb, out } => vec![ew(
+                    "residual_forward",
+                    p(out),
+                    p(a),
+                    p(bb),
+                    program.tensors[out].numel(),
+                    0,
+                    0.0,
+                )],
+                Op::Dropout {
+                    inp,
+                    out,
+                    p: prob,
+                    stream,
+                } => {
+                    vec![ew(
+                        "dropout_forward",
+                        p(out),
+                        p(inp),
+                        Src::DummyRw,
+                        program.tensors[out].numel(),
+                        stream,
+                        prob,
+                    )]
                 }
-                Op::TiedHead { inp, wte, out } => mm("matmul_nt", p(inp), p(wte), p(out), None, rows, c, v, false),
-                Op::CrossEntropy { logits, targets: tg, losses } => vec![
+                Op::TiedHead { inp, wte, out } => {
+                    mm("matmul_nt", p(inp), p(wte), p(out), None, rows, c, v, false)
+                }
+                Op::CrossEntropy {
+                    logits,
+                    targets: tg,
+                    losses,
+                } => vec![
                     Planned {
                         entry: "cross_entropy_forward",
-                        bindings: vec![p(logits), p(tg), p(losses), Src::DummyRw, whole(stats, 16), Src::Params],
+                        bindings: vec![
+                            p(logits),
+                            p(tg),
+                            p(losses),
+                            Src::DummyRw,
+                            whole(stats, 16),
+                            Src::Params,
+                        ],
                         params: ce_params.clone(),
                         groups: per_row(rows),
                     },
                     Planned {
                         entry: "loss_mean",
-                        bindings: vec![Src::DummyRo, Src::DummyRo, p(losses), Src::DummyRw, whole(stats, 16), Src::Params],
+                        bindings: vec![
+                            Src::DummyRo,
+                            Src::DummyRo,
+                            p(losses),
+                            Src::DummyRw,
+                            whole(stats, 16),
+                            Src::Params,
+                        ],
                         params: ce_params.clone(),
                         groups: [1, 1, 1],
                     },
                 ],
             },
             Step::Backward(i) => match program.ops[i].op {
-                Op::Embedding { tokens: tk, wte, wpe, out } => {
-                    let binds = vec![p(tk), g(wte), g(wpe), g(out), whole(order_buf, 0), whole(offsets_buf, 0), Src::Params];
+                Op::Embedding {
+                    tokens: tk,
+                    wte,
+                    wpe,
+                    out,
+                } => {
+                    let binds = vec![
+                        p(tk),
+                        g(wte),
+                        g(wpe),
+                        g(out),
+                        whole(order_buf, 0),
+                        whole(offsets_buf, 0),
+                        Src::Params,
+                    ];
                     vec![
-                        Planned { entry: "embedding_backward_wpe", bindings: binds.clone(), params: emb_params.clone(), groups: grid(t * c) },
-                        Planned { entry: "embedding_backward_wte", bindings: binds, params: emb_params.clone(), groups: grid(v * c) },
+                        Planned {
+                            entry: "embedding_backward_wpe",
+                            bindings: binds.clone(),
+                            params: emb_params.clone(),
+                            groups: grid(t * c),
+                        },
+                        Planned {
+                            entry: "embedding_backward_wte",
+                            bindings: binds,
+                            params: emb_params.clone(),
+                            groups: grid(v * c),
+                        },
                     ]
                 }
-                Op::LayerNorm { inp, weight, bias, out, mean, rstd } => {
+                Op::LayerNorm {
+                    inp,
+                    weight,
+                    bias,
+                    out,
+                    mean,
+                    rstd,
+                } => {
                     let width = program.tensors[inp].shape.last().copied().unwrap();
                     vec![
                         Planned {
                             entry: "layernorm_backward_dx",
-                            bindings: vec![p(inp), p(weight), g(inp), p(mean), p(rstd), g(out), Src::DummyRw, Src::Params],
+                            bindings: vec![
+                                p(inp),
+                                p(weight),
+                                g(inp),
+                                p(mean),
+                                p(rstd),
+                                g(out),
+                                Src::DummyRw,
+                                Src::Params,
+                            ],
                             params: ln_params(rows, width, 0, 0),
                             groups: per_row(rows),
                         },
                         Planned {
                             entry: "layernorm_backward_part",
-                            bindings: vec![p(inp), p(weight), Src::DummyRw, p(mean), p(rstd), g(out), whole(part, 0), Src::Params],
+                            bindings: vec![
+                                p(inp),
+                                p(weight),
+                                Src::DummyRw,
+                                p(mean),
+                                p(rstd),
+                                g(out),
+                                whole(part, 0),
+                                Src::Params,
+                            ],
                             params: ln_params(rows, width, 0, 0),
                             groups: [chunks_n as u32, 1, 1],
                         },
                         Planned {
                             entry: "layernorm_params_final",
                             // dweight in the `out` slot, dbias in the `mean` slot
-                            bindings: vec![Src::DummyRo, Src::DummyRo, g(weight), g(bias), Src::DummyRw, Src::DummyRo, whole(part, 0), Src::Params],
+                            bindings: vec![
+                                Src::DummyRo,
+                                Src::DummyRo,
+                                g(weight),
+                                g(bias),
+                                Src::DummyRw,
+                                Src::DummyRo,
+                                whole(part, 0),
+                                Src::Params,
+                            ],
                             params: ln_params(rows, width, 2 * width, 0),
                             groups: [width.div_ceil(64) as u32, 1, 1],
                         },
                     ]
                 }
-                Op::Linear { inp, weight, bias, out, in_features, out_features } => {
-                    let mut v = mm("matmul_nn", g(out), p(weight), g(inp), None, rows, out_features, in_features, true);
-                    v.extend(mm("matmul_tn", g(out), p(inp), g(weight), None, out_features, rows, in_features, true));
+                Op::Linear {
+                    inp,
+                    weight,
+                    bias,
+                    out,
+                    in_features,
+                    out_features,
+                } => {
+                    let mut v = mm(
+                        "matmul_nn",
+                        g(out),
+                        p(weight),
+                        g(inp),
+                        None,
+                        rows,
+                        out_features,
+                        in_features,
+                        true,
+                    );
+                    v.extend(mm(
+                        "matmul_tn",
+                        g(out),
+                        p(inp),
+                        g(weight),
+                        None,
+                        out_features,
+                        rows,
+                        in_features,
+                        true,
+                    ));
                     v.extend(bias_grad(g(out), g(bias), out_features));
                     v
                 }
-                Op::Attention { qkv, out, lse, n_head, dropout, stream } => {
-                    let binds = vec![p(qkv), p(out), p(lse), g(out), g(qkv), whole(delta, 0), Src::Params, Src::Step];
+                Op::Attention {
+                    qkv,
+                    out,
+                    lse,
+                    n_head,
+                    dropout,
+                    stream,
+                } => {
+                    let binds = vec![
+                        p(qkv),
+                        p(out),
+                        p(lse),
+                        g(out),
+                        g(qkv),
+                        whole(delta, 0),
+                        Src::Params,
+                        Src::Step,
+                    ];
                     let params = attn_params(cfg, n_head, stream, dropout);
                     let tiles = [t.div_ceil(16) as u32, (b * n_head) as u32, 1];
                     vec![
-                        Planned { entry: "attention_backward_delta", bindings: binds.clone(), params: params.clone(), groups: grid(b * n_head * t) },
-                        Planned { entry: "attention_backward_dkdv", bindings: binds.clone(), params: params.clone(), groups: tiles },
-                        Planned { entry: "attention_backward_dq", bindings: binds, params, groups: tiles },
+                        Planned {
+                            entry: "attention_backward_delta",
+                            bindings: binds.clone(),
+                            params: params.clone(),
+                            groups: grid(b * n_head * t),
+                        },
+                        Planned {
+                            entry: "attention_backward_dkdv",
+                            bindings: binds.clone(),
+                            params: params.clone(),
+                            groups: tiles,
+                        },
+                        Planned {
+                            entry: "attention_backward_dq",
+                            bindings: binds,
+                            params,
+                            groups: tiles,
+                        },
                     ]
                 }
-                Op::Gelu { inp, out } => vec![ew("gelu_backward", g(inp), g(out), p(inp), program.tensors[out].numel(), 0, 0.0)],
+                Op::Gelu { inp, out } => vec![ew(
+                    "gelu_backward",
+                    g(inp),
+                    g(out),
+                    p(inp),
+                    program.tensors[out].numel(),
+                    0,
+                    0.0,
+                )],
                 Op::Residual { a, b: bb, out } => {
                     // One dispatch adds dout to both inputs' gradients (the
                     // second rides in the `y` slot, read-write in accumulate2).
-                    vec![ew("accumulate2", g(a), g(out), g(bb), program.tensors[out].numel(), 0, 0.0)]
+                    vec![ew(
+                        "accumulate2",
+                        g(a),
+                        g(out),
+                        g(bb),
+                        program.tensors[out].numel(),
+                        0,
+                        0.0,
+                    )]
                 }
-                Op::Dropout { inp, out, p: prob, stream } => {
-                    vec![ew("dropout_backward", g(inp), g(out), Src::DummyRw, program.tensors[out].numel(), stream, prob)]
+                Op::Dropout {
+                    inp,
+                    out,
+                    p: prob,
+                    stream,
+                } => {
+                    vec![ew(
+                        "dropout_backward",
+                        g(inp),
+                        g(out),
+                        Src::DummyRw,
+                        program.tensors[out].numel(),
+                        stream,
+                        prob,
+                    )]
                 }
                 Op::TiedHead { inp, wte, out } => {
                     let mut d = mm("matmul_nn", g(out), p(wte), g(inp), None, rows, v, c, true);
-                    d.extend(mm("matmul_tn", g(out), p(inp), g(wte), None, v, rows, c, true));
+                    d.extend(mm(
+                        "matmul_tn",
+                        g(out),
+                        p(inp),
+                        g(wte),
+                        None,
+                        v,
+                        rows,
+                        c,
+                        true,
+                    ));
                     d
                 }
-                Op::CrossEntropy { logits, targets: tg, losses } => vec![Planned {
+                Op::CrossEntropy {
+                    logits,
+                    targets: tg,
+                    losses,
+                } => vec![Planned {
                     entry: "cross_entropy_backward",
-                    bindings: vec![p(logits), p(tg), p(losses), g(logits), whole(stats, 16), Src::Params],
+                    bindings: vec![
+                        p(logits),
+                        p(tg),
+                        p(losses),
+                        g(logits),
+                        whole(stats, 16),
+                        Src::Params,
+                    ],
                     params: ce_params.clone(),
                     groups: per_row(rows),
                 }],
@@ -263,16 +617,39 @@ pub(super) fn plan_steps(program: &Program, places: &[Option<Place>], scratch: &
                 let mut first = 0usize;
                 for &(start, len) in chunks {
                     let groups = len.div_ceil(NORM_CHUNK);
-                    v.push(opt_plan("sum_squares_partial", &chunks_srcs(flat_params, flat_grads, flat_m, flat_v, start, len), whole(stats, 16), whole(partials, 0), [len as u32, start as u32, first as u32, 0], [groups.min(65535) as u32, groups.div_ceil(65535) as u32, 1]));
+                    v.push(opt_plan(
+                        "sum_squares_partial",
+                        &chunks_srcs(flat_params, flat_grads, flat_m, flat_v, start, len),
+                        whole(stats, 16),
+                        whole(partials, 0),
+                        [len as u32, start as u32, first as u32, 0],
+                        [groups.min(65535) as u32, groups.div_ceil(65535) as u32, 1],
+                    ));
                     first += groups;
                 }
                 let (s0, l0) = chunks[0];
-                v.push(opt_plan("grad_norm_final", &chunks_srcs(flat_params, flat_grads, flat_m, flat_v, s0, l0), whole(stats, 16), whole(partials, 0), [0, 0, first as u32, 0], [1, 1, 1]));
+                v.push(opt_plan(
+                    "grad_norm_final",
+                    &chunks_srcs(flat_params, flat_grads, flat_m, flat_v, s0, l0),
+                    whole(stats, 16),
+                    whole(partials, 0),
+                    [0, 0, first as u32, 0],
+                    [1, 1, 1],
+                ));
                 v
             }
             Step::AdamW => chunks
                 .iter()
-                .map(|&(start, len)| opt_plan("adamw_update", &chunks_srcs(flat_params, flat_grads, flat_m, flat_v, start, len), whole(stats, 16), whole(partials, 0), [len as u32, start as u32, 0, 0], grid(len)))
+                .map(|&(start, len)| {
+                    opt_plan(
+                        "adamw_update",
+                        &chunks_srcs(flat_params, flat_grads, flat_m, flat_v, start, len),
+                        whole(stats, 16),
+                        whole(partials, 0),
+                        [len as u32, start as u32, 0, 0],
+                        grid(len),
+                    )
+                })
                 .collect(),
         };
         planned_steps.push((*step, plans));
@@ -281,7 +658,12 @@ pub(super) fn plan_steps(program: &Program, places: &[Option<Place>], scratch: &
     planned_steps
 }
 
-pub(super) fn attn_params(cfg: &crate::model::config::Config, n_head: usize, stream: u32, dropout: f32) -> Vec<u8> {
+pub(super) fn attn_params(
+    cfg: &crate::model::config::Config,
+    n_head: usize,
+    stream: u32,
+    dropout: f32,
+) -> Vec<u8> {
     let d = cfg.d_model / n_head;
     words(&[
         cfg.batch as u32,
@@ -295,14 +677,43 @@ pub(super) fn attn_params(cfg: &crate::model::config::Config, n_head: usize, str
     ])
 }
 
-fn chunks_srcs(params: usize, grads: usize, m: usize, v: usize, start: usize, len: usize) -> [Src; 4] {
-    [params, grads, m, v].map(|buffer| Src::At(Place { buffer, offset: start as u64 * 4, size: len as u64 * 4 }))
+fn chunks_srcs(
+    params: usize,
+    grads: usize,
+    m: usize,
+    v: usize,
+    start: usize,
+    len: usize,
+) -> [Src; 4] {
+    [params, grads, m, v].map(|buffer| {
+        Src::At(Place {
+            buffer,
+            offset: start as u64 * 4,
+            size: len as u64 * 4,
+        })
+    })
 }
 
-fn opt_plan(entry: &'static str, flat: &[Src; 4], stats: Src, partials: Src, op: [u32; 4], groups: [u32; 3]) -> Planned {
+fn opt_plan(
+    entry: &'static str,
+    flat: &[Src; 4],
+    stats: Src,
+    partials: Src,
+    op: [u32; 4],
+    groups: [u32; 3],
+) -> Planned {
     Planned {
         entry,
-        bindings: vec![flat[0], flat[1], flat[2], flat[3], stats, partials, Src::Params, Src::Step],
+        bindings: vec![
+            flat[0],
+            flat[1],
+            flat[2],
+            flat[3],
+            stats,
+            partials,
+            Src::Params,
+            Src::Step,
+        ],
         params: words(&op),
         groups,
     }

@@ -35,7 +35,11 @@ impl StagingPool {
     /// A free buffer of at least `size` bytes, creating one if none is free
     /// (the bool says whether it was created).
     pub(super) fn acquire(&mut self, device: &wgpu::Device, size: u64) -> (usize, bool) {
-        if let Some(i) = self.slots.iter().position(|(b, busy)| !busy && b.size() >= size) {
+        if let Some(i) = self
+            .slots
+            .iter()
+            .position(|(b, busy)| !busy && b.size() >= size)
+        {
             self.slots[i].1 = true;
             return (i, false);
         }
@@ -63,7 +67,11 @@ impl StagingPool {
 pub(super) fn start_map(buffer: &wgpu::Buffer, size: u64) -> MapState {
     let state: MapState = Arc::default();
     let flag = state.clone();
-    buffer.slice(0..size).map_async(wgpu::MapMode::Read, move |r| *flag.lock().unwrap() = Some(r));
+    buffer
+        .slice(0..size)
+        .map_async(wgpu::MapMode::Read, move |r| {
+            *flag.lock().unwrap() = Some(r)
+        });
     state
 }
 
@@ -73,7 +81,10 @@ pub(super) struct YieldNow(pub(super) bool);
 
 impl std::future::Future for YieldNow {
     type Output = ();
-    fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
         if self.0 {
             return std::task::Poll::Ready(());
         }

@@ -186,7 +186,10 @@ impl Trainer {
 
     /// One optimizer step on a given batch (the overfit gate uses a fixed one).
     pub fn train_on(&mut self, batch: &Batch) -> Result<StepMetrics, TrainError> {
-        assert_eq!(self.submitted, self.step, "steps are in flight on the GPU; collect them first");
+        assert_eq!(
+            self.submitted, self.step,
+            "steps are in flight on the GPU; collect them first"
+        );
         let params = self.step_params(self.step);
         let lr = params.lr;
         let start = Instant::now();
@@ -258,7 +261,9 @@ impl Trainer {
             n = k;
         }
         let first = self.submitted;
-        let params: Vec<StepParams> = (first..first + n).map(|done| self.step_params(done)).collect();
+        let params: Vec<StepParams> = (first..first + n)
+            .map(|done| self.step_params(done))
+            .collect();
         let batches: Vec<Batch> = (0..n).map(|_| self.next_batch()).collect();
         let evaluate = self.evaluates_after(first + n);
         let val_batches = std::mem::take(&mut self.val_batches);
@@ -287,13 +292,19 @@ impl Trainer {
     /// history, and comes back as [`TrainError::Diverged`] so the caller can
     /// pause. Steps queued behind it ran normally, each applied only if its
     /// own loss and gradients were finite.
-    pub fn finish_gpu_steps(&mut self, mut flight: StepsInFlight) -> Result<GpuStepsDone, StepsInFlight> {
+    pub fn finish_gpu_steps(
+        &mut self,
+        mut flight: StepsInFlight,
+    ) -> Result<GpuStepsDone, StepsInFlight> {
         let Some(gpu) = self.backend.as_gpu() else {
             return Ok(GpuStepsDone::default());
         };
         gpu.poll();
         if flight.outcomes.is_none() {
-            let handle = flight.handle.take().expect("a submit holds its handle until its outcomes arrive");
+            let handle = flight
+                .handle
+                .take()
+                .expect("a submit holds its handle until its outcomes arrive");
             match gpu.try_finish_steps(handle) {
                 Ok(outcomes) => flight.outcomes = Some(outcomes),
                 Err(h) => {
@@ -312,7 +323,9 @@ impl Trainer {
             }
         }
         let now = Instant::now();
-        let since = self.last_finish.map_or(flight.submitted_at, |t| t.max(flight.submitted_at));
+        let since = self
+            .last_finish
+            .map_or(flight.submitted_at, |t| t.max(flight.submitted_at));
         self.last_finish = Some(now);
         let outcomes = flight.outcomes.take().unwrap_or_default();
         let n = outcomes.len();
@@ -321,11 +334,19 @@ impl Trainer {
         for (i, (out, lr)) in outcomes.into_iter().zip(flight.lrs).enumerate() {
             self.step += 1;
             if !out.applied {
-                done.diverged.get_or_insert(TrainError::Diverged { step: self.step, loss: out.loss, grad_norm: out.grad_norm });
+                done.diverged.get_or_insert(TrainError::Diverged {
+                    step: self.step,
+                    loss: out.loss,
+                    grad_norm: out.grad_norm,
+                });
                 continue;
             }
             let val_loss = if i + 1 == n { flight.eval_loss } else { None };
-            self.history.push(LossPoint { step: self.step, loss: out.loss, val_loss });
+            self.history.push(LossPoint {
+                step: self.step,
+                loss: out.loss,
+                val_loss,
+            });
             done.metrics.push(StepMetrics {
                 step: self.step,
                 loss: out.loss,
@@ -400,7 +421,11 @@ impl Trainer {
 
     /// A checkpoint of the run with parameters (and moments) the caller read
     /// itself, e.g. asynchronously from the GPU.
-    pub fn checkpoint_from(&self, params: Vec<NamedTensor>, optimizer: Option<OptimizerState>) -> Checkpoint {
+    pub fn checkpoint_from(
+        &self,
+        params: Vec<NamedTensor>,
+        optimizer: Option<OptimizerState>,
+    ) -> Checkpoint {
         Checkpoint {
             config: self.config.clone(),
             step: self.step,

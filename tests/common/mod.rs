@@ -4,7 +4,14 @@ use tinygpt::model::config::{Config, Schedule};
 
 /// A model of the given shape with the reference training recipe (lr 1e-3,
 /// AdamW 0.9/0.95, weight decay 0.1, clip 1.0) and no evaluation.
-pub fn config(n_layer: usize, n_head: usize, d_model: usize, ctx: usize, batch: usize, dropout: f32) -> Config {
+pub fn config(
+    n_layer: usize,
+    n_head: usize,
+    d_model: usize,
+    ctx: usize,
+    batch: usize,
+    dropout: f32,
+) -> Config {
     Config {
         n_layer,
         n_head,

@@ -1,0 +1,337 @@
+//! The training engine behind the app: the [`Trainer`] driven from the frame
+//! loop without ever waiting. On the GPU, steps go out in submits of a few
+//! steps each (two in flight, sized to a frame's time budget) and come back
+//! by asynchronous readback; on the CPU, chunks of steps run on Bevy's
+//! async-compute pool (a worker thread natively; the page's one thread in a
+//! browser, yielding between steps). Tensor snapshots for the heatmaps and
+//! for sampling arrive the same way.
+
+use crate::backend::Backend;
+use crate::gpu::readback::ReadbackHandle;
+use crate::model::params::NamedTensor;
+use crate::train::{StepMetrics, StepsInFlight, TrainError, Trainer};
+use bevy::platform::cell::SyncCell;
+use bevy::tasks::{AsyncComputeTaskPool, Task, futures::check_ready};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use web_time::Instant;
+
+/// GPU time one submit aims at: with two in flight the GPU never idles and
+/// a frame never waits behind more than about this much compute.
+pub const SUBMIT_BUDGET_MS: f64 = 8.0;
+/// Wall time a CPU chunk runs before it reports back (off the frame thread).
+pub const CPU_CHUNK_MS: f64 = 50.0;
+/// Steps in one GPU submit, at most.
+const MAX_STEPS_PER_SUBMIT: usize = 64;
+
+/// Tensors read back at one step: name → values.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// Steps completed when the values were read.
+    pub step: u64,
+    pub tensors: HashMap<String, Arc<Vec<f32>>>,
+}
+
+impl Snapshot {
+    /// The parameters, in program order, if the snapshot holds them all.
+    pub fn params(&self, program: &crate::program::Program) -> Option<Vec<NamedTensor>> {
+        program
+            .params()
+            .map(|id| {
+                let t = &program.tensors[id];
+                let values = self.tensors.get(&t.name)?;
+                Some(NamedTensor {
+                    name: t.name.clone(),
+                    shape: t.shape.clone(),
+                    values: values.to_vec(),
+                })
+            })
+            .collect()
+    }
+}
+
+/// What one pump of the engine brought back.
+#[derive(Debug, Default)]
+pub struct Pumped {
+    /// Steps started by this pump.
+    pub started: u64,
+    pub metrics: Vec<StepMetrics>,
+    pub error: Option<TrainError>,
+    pub snapshot: Option<Snapshot>,
+}
+
+/// A CPU chunk's result: the trainer comes back with it.
+struct CpuChunk {
+    trainer: Trainer,
+    metrics: Vec<StepMetrics>,
+    error: Option<TrainError>,
+    snapshot: Option<Snapshot>,
+}
+
+enum Kind {
+    Gpu {
+        in_flight: VecDeque<StepsInFlight>,
+        /// A snapshot read in flight: its handle, the names and sizes, the step.
+        reading: Option<(ReadbackHandle, Vec<(String, usize)>, u64)>,
+    },
+    Cpu {
+        task: Option<Task<CpuChunk>>,
+    },
+}
+
+pub struct Engine {
+    /// None while a CPU chunk holds it. (A cell: the app's resources must be
+    /// `Sync`, a backend is only `Send`; the engine hands out `&mut` only.)
+    trainer: Option<SyncCell<Trainer>>,
+    /// Steps completed when the engine last looked.
+    step: u64,
+    kind: Kind,
+    /// Smoothed ms per step, for sizing submits.
+    ms_per_step: f64,
+    /// A snapshot asked for and not yet started (names).
+    wanted: Option<Vec<String>>,
+    /// When training in this engine started and how many steps it did since.
+    pub started: Option<Instant>,
+    pub steps_since_start: u64,
+}
+
+impl Engine {
+    pub fn new(mut trainer: Trainer) -> Self {
+        let kind = if trainer.backend.as_gpu().is_some() {
+            Kind::Gpu {
+                in_flight: VecDeque::new(),
+                reading: None,
+            }
+        } else {
+            Kind::Cpu { task: None }
+        };
+        Self {
+            step: trainer.step,
+            trainer: Some(SyncCell::new(trainer)),
+            kind,
+            ms_per_step: 0.0,
+            wanted: None,
+            started: None,
+            steps_since_start: 0,
+        }
+    }
+
+    pub fn is_gpu(&self) -> bool {
+        matches!(self.kind, Kind::Gpu { .. })
+    }
+
+    /// The trainer, when no work holds it (nothing in flight, no CPU chunk
+    /// running, no snapshot being read).
+    pub fn idle_trainer(&mut self) -> Option<&mut Trainer> {
+        if self.busy() {
+            return None;
+        }
+        self.trainer.as_mut().map(SyncCell::get)
+    }
+
+    /// Whether steps or reads are still out.
+    pub fn busy(&self) -> bool {
+        match &self.kind {
+            Kind::Gpu { in_flight, reading } => !in_flight.is_empty() || reading.is_some(),
+            Kind::Cpu { task } => task.is_some(),
+        }
+    }
+
+    /// Steps completed (collected) so far.
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    /// Asks for a snapshot of these tensors; it comes back from a later pump.
+    pub fn request_snapshot(&mut self, names: Vec<String>) {
+        self.wanted = Some(names);
+    }
+
+    pub fn snapshot_pending(&self) -> bool {
+        self.wanted.is_some()
+            || matches!(
+                &self.kind,
+                Kind::Gpu {
+                    reading: Some(_),
+                    ..
+                }
+            )
+    }
+
+    /// Moves the work along without waiting: collects what has finished and,
+    /// while `allowed` more steps may start, starts some.
+    pub fn pump(&mut self, allowed: u64) -> Pumped {
+        let mut out = Pumped::default();
+        match &mut self.kind {
+            Kind::Gpu { in_flight, reading } => {
+                let trainer = self
+                    .trainer
+                    .as_mut()
+                    .expect("the GPU engine keeps its trainer")
+                    .get();
+                // Collect, in order.
+                while let Some(flight) = in_flight.pop_front() {
+                    match trainer.finish_gpu_steps(flight) {
+                        Ok(done) => {
+                            out.metrics.extend(done.metrics);
+                            if out.error.is_none() {
+                                out.error = done.diverged;
+                            }
+                        }
+                        Err(flight) => {
+                            in_flight.push_front(flight);
+                            break;
+                        }
+                    }
+                }
+                if let Some((handle, names, step)) = reading.take() {
+                    let gpu = trainer.backend.as_gpu().expect("GPU engine");
+                    match gpu.try_take(handle) {
+                        Ok(values) => out.snapshot = Some(split_snapshot(&values, &names, step)),
+                        Err(h) => *reading = Some((h, names, step)),
+                    }
+                }
+                // Start steps, two submits at most in flight.
+                let mut allowed = if out.error.is_some() { 0 } else { allowed };
+                while in_flight.len() < 2 && allowed > 0 {
+                    let ms = if self.ms_per_step > 0.0 {
+                        self.ms_per_step
+                    } else {
+                        SUBMIT_BUDGET_MS
+                    };
+                    let n = ((SUBMIT_BUDGET_MS / ms).floor() as usize)
+                        .clamp(1, MAX_STEPS_PER_SUBMIT)
+                        .min(allowed as usize);
+                    match trainer.submit_gpu_steps(n) {
+                        Some(flight) => {
+                            allowed -= flight.len() as u64;
+                            out.started += flight.len() as u64;
+                            in_flight.push_back(flight);
+                            self.started.get_or_insert_with(Instant::now);
+                        }
+                        None => break,
+                    }
+                }
+                // A snapshot goes out behind the steps already submitted.
+                if reading.is_none()
+                    && let Some(names) = self.wanted.take()
+                {
+                    let gpu = trainer.backend.as_gpu().expect("GPU engine");
+                    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+                    match gpu.request_reads(&refs) {
+                        Ok(handle) => {
+                            let program = gpu.program();
+                            let sized = names
+                                .iter()
+                                .map(|n| {
+                                    let id = program
+                                        .tensor_id(n)
+                                        .expect("request_reads checked the names");
+                                    (n.clone(), program.tensors[id].numel())
+                                })
+                                .collect();
+                            *reading = Some((handle, sized, trainer.submitted()));
+                        }
+                        Err(e) => out.error = Some(TrainError::Backend(e)),
+                    }
+                }
+            }
+            Kind::Cpu { task } => {
+                if let Some(t) = task.as_mut()
+                    && let Some(chunk) = check_ready(t)
+                {
+                    *task = None;
+                    self.trainer = Some(SyncCell::new(chunk.trainer));
+                    out.metrics = chunk.metrics;
+                    out.error = chunk.error;
+                    out.snapshot = chunk.snapshot;
+                }
+                if task.is_none()
+                    && let Some(trainer) = self.trainer.take()
+                {
+                    let mut trainer = SyncCell::to_inner(trainer);
+                    let remaining = trainer.config.steps.saturating_sub(trainer.step);
+                    let steps = allowed.min(remaining);
+                    let wanted = self.wanted.take();
+                    if steps == 0 && wanted.is_none() {
+                        self.trainer = Some(SyncCell::new(trainer));
+                    } else if steps == 0 {
+                        // Only a snapshot: copying CPU tensors is cheap.
+                        out.snapshot =
+                            Some(read_snapshot(&mut trainer, &wanted.unwrap_or_default()));
+                        self.trainer = Some(SyncCell::new(trainer));
+                    } else {
+                        self.started.get_or_insert_with(Instant::now);
+                        out.started = steps;
+                        *task = Some(
+                            AsyncComputeTaskPool::get()
+                                .spawn(async move { cpu_chunk(trainer, steps, wanted).await }),
+                        );
+                    }
+                }
+            }
+        }
+        for m in &out.metrics {
+            self.ms_per_step = if self.ms_per_step == 0.0 {
+                m.ms
+            } else {
+                0.8 * self.ms_per_step + 0.2 * m.ms
+            };
+        }
+        self.steps_since_start += out.metrics.len() as u64;
+        if let Some(m) = out.metrics.last() {
+            self.step = self.step.max(m.step);
+        }
+        out
+    }
+}
+
+fn split_snapshot(values: &[f32], names: &[(String, usize)], step: u64) -> Snapshot {
+    let mut tensors = HashMap::new();
+    let mut at = 0;
+    for (name, n) in names {
+        let end = (at + n).min(values.len());
+        tensors.insert(name.clone(), Arc::new(values[at..end].to_vec()));
+        at = end;
+    }
+    Snapshot { step, tensors }
+}
+
+fn read_snapshot(trainer: &mut Trainer, names: &[String]) -> Snapshot {
+    let tensors = names
+        .iter()
+        .filter_map(|n| Some((n.clone(), Arc::new(trainer.backend.read(n).ok()?))))
+        .collect();
+    Snapshot {
+        step: trainer.step,
+        tensors,
+    }
+}
+
+/// Up to `steps` steps, for about [`CPU_CHUNK_MS`], yielding between steps
+/// (so a browser's single thread keeps drawing); then the snapshot.
+async fn cpu_chunk(mut trainer: Trainer, steps: u64, wanted: Option<Vec<String>>) -> CpuChunk {
+    let start = Instant::now();
+    let mut metrics = Vec::new();
+    let mut error = None;
+    for _ in 0..steps {
+        match trainer.train_step() {
+            Ok(m) => metrics.push(m),
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        }
+        if start.elapsed().as_secs_f64() * 1e3 >= CPU_CHUNK_MS {
+            break;
+        }
+        bevy::tasks::futures_lite::future::yield_now().await;
+    }
+    let snapshot = wanted.map(|names| read_snapshot(&mut trainer, &names));
+    CpuChunk {
+        trainer,
+        metrics,
+        error,
+        snapshot,
+    }
+}

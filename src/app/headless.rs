@@ -1,0 +1,180 @@
+//! Headless mode for checks: the real app without a window, rendering into
+//! an offscreen image on whatever adapter there is (lavapipe in CI). After N
+//! frames it saves the last frame as a PNG and prints one JSON line (frames,
+//! frame time, steps trained, losses, how often a heatmap changed, where the
+//! layer blocks are in the picture), then exits.
+
+use super::scene_model::{BACKGROUND, Heatmap, LayerBlock, SceneCamera};
+use super::training::{Run, StepRecord};
+use bevy::prelude::*;
+use bevy::render::view::screenshot::{Screenshot, ScreenshotCaptured};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+
+/// What the headless run does.
+#[derive(Resource, Clone, Debug)]
+pub struct HeadlessConfig {
+    pub frames: u32,
+    pub screenshot: Option<PathBuf>,
+    pub width: u32,
+    pub height: u32,
+}
+
+/// The offscreen image the cameras render into.
+#[derive(Resource, Clone, Debug)]
+pub struct HeadlessTarget(pub Handle<Image>);
+
+#[derive(Resource, Default)]
+struct HeadlessState {
+    frames: u32,
+    /// Sum of frame times after the first frame (ms) and how many.
+    frame_ms: f64,
+    timed: u32,
+    /// 0 not asked, 1 capturing, 2 saved, 3 failed.
+    capture: Arc<AtomicU8>,
+    capture_error: Arc<std::sync::Mutex<Option<String>>>,
+    /// Distinct pixel hashes of the first heatmap seen over the run.
+    heatmap_hashes: Vec<u64>,
+    done: bool,
+}
+
+pub struct HeadlessPlugin(pub HeadlessConfig);
+
+impl Plugin for HeadlessPlugin {
+    fn build(&self, app: &mut App) {
+        app.insert_resource(self.0.clone())
+            .init_resource::<HeadlessState>()
+            .add_systems(Last, count_frames);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn count_frames(
+    mut commands: Commands,
+    config: Res<HeadlessConfig>,
+    target: Res<HeadlessTarget>,
+    time: Res<Time<Real>>,
+    mut state: ResMut<HeadlessState>,
+    run: Option<Res<Run>>,
+    records: Query<&StepRecord>,
+    heatmaps: Query<&Heatmap>,
+    blocks: Query<&LayerBlock>,
+    cameras: Query<(&Camera, &GlobalTransform), With<SceneCamera>>,
+    mut exit: MessageWriter<AppExit>,
+) {
+    if state.done {
+        return;
+    }
+    state.frames += 1;
+    if state.frames > 1 {
+        state.frame_ms += time.delta_secs_f64() * 1e3;
+        state.timed += 1;
+    }
+    if let Some(h) = heatmaps
+        .iter()
+        .find(|h| h.param == "transformer.wte.weight")
+        && h.updates > 0
+        && state.heatmap_hashes.last() != Some(&h.pixel_hash)
+    {
+        state.heatmap_hashes.push(h.pixel_hash);
+    }
+    if state.frames < config.frames {
+        return;
+    }
+    let capture = state.capture.load(Ordering::Acquire);
+    if let Some(path) = &config.screenshot
+        && capture == 0
+    {
+        state.capture.store(1, Ordering::Release);
+        let (flag, error, path) = (
+            state.capture.clone(),
+            state.capture_error.clone(),
+            path.clone(),
+        );
+        commands.spawn(Screenshot::image(target.0.clone())).observe(
+            move |captured: On<ScreenshotCaptured>| {
+                let result = captured
+                    .image
+                    .clone()
+                    .try_into_dynamic()
+                    .map_err(|e| e.to_string())
+                    .and_then(|img| img.to_rgba8().save(&path).map_err(|e| e.to_string()));
+                match result {
+                    Ok(()) => flag.store(2, Ordering::Release),
+                    Err(e) => {
+                        *error.lock().unwrap() = Some(format!(
+                            "cannot save the screenshot to {}: {e}",
+                            path.display()
+                        ));
+                        flag.store(3, Ordering::Release);
+                    }
+                }
+            },
+        );
+        return;
+    }
+    if capture == 1 {
+        return;
+    }
+    state.done = true;
+    let mut records: Vec<&StepRecord> = records.iter().collect();
+    records.sort_by_key(|r| r.step);
+    let blocks_px: Vec<serde_json::Value> = match cameras.single() {
+        Ok((camera, transform)) => {
+            // world_to_viewport counts from the target's corner (it includes
+            // the viewport's offset), in logical pixels.
+            let scale = camera.target_scaling_factor().unwrap_or(1.0);
+            blocks
+                .iter()
+                .filter_map(|b| {
+                    let a = camera.world_to_viewport(transform, b.rect.min.extend(0.0)).ok()?;
+                    let c = camera.world_to_viewport(transform, b.rect.max.extend(0.0)).ok()?;
+                    let (lo, hi) = (a.min(c) * scale, a.max(c) * scale);
+                    Some(serde_json::json!({ "name": b.name, "rect": [lo.x.round(), lo.y.round(), hi.x.round(), hi.y.round()] }))
+                })
+                .collect()
+        }
+        Err(_) => vec![],
+    };
+    let bg = BACKGROUND.to_srgba();
+    let (steps, ms_per_step) = run.as_ref().map_or((0, None), |r| {
+        let ms = r
+            .engine
+            .started
+            .map(|t| t.elapsed().as_secs_f64() * 1e3 / r.engine.steps_since_start.max(1) as f64);
+        (r.step(), ms)
+    });
+    let distinct = {
+        let mut h = state.heatmap_hashes.clone();
+        h.sort_unstable();
+        h.dedup();
+        h.len()
+    };
+    let line = serde_json::json!({
+        "frames": state.frames,
+        "mean_frame_ms": state.frame_ms / state.timed.max(1) as f64,
+        "steps": steps,
+        "train_ms_per_step": ms_per_step,
+        "last_loss": records.last().map(|r| r.loss),
+        "losses": records.iter().map(|r| r.loss).collect::<Vec<_>>(),
+        "val_losses": records.iter().filter_map(|r| r.val_loss.map(|v| [r.step as f32, v])).collect::<Vec<_>>(),
+        "backend": run.as_ref().map(|r| r.backend_label.clone()),
+        "notice": run.as_ref().and_then(|r| r.notice.clone()),
+        "heatmap_snapshots": state.heatmap_hashes.len(),
+        "heatmap_distinct": distinct,
+        "blocks": blocks_px,
+        "background": [(bg.red * 255.0).round(), (bg.green * 255.0).round(), (bg.blue * 255.0).round()],
+        "width": config.width,
+        "height": config.height,
+        "screenshot": config.screenshot.as_ref().map(|p| p.display().to_string()),
+        "screenshot_error": state.capture_error.lock().unwrap().clone(),
+    });
+    println!("{line}");
+    let failed = capture == 3;
+    exit.write(if failed {
+        AppExit::error()
+    } else {
+        AppExit::Success
+    });
+}

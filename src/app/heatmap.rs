@@ -1,0 +1,172 @@
+//! Heatmap pixels from tensor values: area pooling down to a texture-sized
+//! grid, a diverging colour map on a symmetric scale, and the statistics the
+//! inspector shows. Pure functions, shared by the Model scene and its tests.
+
+/// Largest texture side a heatmap uses; bigger matrices are area-pooled.
+pub const MAX_SIDE: usize = 256;
+
+/// Summary statistics of a tensor's values.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Stats {
+    pub mean: f64,
+    pub std: f64,
+    pub min: f32,
+    pub max: f32,
+    /// L2 norm of the values.
+    pub norm: f64,
+    /// max |x|: the half-width of the symmetric colour scale.
+    pub abs_max: f32,
+}
+
+pub fn stats(values: &[f32]) -> Stats {
+    if values.is_empty() {
+        return Stats::default();
+    }
+    let n = values.len() as f64;
+    let (mut sum, mut sq, mut min, mut max) = (0.0f64, 0.0f64, f32::INFINITY, f32::NEG_INFINITY);
+    for &v in values {
+        sum += v as f64;
+        sq += v as f64 * v as f64;
+        min = min.min(v);
+        max = max.max(v);
+    }
+    let mean = sum / n;
+    Stats {
+        mean,
+        std: (sq / n - mean * mean).max(0.0).sqrt(),
+        min,
+        max,
+        norm: sq.sqrt(),
+        abs_max: min.abs().max(max.abs()),
+    }
+}
+
+/// The (rows, cols) a tensor is drawn as: a matrix as itself, a vector as one row.
+pub fn grid_of(shape: &[usize]) -> (usize, usize) {
+    match shape {
+        [] => (1, 1),
+        [n] => (1, *n),
+        [rows, rest @ ..] => (*rows, rest.iter().product()),
+    }
+}
+
+/// The texture size for a (rows, cols) grid: at most [`MAX_SIDE`] a side.
+pub fn texture_size(rows: usize, cols: usize) -> (usize, usize) {
+    (rows.clamp(1, MAX_SIDE), cols.clamp(1, MAX_SIDE))
+}
+
+/// Mean of each texel's block of the (rows, cols) row-major `values`, for an
+/// (out_rows, out_cols) texture. Every value lands in exactly one texel.
+pub fn pool(
+    values: &[f32],
+    rows: usize,
+    cols: usize,
+    out_rows: usize,
+    out_cols: usize,
+) -> Vec<f32> {
+    assert_eq!(values.len(), rows * cols, "values do not fill the grid");
+    let mut out = vec![0.0f32; out_rows * out_cols];
+    for (tr, out_row) in out.chunks_exact_mut(out_cols).enumerate() {
+        let (r0, r1) = (
+            tr * rows / out_rows,
+            ((tr + 1) * rows / out_rows).max(tr * rows / out_rows + 1),
+        );
+        for (tc, texel) in out_row.iter_mut().enumerate() {
+            let (c0, c1) = (
+                tc * cols / out_cols,
+                ((tc + 1) * cols / out_cols).max(tc * cols / out_cols + 1),
+            );
+            let mut sum = 0.0f64;
+            for r in r0..r1 {
+                sum += values[r * cols + c0..r * cols + c1]
+                    .iter()
+                    .map(|&v| v as f64)
+                    .sum::<f64>();
+            }
+            *texel = (sum / ((r1 - r0) * (c1 - c0)) as f64) as f32;
+        }
+    }
+    out
+}
+
+/// Stops of the diverging colour map (ColorBrewer RdBu, reversed): blue for
+/// negative, near-white for zero, red for positive. sRGB bytes.
+const STOPS: [[f32; 3]; 5] = [
+    [33.0, 102.0, 172.0],
+    [146.0, 197.0, 222.0],
+    [247.0, 247.0, 247.0],
+    [244.0, 165.0, 130.0],
+    [178.0, 24.0, 43.0],
+];
+
+/// The colour of `v` on the scale [-half_width, +half_width] (sRGB, opaque).
+/// Values beyond the scale take the end colours; NaN is drawn magenta.
+pub fn diverging(v: f32, half_width: f32) -> [u8; 4] {
+    if !v.is_finite() {
+        return [255, 0, 255, 255];
+    }
+    let t = if half_width > 0.0 {
+        (v / half_width).clamp(-1.0, 1.0)
+    } else {
+        0.0
+    };
+    let x = (t + 1.0) * 0.5 * (STOPS.len() - 1) as f32;
+    let i = (x.floor() as usize).min(STOPS.len() - 2);
+    let f = x - i as f32;
+    let c = |k: usize| (STOPS[i][k] + (STOPS[i + 1][k] - STOPS[i][k]) * f).round() as u8;
+    [c(0), c(1), c(2), 255]
+}
+
+/// RGBA8 pixels of a pooled grid on a symmetric scale.
+pub fn colorize(pooled: &[f32], half_width: f32) -> Vec<u8> {
+    pooled
+        .iter()
+        .flat_map(|&v| diverging(v, half_width))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pooling_keeps_the_mean_and_every_value() {
+        let values: Vec<f32> = (0..7 * 5).map(|i| (i as f32 * 0.37).sin()).collect();
+        let same = pool(&values, 7, 5, 7, 5);
+        assert_eq!(same, values);
+        let pooled = pool(&values, 7, 5, 3, 2);
+        assert_eq!(pooled.len(), 6);
+        // Block (rows 0..2, cols 0..2)
+        let want = (values[0] + values[1] + values[5] + values[6]) / 4.0;
+        assert!((pooled[0] - want).abs() < 1e-6);
+        let one = pool(&values, 7, 5, 1, 1)[0];
+        let mean = values.iter().sum::<f32>() / values.len() as f32;
+        assert!((one - mean).abs() < 1e-6);
+    }
+
+    #[test]
+    fn the_colour_map_is_symmetric_and_saturates() {
+        assert_eq!(diverging(0.0, 1.0), [247, 247, 247, 255]);
+        assert_eq!(diverging(-1.0, 1.0), [33, 102, 172, 255]);
+        assert_eq!(diverging(1.0, 1.0), [178, 24, 43, 255]);
+        assert_eq!(diverging(5.0, 1.0), diverging(1.0, 1.0));
+        assert_eq!(diverging(f32::NAN, 1.0), [255, 0, 255, 255]);
+        let (neg, pos) = (diverging(-0.5, 1.0), diverging(0.5, 1.0));
+        assert!(
+            neg[2] > neg[0] && pos[0] > pos[2],
+            "negative is blue, positive red"
+        );
+    }
+
+    #[test]
+    fn stats_of_known_values() {
+        let s = stats(&[1.0, -3.0, 2.0, 0.0]);
+        assert_eq!((s.min, s.max, s.abs_max), (-3.0, 2.0, 3.0));
+        assert!((s.mean - 0.0).abs() < 1e-12);
+        assert!((s.std - (14.0f64 / 4.0).sqrt()).abs() < 1e-12);
+        assert!((s.norm - 14.0f64.sqrt()).abs() < 1e-12);
+        assert_eq!(grid_of(&[3, 4]), (3, 4));
+        assert_eq!(grid_of(&[9]), (1, 9));
+        assert_eq!(texture_size(1000, 3), (256, 3));
+    }
+}

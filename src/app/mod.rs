@@ -1,0 +1,148 @@
+//! The explainer app: a Bevy world in which the model's layers, ops and
+//! tensors and the run's steps are entities; training runs inside the frame
+//! loop on Bevy's own wgpu device, and egui panels sit beside a 2D main view.
+//!
+//! One plugin per concern: [`training`] (the run, its commands and step
+//! records), [`graph`] (the ECS mirror of the program), [`scene_model`] (the
+//! Model scene: layer stack and live heatmaps), [`ui`] (the panels),
+//! [`sample`] (text generation), [`files`] (corpora, presets, checkpoints in),
+//! and [`headless`] (offscreen runs for checks).
+
+pub mod engine;
+pub mod files;
+pub mod graph;
+pub mod headless;
+pub mod heatmap;
+pub mod sample;
+pub mod scene_model;
+pub mod training;
+pub mod ui;
+
+use bevy::camera::{CameraOutputMode, RenderTarget, visibility::RenderLayers};
+use bevy::prelude::*;
+use bevy::render::render_resource::BlendState;
+use bevy_egui::{EguiGlobalSettings, EguiPlugin, PrimaryEguiContext};
+use std::path::PathBuf;
+use training::{RunSettings, TrainOnStart};
+
+/// How the app starts.
+#[derive(Clone, Debug)]
+pub struct AppOptions {
+    pub settings: RunSettings,
+    /// Start training at once (otherwise the user presses Train).
+    pub train: bool,
+    /// Run without a window for this many frames (see [`headless`]).
+    pub headless: Option<headless::HeadlessConfig>,
+}
+
+/// Every plugin of the explainer except Bevy's own and the window/headless
+/// choice: what tests build on top of `MinimalPlugins`.
+pub fn add_explainer_plugins(app: &mut App) {
+    app.add_plugins((
+        training::TrainingPlugin,
+        graph::ModelGraphPlugin,
+        sample::SamplePlugin,
+    ));
+}
+
+/// Builds the app: Bevy with a window, or offscreen for `--headless`.
+pub fn build(options: AppOptions) -> App {
+    let mut app = App::new();
+    let title = "TinyGPT Explainer".to_string();
+    match &options.headless {
+        None => {
+            app.add_plugins(DefaultPlugins.set(WindowPlugin {
+                primary_window: Some(Window {
+                    title,
+                    resolution: (1600u32, 900u32).into(),
+                    ..default()
+                }),
+                ..default()
+            }));
+        }
+        Some(config) => {
+            app.add_plugins(
+                DefaultPlugins
+                    .set(WindowPlugin {
+                        primary_window: None,
+                        exit_condition: bevy::window::ExitCondition::DontExit,
+                        ..default()
+                    })
+                    .disable::<bevy::winit::WinitPlugin>(),
+            )
+            .add_plugins(bevy::app::ScheduleRunnerPlugin::run_loop(
+                std::time::Duration::ZERO,
+            ))
+            .add_plugins(headless::HeadlessPlugin(config.clone()));
+        }
+    }
+    app.add_plugins(EguiPlugin::default())
+        .insert_resource(options.settings)
+        .insert_resource(TrainOnStart(options.train));
+    add_explainer_plugins(&mut app);
+    app.add_plugins((
+        scene_model::ModelScenePlugin,
+        ui::UiPlugin,
+        files::FilesPlugin,
+    ))
+    .add_systems(PreStartup, spawn_cameras);
+    app
+}
+
+/// Runs the app until it exits.
+pub fn run(options: AppOptions) -> AppExit {
+    build(options).run()
+}
+
+/// The scene camera, and an egui camera drawn over it (full size, UI only).
+fn spawn_cameras(
+    mut commands: Commands,
+    mut egui_settings: ResMut<EguiGlobalSettings>,
+    headless: Option<Res<headless::HeadlessConfig>>,
+    mut images: ResMut<Assets<Image>>,
+) {
+    egui_settings.auto_create_primary_context = false;
+    let target = headless.map(|h| {
+        let handle = images.add(Image::new_target_texture(
+            h.width,
+            h.height,
+            bevy::render::render_resource::TextureFormat::Rgba8UnormSrgb,
+            None,
+        ));
+        commands.insert_resource(headless::HeadlessTarget(handle.clone()));
+        RenderTarget::Image(handle.into())
+    });
+    let mut scene = commands.spawn((
+        Camera2d,
+        scene_model::SceneCamera,
+        Camera {
+            order: 0,
+            ..default()
+        },
+    ));
+    if let Some(t) = &target {
+        scene.insert(t.clone());
+    }
+    let mut ui = commands.spawn((
+        PrimaryEguiContext,
+        Camera2d,
+        RenderLayers::none(),
+        Camera {
+            order: 1,
+            output_mode: CameraOutputMode::Write {
+                blend_state: Some(BlendState::ALPHA_BLENDING),
+                clear_color: ClearColorConfig::None,
+            },
+            clear_color: ClearColorConfig::Custom(Color::NONE),
+            ..default()
+        },
+    ));
+    if let Some(t) = target {
+        ui.insert(t);
+    }
+}
+
+/// Where the app's own files go by default.
+pub fn default_checkpoint_path() -> PathBuf {
+    PathBuf::from("tinygpt-app.safetensors")
+}

@@ -1,0 +1,129 @@
+//! Sampling in the app: text generated from the latest weights read back
+//! from the training backend, on the CPU with a KV cache (the same
+//! [`crate::train::sample::generate`] as the command line), on Bevy's
+//! async-compute pool, so it streams in while training goes on.
+
+use super::training::{Run, Snapshots};
+use crate::cpu::generate::Generator;
+use crate::train::sample::{SampleOptions, generate};
+use bevy::prelude::*;
+use bevy::tasks::{AsyncComputeTaskPool, Task, futures::check_ready};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+#[derive(Resource)]
+pub struct SampleState {
+    pub prompt: String,
+    pub options: SampleOptions,
+    /// Bytes to generate.
+    pub length: usize,
+    /// The text so far (the task appends to it).
+    pub text: Arc<Mutex<String>>,
+    /// The step of the weights the text comes from.
+    pub from_step: Option<u64>,
+    /// Waiting for weights to sample from.
+    pub waiting: bool,
+    pub error: Option<String>,
+    task: Option<Task<()>>,
+    cancel: Arc<AtomicBool>,
+}
+
+impl Default for SampleState {
+    fn default() -> Self {
+        Self {
+            prompt: "ROMEO:".into(),
+            options: SampleOptions::default(),
+            length: 300,
+            text: Arc::default(),
+            from_step: None,
+            waiting: false,
+            error: None,
+            task: None,
+            cancel: Arc::default(),
+        }
+    }
+}
+
+impl SampleState {
+    /// Starts a new sample once weights are at hand (stops one running).
+    pub fn start(&mut self) {
+        self.error = self.options.validate().err();
+        if self.error.is_none() {
+            self.stop();
+            self.waiting = true;
+        }
+    }
+
+    pub fn stop(&mut self) {
+        self.cancel.store(true, Ordering::Relaxed);
+        self.task = None;
+    }
+
+    pub fn running(&self) -> bool {
+        self.task.is_some() || self.waiting
+    }
+}
+
+pub struct SamplePlugin;
+
+impl Plugin for SamplePlugin {
+    fn build(&self, app: &mut App) {
+        app.init_resource::<SampleState>()
+            .add_systems(Update, run_sampler.after(super::training::TrainingSystems));
+    }
+}
+
+fn run_sampler(run: Option<Res<Run>>, snapshots: Res<Snapshots>, mut state: ResMut<SampleState>) {
+    if let Some(task) = state.task.as_mut()
+        && check_ready(task).is_some()
+    {
+        state.task = None;
+    }
+    if !state.waiting {
+        return;
+    }
+    let (Some(run), Some(snapshot)) = (run, &snapshots.latest) else {
+        return;
+    };
+    let Some(params) = snapshot.params(&run.program) else {
+        return;
+    };
+    state.waiting = false;
+    let generator = match Generator::new(run.config(), &params) {
+        Ok(g) => g,
+        Err(e) => {
+            state.error = Some(format!("cannot sample: {e}"));
+            return;
+        }
+    };
+    state.from_step = Some(snapshot.step);
+    let text = Arc::new(Mutex::new(state.prompt.clone()));
+    state.text = text.clone();
+    let cancel = Arc::new(AtomicBool::new(false));
+    state.cancel = cancel.clone();
+    let (prompt, options, length) = (
+        state.prompt.clone().into_bytes(),
+        state.options,
+        state.length,
+    );
+    state.task = Some(AsyncComputeTaskPool::get().spawn(async move {
+        let mut generator = generator;
+        let mut pending = Vec::new();
+        generate(&mut generator, &prompt, length, &options, |byte| {
+            if cancel.load(Ordering::Relaxed) {
+                return;
+            }
+            // Bytes are shown once they form whole UTF-8 characters.
+            pending.push(byte);
+            if let Ok(s) = std::str::from_utf8(&pending) {
+                text.lock().unwrap().push_str(s);
+                pending.clear();
+            } else if pending.len() >= 4 {
+                text.lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&pending));
+                pending.clear();
+            }
+        });
+    }));
+}

@@ -1,0 +1,529 @@
+//! The "Model" scene: the architecture drawn in the main view as a stack of
+//! layer blocks (embeddings at the bottom, the LM head on top), each weight
+//! tensor of the layer shown as a heatmap texture that follows training
+//! (diverging colour map, symmetric scale, a colour bar for the selected
+//! tensor). Clicking a heatmap selects it for the inspector.
+
+use super::graph::{Layer, Tensor};
+use super::heatmap;
+use super::training::{Run, RunCreated, Snapshots};
+use crate::program::TensorKind;
+use bevy::asset::RenderAssetUsages;
+use bevy::image::ImageSampler;
+use bevy::prelude::*;
+use bevy::render::render_resource::{Extent3d, TextureDimension, TextureFormat};
+use bevy::sprite::Anchor;
+
+/// The main view's background.
+pub const BACKGROUND: Color = Color::srgb(0.05, 0.055, 0.07);
+/// Elements of pooled values written to textures per frame, at most: the
+/// rest waits for the next frame, so a big model never stalls one.
+const ELEMENTS_PER_FRAME: usize = 1 << 21;
+
+const HEATMAP_HEIGHT: f32 = 90.0;
+const VECTOR_HEIGHT: f32 = 10.0;
+const VECTOR_WIDTH: f32 = 80.0;
+const GAP: f32 = 16.0;
+const TITLE_WIDTH: f32 = 215.0;
+const LABEL_SIZE: f32 = 11.0;
+
+/// A heatmap of one parameter (in the current view: weights, gradients or a moment).
+#[derive(Component, Debug)]
+pub struct Heatmap {
+    /// The parameter's name (the view decides which tensor of it is shown).
+    pub param: String,
+    /// The `Tensor` entity of the parameter.
+    pub tensor: Entity,
+    pub rows: usize,
+    pub cols: usize,
+    pub image: Handle<Image>,
+    /// Where it is drawn (world units).
+    pub rect: Rect,
+    /// The snapshot version and view it shows (0: none yet).
+    pub shown: (u64, super::training::HeatmapView),
+    /// Statistics of what it shows.
+    pub stats: Option<heatmap::Stats>,
+    /// A hash of its pixels (tests compare them between snapshots).
+    pub pixel_hash: u64,
+    /// Times its pixels changed.
+    pub updates: u64,
+}
+
+/// A layer's block in the stack.
+#[derive(Component, Debug)]
+pub struct LayerBlock {
+    pub name: String,
+    pub rect: Rect,
+}
+
+/// Everything the scene spawned (despawned when a run replaces it).
+#[derive(Component)]
+pub struct SceneItem;
+
+/// The colour bar and its labels.
+#[derive(Component)]
+pub struct ColorBarLabel(pub i8);
+
+/// The outline around the selected heatmap.
+#[derive(Component)]
+pub struct SelectionOutline;
+
+/// The heatmap the colour bar describes, and whether the inspector is open
+/// on it (a click opens it).
+#[derive(Resource, Default, Debug)]
+pub struct Selection(pub Option<Entity>, pub bool);
+
+/// The world-space box the scene occupies (the camera fits it).
+#[derive(Resource, Default, Debug, Clone, Copy)]
+pub struct SceneBounds(pub Rect);
+
+/// Marks the camera that draws the scene.
+#[derive(Component)]
+pub struct SceneCamera;
+
+pub struct ModelScenePlugin;
+
+impl Plugin for ModelScenePlugin {
+    fn build(&self, app: &mut App) {
+        app.init_resource::<Selection>()
+            .init_resource::<SceneBounds>()
+            .insert_resource(ClearColor(BACKGROUND))
+            .add_systems(
+                Update,
+                (
+                    build_scene.after(super::graph::GraphSystems),
+                    update_heatmaps,
+                    update_color_bar,
+                    fit_camera,
+                )
+                    .chain(),
+            );
+    }
+}
+
+fn layer_colour(name: &str) -> Color {
+    match name {
+        "embeddings" => Color::srgb(0.12, 0.24, 0.28),
+        "ln_f" => Color::srgb(0.26, 0.22, 0.14),
+        "head" => Color::srgb(0.28, 0.16, 0.20),
+        _ => Color::srgb(0.15, 0.17, 0.26),
+    }
+}
+
+/// One module's parameters, drawn as a column.
+struct Column<'a> {
+    /// e.g. `transformer.h.0.attn.c_attn`
+    module: String,
+    /// The shape of its first parameter, e.g. `384×128`.
+    shape: String,
+    params: Vec<(Entity, &'a Tensor, Vec2)>,
+    width: f32,
+    height: f32,
+}
+
+/// Groups a layer's parameters (in program order) by module.
+fn columns<'a>(params: &[(Entity, &'a Tensor, Vec2)]) -> Vec<Column<'a>> {
+    let mut out: Vec<Column<'a>> = Vec::new();
+    for &(e, t, size) in params {
+        let module = t
+            .name
+            .rsplit_once('.')
+            .map_or(t.name.as_str(), |(m, _)| m)
+            .to_string();
+        if out.last().is_none_or(|c| c.module != module) {
+            let shape = t
+                .shape
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join("×");
+            out.push(Column {
+                module,
+                shape,
+                params: vec![],
+                width: 0.0,
+                height: 0.0,
+            });
+        }
+        let c = out.last_mut().expect("pushed above");
+        c.height += size.y + if c.params.is_empty() { 0.0 } else { 4.0 };
+        c.width = c.width.max(size.x);
+        c.params.push((e, t, size));
+    }
+    // A bias strip is as wide as its matrix.
+    for c in &mut out {
+        if c.params.iter().any(|(_, _, s)| s.y > VECTOR_HEIGHT) {
+            for p in &mut c.params {
+                if p.2.y <= VECTOR_HEIGHT {
+                    p.2.x = c.width;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The drawn size of a parameter: matrices keep their aspect within limits,
+/// vectors are thin strips.
+fn drawn_size(rows: usize, cols: usize) -> Vec2 {
+    if rows == 1 {
+        Vec2::new(VECTOR_WIDTH, VECTOR_HEIGHT)
+    } else {
+        let w = (HEATMAP_HEIGHT * cols as f32 / rows as f32)
+            .clamp(HEATMAP_HEIGHT / 3.0, HEATMAP_HEIGHT * 2.5);
+        Vec2::new(w, HEATMAP_HEIGHT)
+    }
+}
+
+fn text(s: impl Into<String>, size: f32, anchor: Anchor, at: Vec2, z: f32) -> impl Bundle {
+    (
+        Text2d::new(s),
+        TextFont::from_font_size(size),
+        TextColor(Color::srgb(0.85, 0.87, 0.9)),
+        anchor,
+        Transform::from_translation(at.extend(z)),
+        SceneItem,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build_scene(
+    mut commands: Commands,
+    mut created: MessageReader<RunCreated>,
+    run: Option<Res<Run>>,
+    layers: Query<(Entity, &Layer)>,
+    tensors: Query<(Entity, &Tensor, &ChildOf)>,
+    old: Query<Entity, With<SceneItem>>,
+    mut images: ResMut<Assets<Image>>,
+    mut selection: ResMut<Selection>,
+    mut bounds: ResMut<SceneBounds>,
+) {
+    if created.read().last().is_none() {
+        return;
+    }
+    let Some(run) = run else { return };
+    for e in &old {
+        commands.entity(e).despawn();
+    }
+    *selection = Selection::default();
+    let mut layer_list: Vec<(Entity, &Layer)> = layers.iter().collect();
+    layer_list.sort_by_key(|(_, l)| l.index);
+
+    // Each layer's parameters, in program order, with their drawn sizes.
+    let rows_of: Vec<Vec<(Entity, &Tensor, Vec2)>> = layer_list
+        .iter()
+        .map(|(le, _)| {
+            let mut ps: Vec<(Entity, &Tensor, Vec2)> = tensors
+                .iter()
+                .filter(|(_, t, parent)| parent.parent() == *le && t.kind == TensorKind::Param)
+                .map(|(e, t, _)| {
+                    let (r, c) = heatmap::grid_of(&t.shape);
+                    (e, t, drawn_size(r, c))
+                })
+                .collect();
+            ps.sort_by_key(|(_, t, _)| t.id);
+            ps
+        })
+        .collect();
+    // Parameters group into modules (`attn.c_attn`: weight and bias), one
+    // column each: the matrix on top, its vectors as strips below.
+    let columns_of: Vec<Vec<Column>> = rows_of.iter().map(|ps| columns(ps)).collect();
+    let content_width = columns_of
+        .iter()
+        .map(|cs| cs.iter().map(|c| c.width + GAP).sum::<f32>())
+        .fold(300.0f32, f32::max);
+    let width = TITLE_WIDTH + content_width + GAP;
+    let mut y = 0.0;
+    let mut first_heatmap = None;
+    for ((_, layer), cols) in layer_list.iter().zip(&columns_of) {
+        let inner = cols.iter().map(|c| c.height).fold(0.0f32, f32::max);
+        let height = if cols.is_empty() {
+            44.0
+        } else {
+            inner + 2.0 * LABEL_SIZE + 20.0
+        };
+        let rect = Rect::new(0.0, y, width, y + height);
+        commands.spawn((
+            Sprite::from_color(layer_colour(&layer.name), rect.size()),
+            Anchor::BOTTOM_LEFT,
+            Transform::from_xyz(rect.min.x, rect.min.y, 0.0),
+            LayerBlock {
+                name: layer.name.clone(),
+                rect,
+            },
+            SceneItem,
+        ));
+        commands.spawn(text(
+            layer.title.clone(),
+            15.0,
+            Anchor::CENTER_LEFT,
+            Vec2::new(12.0, y + height / 2.0 + 9.0),
+            1.0,
+        ));
+        commands.spawn(text(
+            layer.name.clone(),
+            12.0,
+            Anchor::CENTER_LEFT,
+            Vec2::new(12.0, y + height / 2.0 - 11.0),
+            1.0,
+        ));
+        if layer.name == "head" {
+            commands.spawn(text(
+                "logits = ln_f(x) · wteᵀ: the head reuses the token embedding",
+                14.0,
+                Anchor::CENTER_LEFT,
+                Vec2::new(TITLE_WIDTH + 90.0, y + height / 2.0 - 8.0),
+                1.0,
+            ));
+        }
+        let mut x = TITLE_WIDTH;
+        let top = y + height - 8.0;
+        for column in cols {
+            let mut cy = top;
+            for (tensor_entity, t, size) in &column.params {
+                let (rows, cols) = heatmap::grid_of(&t.shape);
+                let (tr, tc) = heatmap::texture_size(rows, cols);
+                let mut image = Image::new_fill(
+                    Extent3d {
+                        width: tc as u32,
+                        height: tr as u32,
+                        depth_or_array_layers: 1,
+                    },
+                    TextureDimension::D2,
+                    &[60, 60, 70, 255],
+                    TextureFormat::Rgba8UnormSrgb,
+                    RenderAssetUsages::MAIN_WORLD | RenderAssetUsages::RENDER_WORLD,
+                );
+                image.sampler = ImageSampler::nearest();
+                let handle = images.add(image);
+                let rect = Rect::from_corners(Vec2::new(x, cy - size.y), Vec2::new(x + size.x, cy));
+                cy -= size.y + 4.0;
+                let e = commands
+                    .spawn((
+                        Sprite {
+                            image: handle.clone(),
+                            custom_size: Some(*size),
+                            ..default()
+                        },
+                        Transform::from_translation(rect.center().extend(1.0)),
+                        Heatmap {
+                            param: t.name.clone(),
+                            tensor: *tensor_entity,
+                            rows,
+                            cols,
+                            image: handle,
+                            rect,
+                            shown: (0, Default::default()),
+                            stats: None,
+                            pixel_hash: 0,
+                            updates: 0,
+                        },
+                        SceneItem,
+                    ))
+                    .id();
+                first_heatmap.get_or_insert(e);
+            }
+            let module = column
+                .module
+                .trim_start_matches("transformer.")
+                .trim_start_matches(&format!("{}.", layer.name))
+                .to_string();
+            commands.spawn(text(
+                module,
+                LABEL_SIZE,
+                Anchor::TOP_LEFT,
+                Vec2::new(x, cy),
+                1.0,
+            ));
+            commands.spawn(text(
+                column.shape.clone(),
+                LABEL_SIZE,
+                Anchor::TOP_LEFT,
+                Vec2::new(x, cy - LABEL_SIZE - 1.0),
+                1.0,
+            ));
+            x += column.width + GAP;
+        }
+        y += height + 10.0;
+    }
+    // Colour bar, right of the stack.
+    let bar = Rect::new(width + 40.0, y * 0.5 - 110.0, width + 64.0, y * 0.5 + 110.0);
+    let pixels: Vec<u8> = (0..256)
+        .rev()
+        .flat_map(|i| heatmap::diverging((i as f32 - 127.5) / 127.5, 1.0))
+        .collect();
+    let bar_image = images.add(Image::new(
+        Extent3d {
+            width: 1,
+            height: 256,
+            depth_or_array_layers: 1,
+        },
+        TextureDimension::D2,
+        pixels,
+        TextureFormat::Rgba8UnormSrgb,
+        RenderAssetUsages::MAIN_WORLD | RenderAssetUsages::RENDER_WORLD,
+    ));
+    commands.spawn((
+        Sprite {
+            image: bar_image,
+            custom_size: Some(bar.size()),
+            ..default()
+        },
+        Transform::from_translation(bar.center().extend(1.0)),
+        SceneItem,
+    ));
+    for (k, yy) in [(1i8, bar.max.y), (0, bar.center().y), (-1, bar.min.y)] {
+        commands.spawn((
+            text(
+                "",
+                13.0,
+                Anchor::CENTER_LEFT,
+                Vec2::new(bar.max.x + 6.0, yy),
+                1.0,
+            ),
+            ColorBarLabel(k),
+        ));
+    }
+    commands.spawn((
+        text(
+            "",
+            13.0,
+            Anchor::BOTTOM_CENTER,
+            Vec2::new(bar.center().x, bar.max.y + 10.0),
+            1.0,
+        ),
+        ColorBarLabel(2),
+    ));
+    commands.spawn((
+        Sprite::from_color(Color::srgba(1.0, 0.85, 0.2, 0.9), Vec2::ONE),
+        Transform::from_xyz(0.0, 0.0, 0.5),
+        Visibility::Hidden,
+        SelectionOutline,
+        SceneItem,
+    ));
+    selection.0 = first_heatmap;
+    bounds.0 = Rect::new(-10.0, -10.0, bar.max.x + 110.0, y + 10.0);
+    let _ = &run;
+}
+
+/// Writes the latest snapshot into heatmap textures, a frame's budget at a time.
+fn update_heatmaps(
+    snapshots: Res<Snapshots>,
+    mut heatmaps: Query<&mut Heatmap>,
+    mut images: ResMut<Assets<Image>>,
+) {
+    let Some(snapshot) = &snapshots.latest else {
+        return;
+    };
+    let want = (snapshots.version, snapshots.view);
+    let mut budget = ELEMENTS_PER_FRAME;
+    for mut h in &mut heatmaps {
+        if h.shown == want || budget == 0 {
+            continue;
+        }
+        let name = snapshots.view.tensor_name(&h.param);
+        let Some(values) = snapshot.tensors.get(&name) else {
+            continue;
+        };
+        if values.len() != h.rows * h.cols {
+            continue;
+        }
+        budget = budget.saturating_sub(values.len());
+        let stats = heatmap::stats(values);
+        let (tr, tc) = heatmap::texture_size(h.rows, h.cols);
+        let pooled = heatmap::pool(values, h.rows, h.cols, tr, tc);
+        let pixels = heatmap::colorize(&pooled, stats.abs_max);
+        let hash = {
+            use std::hash::{Hash, Hasher};
+            let mut s = std::collections::hash_map::DefaultHasher::new();
+            pixels.hash(&mut s);
+            s.finish()
+        };
+        if let Some(mut image) = images.get_mut(&h.image) {
+            image.data = Some(pixels);
+        }
+        if hash != h.pixel_hash {
+            h.updates += 1;
+        }
+        h.pixel_hash = hash;
+        h.stats = Some(stats);
+        h.shown = want;
+    }
+}
+
+/// Labels the colour bar with the selected heatmap's scale and outlines it.
+fn update_color_bar(
+    selection: Res<Selection>,
+    snapshots: Res<Snapshots>,
+    heatmaps: Query<&Heatmap>,
+    mut labels: Query<(&ColorBarLabel, &mut Text2d)>,
+    mut outline: Query<(&mut Transform, &mut Visibility, &mut Sprite), With<SelectionOutline>>,
+) {
+    let selected = selection.0.and_then(|e| heatmaps.get(e).ok());
+    for (label, mut text) in &mut labels {
+        let s = selected.and_then(|h| h.stats).map(|s| s.abs_max);
+        let value = match (label.0, s) {
+            (2, _) => selected
+                .map(|h| {
+                    format!(
+                        "{} of {}",
+                        snapshots.view.label(),
+                        h.param.trim_start_matches("transformer.")
+                    )
+                })
+                .unwrap_or_default(),
+            (k, Some(s)) => format!("{:+.3e}", k as f32 * s),
+            _ => String::new(),
+        };
+        if text.0 != value {
+            text.0 = value;
+        }
+    }
+    if let Ok((mut t, mut vis, mut sprite)) = outline.single_mut() {
+        match selected {
+            Some(h) => {
+                t.translation = h.rect.center().extend(0.5);
+                sprite.custom_size = Some(h.rect.size() + Vec2::splat(8.0));
+                *vis = Visibility::Visible;
+            }
+            None => *vis = Visibility::Hidden,
+        }
+    }
+}
+
+/// Keeps the whole stack in view inside the camera's viewport.
+fn fit_camera(
+    bounds: Res<SceneBounds>,
+    mut cameras: Query<(&Camera, &mut Transform, &mut Projection), With<SceneCamera>>,
+) {
+    let b = bounds.0;
+    if b.is_empty() {
+        return;
+    }
+    for (camera, mut transform, mut projection) in &mut cameras {
+        let Some(viewport) = camera.logical_viewport_size() else {
+            continue;
+        };
+        if viewport.x < 1.0 || viewport.y < 1.0 {
+            continue;
+        }
+        let scale = (b.width() / viewport.x).max(b.height() / viewport.y) * 1.04;
+        if let Projection::Orthographic(o) = &mut *projection
+            && (o.scale - scale).abs() > 1e-4
+        {
+            o.scale = scale;
+        }
+        let c = b.center().extend(transform.translation.z);
+        if transform.translation != c {
+            transform.translation = c;
+        }
+    }
+}
+
+/// The heatmap under a world position, if any.
+pub fn heatmap_at(heatmaps: &Query<(Entity, &Heatmap)>, world: Vec2) -> Option<Entity> {
+    heatmaps
+        .iter()
+        .find(|(_, h)| h.rect.contains(world))
+        .map(|(e, _)| e)
+}

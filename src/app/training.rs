@@ -1,0 +1,737 @@
+//! The training plugin: the run (its settings, engine and state), the
+//! commands the UI and dropped files send, snapshots for the views, and the
+//! `TrainingRun` entity with one `StepRecord` child per step.
+
+use super::engine::{Engine, Snapshot};
+use crate::backend::Backend;
+use crate::cpu::CpuBackend;
+use crate::data::Corpus;
+use crate::gpu::{GpuBackend, GpuContext};
+use crate::model::checkpoint::{Checkpoint, OptimizerState, Precision};
+use crate::model::config::Config;
+use crate::model::params::NamedTensor;
+use crate::program::Program;
+use crate::train::{StepMetrics, Trainer};
+use bevy::prelude::*;
+use std::path::PathBuf;
+use std::sync::Arc;
+use web_time::Instant;
+
+/// Which backend a new run asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendChoice {
+    /// The GPU when Bevy's adapter can run the kernels, else the CPU.
+    Auto,
+    Gpu,
+    Cpu,
+}
+
+/// The text a run trains on.
+#[derive(Clone, Debug)]
+pub enum CorpusSource {
+    /// TinyShakespeare, compiled in.
+    Builtin,
+    /// A file the user loaded (by path or drop).
+    Bytes { name: String, bytes: Arc<Vec<u8>> },
+}
+
+impl CorpusSource {
+    pub fn name(&self) -> String {
+        match self {
+            CorpusSource::Builtin => "tinyshakespeare.txt (built in)".into(),
+            CorpusSource::Bytes { name, .. } => name.clone(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            CorpusSource::Builtin => crate::data::TINY_SHAKESPEARE.len(),
+            CorpusSource::Bytes { bytes, .. } => bytes.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The corpus split for a context length, or why it cannot be.
+    pub fn corpus(&self, ctx: usize) -> Result<Corpus, String> {
+        match self {
+            CorpusSource::Builtin => Corpus::tiny_shakespeare(ctx),
+            CorpusSource::Bytes { name, bytes } => Corpus::from_bytes(name, bytes, ctx),
+        }
+        .map_err(|e| {
+            format!("{e}; load a longer text file or choose a preset with a shorter context")
+        })
+    }
+}
+
+/// What the next run will be (edited in the Run panel; applied by New run).
+#[derive(Resource, Clone, Debug)]
+pub struct RunSettings {
+    /// The preset's id, or the file it came from.
+    pub preset: String,
+    /// The preset's configuration (steps and lr below override it).
+    pub config: Config,
+    pub corpus: CorpusSource,
+    pub lr: f32,
+    pub steps: u64,
+    pub seed: u64,
+    pub backend: BackendChoice,
+}
+
+impl RunSettings {
+    pub fn from_preset(preset: &str, config: Config) -> Self {
+        Self {
+            preset: preset.to_string(),
+            lr: config.lr,
+            steps: config.steps,
+            config,
+            corpus: CorpusSource::Builtin,
+            seed: 1337,
+            backend: BackendChoice::Auto,
+        }
+    }
+
+    /// The configuration a new run uses: the preset with this run's overrides.
+    pub fn run_config(&self) -> Result<Config, String> {
+        let mut config = self.config.clone();
+        config.lr = self.lr;
+        config.steps = self.steps;
+        config.validate(&self.preset).map_err(|e| e.to_string())?;
+        Ok(config)
+    }
+}
+
+/// Bevy's own wgpu device (from `RenderDevice`/`RenderQueue`), when the app
+/// renders; the GPU backend runs its kernels on it.
+#[derive(Resource, Default, Clone)]
+pub struct GpuDevice(pub Option<GpuContext>);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunState {
+    /// Created, waiting for Train.
+    Ready,
+    Training,
+    Paused,
+    /// Reached its step count.
+    Finished,
+    /// A step was not finite; paused with the reason in the status.
+    Diverged,
+}
+
+/// The run the app shows.
+#[derive(Resource)]
+pub struct Run {
+    pub program: Program,
+    pub preset: String,
+    pub corpus_name: String,
+    pub engine: Engine,
+    pub state: RunState,
+    /// e.g. `gpu (NVIDIA H100 80GB HBM3 (Vulkan, DiscreteGpu))`
+    pub backend_label: String,
+    /// Why the run is not on the backend asked for, if it is not.
+    pub notice: Option<String>,
+    /// Steps the Step button allows to start.
+    pub single_steps: u64,
+    pub last: Option<StepMetrics>,
+    /// Numbered from 1, one per run created (for views that rebuild).
+    pub generation: u64,
+    pending_save: Option<(PathBuf, bool)>,
+    save_requested: bool,
+}
+
+impl Run {
+    pub fn config(&self) -> &Config {
+        &self.program.config
+    }
+
+    pub fn step(&self) -> u64 {
+        self.last.map_or(0, |m| m.step).max(self.engine.step())
+    }
+}
+
+/// Errors and messages for the status area. Errors stay until dismissed.
+#[derive(Resource, Default, Debug)]
+pub struct AppStatus {
+    pub errors: Vec<String>,
+    pub info: Option<String>,
+}
+
+impl AppStatus {
+    pub fn error(&mut self, message: impl Into<String>) {
+        let message = message.into();
+        warn!("{message}");
+        self.errors.push(message);
+    }
+}
+
+/// What the heatmaps show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum HeatmapView {
+    #[default]
+    Weights,
+    Gradients,
+    AdamM,
+    AdamV,
+}
+
+impl HeatmapView {
+    pub const ALL: [HeatmapView; 4] = [
+        HeatmapView::Weights,
+        HeatmapView::Gradients,
+        HeatmapView::AdamM,
+        HeatmapView::AdamV,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            HeatmapView::Weights => "weights",
+            HeatmapView::Gradients => "gradients",
+            HeatmapView::AdamM => "Adam m (1st moment)",
+            HeatmapView::AdamV => "Adam v (2nd moment)",
+        }
+    }
+
+    /// The tensor this view shows for a parameter.
+    pub fn tensor_name(self, param: &str) -> String {
+        match self {
+            HeatmapView::Weights => param.to_string(),
+            HeatmapView::Gradients => format!("grad.{param}"),
+            HeatmapView::AdamM => format!("adam.m.{param}"),
+            HeatmapView::AdamV => format!("adam.v.{param}"),
+        }
+    }
+}
+
+/// The latest tensors read back, and how often to read.
+#[derive(Resource, Debug)]
+pub struct Snapshots {
+    pub latest: Option<Snapshot>,
+    /// Counts snapshots received.
+    pub version: u64,
+    pub view: HeatmapView,
+    /// Seconds between snapshots while training.
+    pub interval_s: f64,
+    last_request: Option<Instant>,
+    /// Whether the view changed since the last request (asks again at once).
+    dirty: bool,
+}
+
+impl Default for Snapshots {
+    fn default() -> Self {
+        Self {
+            latest: None,
+            version: 0,
+            view: HeatmapView::Weights,
+            interval_s: 0.25,
+            last_request: None,
+            dirty: true,
+        }
+    }
+}
+
+impl Snapshots {
+    pub fn set_view(&mut self, view: HeatmapView) {
+        if self.view != view {
+            self.view = view;
+            self.dirty = true;
+        }
+    }
+}
+
+/// Requests from the UI and from dropped files.
+#[derive(Message, Clone, Debug)]
+pub enum RunCommand {
+    Train,
+    Pause,
+    /// One training step, then pause.
+    Step,
+    /// A fresh run from the current settings (same seed: step 0 again).
+    NewRun,
+    /// A corpus file's contents.
+    LoadCorpus {
+        name: String,
+        bytes: Vec<u8>,
+    },
+    /// A preset file's contents (RON).
+    LoadPreset {
+        name: String,
+        text: String,
+    },
+    SaveCheckpoint(PathBuf),
+    /// A checkpoint file's contents.
+    LoadCheckpoint {
+        name: String,
+        bytes: Vec<u8>,
+    },
+}
+
+/// Sent when a run is created: views rebuild from its program.
+#[derive(Message, Clone, Copy, Debug)]
+pub struct RunCreated {
+    pub generation: u64,
+}
+
+/// The run as an entity: parent of its step records.
+#[derive(Component, Debug)]
+pub struct TrainingRun {
+    pub preset: String,
+    pub generation: u64,
+}
+
+/// One training step, a child of its [`TrainingRun`].
+#[derive(Component, Clone, Copy, Debug)]
+pub struct StepRecord {
+    pub step: u64,
+    pub loss: f32,
+    pub val_loss: Option<f32>,
+    pub lr: f32,
+    pub grad_norm: f32,
+    pub ms: f64,
+    pub tokens_per_s: f64,
+}
+
+impl From<StepMetrics> for StepRecord {
+    fn from(m: StepMetrics) -> Self {
+        Self {
+            step: m.step,
+            loss: m.loss,
+            val_loss: m.val_loss,
+            lr: m.lr,
+            grad_norm: m.grad_norm,
+            ms: m.ms,
+            tokens_per_s: m.tokens_per_s,
+        }
+    }
+}
+
+/// Starts training as soon as the run exists (headless `--train`).
+#[derive(Resource, Clone, Copy, Debug, Default)]
+pub struct TrainOnStart(pub bool);
+
+pub struct TrainingPlugin;
+
+impl Plugin for TrainingPlugin {
+    fn build(&self, app: &mut App) {
+        app.add_message::<RunCommand>()
+            .add_message::<RunCreated>()
+            .init_resource::<AppStatus>()
+            .init_resource::<Snapshots>()
+            .init_resource::<GpuDevice>()
+            .init_resource::<TrainOnStart>()
+            .add_systems(Startup, (find_gpu_device, create_first_run).chain())
+            .add_systems(
+                Update,
+                (handle_commands, pump_training)
+                    .chain()
+                    .in_set(TrainingSystems),
+            );
+    }
+}
+
+/// The systems that advance training (views order themselves after these).
+#[derive(SystemSet, Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TrainingSystems;
+
+/// Wraps Bevy's `RenderDevice`/`RenderQueue` for the GPU backend.
+fn find_gpu_device(
+    mut gpu: ResMut<GpuDevice>,
+    device: Option<Res<bevy::render::renderer::RenderDevice>>,
+    queue: Option<Res<bevy::render::renderer::RenderQueue>>,
+    info: Option<Res<bevy::render::renderer::RenderAdapterInfo>>,
+) {
+    if gpu.0.is_some() {
+        return;
+    }
+    if let (Some(device), Some(queue), Some(info)) = (device, queue, info) {
+        let queue: &wgpu::Queue = &queue.0;
+        let info: &wgpu::AdapterInfo = &info.0;
+        gpu.0 = Some(GpuContext::from_device(
+            device.wgpu_device().clone(),
+            queue.clone(),
+            info.clone(),
+        ));
+    }
+}
+
+fn create_first_run(
+    mut commands: Commands,
+    settings: Res<RunSettings>,
+    gpu: Res<GpuDevice>,
+    start: Res<TrainOnStart>,
+    mut status: ResMut<AppStatus>,
+    mut created: MessageWriter<RunCreated>,
+) {
+    match build_run(&settings, &gpu, None, 1) {
+        Ok(mut run) => {
+            if start.0 {
+                run.state = RunState::Training;
+            }
+            install_run(&mut commands, run, &mut created);
+        }
+        Err(e) => {
+            // The settings came from the command line, which checked them;
+            // say so anyway and fall back to the default preset.
+            status.error(format!("could not create the run: {e}"));
+            let fallback = RunSettings::from_preset(
+                crate::model::config::DEFAULT_PRESET,
+                Config::load(crate::model::config::DEFAULT_PRESET).expect("built-in preset"),
+            );
+            if let Ok(run) = build_run(&fallback, &gpu, None, 1) {
+                install_run(&mut commands, run, &mut created);
+            }
+        }
+    }
+}
+
+fn install_run(commands: &mut Commands, run: Run, created: &mut MessageWriter<RunCreated>) {
+    let generation = run.generation;
+    commands.spawn(TrainingRun {
+        preset: run.preset.clone(),
+        generation,
+    });
+    commands.insert_resource(run);
+    created.write(RunCreated { generation });
+}
+
+/// A run from settings (and a checkpoint to resume), on the backend asked
+/// for, falling back to the CPU with a notice when the GPU cannot run it.
+pub fn build_run(
+    settings: &RunSettings,
+    gpu: &GpuDevice,
+    resume: Option<&Checkpoint>,
+    generation: u64,
+) -> Result<Run, String> {
+    let config = match resume {
+        Some(ckpt) => ckpt.config.clone(),
+        None => settings.run_config()?,
+    };
+    let corpus = settings.corpus.corpus(config.ctx)?;
+    let program = Program::new(&config);
+    let mut notice = None;
+    let backend: Box<dyn Backend> = match (settings.backend, &gpu.0) {
+        (BackendChoice::Cpu, _) => Box::new(CpuBackend::<f32>::new(program.clone())),
+        (_, None) => {
+            notice = Some(
+                "No GPU device is available to the app, so the run trains on the CPU (slower)."
+                    .to_string(),
+            );
+            Box::new(CpuBackend::<f32>::new(program.clone()))
+        }
+        (BackendChoice::Auto, Some(ctx)) if ctx.info.device_type == wgpu::DeviceType::Cpu => {
+            notice = Some(format!(
+                "The only GPU adapter, {}, is a software renderer, slower than the CPU backend, so the run trains on the CPU; choose Backend: GPU to run the kernels through it anyway.",
+                ctx.info.name
+            ));
+            Box::new(CpuBackend::<f32>::new(program.clone()))
+        }
+        (_, Some(ctx)) => match GpuBackend::new(ctx.clone(), program.clone()) {
+            Ok(b) => {
+                if ctx.info.device_type == wgpu::DeviceType::Cpu {
+                    notice = Some(format!(
+                        "{} is a software adapter: the kernels run on the CPU through it and train slowly.",
+                        ctx.info.name
+                    ));
+                }
+                Box::new(b)
+            }
+            Err(e) => {
+                notice = Some(format!(
+                    "The GPU cannot run this preset, so it trains on the CPU instead: {e}"
+                ));
+                Box::new(CpuBackend::<f32>::new(program.clone()))
+            }
+        },
+    };
+    let backend_label = backend.describe();
+    let trainer = match resume {
+        Some(ckpt) => Trainer::resume(backend, corpus.clone(), ckpt),
+        None => Trainer::new(backend, corpus.clone(), settings.seed),
+    }
+    .map_err(|e| e.to_string())?;
+    let step = trainer.step;
+    let last = trainer.history.last().map(|p| StepMetrics {
+        step: p.step,
+        loss: p.loss,
+        val_loss: p.val_loss,
+        grad_norm: 0.0,
+        lr: 0.0,
+        ms: 0.0,
+        tokens_per_s: 0.0,
+    });
+    Ok(Run {
+        program,
+        preset: settings.preset.clone(),
+        corpus_name: corpus.name.clone(),
+        engine: Engine::new(trainer),
+        state: if step >= config.steps {
+            RunState::Finished
+        } else {
+            RunState::Ready
+        },
+        backend_label,
+        notice,
+        single_steps: 0,
+        last,
+        generation,
+        pending_save: None,
+        save_requested: false,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn handle_commands(
+    mut commands: Commands,
+    mut reader: MessageReader<RunCommand>,
+    mut settings: ResMut<RunSettings>,
+    run: Option<ResMut<Run>>,
+    gpu: Res<GpuDevice>,
+    mut status: ResMut<AppStatus>,
+    mut created: MessageWriter<RunCreated>,
+    runs: Query<Entity, With<TrainingRun>>,
+) {
+    let Some(mut run) = run else { return };
+    for command in reader.read() {
+        let fresh = run.step() == 0 && !run.engine.busy();
+        let mut rebuild: Option<Option<Checkpoint>> = None;
+        match command.clone() {
+            RunCommand::Train => {
+                if matches!(run.state, RunState::Finished) {
+                    status.error(format!("the run has done its {} steps; raise Steps and press New run, or load a checkpoint", run.config().steps));
+                } else if run.pending_save.is_none() {
+                    run.state = RunState::Training;
+                }
+            }
+            RunCommand::Pause => {
+                if run.state == RunState::Training {
+                    run.state = RunState::Paused;
+                }
+            }
+            RunCommand::Step => {
+                if matches!(
+                    run.state,
+                    RunState::Ready | RunState::Paused | RunState::Diverged
+                ) {
+                    run.state = RunState::Paused;
+                    run.single_steps += 1;
+                }
+            }
+            RunCommand::NewRun => rebuild = Some(None),
+            RunCommand::LoadCorpus { name, bytes } => {
+                let source = CorpusSource::Bytes {
+                    name: name.clone(),
+                    bytes: Arc::new(bytes),
+                };
+                match source.corpus(run.config().ctx) {
+                    Err(e) => status.error(format!("corpus not loaded: {e}")),
+                    Ok(c) => {
+                        settings.corpus = source;
+                        if fresh {
+                            rebuild = Some(None);
+                            status.info = Some(format!(
+                                "training on {name} ({} bytes)",
+                                c.train.len() + c.val.len()
+                            ));
+                        } else {
+                            status.info = Some(format!(
+                                "{name} is loaded; press New run to train on it (the current run keeps its corpus)"
+                            ));
+                        }
+                    }
+                }
+            }
+            RunCommand::LoadPreset { name, text } => match Config::from_ron(&text, &name) {
+                Err(e) => status.error(format!("preset not loaded: {e}")),
+                Ok(config) => {
+                    *settings = RunSettings {
+                        corpus: settings.corpus.clone(),
+                        seed: settings.seed,
+                        backend: settings.backend,
+                        ..RunSettings::from_preset(&name, config)
+                    };
+                    status.info = Some(format!("preset {name} loaded; press New run to start it"));
+                }
+            },
+            RunCommand::SaveCheckpoint(path) => {
+                if let Err(e) = crate::model::checkpoint::check_writable(&path) {
+                    status.error(format!("checkpoint not saved: {e}"));
+                } else {
+                    let resume = run.state == RunState::Training;
+                    if resume {
+                        run.state = RunState::Paused;
+                    }
+                    run.pending_save = Some((path, resume));
+                    run.save_requested = false;
+                }
+            }
+            RunCommand::LoadCheckpoint { name, bytes } => {
+                match Checkpoint::from_bytes(&bytes, &name) {
+                    Err(e) => status.error(format!("checkpoint not loaded: {e}")),
+                    Ok(ckpt) => rebuild = Some(Some(ckpt)),
+                }
+            }
+        }
+        if let Some(resume) = rebuild {
+            match build_run(&settings, &gpu, resume.as_ref(), run.generation + 1) {
+                Err(e) => status.error(format!(
+                    "the new run could not start, the current one is kept: {e}"
+                )),
+                Ok(new_run) => {
+                    if let Some(ckpt) = &resume {
+                        status.info =
+                            Some(format!("resumed at step {} from the checkpoint", ckpt.step));
+                    }
+                    for e in &runs {
+                        commands.entity(e).despawn();
+                    }
+                    install_run(&mut commands, new_run, &mut created);
+                    // Later commands of this frame wait for the new run.
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn pump_training(
+    mut commands: Commands,
+    run: Option<ResMut<Run>>,
+    mut snapshots: ResMut<Snapshots>,
+    mut status: ResMut<AppStatus>,
+    runs: Query<(Entity, &TrainingRun)>,
+) {
+    let Some(mut run) = run else { return };
+    let run = &mut *run;
+    let Some((run_entity, _)) = runs.iter().find(|(_, r)| r.generation == run.generation) else {
+        return;
+    };
+    let allowed = match run.state {
+        RunState::Training => u64::MAX,
+        _ => run.single_steps,
+    };
+    let pumped = run.engine.pump(allowed);
+    run.single_steps = run.single_steps.saturating_sub(pumped.started);
+    for m in &pumped.metrics {
+        commands.spawn((StepRecord::from(*m), ChildOf(run_entity)));
+        run.last = Some(*m);
+    }
+    if let Some(e) = pumped.error {
+        run.state = RunState::Diverged;
+        status.error(format!("training paused: {e}"));
+    }
+    if run.engine.step() >= run.config().steps
+        && run.state == RunState::Training
+        && !run.engine.busy()
+    {
+        run.state = RunState::Finished;
+        status.info = Some(format!("the run finished its {} steps", run.config().steps));
+    }
+    if let Some(snapshot) = pumped.snapshot {
+        if let Some((path, resume)) = run.pending_save.clone()
+            && run.save_requested
+        {
+            run.pending_save = None;
+            run.save_requested = false;
+            match save_checkpoint(run, &snapshot, &path) {
+                Ok(()) => {
+                    status.info = Some(format!(
+                        "checkpoint saved to {} at step {}",
+                        path.display(),
+                        snapshot.step
+                    ))
+                }
+                Err(e) => status.error(format!("checkpoint not saved: {e}")),
+            }
+            if resume {
+                run.state = RunState::Training;
+            }
+        }
+        snapshots.latest = Some(snapshot);
+        snapshots.version += 1;
+    }
+    // A pending save waits until nothing is in flight, then reads everything.
+    if run.pending_save.is_some() && !run.save_requested && !run.engine.busy() {
+        let names = run
+            .program
+            .params()
+            .flat_map(|id| {
+                let n = &run.program.tensors[id].name;
+                [
+                    n.clone(),
+                    format!("grad.{n}"),
+                    format!("adam.m.{n}"),
+                    format!("adam.v.{n}"),
+                ]
+            })
+            .collect();
+        run.engine.request_snapshot(names);
+        run.save_requested = true;
+        return;
+    }
+    let due = snapshots.dirty
+        || snapshots
+            .last_request
+            .is_none_or(|t| t.elapsed().as_secs_f64() >= snapshots.interval_s)
+            && (run.state == RunState::Training
+                || snapshots
+                    .latest
+                    .as_ref()
+                    .is_none_or(|s| s.step != run.step()));
+    if due && !run.engine.snapshot_pending() && run.pending_save.is_none() {
+        let view = snapshots.view;
+        let names = run
+            .program
+            .params()
+            .flat_map(|id| {
+                let n = &run.program.tensors[id].name;
+                let mut names = vec![n.clone(), format!("grad.{n}")];
+                if matches!(view, HeatmapView::AdamM | HeatmapView::AdamV) {
+                    names.push(view.tensor_name(n));
+                }
+                names
+            })
+            .collect();
+        run.engine.request_snapshot(names);
+        snapshots.last_request = Some(Instant::now());
+        snapshots.dirty = false;
+    }
+}
+
+/// Writes the run's checkpoint (with AdamW's moments) from a full snapshot.
+fn save_checkpoint(
+    run: &mut Run,
+    snapshot: &Snapshot,
+    path: &std::path::Path,
+) -> Result<(), String> {
+    let program = &run.program;
+    let take = |prefix: &str| -> Result<Vec<NamedTensor>, String> {
+        program
+            .params()
+            .map(|id| {
+                let t = &program.tensors[id];
+                let name = format!("{prefix}{}", t.name);
+                let values = snapshot
+                    .tensors
+                    .get(&name)
+                    .ok_or(format!("`{name}` was not read back"))?;
+                Ok(NamedTensor {
+                    name,
+                    shape: t.shape.clone(),
+                    values: values.to_vec(),
+                })
+            })
+            .collect()
+    };
+    let params = take("")?;
+    let optimizer = OptimizerState {
+        m: take("adam.m.")?,
+        v: take("adam.v.")?,
+    };
+    let trainer = run.engine.idle_trainer().ok_or("the run was busy")?;
+    trainer
+        .checkpoint_from(params, Some(optimizer))
+        .save(path, Precision::F32)
+        .map_err(|e| e.to_string())
+}

@@ -1,0 +1,119 @@
+//! `tinygpt app` (and `tinygpt` alone): the explainer, in a window or headless.
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use std::path::PathBuf;
+use tinygpt::app::headless::HeadlessConfig;
+use tinygpt::app::training::{BackendChoice, CorpusSource, RunSettings};
+use tinygpt::app::{AppOptions, run};
+use tinygpt::model::config::{Config, DEFAULT_PRESET};
+
+#[derive(Args, Debug)]
+pub struct AppArgs {
+    /// Model size: a built-in preset (see `tinygpt presets`) or a .ron file.
+    #[arg(long, default_value = DEFAULT_PRESET)]
+    preset: String,
+    /// A text file to train on (default: TinyShakespeare, built in).
+    #[arg(long)]
+    corpus: Option<PathBuf>,
+    /// Training steps of the run (default: the preset's).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    steps: Option<u64>,
+    /// Peak learning rate (default: the preset's).
+    #[arg(long, value_parser = super::positive_f32)]
+    lr: Option<f32>,
+    #[arg(long, default_value_t = 1337)]
+    seed: u64,
+    /// Where to train: auto (the GPU unless its adapter is a software renderer), gpu or cpu.
+    #[arg(long, value_enum, default_value = "auto")]
+    backend: super::BackendChoice,
+    /// Start training at once instead of waiting for Train.
+    #[arg(long)]
+    train: bool,
+    /// Run without a window, render offscreen, print one JSON line and exit.
+    #[arg(long)]
+    headless: bool,
+    /// Frames to render in headless mode.
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u32).range(2..))]
+    frames: u32,
+    /// Save the last headless frame as a PNG.
+    #[arg(long)]
+    screenshot: Option<PathBuf>,
+    /// Size of the headless picture.
+    #[arg(long, default_value_t = 1600, value_parser = clap::value_parser!(u32).range(320..=8192))]
+    width: u32,
+    #[arg(long, default_value_t = 900, value_parser = clap::value_parser!(u32).range(240..=8192))]
+    height: u32,
+}
+
+impl AppArgs {
+    /// `tinygpt` alone: the window with every default.
+    pub fn default_for_window() -> Self {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Wrapper {
+            #[command(flatten)]
+            args: AppArgs,
+        }
+        Wrapper::parse_from(["tinygpt"]).args
+    }
+}
+
+pub fn run_app(args: AppArgs) -> Result<()> {
+    if !args.headless && (args.screenshot.is_some()) {
+        bail!("--screenshot needs --headless (in the window, use your system's screenshot tool)");
+    }
+    #[cfg(all(unix, not(target_os = "macos")))]
+    if !args.headless && std::env::var_os("DISPLAY").is_none_or(|d| d.is_empty()) {
+        bail!(
+            "no display found (DISPLAY is not set): run the explainer on a desktop, or check it with `tinygpt app --headless --screenshot frame.png`"
+        );
+    }
+    let config = Config::load(&args.preset)?;
+    let mut settings = RunSettings::from_preset(&args.preset, config);
+    if let Some(path) = &args.corpus {
+        let bytes = std::fs::read(path).with_context(|| {
+            format!("cannot read the corpus {}; check the path", path.display())
+        })?;
+        let source = CorpusSource::Bytes {
+            name: path.display().to_string(),
+            bytes: bytes.into(),
+        };
+        source
+            .corpus(settings.config.ctx)
+            .map_err(anyhow::Error::msg)?;
+        settings.corpus = source;
+    }
+    if let Some(s) = args.steps {
+        settings.steps = s;
+    }
+    if let Some(lr) = args.lr {
+        settings.lr = lr;
+    }
+    settings.seed = args.seed;
+    settings.backend = match args.backend {
+        super::BackendChoice::Auto => BackendChoice::Auto,
+        super::BackendChoice::Gpu => BackendChoice::Gpu,
+        super::BackendChoice::Cpu => BackendChoice::Cpu,
+    };
+    settings.run_config().map_err(anyhow::Error::msg)?;
+    if let Some(path) = &args.screenshot {
+        tinygpt::model::checkpoint::check_writable(path)
+            .map_err(|e| anyhow::anyhow!("cannot write the screenshot: {e}"))?;
+    }
+    let headless = args.headless.then(|| HeadlessConfig {
+        frames: args.frames,
+        screenshot: args.screenshot.clone(),
+        width: args.width,
+        height: args.height,
+    });
+    let exit = run(AppOptions {
+        settings,
+        train: args.train,
+        headless,
+    });
+    if exit.is_error() {
+        bail!("the app ended with an error (see above)");
+    }
+    Ok(())
+}

@@ -1,0 +1,452 @@
+//! The explainer app: its entity tree against the program, bad input while a
+//! run is live, checkpoints through the UI's commands, and the real app run
+//! headless on whatever adapter there is (lavapipe in CI), training, with
+//! its screenshot checked as a picture.
+
+use bevy::prelude::*;
+use std::process::Command;
+use tinygpt::app::graph::{Layer, Model, OpEntity, Tensor};
+use tinygpt::app::training::{
+    AppStatus, BackendChoice, Run, RunCommand, RunSettings, RunState, StepRecord, TrainingRun,
+};
+use tinygpt::model::config::Config;
+use tinygpt::program::Program;
+
+/// The app's own plugins on `MinimalPlugins` (no window, no renderer: the
+/// CPU backend), with a run of `preset`.
+fn app_with(preset: &str, tweak: impl FnOnce(&mut RunSettings)) -> App {
+    let mut settings = RunSettings::from_preset(preset, Config::load(preset).unwrap());
+    settings.backend = BackendChoice::Cpu;
+    tweak(&mut settings);
+    let mut app = App::new();
+    app.add_plugins(MinimalPlugins).insert_resource(settings);
+    tinygpt::app::add_explainer_plugins(&mut app);
+    app.update();
+    app.update();
+    app
+}
+
+fn send(app: &mut App, command: RunCommand) {
+    app.world_mut().write_message(command);
+    app.update();
+}
+
+/// Updates until `done` holds (training runs on a worker task).
+fn update_until(app: &mut App, what: &str, done: impl Fn(&mut App) -> bool) {
+    let start = std::time::Instant::now();
+    while !done(app) {
+        assert!(
+            start.elapsed().as_secs() < 120,
+            "timed out waiting for {what}"
+        );
+        app.update();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+fn run_step(app: &mut App) -> u64 {
+    app.world().resource::<Run>().step()
+}
+
+#[test]
+fn the_entity_tree_is_the_program() {
+    for preset in ["tiny", "small"] {
+        let mut app = app_with(preset, |_| {});
+        let program = Program::new(&Config::load(preset).unwrap());
+        let world = app.world_mut();
+        let models: Vec<Entity> = world
+            .query_filtered::<Entity, With<Model>>()
+            .iter(world)
+            .collect();
+        assert_eq!(models.len(), 1, "{preset}: one Model entity");
+        let mut layers: Vec<(Entity, Layer, Entity)> = world
+            .query::<(Entity, &Layer, &ChildOf)>()
+            .iter(world)
+            .map(|(e, l, p)| (e, l.clone(), p.parent()))
+            .collect();
+        layers.sort_by_key(|(_, l, _)| l.index);
+        assert_eq!(
+            layers
+                .iter()
+                .map(|(_, l, _)| l.name.clone())
+                .collect::<Vec<_>>(),
+            program
+                .layers
+                .iter()
+                .map(|l| l.name.clone())
+                .collect::<Vec<_>>(),
+            "{preset}"
+        );
+        assert!(
+            layers.iter().all(|(_, _, parent)| *parent == models[0]),
+            "{preset}: layers are children of the model"
+        );
+        let ops: Vec<(OpEntity, Entity)> = world
+            .query::<(&OpEntity, &ChildOf)>()
+            .iter(world)
+            .map(|(o, p)| (o.clone(), p.parent()))
+            .collect();
+        let tensors: Vec<(Tensor, Entity)> = world
+            .query::<(&Tensor, &ChildOf)>()
+            .iter(world)
+            .map(|(t, p)| (t.clone(), p.parent()))
+            .collect();
+        assert_eq!(ops.len(), program.ops.len(), "{preset}: op entities");
+        assert_eq!(
+            tensors.len(),
+            program.tensors.len(),
+            "{preset}: tensor entities"
+        );
+        for (i, (layer_entity, layer, _)) in layers.iter().enumerate() {
+            let mut want_ops: Vec<String> = program
+                .ops
+                .iter()
+                .filter(|o| o.layer == i)
+                .map(|o| o.label.clone())
+                .collect();
+            let mut got_ops: Vec<String> = ops
+                .iter()
+                .filter(|(_, p)| p == layer_entity)
+                .map(|(o, _)| o.label.clone())
+                .collect();
+            want_ops.sort();
+            got_ops.sort();
+            assert_eq!(got_ops, want_ops, "{preset}: ops of {}", layer.name);
+            let mut want_t: Vec<(String, Vec<usize>)> = program
+                .tensors
+                .iter()
+                .filter(|t| t.layer == i)
+                .map(|t| (t.name.clone(), t.shape.clone()))
+                .collect();
+            let mut got_t: Vec<(String, Vec<usize>)> = tensors
+                .iter()
+                .filter(|(_, p)| p == layer_entity)
+                .map(|(t, _)| (t.name.clone(), t.shape.clone()))
+                .collect();
+            want_t.sort();
+            got_t.sort();
+            assert_eq!(got_t, want_t, "{preset}: tensors of {}", layer.name);
+        }
+    }
+}
+
+#[test]
+fn bad_input_shows_an_error_and_loses_nothing() {
+    let mut app = app_with("tiny", |s| s.steps = 1000);
+    send(&mut app, RunCommand::Train);
+    update_until(&mut app, "a few steps", |app| run_step(app) >= 3);
+    send(&mut app, RunCommand::Pause);
+    update_until(&mut app, "the run to settle", |app| {
+        !app.world().resource::<Run>().engine.busy()
+    });
+    let generation = app.world().resource::<Run>().generation;
+    let step = run_step(&mut app);
+    let weights = app
+        .world_mut()
+        .resource_mut::<Run>()
+        .engine
+        .idle_trainer()
+        .unwrap()
+        .params()
+        .unwrap();
+
+    let ctx = Config::load("tiny").unwrap().ctx;
+    let bad = [
+        (
+            RunCommand::LoadCorpus {
+                name: "empty.txt".into(),
+                bytes: vec![],
+            },
+            "empty.txt",
+        ),
+        (
+            RunCommand::LoadCorpus {
+                name: "short.txt".into(),
+                bytes: b"to be".repeat(ctx),
+            },
+            "short.txt",
+        ),
+        (
+            RunCommand::LoadCheckpoint {
+                name: "corrupt.safetensors".into(),
+                bytes: b"\x10\x00\x00\x00\x00\x00\x00\x00{not json".to_vec(),
+            },
+            "corrupt.safetensors",
+        ),
+        (
+            RunCommand::LoadPreset {
+                name: "broken.ron".into(),
+                text: "(n_layer: ".into(),
+            },
+            "broken.ron",
+        ),
+        (
+            RunCommand::LoadPreset {
+                name: "odd.ron".into(),
+                text: Config::load("tiny")
+                    .map(|c| ron::to_string(&Config { n_head: 5, ..c }).unwrap())
+                    .unwrap(),
+            },
+            "odd.ron",
+        ),
+    ];
+    for (i, (command, name)) in bad.into_iter().enumerate() {
+        send(&mut app, command);
+        let status = app.world().resource::<AppStatus>();
+        assert_eq!(
+            status.errors.len(),
+            i + 1,
+            "one error per bad input: {:?}",
+            status.errors
+        );
+        let message = status.errors.last().unwrap();
+        assert!(
+            message.contains(name),
+            "the error names the input: {message}"
+        );
+    }
+    let errors = app.world().resource::<AppStatus>().errors.clone();
+    assert!(
+        errors[0].contains("0 bytes") || errors[0].contains("empty"),
+        "{}",
+        errors[0]
+    );
+    assert!(
+        errors[4].contains("n_head") || errors[4].contains("head"),
+        "{}",
+        errors[4]
+    );
+    let run = app.world().resource::<Run>();
+    assert_eq!(
+        (run.generation, run.step()),
+        (generation, step),
+        "the run is the same run"
+    );
+    let after = app
+        .world_mut()
+        .resource_mut::<Run>()
+        .engine
+        .idle_trainer()
+        .unwrap()
+        .params()
+        .unwrap();
+    assert_eq!(after, weights, "nothing trained was lost");
+    // And it still trains.
+    send(&mut app, RunCommand::Train);
+    update_until(&mut app, "more steps", |app| run_step(app) > step);
+    let world = app.world_mut();
+    let records: Vec<StepRecord> = world.query::<&StepRecord>().iter(world).copied().collect();
+    assert!(records.len() as u64 >= step + 1 && records.iter().all(|r| r.loss.is_finite()));
+}
+
+#[test]
+fn checkpoints_save_and_load_through_the_app() {
+    let dir = std::env::temp_dir().join(format!("tinygpt-app-ckpt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("run.safetensors");
+    let mut app = app_with("tiny", |s| s.steps = 1000);
+    send(&mut app, RunCommand::Step);
+    send(&mut app, RunCommand::Step);
+    update_until(&mut app, "two steps", |app| {
+        run_step(app) == 2 && !app.world().resource::<Run>().engine.busy()
+    });
+    send(&mut app, RunCommand::SaveCheckpoint(path.clone()));
+    update_until(&mut app, "the save", |_| path.exists());
+    let ckpt = tinygpt::model::checkpoint::Checkpoint::load(&path).unwrap();
+    assert_eq!(ckpt.step, 2);
+    assert!(
+        ckpt.optimizer.is_some(),
+        "the app's checkpoints resume exactly"
+    );
+    let want = app
+        .world_mut()
+        .resource_mut::<Run>()
+        .engine
+        .idle_trainer()
+        .unwrap()
+        .params()
+        .unwrap();
+    assert_eq!(ckpt.params, want);
+    // Load it into a fresh app: the run resumes at step 2 with those weights.
+    let mut other = app_with("tiny", |_| {});
+    send(
+        &mut other,
+        RunCommand::LoadCheckpoint {
+            name: "run.safetensors".into(),
+            bytes: std::fs::read(&path).unwrap(),
+        },
+    );
+    app.update();
+    let run = other.world().resource::<Run>();
+    assert_eq!(
+        (run.generation, run.step(), run.state),
+        (2, 2, RunState::Ready)
+    );
+    let world = other.world_mut();
+    assert_eq!(
+        world.query::<&TrainingRun>().iter(world).count(),
+        1,
+        "the old run's entity is gone"
+    );
+    let got = other
+        .world_mut()
+        .resource_mut::<Run>()
+        .engine
+        .idle_trainer()
+        .unwrap()
+        .params()
+        .unwrap();
+    assert_eq!(got, want);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// RGBA pixels of a PNG.
+fn decode(path: &std::path::Path) -> (usize, usize, Vec<[u8; 4]>) {
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(path).unwrap()));
+    let mut reader = decoder.read_info().unwrap();
+    let mut buf = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut buf).unwrap();
+    assert_eq!(
+        (info.color_type, info.bit_depth),
+        (png::ColorType::Rgba, png::BitDepth::Eight)
+    );
+    let pixels = buf[..info.buffer_size()]
+        .chunks_exact(4)
+        .map(|p| [p[0], p[1], p[2], p[3]])
+        .collect();
+    (info.width as usize, info.height as usize, pixels)
+}
+
+#[test]
+fn headless_app_trains_on_the_gpu_and_draws_the_layer_stack() {
+    let dir = std::env::temp_dir().join(format!("tinygpt-app-headless-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let shot = dir.join("frame.png");
+    let out = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+        .args([
+            "app",
+            "--headless",
+            "--frames",
+            "30",
+            "--preset",
+            "tiny",
+            "--train",
+            "--backend",
+            "gpu",
+            "--width",
+            "960",
+            "--height",
+            "540",
+            "--screenshot",
+        ])
+        .arg(&shot)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("no JSON line: {stdout}\n{stderr}"));
+    let r: serde_json::Value = serde_json::from_str(line).unwrap();
+    assert!(
+        r["backend"].as_str().unwrap().starts_with("gpu"),
+        "trains on Bevy's device: {}",
+        r["backend"]
+    );
+    assert!(r["frames"].as_u64().unwrap() >= 30);
+    let steps = r["steps"].as_u64().unwrap();
+    assert!(steps >= 1, "training advanced: {line}");
+    let losses: Vec<f64> = r["losses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap_or(f64::NAN))
+        .collect();
+    assert_eq!(losses.len() as u64, steps, "one StepRecord per step");
+    assert!(
+        losses.iter().all(|l| l.is_finite() && *l > 0.0),
+        "{losses:?}"
+    );
+    assert!(
+        r["heatmap_distinct"].as_u64().unwrap() >= 2,
+        "the wte heatmap changed between snapshots: {line}"
+    );
+
+    let (w, h, pixels) = decode(&shot);
+    assert_eq!((w, h), (960, 540));
+    let mut colours: Vec<[u8; 4]> = pixels.clone();
+    colours.sort_unstable();
+    colours.dedup();
+    assert!(
+        colours.len() > 100,
+        "a real picture, not one colour: {} colours",
+        colours.len()
+    );
+    let bg: Vec<i32> = r["background"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap() as i32)
+        .collect();
+    let differs = |p: [u8; 4]| (0..3).map(|k| (p[k] as i32 - bg[k]).abs()).sum::<i32>() > 12;
+    let blocks = r["blocks"].as_array().unwrap();
+    let names: Vec<&str> = blocks.iter().map(|b| b["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["embeddings", "h.0", "h.1", "ln_f", "head"]);
+    for b in blocks {
+        let rect: Vec<usize> = b["rect"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() as usize)
+            .collect();
+        let (x0, y0, x1, y1) = (rect[0] + 2, rect[1] + 2, rect[2] - 2, rect[3] - 2);
+        assert!(
+            x1 > x0 && y1 > y0 && x1 <= w && y1 <= h,
+            "block {} inside the frame: {rect:?}",
+            b["name"]
+        );
+        let inside: Vec<bool> = (y0..y1)
+            .flat_map(|y| (x0..x1).map(move |x| (x, y)))
+            .map(|(x, y)| differs(pixels[y * w + x]))
+            .collect();
+        let share = inside.iter().filter(|d| **d).count() as f64 / inside.len() as f64;
+        assert!(
+            share > 0.9,
+            "block {} is drawn where the layout puts it ({share:.2} of its pixels)",
+            b["name"]
+        );
+    }
+    // Between two neighbouring blocks lies a strip of background: the
+    // blocks are distinct regions, not one smear.
+    for pair in blocks.windows(2) {
+        let r = |b: &serde_json::Value| -> Vec<usize> {
+            b["rect"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap() as usize)
+                .collect()
+        };
+        let (lower, upper) = (r(&pair[0]), r(&pair[1]));
+        assert!(
+            upper[3] <= lower[1],
+            "{} is drawn above {}",
+            pair[1]["name"],
+            pair[0]["name"]
+        );
+        let y = (upper[3] + lower[1]) / 2;
+        let row: Vec<bool> = (lower[0] + 2..lower[2] - 2)
+            .map(|x| differs(pixels[y * w + x]))
+            .collect();
+        let share = row.iter().filter(|d| !**d).count() as f64 / row.len() as f64;
+        assert!(
+            share > 0.9,
+            "background between {} and {} ({share:.2})",
+            pair[0]["name"],
+            pair[1]["name"]
+        );
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
