@@ -16,9 +16,12 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use web_time::Instant;
 
-/// GPU time one submit aims at: with two in flight the GPU never idles and
-/// a frame never waits behind more than about this much compute.
-pub const SUBMIT_BUDGET_MS: f64 = 8.0;
+/// Submits in flight at most: enough that the GPU never waits for the frame
+/// loop, few enough that a frame never queues behind much compute.
+const MAX_IN_FLIGHT: usize = 3;
+/// GPU time one submit may hold, at most (ms): bounds how long a frame's
+/// drawing can queue behind training.
+const SUBMIT_BUDGET_MS: f64 = 16.0;
 /// Wall time a CPU chunk runs before it reports back (off the frame thread).
 pub const CPU_CHUNK_MS: f64 = 50.0;
 /// Steps in one GPU submit, at most.
@@ -86,7 +89,11 @@ pub struct Engine {
     /// Steps completed when the engine last looked.
     step: u64,
     kind: Kind,
-    /// Smoothed ms per step, for sizing submits.
+    /// Steps per GPU submit, adapted every frame: it grows while the GPU
+    /// finishes everything between two frames (it would idle) and shrinks
+    /// while it falls behind (a frame would wait on it).
+    steps_per_submit: f64,
+    /// Smoothed ms per step as collected (the GPU's pace while it is busy).
     ms_per_step: f64,
     /// A snapshot asked for and not yet started (names).
     wanted: Option<Vec<String>>,
@@ -94,6 +101,16 @@ pub struct Engine {
     pub started: Option<Instant>,
     pub steps_since_start: u64,
 }
+
+// SAFETY: in the browser (wasm32 without atomics) the app has one thread,
+// so nothing is ever sent or shared between threads; wgpu just does not mark
+// its handles `Send` there, and Bevy's resources must be. Natively the
+// engine is `Send + Sync` on its own (backends are `Send`, the trainer sits
+// in a `SyncCell`) and this does not apply.
+#[cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
+unsafe impl Send for Engine {}
+#[cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
+unsafe impl Sync for Engine {}
 
 impl Engine {
     pub fn new(mut trainer: Trainer) -> Self {
@@ -109,6 +126,7 @@ impl Engine {
             step: trainer.step,
             trainer: Some(SyncCell::new(trainer)),
             kind,
+            steps_per_submit: 1.0,
             ms_per_step: 0.0,
             wanted: None,
             started: None,
@@ -170,6 +188,7 @@ impl Engine {
                     .expect("the GPU engine keeps its trainer")
                     .get();
                 // Collect, in order.
+                let was_in_flight = in_flight.len();
                 while let Some(flight) = in_flight.pop_front() {
                     match trainer.finish_gpu_steps(flight) {
                         Ok(done) => {
@@ -191,15 +210,26 @@ impl Engine {
                         Err(h) => *reading = Some((h, names, step)),
                     }
                 }
-                // Start steps, two submits at most in flight.
+                // Size the next submits: all done since the last frame means
+                // the GPU ran dry; none done with the queue full means it is
+                // behind the frame loop.
                 let mut allowed = if out.error.is_some() { 0 } else { allowed };
-                while in_flight.len() < 2 && allowed > 0 {
-                    let ms = if self.ms_per_step > 0.0 {
-                        self.ms_per_step
+                if allowed > 0 && was_in_flight > 0 {
+                    if in_flight.is_empty() {
+                        self.steps_per_submit =
+                            (self.steps_per_submit * 1.5).min(MAX_STEPS_PER_SUBMIT as f64);
+                    } else if in_flight.len() == was_in_flight && was_in_flight == MAX_IN_FLIGHT {
+                        self.steps_per_submit = (self.steps_per_submit * 0.8).max(1.0);
+                    }
+                }
+                while in_flight.len() < MAX_IN_FLIGHT && allowed > 0 {
+                    let cap = if self.ms_per_step > 0.0 {
+                        (SUBMIT_BUDGET_MS / self.ms_per_step).floor() as usize
                     } else {
-                        SUBMIT_BUDGET_MS
+                        1
                     };
-                    let n = ((SUBMIT_BUDGET_MS / ms).floor() as usize)
+                    let n = (self.steps_per_submit.round() as usize)
+                        .min(cap)
                         .clamp(1, MAX_STEPS_PER_SUBMIT)
                         .min(allowed as usize);
                     match trainer.submit_gpu_steps(n) {
@@ -271,11 +301,13 @@ impl Engine {
                 }
             }
         }
-        for m in &out.metrics {
+        let collected: f64 = out.metrics.iter().map(|m| m.ms).sum();
+        if !out.metrics.is_empty() && collected > 0.0 {
+            let ms = collected / out.metrics.len() as f64;
             self.ms_per_step = if self.ms_per_step == 0.0 {
-                m.ms
+                ms
             } else {
-                0.8 * self.ms_per_step + 0.2 * m.ms
+                0.9 * self.ms_per_step + 0.1 * ms
             };
         }
         self.steps_since_start += out.metrics.len() as u64;

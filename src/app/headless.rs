@@ -19,6 +19,9 @@ pub struct HeadlessConfig {
     pub screenshot: Option<PathBuf>,
     pub width: u32,
     pub height: u32,
+    /// Frames per second to pace at, like a display's refresh (0: as fast
+    /// as possible, which floods the GPU queue with frames).
+    pub fps: f64,
 }
 
 /// The offscreen image the cameras render into.
@@ -28,9 +31,11 @@ pub struct HeadlessTarget(pub Handle<Image>);
 #[derive(Resource, Default)]
 struct HeadlessState {
     frames: u32,
-    /// Sum of frame times after the first frame (ms) and how many.
+    /// Sum of frame intervals after the first frame (ms), how many, and the
+    /// longest.
     frame_ms: f64,
     timed: u32,
+    max_frame_ms: f64,
     /// 0 not asked, 1 capturing, 2 saved, 3 failed.
     capture: Arc<AtomicU8>,
     capture_error: Arc<std::sync::Mutex<Option<String>>>,
@@ -68,7 +73,9 @@ fn count_frames(
     }
     state.frames += 1;
     if state.frames > 1 {
-        state.frame_ms += time.delta_secs_f64() * 1e3;
+        let ms = time.delta_secs_f64() * 1e3;
+        state.frame_ms += ms;
+        state.max_frame_ms = state.max_frame_ms.max(ms);
         state.timed += 1;
     }
     if let Some(h) = heatmaps
@@ -154,6 +161,8 @@ fn count_frames(
     let line = serde_json::json!({
         "frames": state.frames,
         "mean_frame_ms": state.frame_ms / state.timed.max(1) as f64,
+        "max_frame_ms": state.max_frame_ms,
+        "fps_cap": config.fps,
         "steps": steps,
         "train_ms_per_step": ms_per_step,
         "last_loss": records.last().map(|r| r.loss),

@@ -71,7 +71,11 @@ pub fn build(options: AppOptions) -> App {
                     .disable::<bevy::winit::WinitPlugin>(),
             )
             .add_plugins(bevy::app::ScheduleRunnerPlugin::run_loop(
-                std::time::Duration::ZERO,
+                std::time::Duration::from_secs_f64(if config.fps > 0.0 {
+                    1.0 / config.fps
+                } else {
+                    0.0
+                }),
             ))
             .add_plugins(headless::HeadlessPlugin(config.clone()));
         }

@@ -18,7 +18,7 @@ use bevy::sprite::Anchor;
 pub const BACKGROUND: Color = Color::srgb(0.05, 0.055, 0.07);
 /// Elements of pooled values written to textures per frame, at most: the
 /// rest waits for the next frame, so a big model never stalls one.
-const ELEMENTS_PER_FRAME: usize = 1 << 21;
+const ELEMENTS_PER_FRAME: usize = 1 << 19;
 
 const HEATMAP_HEIGHT: f32 = 90.0;
 const VECTOR_HEIGHT: f32 = 10.0;

@@ -213,6 +213,8 @@ pub struct Snapshots {
     pub view: HeatmapView,
     /// Seconds between snapshots while training.
     pub interval_s: f64,
+    /// The parameter the inspector shows (its gradient is read too).
+    pub inspect: Option<String>,
     last_request: Option<Instant>,
     /// Whether the view changed since the last request (asks again at once).
     dirty: bool,
@@ -225,6 +227,7 @@ impl Default for Snapshots {
             version: 0,
             view: HeatmapView::Weights,
             interval_s: 0.25,
+            inspect: None,
             last_request: None,
             dirty: true,
         }
@@ -232,6 +235,11 @@ impl Default for Snapshots {
 }
 
 impl Snapshots {
+    /// Asks for a snapshot at the next frame (the inspector opened).
+    pub fn dirty_now(&mut self) {
+        self.dirty = true;
+    }
+
     pub fn set_view(&mut self, view: HeatmapView) {
         if self.view != view {
             self.view = view;
@@ -670,29 +678,47 @@ fn pump_training(
         run.save_requested = true;
         return;
     }
+    // Big models are read less often: about 25 MB/s of readback at most
+    // (each snapshot is copied on the frame thread).
+    let bytes = 4.0
+        * run.config().param_count() as f64
+        * if snapshots.view == HeatmapView::Weights {
+            1.0
+        } else {
+            2.0
+        };
+    let interval = snapshots.interval_s.max(bytes / 2.5e7);
     let due = snapshots.dirty
         || snapshots
             .last_request
-            .is_none_or(|t| t.elapsed().as_secs_f64() >= snapshots.interval_s)
+            .is_none_or(|t| t.elapsed().as_secs_f64() >= interval)
             && (run.state == RunState::Training
                 || snapshots
                     .latest
                     .as_ref()
                     .is_none_or(|s| s.step != run.step()));
     if due && !run.engine.snapshot_pending() && run.pending_save.is_none() {
+        // The weights (heatmaps, sampling), the view's tensors, and the
+        // gradient of the tensor the inspector shows.
         let view = snapshots.view;
-        let names = run
+        let mut names: Vec<String> = run
             .program
             .params()
             .flat_map(|id| {
                 let n = &run.program.tensors[id].name;
-                let mut names = vec![n.clone(), format!("grad.{n}")];
-                if matches!(view, HeatmapView::AdamM | HeatmapView::AdamV) {
+                let mut names = vec![n.clone()];
+                if view != HeatmapView::Weights {
                     names.push(view.tensor_name(n));
                 }
                 names
             })
             .collect();
+        if let Some(p) = &snapshots.inspect
+            && view != HeatmapView::Gradients
+            && run.program.tensor_id(p).is_some()
+        {
+            names.push(format!("grad.{p}"));
+        }
         run.engine.request_snapshot(names);
         snapshots.last_request = Some(Instant::now());
         snapshots.dirty = false;

@@ -278,7 +278,7 @@ fn draw_ui(
                     );
                     plot.line(Line::new("train", PlotPoints::from(train)));
                     plot.line(Line::new("val", PlotPoints::from(val.clone())));
-                    plot.points(Points::new("val ", PlotPoints::from(val)).radius(3.0));
+                    plot.points(Points::new("val", PlotPoints::from(val)).radius(3.0));
                 });
             ui.separator();
             ui.strong("Sample");
@@ -391,6 +391,12 @@ fn draw_ui(
                     });
             });
         selection.1 = open;
+        if snapshots.inspect.as_ref() != Some(&h.param) {
+            snapshots.inspect = Some(h.param.clone());
+            snapshots.dirty_now();
+        }
+    } else {
+        snapshots.inspect = None;
     }
 
     Ok(())

@@ -44,6 +44,9 @@ pub struct AppArgs {
     width: u32,
     #[arg(long, default_value_t = 900, value_parser = clap::value_parser!(u32).range(240..=8192))]
     height: u32,
+    /// Headless frames per second, like a display's refresh (0: unpaced).
+    #[arg(long, default_value_t = 60.0, value_parser = super::non_negative_f32)]
+    fps: f32,
 }
 
 impl AppArgs {
@@ -106,6 +109,7 @@ pub fn run_app(args: AppArgs) -> Result<()> {
         screenshot: args.screenshot.clone(),
         width: args.width,
         height: args.height,
+        fps: args.fps as f64,
     });
     let exit = run(AppOptions {
         settings,

@@ -886,16 +886,20 @@ impl GpuBackend {
         let buffer = self.staging.buffer(handle.slot);
         let values = match result {
             Ok(()) => {
-                let bytes = buffer.slice(0..handle.size).get_mapped_range().to_vec();
+                // One copy, straight out of the mapped range.
+                let values = {
+                    let bytes = buffer.slice(0..handle.size).get_mapped_range();
+                    if handle.is_u32 {
+                        bytemuck::pod_collect_to_vec::<u8, u32>(&bytes)
+                            .into_iter()
+                            .map(|x| x as f32)
+                            .collect()
+                    } else {
+                        bytemuck::pod_collect_to_vec::<u8, f32>(&bytes)
+                    }
+                };
                 buffer.unmap();
-                if handle.is_u32 {
-                    bytemuck::cast_slice::<u8, u32>(&bytes)
-                        .iter()
-                        .map(|&x| x as f32)
-                        .collect()
-                } else {
-                    bytemuck::cast_slice::<u8, f32>(&bytes).to_vec()
-                }
+                values
             }
             // The device was lost; nothing was mapped.
             Err(_) => Vec::new(),
