@@ -71,11 +71,14 @@ struct CpuChunk {
     snapshot: Option<Snapshot>,
 }
 
+/// A snapshot in flight: its readback, the tensors' names and sizes, the step.
+type SnapshotRead = (ReadbackHandle, Vec<(String, usize)>, u64);
+
 enum Kind {
     Gpu {
         in_flight: VecDeque<StepsInFlight>,
         /// A snapshot read in flight: its handle, the names and sizes, the step.
-        reading: Option<(ReadbackHandle, Vec<(String, usize)>, u64)>,
+        reading: Option<SnapshotRead>,
     },
     Cpu {
         task: Option<Task<CpuChunk>>,

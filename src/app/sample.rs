@@ -85,6 +85,11 @@ fn run_sampler(run: Option<Res<Run>>, snapshots: Res<Snapshots>, mut state: ResM
     let (Some(run), Some(snapshot)) = (run, &snapshots.latest) else {
         return;
     };
+    // While training, the latest weights read back; otherwise wait for the
+    // snapshot of the current step (one is already asked for).
+    if run.state != super::training::RunState::Training && snapshot.step < run.step() {
+        return;
+    }
     let Some(params) = snapshot.params(&run.program) else {
         return;
     };
@@ -125,5 +130,10 @@ fn run_sampler(run: Option<Res<Run>>, snapshots: Res<Snapshots>, mut state: ResM
                 pending.clear();
             }
         });
+        if !pending.is_empty() && !cancel.load(Ordering::Relaxed) {
+            text.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&pending));
+        }
     }));
 }

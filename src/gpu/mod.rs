@@ -578,68 +578,8 @@ impl GpuBackend {
         params: &[StepParams],
     ) -> readback::ReadbackHandle {
         assert_eq!(batches.len(), params.len(), "one StepParams per batch");
-        assert!(!batches.is_empty(), "submit at least one step");
-        let n = batches.len();
-        let batch_sizes: Vec<u64> = self
-            .batch_bytes(&batches[0])
-            .iter()
-            .map(|b| b.len() as u64)
-            .collect();
-        let per_step = batch_sizes.iter().sum::<u64>() + STEP_UNIFORM_BYTES;
-        if self
-            .ring
-            .as_ref()
-            .is_none_or(|r| r.size() < per_step * n as u64)
-        {
-            self.ring = Some(self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("tinygpt:buffer:step_ring"),
-                size: per_step * n as u64,
-                usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            }));
-            self.buffers_created += 1;
-        }
-        let ring = self.ring.clone().expect("created above");
-        let (slot, created) = self.staging.acquire(&self.ctx.device, 16 * n as u64);
-        self.buffers_created += created as usize;
-        let mut encoder = self
-            .ctx
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("tinygpt:train_steps"),
-            });
-        for (i, (batch, sp)) in batches.iter().zip(params).enumerate() {
-            let mut at = per_step * i as u64;
-            for (bytes, buf) in self.batch_bytes(batch).iter().zip(self.batch_buffers()) {
-                self.ctx.queue.write_buffer(&ring, at, bytes);
-                encoder.copy_buffer_to_buffer(&ring, at, &self.buffers[buf], 0, bytes.len() as u64);
-                at += bytes.len() as u64;
-            }
-            self.ctx
-                .queue
-                .write_buffer(&ring, at, &self.step_uniform_bytes(Some(*sp)));
-            encoder.copy_buffer_to_buffer(&ring, at, &self.step_uniform, 0, STEP_UNIFORM_BYTES);
-            self.record(
-                &mut encoder,
-                true,
-                self.steps.iter().map(|(_, d)| d.as_slice()),
-            );
-            encoder.copy_buffer_to_buffer(
-                &self.buffers[self.stats],
-                0,
-                self.staging.buffer(slot),
-                16 * i as u64,
-                16,
-            );
-        }
-        self.ctx.queue.submit([encoder.finish()]);
-        let state = readback::start_map(self.staging.buffer(slot), 16 * n as u64);
-        readback::ReadbackHandle {
-            slot,
-            size: 16 * n as u64,
-            is_u32: false,
-            state,
-        }
+        let uniforms: Vec<Option<StepParams>> = params.iter().copied().map(Some).collect();
+        self.submit_batches("tinygpt:train_steps", batches, &uniforms)
     }
 
     /// Submits the evaluation-mode forward pass of several batches without
@@ -647,22 +587,36 @@ impl GpuBackend {
     /// Queued after whatever was submitted before, so it evaluates the
     /// weights those steps leave.
     pub fn submit_evals(&mut self, batches: &[Batch]) -> readback::ReadbackHandle {
-        assert!(!batches.is_empty(), "evaluate at least one batch");
+        self.submit_batches("tinygpt:evals", batches, &vec![None; batches.len()])
+    }
+
+    /// One submit of one pass per batch: each batch and its uniforms go to
+    /// the staging ring and are copied into place before that pass; a
+    /// training pass (`Some` params) runs the whole step, an evaluation pass
+    /// (`None`) the forward ops only. Each pass's [loss, norm, …] is copied
+    /// out to one staging buffer, mapped without waiting.
+    fn submit_batches(
+        &mut self,
+        label: &'static str,
+        batches: &[Batch],
+        uniforms: &[Option<StepParams>],
+    ) -> readback::ReadbackHandle {
+        assert!(!batches.is_empty(), "submit at least one pass");
         let n = batches.len();
-        let batch_sizes: Vec<u64> = self
+        let per_pass = self
             .batch_bytes(&batches[0])
             .iter()
             .map(|b| b.len() as u64)
-            .collect();
-        let per_batch = batch_sizes.iter().sum::<u64>() + STEP_UNIFORM_BYTES;
+            .sum::<u64>()
+            + STEP_UNIFORM_BYTES;
         if self
             .ring
             .as_ref()
-            .is_none_or(|r| r.size() < per_batch * n as u64)
+            .is_none_or(|r| r.size() < per_pass * n as u64)
         {
             self.ring = Some(self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("tinygpt:buffer:step_ring"),
-                size: per_batch * n as u64,
+                size: per_pass * n as u64,
                 usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
                 mapped_at_creation: false,
             }));
@@ -674,17 +628,9 @@ impl GpuBackend {
         let mut encoder = self
             .ctx
             .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("tinygpt:evals"),
-            });
-        let forward: Vec<&[Dispatch]> = self
-            .steps
-            .iter()
-            .filter(|(s, _)| matches!(s, Step::Forward(_)))
-            .map(|(_, d)| d.as_slice())
-            .collect();
-        for (i, batch) in batches.iter().enumerate() {
-            let mut at = per_batch * i as u64;
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) });
+        for (i, (batch, sp)) in batches.iter().zip(uniforms).enumerate() {
+            let mut at = per_pass * i as u64;
             for (bytes, buf) in self.batch_bytes(batch).iter().zip(self.batch_buffers()) {
                 self.ctx.queue.write_buffer(&ring, at, bytes);
                 encoder.copy_buffer_to_buffer(&ring, at, &self.buffers[buf], 0, bytes.len() as u64);
@@ -692,9 +638,14 @@ impl GpuBackend {
             }
             self.ctx
                 .queue
-                .write_buffer(&ring, at, &self.step_uniform_bytes(None));
+                .write_buffer(&ring, at, &self.step_uniform_bytes(*sp));
             encoder.copy_buffer_to_buffer(&ring, at, &self.step_uniform, 0, STEP_UNIFORM_BYTES);
-            self.record(&mut encoder, false, forward.iter().copied());
+            let training = sp.is_some();
+            let passes = self
+                .steps
+                .iter()
+                .filter(|(s, _)| training || matches!(s, Step::Forward(_)));
+            self.record(&mut encoder, training, passes.map(|(_, d)| d.as_slice()));
             encoder.copy_buffer_to_buffer(
                 &self.buffers[self.stats],
                 0,

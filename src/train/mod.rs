@@ -205,12 +205,23 @@ impl Trainer {
         self.step += 1;
         self.submitted = self.step;
         let val_loss = self.evaluates_after(self.step).then(|| self.evaluate());
+        Ok(self.record_step(out, lr, ms, val_loss))
+    }
+
+    /// Adds the step just completed (`self.step`) to the history and returns its metrics.
+    fn record_step(
+        &mut self,
+        out: crate::backend::StepOutcome,
+        lr: f32,
+        ms: f64,
+        val_loss: Option<f32>,
+    ) -> StepMetrics {
         self.history.push(LossPoint {
             step: self.step,
             loss: out.loss,
             val_loss,
         });
-        Ok(StepMetrics {
+        StepMetrics {
             step: self.step,
             loss: out.loss,
             val_loss,
@@ -218,7 +229,7 @@ impl Trainer {
             lr,
             ms,
             tokens_per_s: self.config.tokens_per_step() as f64 / (ms / 1e3),
-        })
+        }
     }
 
     /// Learning rate, AdamW step and dropout seed of the step after `done`
@@ -292,6 +303,7 @@ impl Trainer {
     /// history, and comes back as [`TrainError::Diverged`] so the caller can
     /// pause. Steps queued behind it ran normally, each applied only if its
     /// own loss and gradients were finite.
+    #[allow(clippy::result_large_err)] // the submit comes back whole, to try again next frame
     pub fn finish_gpu_steps(
         &mut self,
         mut flight: StepsInFlight,
@@ -342,20 +354,8 @@ impl Trainer {
                 continue;
             }
             let val_loss = if i + 1 == n { flight.eval_loss } else { None };
-            self.history.push(LossPoint {
-                step: self.step,
-                loss: out.loss,
-                val_loss,
-            });
-            done.metrics.push(StepMetrics {
-                step: self.step,
-                loss: out.loss,
-                val_loss,
-                grad_norm: out.grad_norm,
-                lr,
-                ms,
-                tokens_per_s: self.config.tokens_per_step() as f64 / (ms / 1e3),
-            });
+            let metrics = self.record_step(out, lr, ms, val_loss);
+            done.metrics.push(metrics);
         }
         Ok(done)
     }
