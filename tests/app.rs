@@ -44,6 +44,16 @@ fn update_until(app: &mut App, what: &str, done: impl Fn(&mut App) -> bool) {
     }
 }
 
+/// The run's parameters (the run must be idle).
+fn weights(app: &mut App) -> Vec<tinygpt::model::params::NamedTensor> {
+    let mut run = app.world_mut().resource_mut::<Run>();
+    run.engine
+        .idle_trainer()
+        .expect("the run is idle")
+        .params()
+        .unwrap()
+}
+
 fn run_step(app: &mut App) -> u64 {
     app.world().resource::<Run>().step()
 }
@@ -141,14 +151,7 @@ fn bad_input_shows_an_error_and_loses_nothing() {
     });
     let generation = app.world().resource::<Run>().generation;
     let step = run_step(&mut app);
-    let weights = app
-        .world_mut()
-        .resource_mut::<Run>()
-        .engine
-        .idle_trainer()
-        .unwrap()
-        .params()
-        .unwrap();
+    let before = weights(&mut app);
 
     let ctx = Config::load("tiny").unwrap().ctx;
     let bad = [
@@ -222,15 +225,8 @@ fn bad_input_shows_an_error_and_loses_nothing() {
         (generation, step),
         "the run is the same run"
     );
-    let after = app
-        .world_mut()
-        .resource_mut::<Run>()
-        .engine
-        .idle_trainer()
-        .unwrap()
-        .params()
-        .unwrap();
-    assert_eq!(after, weights, "nothing trained was lost");
+    let after = weights(&mut app);
+    assert_eq!(after, before, "nothing trained was lost");
     // And it still trains.
     send(&mut app, RunCommand::Train);
     update_until(&mut app, "more steps", |app| run_step(app) > step);
@@ -258,14 +254,7 @@ fn checkpoints_save_and_load_through_the_app() {
         ckpt.optimizer.is_some(),
         "the app's checkpoints resume exactly"
     );
-    let want = app
-        .world_mut()
-        .resource_mut::<Run>()
-        .engine
-        .idle_trainer()
-        .unwrap()
-        .params()
-        .unwrap();
+    let want = weights(&mut app);
     assert_eq!(ckpt.params, want);
     // Load it into a fresh app: the run resumes at step 2 with those weights.
     let mut other = app_with("tiny", |_| {});
@@ -288,14 +277,7 @@ fn checkpoints_save_and_load_through_the_app() {
         1,
         "the old run's entity is gone"
     );
-    let got = other
-        .world_mut()
-        .resource_mut::<Run>()
-        .engine
-        .idle_trainer()
-        .unwrap()
-        .params()
-        .unwrap();
+    let got = weights(&mut other);
     assert_eq!(got, want);
     std::fs::remove_dir_all(dir).unwrap();
 }
