@@ -146,7 +146,7 @@ fn spawn_cameras(
     }
 }
 
-/// Where the app's own files go by default.
+/// Where the app saves its checkpoint unless told otherwise.
 pub fn default_checkpoint_path() -> PathBuf {
     PathBuf::from("tinygpt-app.safetensors")
 }

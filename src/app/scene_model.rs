@@ -201,7 +201,9 @@ fn build_scene(
     if created.read().last().is_none() {
         return;
     }
-    let Some(run) = run else { return };
+    if run.is_none() {
+        return;
+    }
     for e in &old {
         commands.entity(e).despawn();
     }
@@ -403,7 +405,6 @@ fn build_scene(
     ));
     selection.0 = first_heatmap;
     bounds.0 = Rect::new(-10.0, -10.0, bar.max.x + 110.0, y + 10.0);
-    let _ = &run;
 }
 
 /// Writes the latest snapshot into heatmap textures, a frame's budget at a time.

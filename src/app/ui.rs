@@ -30,7 +30,7 @@ impl Default for UiState {
     fn default() -> Self {
         Self {
             corpus_path: String::new(),
-            checkpoint_path: "tinygpt-app.safetensors".into(),
+            checkpoint_path: super::default_checkpoint_path().display().to_string(),
             central: None,
         }
     }

@@ -760,46 +760,29 @@ impl GpuBackend {
     /// frame; elsewhere call [`GpuBackend::poll`]). Take it with
     /// [`GpuBackend::try_take`].
     pub fn request_read(&mut self, name: &str) -> Result<readback::ReadbackHandle, BackendError> {
-        let (id, place) = self.place(name)?;
-        let (slot, created) = self.staging.acquire(&self.ctx.device, place.size);
-        self.buffers_created += created as usize;
-        let staging = self.staging.buffer(slot);
-        let mut encoder = self
-            .ctx
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("tinygpt:readback"),
-            });
-        encoder.copy_buffer_to_buffer(
-            &self.buffers[place.buffer],
-            place.offset,
-            staging,
-            0,
-            place.size,
-        );
-        self.ctx.queue.submit([encoder.finish()]);
-        let state = readback::start_map(staging, place.size);
-        let is_u32 = self.program.tensors[id].kind == TensorKind::Input;
-        Ok(readback::ReadbackHandle {
-            slot,
-            size: place.size,
-            is_u32,
-            state,
-        })
+        self.request_reads(&[name])
     }
 
-    /// Starts reading several float tensors back in one copy and one map;
+    /// Starts reading several tensors back in one copy and one map;
     /// [`GpuBackend::try_take`] then gives their values one after another,
-    /// in the order named (split them by each tensor's size).
+    /// in the order named (split them by each tensor's size). Token tensors
+    /// (u32) come back as floats too, but only read on their own.
     pub fn request_reads(
         &mut self,
         names: &[&str],
     ) -> Result<readback::ReadbackHandle, BackendError> {
         assert!(!names.is_empty(), "read at least one tensor");
-        let places = names
+        let placed = names
             .iter()
-            .map(|n| self.place(n).map(|(_, p)| p))
+            .map(|n| self.place(n))
             .collect::<Result<Vec<_>, _>>()?;
+        let is_input = |id: TensorId| self.program.tensors[id].kind == TensorKind::Input;
+        let is_u32 = placed.iter().all(|&(id, _)| is_input(id));
+        assert!(
+            is_u32 || !placed.iter().any(|&(id, _)| is_input(id)),
+            "read token tensors on their own"
+        );
+        let places: Vec<_> = placed.into_iter().map(|(_, p)| p).collect();
         let total: u64 = places.iter().map(|p| p.size).sum();
         let (slot, created) = self.staging.acquire(&self.ctx.device, total);
         self.buffers_created += created as usize;
@@ -820,7 +803,7 @@ impl GpuBackend {
         Ok(readback::ReadbackHandle {
             slot,
             size: total,
-            is_u32: false,
+            is_u32,
             state,
         })
     }
