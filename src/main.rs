@@ -9,5 +9,11 @@ fn main() -> std::process::ExitCode {
     cli::main()
 }
 
-#[cfg(target_arch = "wasm32")]
+/// In the browser: the explainer in the page's canvas (see web/README.md).
+#[cfg(all(target_arch = "wasm32", feature = "app"))]
+fn main() {
+    tinygpt::app::web::main();
+}
+
+#[cfg(all(target_arch = "wasm32", not(feature = "app")))]
 fn main() {}

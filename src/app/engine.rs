@@ -22,8 +22,14 @@ const MAX_IN_FLIGHT: usize = 3;
 /// GPU time one submit may hold, at most (ms): bounds how long a frame's
 /// drawing can queue behind training.
 const SUBMIT_BUDGET_MS: f64 = 16.0;
-/// Wall time a CPU chunk runs before it reports back (off the frame thread).
-pub const CPU_CHUNK_MS: f64 = 50.0;
+/// Wall time a CPU chunk runs before it reports back: off the frame thread
+/// natively; in the browser the chunk shares the page's one thread with the
+/// frames, so it stops after the first step past a few milliseconds.
+pub const CPU_CHUNK_MS: f64 = if cfg!(target_arch = "wasm32") {
+    4.0
+} else {
+    50.0
+};
 /// Steps in one GPU submit, at most.
 const MAX_STEPS_PER_SUBMIT: usize = 64;
 

@@ -6,17 +6,21 @@
 //! records), [`graph`] (the ECS mirror of the program), [`scene_model`] (the
 //! Model scene: layer stack and live heatmaps), [`ui`] (the panels),
 //! [`sample`] (text generation), [`files`] (corpora, presets, checkpoints in),
-//! and [`headless`] (offscreen runs for checks).
+//! [`headless`] (offscreen runs for checks), and in the browser `web` (the
+//! page: start, files, downloads, the link of [`link`]).
 
 pub mod engine;
 pub mod files;
 pub mod graph;
 pub mod headless;
 pub mod heatmap;
+pub mod link;
 pub mod sample;
 pub mod scene_model;
 pub mod training;
 pub mod ui;
+#[cfg(target_arch = "wasm32")]
+pub mod web;
 
 use bevy::camera::{CameraOutputMode, RenderTarget, visibility::RenderLayers};
 use bevy::prelude::*;
@@ -50,6 +54,7 @@ pub fn build(options: AppOptions) -> App {
     let mut app = App::new();
     let title = "TinyGPT Explainer".to_string();
     match &options.headless {
+        #[cfg(not(target_arch = "wasm32"))]
         None => {
             app.add_plugins(DefaultPlugins.set(WindowPlugin {
                 primary_window: Some(Window {
@@ -59,6 +64,21 @@ pub fn build(options: AppOptions) -> App {
                 }),
                 ..default()
             }));
+        }
+        #[cfg(target_arch = "wasm32")]
+        None => {
+            let _ = title;
+            app.add_plugins(
+                DefaultPlugins
+                    .set(WindowPlugin {
+                        primary_window: Some(web::window()),
+                        ..default()
+                    })
+                    .set(bevy::render::RenderPlugin {
+                        render_creation: web::render_creation(),
+                        ..default()
+                    }),
+            );
         }
         Some(config) => {
             app.add_plugins(

@@ -104,9 +104,10 @@ impl RunSettings {
 }
 
 /// Bevy's own wgpu device (from `RenderDevice`/`RenderQueue`), when the app
-/// renders; the GPU backend runs its kernels on it.
+/// renders and the device can run compute shaders; the GPU backend runs its
+/// kernels on it. Without one, the second field may say why.
 #[derive(Resource, Default, Clone)]
-pub struct GpuDevice(pub Option<GpuContext>);
+pub struct GpuDevice(pub Option<GpuContext>, pub Option<String>);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RunState {
@@ -355,6 +356,12 @@ fn find_gpu_device(
     if let (Some(device), Some(queue), Some(info)) = (device, queue, info) {
         let queue: &wgpu::Queue = &queue.0;
         let info: &wgpu::AdapterInfo = &info.0;
+        #[cfg(target_arch = "wasm32")]
+        if info.backend == wgpu::Backend::Gl {
+            // WebGL2 draws the page but has no compute shaders.
+            gpu.1 = Some(super::web::NO_WEBGPU.to_string());
+            return;
+        }
         gpu.0 = Some(GpuContext::from_device(
             device.wgpu_device().clone(),
             queue.clone(),
@@ -421,10 +428,10 @@ pub fn build_run(
     let backend: Box<dyn Backend> = match (settings.backend, &gpu.0) {
         (BackendChoice::Cpu, _) => Box::new(CpuBackend::<f32>::new(program.clone())),
         (_, None) => {
-            notice = Some(
+            notice = Some(gpu.1.clone().unwrap_or_else(|| {
                 "No GPU device is available to the app, so the run trains on the CPU (slower)."
-                    .to_string(),
-            );
+                    .to_string()
+            }));
             Box::new(CpuBackend::<f32>::new(program.clone()))
         }
         (BackendChoice::Auto, Some(ctx)) if ctx.info.device_type == wgpu::DeviceType::Cpu => {
@@ -446,7 +453,12 @@ pub fn build_run(
             }
             Err(e) => {
                 notice = Some(format!(
-                    "The GPU cannot run this preset, so it trains on the CPU instead: {e}"
+                    "The GPU cannot run this preset, so it trains on the CPU instead{}: {e}",
+                    if cfg!(target_arch = "wasm32") {
+                        " (in one thread: much slower; a smaller preset trains on the GPU)"
+                    } else {
+                        ""
+                    }
                 ));
                 Box::new(CpuBackend::<f32>::new(program.clone()))
             }
@@ -562,7 +574,13 @@ fn handle_commands(
                 }
             },
             RunCommand::SaveCheckpoint(path) => {
-                if let Err(e) = crate::model::checkpoint::check_writable(&path) {
+                // In the browser the checkpoint becomes a download.
+                let writable = if cfg!(target_arch = "wasm32") {
+                    Ok(())
+                } else {
+                    crate::model::checkpoint::check_writable(&path)
+                };
+                if let Err(e) = writable {
                     status.error(format!("checkpoint not saved: {e}"));
                 } else {
                     let resume = run.state == RunState::Training;
@@ -645,7 +663,12 @@ fn pump_training(
             match save_checkpoint(run, &snapshot, &path) {
                 Ok(()) => {
                     status.info = Some(format!(
-                        "checkpoint saved to {} at step {}",
+                        "checkpoint {} {} at step {}",
+                        if cfg!(target_arch = "wasm32") {
+                            "downloaded as"
+                        } else {
+                            "saved to"
+                        },
                         path.display(),
                         snapshot.step
                     ))
@@ -756,8 +779,20 @@ fn save_checkpoint(
         v: take("adam.v.")?,
     };
     let trainer = run.engine.idle_trainer().ok_or("the run was busy")?;
-    trainer
-        .checkpoint_from(params, Some(optimizer))
-        .save(path, Precision::F32)
-        .map_err(|e| e.to_string())
+    let checkpoint = trainer.checkpoint_from(params, Some(optimizer));
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        checkpoint
+            .save(path, Precision::F32)
+            .map_err(|e| e.to_string())
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        let name = path.display().to_string();
+        let bytes = checkpoint
+            .to_bytes(Precision::F32, &name)
+            .map_err(|e| e.to_string())?;
+        super::web::download(&name, &bytes);
+        Ok(())
+    }
 }

@@ -3,6 +3,7 @@
 //! view switch (top), the status line (bottom), and the inspector of the
 //! selected tensor. The main view's camera gets the rectangle in between.
 
+#[cfg(not(target_arch = "wasm32"))]
 use super::files;
 use super::sample::SampleState;
 use super::scene_model::{Heatmap, SceneCamera, Selection};
@@ -149,18 +150,28 @@ fn draw_ui(
             let c = &settings.config;
             ui.small(format!("{} layers, {} heads, d {}, ctx {}, batch {}: {} parameters", c.n_layer, c.n_head, c.d_model, c.ctx, c.batch, crate::model::config::group_thousands(c.param_count())));
             ui.label(format!("corpus: {} ({} bytes)", settings.corpus.name(), settings.corpus.len()));
-            ui.horizontal(|ui| {
-                ui.add(egui::TextEdit::singleline(&mut ui_state.corpus_path).hint_text("path/to/text.txt").desired_width(170.0));
-                if ui.button("Load corpus").clicked() {
-                    match files::load_path(&PathBuf::from(ui_state.corpus_path.trim())) {
-                        Ok(c) => {
-                            commands.write(c);
+            #[cfg(not(target_arch = "wasm32"))]
+            {
+                ui.horizontal(|ui| {
+                    ui.add(egui::TextEdit::singleline(&mut ui_state.corpus_path).hint_text("path/to/text.txt").desired_width(170.0));
+                    if ui.button("Load corpus").clicked() {
+                        match files::load_path(&PathBuf::from(ui_state.corpus_path.trim())) {
+                            Ok(c) => {
+                                commands.write(c);
+                            }
+                            Err(e) => status.error(e),
                         }
-                        Err(e) => status.error(e),
                     }
+                });
+                ui.small("or drop a .txt corpus, a .ron preset or a .safetensors checkpoint on the window");
+            }
+            #[cfg(target_arch = "wasm32")]
+            {
+                if ui.button("Open a file…").on_hover_text("a .txt corpus, a .ron preset or a .safetensors checkpoint").clicked() {
+                    super::web::open_file_picker();
                 }
-            });
-            ui.small("or drop a .txt corpus, a .ron preset or a .safetensors checkpoint on the window");
+                ui.small("or drop a .txt corpus, a .ron preset or a .safetensors checkpoint on the page");
+            }
             egui::Grid::new("settings").num_columns(2).show(ui, |ui| {
                 ui.label("learning rate");
                 ui.add(egui::DragValue::new(&mut settings.lr).speed(1e-5).range(1e-6..=1.0).max_decimals(6));
@@ -199,6 +210,7 @@ fn draw_ui(
                     commands.write(RunCommand::NewRun);
                 }
             });
+            #[cfg(not(target_arch = "wasm32"))]
             ui.horizontal(|ui| {
                 ui.add(egui::TextEdit::singleline(&mut ui_state.checkpoint_path).desired_width(170.0));
                 if ui.button("Save").clicked() {
@@ -211,6 +223,16 @@ fn draw_ui(
                         }
                         Err(e) => status.error(e),
                     }
+                }
+            });
+            #[cfg(target_arch = "wasm32")]
+            ui.horizontal(|ui| {
+                if ui.button("Download checkpoint").on_hover_text("weights and AdamW state, as .safetensors").clicked() {
+                    let name = format!("tinygpt-{}-step{}.safetensors", run.preset.replace(['/', '\\'], "_"), run.step());
+                    commands.write(RunCommand::SaveCheckpoint(PathBuf::from(name)));
+                }
+                if ui.button("Load…").on_hover_text("a .safetensors checkpoint (or drop one on the page)").clicked() {
+                    super::web::open_file_picker();
                 }
             });
             ui.separator();

@@ -81,6 +81,27 @@ impl Checkpoint {
             path: path.display().to_string(),
             message,
         };
+        let bytes = self.to_bytes(precision, &path.display().to_string())?;
+        let tmp = temp_path(path);
+        let result = std::fs::write(&tmp, &bytes)
+            .and_then(|_| std::fs::File::open(&tmp).and_then(|f| f.sync_all()))
+            .and_then(|_| readable_by_all(&tmp))
+            .and_then(|_| std::fs::rename(&tmp, path))
+            .map_err(|e| werr(e.to_string()));
+        if result.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        result
+    }
+
+    /// The checkpoint as a safetensors file's bytes (what [`Checkpoint::save`]
+    /// writes; the browser build offers them as a download). `name` is the
+    /// file the bytes are for, for errors.
+    pub fn to_bytes(&self, precision: Precision, name: &str) -> Result<Vec<u8>, CheckpointError> {
+        let werr = |message: String| CheckpointError::Write {
+            path: name.to_string(),
+            message,
+        };
         for t in self.all_tensors() {
             if let Some(i) = t.values.iter().position(|x| !x.is_finite()) {
                 return Err(werr(format!(
@@ -140,20 +161,7 @@ impl Checkpoint {
                 ))
             })
             .collect::<Result<_, CheckpointError>>()?;
-        let tmp = temp_path(path);
-        let result = safetensors::tensor::serialize_to_file(views, Some(meta), &tmp)
-            .map_err(|e| werr(e.to_string()))
-            .and_then(|_| {
-                std::fs::File::open(&tmp)
-                    .and_then(|f| f.sync_all())
-                    .map_err(|e| werr(e.to_string()))
-            })
-            .and_then(|_| readable_by_all(&tmp).map_err(|e| werr(e.to_string())))
-            .and_then(|_| std::fs::rename(&tmp, path).map_err(|e| werr(e.to_string())));
-        if result.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        result
+        safetensors::tensor::serialize(views, Some(meta)).map_err(|e| werr(e.to_string()))
     }
 
     fn all_tensors(&self) -> impl Iterator<Item = &NamedTensor> {

@@ -1,0 +1,188 @@
+//! A view as a link: the preset, seed, scene and heatmap view (and whether to
+//! start training) written as a URL fragment, `#preset=small&seed=1337&scene=model&view=weights`.
+//! The browser build reads it at start and keeps it up to date, so a link a
+//! teacher sends opens the same run and view. Parsing is here, apart from
+//! the page, so it is tested natively.
+
+use super::training::{BackendChoice, HeatmapView};
+use crate::model::config::BUILTIN_PRESETS;
+
+/// The scenes the app can show (the `scene` key of a link).
+pub const SCENES: &[&str] = &["model"];
+
+/// What a link asks for; a key it leaves out keeps the app's default.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Link {
+    /// A built-in preset's id.
+    pub preset: Option<String>,
+    pub seed: Option<u64>,
+    pub scene: Option<String>,
+    pub view: Option<HeatmapView>,
+    pub backend: Option<BackendChoice>,
+    /// Start training at once.
+    pub train: bool,
+}
+
+/// The fragment's name for a heatmap view.
+pub fn view_key(view: HeatmapView) -> &'static str {
+    match view {
+        HeatmapView::Weights => "weights",
+        HeatmapView::Gradients => "gradients",
+        HeatmapView::AdamM => "adam-m",
+        HeatmapView::AdamV => "adam-v",
+    }
+}
+
+fn backend_key(backend: BackendChoice) -> &'static str {
+    match backend {
+        BackendChoice::Auto => "auto",
+        BackendChoice::Gpu => "gpu",
+        BackendChoice::Cpu => "cpu",
+    }
+}
+
+impl Link {
+    /// Reads a fragment (with or without its `#`). What it cannot use is
+    /// skipped, with one message per problem saying what would work; the
+    /// rest still applies.
+    pub fn parse(fragment: &str) -> (Link, Vec<String>) {
+        let mut link = Link::default();
+        let mut problems = Vec::new();
+        let fragment = fragment.trim().trim_start_matches('#');
+        for pair in fragment.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            let value = value.trim();
+            match key.trim() {
+                "preset" => {
+                    if BUILTIN_PRESETS.iter().any(|(id, _)| *id == value) {
+                        link.preset = Some(value.to_string());
+                    } else {
+                        let ids: Vec<&str> = BUILTIN_PRESETS.iter().map(|(id, _)| *id).collect();
+                        problems.push(format!(
+                            "the link's preset `{value}` is not built in; use one of {}",
+                            ids.join(", ")
+                        ));
+                    }
+                }
+                "seed" => match value.parse::<u64>() {
+                    Ok(seed) => link.seed = Some(seed),
+                    Err(_) => problems.push(format!(
+                        "the link's seed `{value}` is not a whole number from 0 to {}",
+                        u64::MAX
+                    )),
+                },
+                "scene" => {
+                    if SCENES.contains(&value) {
+                        link.scene = Some(value.to_string());
+                    } else {
+                        problems.push(format!(
+                            "the link's scene `{value}` does not exist; the scenes are: {}",
+                            SCENES.join(", ")
+                        ));
+                    }
+                }
+                "view" => match HeatmapView::ALL.into_iter().find(|v| view_key(*v) == value) {
+                    Some(v) => link.view = Some(v),
+                    None => problems.push(format!(
+                        "the link's view `{value}` does not exist; use one of {}",
+                        HeatmapView::ALL.map(view_key).join(", ")
+                    )),
+                },
+                "backend" => {
+                    match [BackendChoice::Auto, BackendChoice::Gpu, BackendChoice::Cpu]
+                        .into_iter()
+                        .find(|b| backend_key(*b) == value)
+                    {
+                        Some(b) => link.backend = Some(b),
+                        None => problems.push(format!(
+                            "the link's backend `{value}` does not exist; use auto, gpu or cpu"
+                        )),
+                    }
+                }
+                "train" => match value {
+                    "1" | "true" | "" => link.train = true,
+                    "0" | "false" => link.train = false,
+                    _ => problems.push(format!("the link's train `{value}` is not 1 or 0")),
+                },
+                other => problems.push(format!(
+                    "the link's key `{other}` is unknown; the keys are preset, seed, scene, view, backend and train"
+                )),
+            }
+        }
+        (link, problems)
+    }
+
+    /// The fragment (without `#`) that [`Link::parse`] reads back as `self`.
+    pub fn fragment(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(p) = &self.preset {
+            parts.push(format!("preset={p}"));
+        }
+        if let Some(s) = self.seed {
+            parts.push(format!("seed={s}"));
+        }
+        if let Some(s) = &self.scene {
+            parts.push(format!("scene={s}"));
+        }
+        if let Some(v) = self.view {
+            parts.push(format!("view={}", view_key(v)));
+        }
+        if let Some(b) = self.backend
+            && b != BackendChoice::Auto
+        {
+            parts.push(format!("backend={}", backend_key(b)));
+        }
+        if self.train {
+            parts.push("train=1".to_string());
+        }
+        parts.join("&")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_link_reads_back_what_it_wrote() {
+        for view in HeatmapView::ALL {
+            for backend in [BackendChoice::Auto, BackendChoice::Gpu, BackendChoice::Cpu] {
+                let link = Link {
+                    preset: Some("tiny".into()),
+                    seed: Some(u64::MAX),
+                    scene: Some("model".into()),
+                    view: Some(view),
+                    backend: Some(backend).filter(|b| *b != BackendChoice::Auto),
+                    train: view == HeatmapView::AdamM,
+                };
+                let (back, problems) = Link::parse(&format!("#{}", link.fragment()));
+                assert!(problems.is_empty(), "{problems:?}");
+                assert_eq!(back, link);
+            }
+        }
+        assert_eq!(Link::parse(""), (Link::default(), vec![]));
+    }
+
+    #[test]
+    fn each_bad_key_is_named_and_the_rest_still_applies() {
+        let (link, problems) = Link::parse(
+            "preset=giant&seed=-3&scene=attention&view=logits&backend=tpu&train=maybe&colour=red&preset=small&seed=7",
+        );
+        assert_eq!(link.preset.as_deref(), Some("small"));
+        assert_eq!(link.seed, Some(7));
+        assert!(!link.train);
+        assert_eq!(problems.len(), 7, "{problems:?}");
+        for (problem, names) in problems.iter().zip([
+            "giant",
+            "-3",
+            "attention",
+            "logits",
+            "tpu",
+            "maybe",
+            "colour",
+        ]) {
+            assert!(problem.contains(names), "{problem}");
+        }
+        assert!(problems[0].contains("tiny, small"), "{}", problems[0]);
+    }
+}

@@ -1,0 +1,214 @@
+//! The browser build's side of its page (`web/index.html`): how the app
+//! starts on wasm32, the renderer it asks for (WebGPU, or WebGL2 where the
+//! browser has no WebGPU, training then on the CPU), files the page hands in
+//! (file input and drag-and-drop), checkpoints saved as downloads, the view
+//! kept in the URL fragment ([`super::link`]), and a status line the page
+//! shows and the browser test reads.
+//!
+//! The page defines `window.tinygptHost` before it loads the wasm; the
+//! functions below are its methods.
+
+use super::link::Link;
+use super::training::{AppStatus, BackendChoice, Run, RunSettings, RunState, Snapshots};
+use super::{AppOptions, files};
+use crate::model::config::{BUILTIN_PRESETS, Config, DEFAULT_PRESET};
+use bevy::prelude::*;
+use bevy::render::settings::{Backends, RenderCreation, WgpuSettings, WgpuSettingsPriority};
+use wasm_bindgen::prelude::*;
+
+#[wasm_bindgen]
+extern "C" {
+    /// Whether the page found a WebGPU adapter (it asks before loading us).
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = hasWebGpu)]
+    fn has_webgpu() -> bool;
+    /// The URL fragment, without `#`.
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = getFragment)]
+    fn get_fragment() -> String;
+    /// Replaces the URL fragment (no new history entry).
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = setFragment)]
+    fn set_fragment(fragment: &str);
+    /// The name of the next file the user gave the page, if any…
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = takeFileName)]
+    fn take_file_name() -> Option<String>;
+    /// …and its bytes (taken together with the name).
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = takeFileBytes)]
+    fn take_file_bytes() -> Vec<u8>;
+    /// Opens the browser's file chooser.
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = openFilePicker)]
+    pub fn open_file_picker();
+    /// Offers bytes as a download named `name`.
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = download)]
+    fn host_download(name: &str, bytes: &[u8]);
+    /// The app's state as JSON, for the page and for tests.
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = report)]
+    fn report(status: &str);
+}
+
+/// Offers bytes as a download (how the browser build saves checkpoints).
+pub fn download(name: &str, bytes: &[u8]) {
+    host_download(name, bytes);
+}
+
+/// Why the browser build trains on the CPU when it has no WebGPU.
+pub const NO_WEBGPU: &str = "This browser offers no WebGPU, so the page draws through WebGL2 (which cannot run compute shaders) and the model trains on the CPU, in one thread (WebAssembly here has no threads): about ten to a hundred times slower than on a GPU. To train on your GPU, open this page in a browser with WebGPU turned on: Chrome or Edge 113 or later, Safari 26, or Firefox 141 or later on Windows.";
+
+/// The wasm entry: reads the link, starts the app in the page's canvas.
+pub fn main() {
+    let webgpu = has_webgpu();
+    let (link, problems) = Link::parse(&get_fragment());
+    // Without WebGPU the CPU trains in one thread: start with the preset that
+    // keeps frames smooth there unless the link names one.
+    let preset = link
+        .preset
+        .clone()
+        .unwrap_or_else(|| if webgpu { DEFAULT_PRESET } else { "tiny" }.to_string());
+    let config = Config::load(&preset).expect("a built-in preset parses (tested)");
+    let mut settings = RunSettings::from_preset(&preset, config);
+    if let Some(seed) = link.seed {
+        settings.seed = seed;
+    }
+    if let Some(backend) = link.backend {
+        settings.backend = backend;
+    }
+    let mut app = super::build(AppOptions {
+        settings,
+        train: link.train,
+        headless: None,
+    });
+    if let Some(view) = link.view {
+        app.world_mut().resource_mut::<Snapshots>().set_view(view);
+    }
+    app.world_mut()
+        .resource_mut::<AppStatus>()
+        .errors
+        .extend(problems);
+    app.add_plugins(WebPlugin);
+    app.run();
+}
+
+/// The window: the page's canvas, sized to its parent.
+pub fn window() -> Window {
+    Window {
+        title: "TinyGPT Explainer".into(),
+        canvas: Some("#tinygpt".into()),
+        fit_canvas_to_parent: true,
+        // Let the page keep its own keys (reload, zoom, tab).
+        prevent_default_event_handling: false,
+        ..default()
+    }
+}
+
+/// The renderer: WebGPU with the adapter's own limits (the kernels want
+/// more than WebGPU's defaults for the larger presets), or WebGL2's where
+/// the page found no WebGPU adapter.
+pub fn render_creation() -> RenderCreation {
+    let settings = if has_webgpu() {
+        WgpuSettings {
+            backends: Some(Backends::BROWSER_WEBGPU),
+            priority: WgpuSettingsPriority::Functionality,
+            ..default()
+        }
+    } else {
+        WgpuSettings {
+            backends: Some(Backends::GL),
+            priority: WgpuSettingsPriority::WebGL2,
+            limits: wgpu::Limits::downlevel_webgl2_defaults(),
+            ..default()
+        }
+    };
+    RenderCreation::Automatic(Box::new(settings))
+}
+
+pub struct WebPlugin;
+
+impl Plugin for WebPlugin {
+    fn build(&self, app: &mut App) {
+        app.init_resource::<PageState>().add_systems(
+            Update,
+            (
+                files_from_page.before(super::training::TrainingSystems),
+                (keep_link, report_to_page).after(super::training::TrainingSystems),
+            ),
+        );
+    }
+}
+
+/// What was last written to the page.
+#[derive(Resource, Default)]
+struct PageState {
+    fragment: String,
+    report: String,
+    frames: u64,
+}
+
+fn files_from_page(
+    mut out: MessageWriter<super::training::RunCommand>,
+    mut status: ResMut<AppStatus>,
+) {
+    while let Some(name) = take_file_name() {
+        match files::command_for(&name, take_file_bytes()) {
+            Ok(command) => {
+                out.write(command);
+            }
+            Err(e) => status.error(e),
+        }
+    }
+}
+
+/// Writes the Run panel's preset and seed, the scene and the heatmap view
+/// to the fragment when they change.
+fn keep_link(
+    settings: Res<RunSettings>,
+    snapshots: Res<Snapshots>,
+    run: Option<Res<Run>>,
+    mut page: ResMut<PageState>,
+) {
+    let link = Link {
+        // A preset loaded from a file cannot travel in a link.
+        preset: BUILTIN_PRESETS
+            .iter()
+            .any(|(id, _)| *id == settings.preset)
+            .then(|| settings.preset.clone()),
+        seed: Some(settings.seed),
+        scene: Some("model".into()),
+        view: Some(snapshots.view),
+        backend: Some(settings.backend).filter(|b| *b != BackendChoice::Auto),
+        train: run.is_some_and(|r| r.state == RunState::Training),
+    };
+    let fragment = link.fragment();
+    if fragment != page.fragment {
+        set_fragment(&fragment);
+        page.fragment = fragment;
+    }
+}
+
+/// The app's state for the page: the loading screen goes when the first
+/// report arrives; the browser test waits on `step` and `loss`.
+fn report_to_page(run: Option<Res<Run>>, status: Res<AppStatus>, mut page: ResMut<PageState>) {
+    page.frames += 1;
+    let Some(run) = run else { return };
+    let last = run.last;
+    let value = serde_json::json!({
+        "frames": page.frames,
+        "backend": run.backend_label.split(' ').next().unwrap_or(""),
+        "backend_label": run.backend_label,
+        "preset": run.preset,
+        "state": format!("{:?}", run.state),
+        "step": run.step(),
+        "loss": last.map(|m| m.loss as f64).filter(|l| l.is_finite()),
+        "loss_finite": last.map(|m| m.loss.is_finite()),
+        "val_loss": last.and_then(|m| m.val_loss),
+        "ms_per_step": last.map(|m| m.ms),
+        "notice": run.notice,
+        "errors": status.errors,
+    });
+    // Frames change every time; send only when something else did, or
+    // once a second.
+    let mut key = value.clone();
+    key["frames"] = serde_json::Value::Null;
+    let key = key.to_string();
+    if key != page.report || page.frames % 60 == 0 {
+        report(&value.to_string());
+        page.report = key;
+    }
+}

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Builds the explainer for the browser into web/dist: the app compiled to
+# wasm32 (the same code and WGSL kernels as the desktop app), bound to
+# JavaScript by wasm-bindgen, shrunk by wasm-opt where Debian's binaryen is
+# installed, and this folder's index.html. Serve web/dist with any static
+# server (see web/README.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tinygpt-target}"
+export PATH="$HOME/.cargo/bin:$PATH"
+rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || true
+
+# wasm-bindgen's command line must match the wasm-bindgen crate the app links.
+version=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/"/, "", $3); print $3 }' Cargo.lock)
+if [ -z "$version" ]; then
+    echo "web/build.sh: Cargo.lock names no wasm-bindgen version" >&2
+    exit 1
+fi
+if [ "$(wasm-bindgen --version 2>/dev/null | awk '{ print $2 }')" != "$version" ]; then
+    echo "installing wasm-bindgen-cli $version (once; a few minutes)"
+    cargo install wasm-bindgen-cli --version "$version"
+fi
+
+cargo build --release --target wasm32-unknown-unknown --bin tinygpt
+
+out=web/dist
+rm -rf "$out"
+mkdir -p "$out"
+wasm-bindgen --target web --no-typescript --out-dir "$out" --out-name tinygpt \
+    "$CARGO_TARGET_DIR/wasm32-unknown-unknown/release/tinygpt.wasm"
+raw=$(stat -c %s "$out/tinygpt_bg.wasm")
+
+if command -v wasm-opt >/dev/null; then
+    # -Oz: smallest code; the features are those rustc's wasm32 target
+    # enables by default.
+    wasm-opt -Oz --strip-debug --strip-producers \
+        --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
+        --enable-mutable-globals --enable-multivalue --enable-reference-types \
+        "$out/tinygpt_bg.wasm" -o "$out/tinygpt_bg.opt.wasm"
+    mv "$out/tinygpt_bg.opt.wasm" "$out/tinygpt_bg.wasm"
+else
+    echo "wasm-opt not found (Debian: apt install binaryen); the wasm is left as wasm-bindgen wrote it"
+fi
+cp web/index.html "$out/"
+
+size=$(stat -c %s "$out/tinygpt_bg.wasm")
+gz=$(gzip -9 -c "$out/tinygpt_bg.wasm" | wc -c)
+echo "web/dist: tinygpt_bg.wasm $((raw / 1024)) KiB from wasm-bindgen, $((size / 1024)) KiB after wasm-opt, $((gz / 1024)) KiB gzipped"

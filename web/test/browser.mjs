@@ -1,0 +1,214 @@
+// The browser test of the web build (run by .ci/run under Xvfb):
+// serves web/dist on localhost, opens it in Debian's Chromium (driven by
+// playwright-core), and checks two runs:
+//
+// 1. WebGPU (SwiftShader's, headed: headless Chromium loses a SwiftShader
+//    WebGPU device once a canvas is presented): the app trains STEPS steps
+//    on the GPU backend with finite losses, writes its view to the URL
+//    fragment, and draws a frame that is not blank.
+// 2. WebGPU turned off: the page draws through WebGL2, the app trains on the
+//    CPU backend and shows the notice that says why.
+//
+// Any console error or uncaught exception fails a run. Prints one JSON line
+// per run (times to first frame and first step, steps per second) and saves
+// the screenshots in web/test/out/.
+
+import { chromium } from "playwright-core";
+import http from "node:http";
+import fs from "node:fs";
+import path from "node:path";
+import zlib from "node:zlib";
+import { fileURLToPath } from "node:url";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const dist = path.resolve(here, "..", "dist");
+const outDir = path.join(here, "out");
+const STEPS = Number(process.env.TINYGPT_WEB_STEPS || 20);
+const TIMEOUT_S = Number(process.env.TINYGPT_WEB_TIMEOUT_S || 300);
+const chromiumPath = process.env.CHROMIUM || "/usr/bin/chromium";
+
+const common = [
+  "--no-sandbox",
+  "--disable-background-networking",
+  "--disable-component-update",
+  "--disable-sync",
+  "--no-first-run",
+  "--disable-gpu-watchdog",
+];
+const runs = [
+  {
+    name: "webgpu",
+    fragment: "preset=tiny&seed=1337&scene=model&view=weights&backend=gpu&train=1",
+    args: [
+      "--enable-unsafe-webgpu",
+      "--enable-features=Vulkan",
+      "--use-vulkan=swiftshader",
+      "--use-webgpu-adapter=swiftshader",
+    ],
+    webgpu: true,
+    backend: "gpu",
+  },
+  {
+    name: "no-webgpu",
+    fragment: "preset=tiny&seed=1337&train=1",
+    args: ["--disable-features=WebGPU", "--use-angle=swiftshader", "--enable-unsafe-swiftshader"],
+    webgpu: false,
+    backend: "cpu",
+  },
+];
+
+const types = { ".html": "text/html", ".js": "text/javascript", ".wasm": "application/wasm" };
+
+function serve() {
+  const server = http.createServer((req, res) => {
+    const url = new URL(req.url, "http://localhost");
+    const file = path.join(dist, url.pathname === "/" ? "index.html" : decodeURIComponent(url.pathname));
+    if (!file.startsWith(dist) || !fs.existsSync(file) || fs.statSync(file).isDirectory()) {
+      res.writeHead(404);
+      res.end("not found");
+      return;
+    }
+    const body = fs.readFileSync(file);
+    res.writeHead(200, {
+      "Content-Type": types[path.extname(file)] || "application/octet-stream",
+      "Content-Length": body.length,
+    });
+    res.end(body);
+  });
+  return new Promise((resolve) => server.listen(0, "127.0.0.1", () => resolve(server)));
+}
+
+// A PNG's pixels (8-bit RGB or RGBA, not interlaced: what Chromium writes).
+function decodePng(buf) {
+  let pos = 8;
+  let width = 0, height = 0, channels = 0;
+  const idat = [];
+  while (pos < buf.length) {
+    const len = buf.readUInt32BE(pos);
+    const type = buf.toString("ascii", pos + 4, pos + 8);
+    const data = buf.subarray(pos + 8, pos + 8 + len);
+    if (type === "IHDR") {
+      width = data.readUInt32BE(0);
+      height = data.readUInt32BE(4);
+      if (data[8] !== 8 || data[12] !== 0) throw new Error("unexpected PNG depth or interlace");
+      channels = { 2: 3, 6: 4 }[data[9]];
+      if (!channels) throw new Error(`unexpected PNG colour type ${data[9]}`);
+    } else if (type === "IDAT") idat.push(data);
+    pos += 12 + len;
+  }
+  const raw = zlib.inflateSync(Buffer.concat(idat));
+  const stride = width * channels;
+  const px = Buffer.alloc(height * stride);
+  for (let y = 0; y < height; y++) {
+    const filter = raw[y * (stride + 1)];
+    const line = raw.subarray(y * (stride + 1) + 1, (y + 1) * (stride + 1));
+    for (let x = 0; x < stride; x++) {
+      const a = x >= channels ? px[y * stride + x - channels] : 0;
+      const b = y > 0 ? px[(y - 1) * stride + x] : 0;
+      const c = x >= channels && y > 0 ? px[(y - 1) * stride + x - channels] : 0;
+      let v = line[x];
+      if (filter === 1) v += a;
+      else if (filter === 2) v += b;
+      else if (filter === 3) v += (a + b) >> 1;
+      else if (filter === 4) {
+        const p = a + b - c, pa = Math.abs(p - a), pb = Math.abs(p - b), pc = Math.abs(p - c);
+        v += pa <= pb && pa <= pc ? a : pb <= pc ? b : c;
+      }
+      px[y * stride + x] = v & 255;
+    }
+  }
+  return { width, height, channels, px };
+}
+
+// How much of the picture is not its most common colour, and how many
+// colours it has.
+function pictureStats(png) {
+  const { width, height, channels, px } = decodePng(png);
+  const counts = new Map();
+  for (let i = 0; i < width * height; i++) {
+    const o = i * channels;
+    const key = (px[o] << 16) | (px[o + 1] << 8) | px[o + 2];
+    counts.set(key, (counts.get(key) || 0) + 1);
+  }
+  const top = Math.max(...counts.values());
+  return { width, height, colours: counts.size, nonBackground: 1 - top / (width * height) };
+}
+
+async function runOnce(base, run) {
+  const browser = await chromium.launch({
+    executablePath: chromiumPath,
+    headless: false,
+    args: [...common, ...run.args],
+  });
+  const problems = [];
+  try {
+    const page = await browser.newPage({ viewport: { width: 1280, height: 720 } });
+    page.on("console", (msg) => {
+      if (msg.type() === "error") problems.push(`console error: ${msg.text()}`);
+    });
+    page.on("pageerror", (e) => problems.push(`uncaught: ${e.message}`));
+    const t0 = Date.now();
+    await page.goto(`${base}/#${run.fragment}`);
+    let status = null;
+    for (;;) {
+      status = await page.evaluate(() => ({ ...window.tinygptStatus, webgpu: window.tinygptHost.webgpu }));
+      const done = status.step >= STEPS && status.backend === run.backend;
+      if (done || problems.length || Date.now() - t0 > TIMEOUT_S * 1000) break;
+      await page.waitForTimeout(500);
+    }
+    const fragment = await page.evaluate(() => location.hash);
+    fs.mkdirSync(outDir, { recursive: true });
+    const shotPath = path.join(outDir, `${run.name}.png`);
+    const shot = await page.screenshot({ path: shotPath });
+    const picture = pictureStats(shot);
+    const times = status.stepTimes || [];
+    const first = times.find(([, step]) => step >= 1);
+    const last = times[times.length - 1];
+    const stepsPerS = first && last && last[0] > first[0] ? (last[1] - first[1]) / ((last[0] - first[0]) / 1e3) : null;
+    const result = {
+      run: run.name,
+      webgpu_adapter: status.webgpu,
+      backend: status.backend,
+      backend_label: status.backend_label,
+      steps: status.step,
+      loss: status.loss,
+      loss_finite: status.loss_finite,
+      first_frame_ms: status.firstFrameMs,
+      first_step_ms: status.firstStepMs,
+      steps_per_s: stepsPerS,
+      notice: status.notice,
+      errors: status.errors,
+      fragment,
+      screenshot: { path: path.relative(process.cwd(), shotPath), ...picture },
+    };
+    console.log(JSON.stringify(result));
+
+    const check = (ok, what) => { if (!ok) problems.push(what); };
+    check(status.webgpu === run.webgpu, `the page's WebGPU probe said ${status.webgpu}, expected ${run.webgpu}`);
+    check(status.backend === run.backend, `trained on ${status.backend}, expected ${run.backend}`);
+    check(status.step >= STEPS, `only ${status.step} of ${STEPS} steps in ${TIMEOUT_S} s`);
+    check(status.loss_finite === true && Number.isFinite(status.loss), `the last loss is not finite: ${status.loss}`);
+    check((status.errors || []).length === 0, `the app reported errors: ${JSON.stringify(status.errors)}`);
+    check(fragment.includes("preset=tiny") && fragment.includes("seed=1337") && fragment.includes("scene=model"),
+      `the URL fragment does not hold the view: ${fragment}`);
+    check(picture.colours > 100 && picture.nonBackground > 0.2,
+      `the screenshot looks blank: ${picture.colours} colours, ${(picture.nonBackground * 100).toFixed(1)}% off the background`);
+    if (!run.webgpu) {
+      check(/WebGPU/.test(status.notice || ""), `no notice says why the CPU trains: ${status.notice}`);
+    }
+  } finally {
+    await browser.close();
+  }
+  return problems;
+}
+
+const server = await serve();
+const base = `http://127.0.0.1:${server.address().port}`;
+let failed = false;
+for (const run of runs) {
+  const problems = await runOnce(base, run);
+  for (const p of problems) console.error(`[${run.name}] ${p}`);
+  failed ||= problems.length > 0;
+}
+server.close();
+process.exit(failed ? 1 : 0);
