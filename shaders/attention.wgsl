@@ -37,6 +37,9 @@ struct AttnParams {
     scale: f32,
 }
 
+// -f32::MAX, the start of a running max. (The literal rounds to it; Tint,
+// the browsers' WGSL compiler, refuses a literal past it, such as -3.4028235e38.)
+const NEG_FLT_MAX: f32 = -3.4028234e38;
 const BR: u32 = 16u;
 const BC: u32 = 16u;
 const DPL: u32 = {{DPL}}u;
@@ -109,7 +112,7 @@ fn attention_forward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invoca
 
     var o: array<f32, DPL>;
     for (var u = 0u; u < DPL; u++) { o[u] = 0.0; }
-    var m = -3.4028235e38;
+    var m = NEG_FLT_MAX;
     var l = 0.0;
     let last = min(q0 + BR, at.t);
     for (var j0 = 0u; j0 < last; j0 += BC) {
@@ -117,7 +120,7 @@ fn attention_forward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invoca
         load_rows(1u, b, h, j0, 2u, tid); // V tile
         workgroupBarrier();
         let j = j0 + lane;
-        var sc = -3.4028235e38;
+        var sc = NEG_FLT_MAX;
         if (valid && j <= i) {
             var acc = 0.0;
             for (var d = 0u; d < at.d; d++) { acc += qkv[qbase + d] * tile_a[lane * ts() + d]; }

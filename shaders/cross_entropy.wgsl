@@ -21,6 +21,9 @@ struct CeParams {
     _pad1: u32,
 }
 
+// -f32::MAX, the start of a running max. (The literal rounds to it; Tint,
+// the browsers' WGSL compiler, refuses a literal past it, such as -3.4028235e38.)
+const NEG_FLT_MAX: f32 = -3.4028234e38;
 const WG: u32 = 64u;
 
 @group(0) @binding(0) var<storage, read> logits: array<f32>;
@@ -58,7 +61,7 @@ fn reduce_sum(tid: u32, v: f32) -> f32 {
 
 fn row_lse(row: u32, tid: u32) -> f32 {
     let base = row * ce.vocab;
-    var m = -3.4028235e38;
+    var m = NEG_FLT_MAX;
     for (var j = tid; j < ce.vocab; j += WG) { m = max(m, logits[base + j]); }
     m = reduce_max(tid, m);
     var s = 0.0;

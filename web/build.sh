@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the explainer for the browser into web/dist: the app compiled to
 # wasm32 (the same code and WGSL kernels as the desktop app), bound to
-# JavaScript by wasm-bindgen, shrunk by wasm-opt where Debian's binaryen is
-# installed, and this folder's index.html. Serve web/dist with any static
+# JavaScript by wasm-bindgen, shrunk by wasm-opt (binaryen), and this
+# folder's index.html. Serve web/dist with any static
 # server (see web/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,11 +27,25 @@ cargo build --release --target wasm32-unknown-unknown --bin tinygpt
 out=web/dist
 rm -rf "$out"
 mkdir -p "$out"
-wasm-bindgen --target web --no-typescript --out-dir "$out" --out-name tinygpt \
+# The name section (function names, 17 MB) only serves debuggers.
+wasm-bindgen --target web --no-typescript --remove-name-section --remove-producers-section \
+    --out-dir "$out" --out-name tinygpt \
     "$CARGO_TARGET_DIR/wasm32-unknown-unknown/release/tinygpt.wasm"
 raw=$(stat -c %s "$out/tinygpt_bg.wasm")
 
-if command -v wasm-opt >/dev/null; then
+# wasm-opt from binaryen 116 (crates.io's `wasm-opt`, which builds it): Debian
+# bookworm's binaryen 108 turns wasm-bindgen's externref table into a funcref
+# table, and the page then fails to start ("WebAssembly.Table.set(): Argument
+# 1 is invalid"), so it is not used.
+opt_version=116
+if [ "$(wasm-opt --version 2>/dev/null | awk '{ print $3 }')" -lt "$opt_version" ] 2>/dev/null \
+    || ! command -v wasm-opt >/dev/null; then
+    if [ "${TINYGPT_SKIP_WASM_OPT:-0}" != 1 ]; then
+        echo "installing wasm-opt (binaryen $opt_version) from crates.io (once; builds binaryen's C++)"
+        cargo install wasm-opt --version "0.$opt_version.1"
+    fi
+fi
+if [ "${TINYGPT_SKIP_WASM_OPT:-0}" != 1 ]; then
     # -Oz: smallest code; the features are those rustc's wasm32 target
     # enables by default.
     wasm-opt -Oz --strip-debug --strip-producers \
@@ -40,7 +54,7 @@ if command -v wasm-opt >/dev/null; then
         "$out/tinygpt_bg.wasm" -o "$out/tinygpt_bg.opt.wasm"
     mv "$out/tinygpt_bg.opt.wasm" "$out/tinygpt_bg.wasm"
 else
-    echo "wasm-opt not found (Debian: apt install binaryen); the wasm is left as wasm-bindgen wrote it"
+    echo "TINYGPT_SKIP_WASM_OPT=1: the wasm is left as wasm-bindgen wrote it"
 fi
 cp web/index.html "$out/"
 

@@ -199,7 +199,9 @@ fn report_to_page(run: Option<Res<Run>>, status: Res<AppStatus>, mut page: ResMu
         "loss_finite": last.map(|m| m.loss.is_finite()),
         "val_loss": last.and_then(|m| m.val_loss),
         "ms_per_step": last.map(|m| m.ms),
+        "corpus": run.corpus_name,
         "notice": run.notice,
+        "info": status.info,
         "errors": status.errors,
     });
     // Frames change every time; send only when something else did, or

@@ -113,9 +113,15 @@ impl GpuContext {
 
     /// e.g. `NVIDIA H100 80GB HBM3 (Vulkan, DiscreteGpu)`
     pub fn describe(&self) -> String {
+        // Browsers do not tell the adapter's name.
+        let name = if self.info.name.is_empty() {
+            "unnamed adapter"
+        } else {
+            &self.info.name
+        };
         format!(
-            "{} ({:?}, {:?})",
-            self.info.name, self.info.backend, self.info.device_type
+            "{name} ({:?}, {:?})",
+            self.info.backend, self.info.device_type
         )
     }
 }

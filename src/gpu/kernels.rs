@@ -31,6 +31,9 @@ pub struct ShaderFile {
 
 const COMMON: &str = include_str!("../../shaders/common.wgsl");
 
+/// Bindings of one shader file, at most (checked below, when compiling).
+pub const MAX_BINDINGS: usize = 8;
+
 pub const SHADERS: &[ShaderFile] = &[
     ShaderFile {
         name: "matmul",
@@ -217,3 +220,11 @@ impl Kernels {
         SHADERS[self.pipelines[entry].0].slots
     }
 }
+
+const _: () = {
+    let mut i = 0;
+    while i < SHADERS.len() {
+        assert!(SHADERS[i].slots.len() <= MAX_BINDINGS, "raise MAX_BINDINGS");
+        i += 1;
+    }
+};

@@ -304,7 +304,14 @@ impl GpuBackend {
             .unwrap_or(0);
         let split_scratch = alloc.storage(&device, "scratch.split_k", split_floats as u64 * 4);
         let dummy_ro = alloc.storage(&device, "dummy.read", 16);
-        let dummy_rw = alloc.storage(&device, "dummy.write", 16);
+        // Unused writable bindings each get their own slot of this buffer:
+        // WebGPU forbids two writable bindings of one dispatch to overlap.
+        let dummy_stride = (limits.min_storage_buffer_offset_alignment as u64).max(16);
+        let dummy_rw = alloc.storage(
+            &device,
+            "dummy.write",
+            dummy_stride * kernels::MAX_BINDINGS as u64,
+        );
 
         // Flat chunks that fit one storage binding (AdamW and the norm).
         let max_chunk = ((limits.max_storage_buffer_binding_size / 4) as usize / align_floats
@@ -412,8 +419,8 @@ impl GpuBackend {
                                     },
                                     Src::DummyRw => wgpu::BufferBinding {
                                         buffer: &buffers[dummy_rw],
-                                        offset: 0,
-                                        size: None,
+                                        offset: i as u64 * dummy_stride,
+                                        size: wgpu::BufferSize::new(16),
                                     },
                                     Src::Params => wgpu::BufferBinding {
                                         buffer: &uniforms,

@@ -6,6 +6,8 @@
 //    WebGPU device once a canvas is presented): the app trains STEPS steps
 //    on the GPU backend with finite losses, writes its view to the URL
 //    fragment, and draws a frame that is not blank.
+//    Then files through the browser: a corpus dropped on the page, a
+//    checkpoint saved as a download and loaded back through the file input.
 // 2. WebGPU turned off: the page draws through WebGL2, the app trains on the
 //    CPU backend and shows the notice that says why.
 //
@@ -47,6 +49,7 @@ const runs = [
     ],
     webgpu: true,
     backend: "gpu",
+    files: true,
   },
   {
     name: "no-webgpu",
@@ -134,6 +137,64 @@ function pictureStats(png) {
   return { width, height, colours: counts.size, nonBackground: 1 - top / (width * height) };
 }
 
+// The status once `ready(status)` holds, or null after `seconds`.
+async function waitFor(page, ready, seconds) {
+  const t0 = Date.now();
+  while (Date.now() - t0 < seconds * 1000) {
+    const status = await page.evaluate(() => ({ ...window.tinygptStatus }));
+    if (ready(status)) return status;
+    await page.waitForTimeout(250);
+  }
+  return null;
+}
+
+// A safetensors file's header (JSON) from its bytes.
+function safetensorsHeader(bytes) {
+  const n = Number(bytes.readBigUInt64LE(0));
+  return JSON.parse(bytes.subarray(8, 8 + n).toString("utf8"));
+}
+
+// Files through the browser: a corpus dropped on the page, a checkpoint
+// saved as a download (the left panel's button, clicked where the layout at
+// 1280×720 puts it), and that checkpoint loaded back through the file input.
+async function filesInAndOut(page, before) {
+  const problems = [];
+  // Drop a corpus (a DataTransfer with one File, as a drag from the desktop).
+  const corpus = "To be, or not to be, that is the question.\n".repeat(200);
+  await page.evaluate((text) => {
+    const data = new DataTransfer();
+    data.items.add(new File([text], "dropped.txt", { type: "text/plain" }));
+    window.dispatchEvent(new DragEvent("drop", { dataTransfer: data, bubbles: true, cancelable: true }));
+  }, corpus);
+  if (!(await waitFor(page, (s) => /dropped\.txt is loaded/.test(s.info || ""), 60))) {
+    problems.push("the dropped corpus was not taken (no 'dropped.txt is loaded' message)");
+  }
+  // Save: the "Download checkpoint" button.
+  const download = page.waitForEvent("download", { timeout: 180000 });
+  await page.mouse.click(75, 382);
+  let ckpt;
+  try {
+    const d = await download;
+    ckpt = fs.readFileSync(await d.path());
+    const header = safetensorsHeader(ckpt);
+    const step = Number(header.__metadata__?.step);
+    console.log(JSON.stringify({ download: d.suggestedFilename(), bytes: ckpt.length, step }));
+    if (!(step >= before.step)) problems.push(`the downloaded checkpoint is at step ${step}, before ${before.step}`);
+    for (const name of ["wte.weight", "adam.m.wte.weight", "adam.v.wte.weight"]) {
+      if (!header[name]) problems.push(`the downloaded checkpoint lacks ${name}`);
+    }
+    if (problems.length) return problems;
+    // Load it back through the file input: the run resumes at its step.
+    await page.setInputFiles("#file", { name: d.suggestedFilename(), mimeType: "application/octet-stream", buffer: ckpt });
+    const resumed = await waitFor(page, (s) => /resumed at step/.test(s.info || ""), 120);
+    if (!resumed) problems.push("the checkpoint loaded through the file input did not resume the run");
+    else if (!resumed.info.includes(`step ${step} `)) problems.push(`resumed at the wrong step: ${resumed.info}`);
+  } catch (e) {
+    problems.push(`no checkpoint download: ${e.message}`);
+  }
+  return problems;
+}
+
 async function runOnce(base, run) {
   const browser = await chromium.launch({
     executablePath: chromiumPath,
@@ -195,6 +256,9 @@ async function runOnce(base, run) {
       `the screenshot looks blank: ${picture.colours} colours, ${(picture.nonBackground * 100).toFixed(1)}% off the background`);
     if (!run.webgpu) {
       check(/WebGPU/.test(status.notice || ""), `no notice says why the CPU trains: ${status.notice}`);
+    }
+    if (run.files && problems.length === 0) {
+      for (const p of await filesInAndOut(page, status)) problems.push(p);
     }
   } finally {
     await browser.close();
