@@ -38,12 +38,11 @@ raw=$(stat -c %s "$out/tinygpt_bg.wasm")
 # table, and the page then fails to start ("WebAssembly.Table.set(): Argument
 # 1 is invalid"), so it is not used.
 opt_version=116
-if [ "$(wasm-opt --version 2>/dev/null | awk '{ print $3 }')" -lt "$opt_version" ] 2>/dev/null \
-    || ! command -v wasm-opt >/dev/null; then
-    if [ "${TINYGPT_SKIP_WASM_OPT:-0}" != 1 ]; then
-        echo "installing wasm-opt (binaryen $opt_version) from crates.io (once; builds binaryen's C++)"
-        cargo install wasm-opt --version "0.$opt_version.1"
-    fi
+have=$(wasm-opt --version 2>/dev/null | awk '{ print $3 }')
+case "$have" in '' | *[!0-9]*) have=0 ;; esac
+if [ "$have" -lt "$opt_version" ] && [ "${TINYGPT_SKIP_WASM_OPT:-0}" != 1 ]; then
+    echo "installing wasm-opt (binaryen $opt_version) from crates.io (once; builds binaryen's C++, ~15 min)"
+    cargo install wasm-opt --version "0.$opt_version.1"
 fi
 if [ "${TINYGPT_SKIP_WASM_OPT:-0}" != 1 ]; then
     # -Oz: smallest code; the features are those rustc's wasm32 target

@@ -661,15 +661,14 @@ fn pump_training(
             run.pending_save = None;
             run.save_requested = false;
             match save_checkpoint(run, &snapshot, &path) {
-                Ok(()) => {
+                Ok(name) => {
                     status.info = Some(format!(
-                        "checkpoint {} {} at step {}",
+                        "checkpoint {} {name} at step {}",
                         if cfg!(target_arch = "wasm32") {
                             "downloaded as"
                         } else {
                             "saved to"
                         },
-                        path.display(),
                         snapshot.step
                     ))
                 }
@@ -748,12 +747,14 @@ fn pump_training(
     }
 }
 
-/// Writes the run's checkpoint (with AdamW's moments) from a full snapshot.
+/// Writes the run's checkpoint (with AdamW's moments) from a full snapshot;
+/// in the browser, offers it as a download named after the preset and the
+/// snapshot's step (`path` is unused there). Returns where it went.
 fn save_checkpoint(
     run: &mut Run,
     snapshot: &Snapshot,
     path: &std::path::Path,
-) -> Result<(), String> {
+) -> Result<String, String> {
     let program = &run.program;
     let take = |prefix: &str| -> Result<Vec<NamedTensor>, String> {
         program
@@ -784,15 +785,21 @@ fn save_checkpoint(
     {
         checkpoint
             .save(path, Precision::F32)
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        Ok(path.display().to_string())
     }
     #[cfg(target_arch = "wasm32")]
     {
-        let name = path.display().to_string();
+        let _ = path;
+        let name = format!(
+            "tinygpt-{}-step{}.safetensors",
+            run.preset.replace(['/', '\\', '.'], "_"),
+            snapshot.step
+        );
         let bytes = checkpoint
             .to_bytes(Precision::F32, &name)
             .map_err(|e| e.to_string())?;
         super::web::download(&name, &bytes);
-        Ok(())
+        Ok(name)
     }
 }

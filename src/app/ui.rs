@@ -228,8 +228,8 @@ fn draw_ui(
             #[cfg(target_arch = "wasm32")]
             ui.horizontal(|ui| {
                 if ui.button("Download checkpoint").on_hover_text("weights and AdamW state, as .safetensors").clicked() {
-                    let name = format!("tinygpt-{}-step{}.safetensors", run.preset.replace(['/', '\\'], "_"), run.step());
-                    commands.write(RunCommand::SaveCheckpoint(PathBuf::from(name)));
+                    // Named when saved, after the step it holds.
+                    commands.write(RunCommand::SaveCheckpoint(PathBuf::new()));
                 }
                 if ui.button("Load…").on_hover_text("a .safetensors checkpoint (or drop one on the page)").clicked() {
                     super::web::open_file_picker();

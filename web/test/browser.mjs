@@ -159,17 +159,8 @@ function safetensorsHeader(bytes) {
 // 1280×720 puts it), and that checkpoint loaded back through the file input.
 async function filesInAndOut(page, before) {
   const problems = [];
-  // Drop a corpus (a DataTransfer with one File, as a drag from the desktop).
-  const corpus = "To be, or not to be, that is the question.\n".repeat(200);
-  await page.evaluate((text) => {
-    const data = new DataTransfer();
-    data.items.add(new File([text], "dropped.txt", { type: "text/plain" }));
-    window.dispatchEvent(new DragEvent("drop", { dataTransfer: data, bubbles: true, cancelable: true }));
-  }, corpus);
-  if (!(await waitFor(page, (s) => /dropped\.txt is loaded/.test(s.info || ""), 60))) {
-    problems.push("the dropped corpus was not taken (no 'dropped.txt is loaded' message)");
-  }
-  // Save: the "Download checkpoint" button.
+  // Save: the "Download checkpoint" button (first: a dropped corpus changes
+  // the panel's layout).
   const download = page.waitForEvent("download", { timeout: 180000 });
   await page.mouse.click(75, 382);
   let ckpt;
@@ -180,15 +171,28 @@ async function filesInAndOut(page, before) {
     const step = Number(header.__metadata__?.step);
     console.log(JSON.stringify({ download: d.suggestedFilename(), bytes: ckpt.length, step }));
     if (!(step >= before.step)) problems.push(`the downloaded checkpoint is at step ${step}, before ${before.step}`);
-    for (const name of ["wte.weight", "adam.m.wte.weight", "adam.v.wte.weight"]) {
+    for (const name of ["transformer.wte.weight", "adam.m.transformer.wte.weight", "adam.v.transformer.wte.weight"]) {
       if (!header[name]) problems.push(`the downloaded checkpoint lacks ${name}`);
     }
     if (problems.length) return problems;
-    // Load it back through the file input: the run resumes at its step.
+    // Drop a corpus (a DataTransfer with one File, as a drag from the desktop).
+    const corpus = "To be, or not to be, that is the question.\n".repeat(200);
+    await page.evaluate((text) => {
+      const data = new DataTransfer();
+      data.items.add(new File([text], "dropped.txt", { type: "text/plain" }));
+      window.dispatchEvent(new DragEvent("drop", { dataTransfer: data, bubbles: true, cancelable: true }));
+    }, corpus);
+    if (!(await waitFor(page, (s) => /dropped\.txt is loaded/.test(s.info || ""), 60))) {
+      problems.push("the dropped corpus was not taken (no 'dropped.txt is loaded' message)");
+    }
+    // Load the checkpoint back through the file input: the run resumes at
+    // its step, on the dropped corpus.
     await page.setInputFiles("#file", { name: d.suggestedFilename(), mimeType: "application/octet-stream", buffer: ckpt });
     const resumed = await waitFor(page, (s) => /resumed at step/.test(s.info || ""), 120);
     if (!resumed) problems.push("the checkpoint loaded through the file input did not resume the run");
     else if (!resumed.info.includes(`step ${step} `)) problems.push(`resumed at the wrong step: ${resumed.info}`);
+    else if (resumed.corpus !== "dropped.txt") problems.push(`the resumed run trains on ${resumed.corpus}, not the dropped corpus`);
+    else if (!d.suggestedFilename().includes(`step${step}.`)) problems.push(`the download's name ${d.suggestedFilename()} is not after its step ${step}`);
   } catch (e) {
     problems.push(`no checkpoint download: ${e.message}`);
   }
