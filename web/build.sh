@@ -52,11 +52,13 @@ if [ "${TINYGPT_SKIP_WASM_OPT:-0}" != 1 ]; then
         --enable-mutable-globals --enable-multivalue --enable-reference-types \
         "$out/tinygpt_bg.wasm" -o "$out/tinygpt_bg.opt.wasm"
     mv "$out/tinygpt_bg.opt.wasm" "$out/tinygpt_bg.wasm"
+    opt="after wasm-opt -Oz"
 else
     echo "TINYGPT_SKIP_WASM_OPT=1: the wasm is left as wasm-bindgen wrote it"
+    opt="without wasm-opt"
 fi
 cp web/index.html "$out/"
 
 size=$(stat -c %s "$out/tinygpt_bg.wasm")
 gz=$(gzip -9 -c "$out/tinygpt_bg.wasm" | wc -c)
-echo "web/dist: tinygpt_bg.wasm $((raw / 1024)) KiB from wasm-bindgen, $((size / 1024)) KiB after wasm-opt, $((gz / 1024)) KiB gzipped"
+echo "web/dist: tinygpt_bg.wasm $((raw / 1024)) KiB from wasm-bindgen, $((size / 1024)) KiB $opt, $((gz / 1024)) KiB gzipped"

@@ -184,10 +184,16 @@ fn keep_link(
 
 /// The app's state for the page: the loading screen goes when the first
 /// report arrives; the browser test waits on `step` and `loss`.
-fn report_to_page(run: Option<Res<Run>>, status: Res<AppStatus>, mut page: ResMut<PageState>) {
+fn report_to_page(
+    run: Option<Res<Run>>,
+    status: Res<AppStatus>,
+    sample: Res<super::sample::SampleState>,
+    mut page: ResMut<PageState>,
+) {
     page.frames += 1;
     let Some(run) = run else { return };
     let last = run.last;
+    let sample_text = sample.text.lock().map(|t| t.clone()).unwrap_or_default();
     let value = serde_json::json!({
         "frames": page.frames,
         "backend": run.backend_label.split(' ').next().unwrap_or(""),
@@ -200,6 +206,7 @@ fn report_to_page(run: Option<Res<Run>>, status: Res<AppStatus>, mut page: ResMu
         "val_loss": last.and_then(|m| m.val_loss),
         "ms_per_step": last.map(|m| m.ms),
         "corpus": run.corpus_name,
+        "sample": { "text": sample_text, "from_step": sample.from_step, "error": sample.error },
         "notice": run.notice,
         "info": status.info,
         "errors": status.errors,

@@ -6,7 +6,7 @@
 //    WebGPU device once a canvas is presented): the app trains STEPS steps
 //    on the GPU backend with finite losses, writes its view to the URL
 //    fragment, and draws a frame that is not blank.
-//    Then files through the browser: a corpus dropped on the page, a
+//    Then sampling (the Generate button), and files through the browser: a corpus dropped on the page, a
 //    checkpoint saved as a download and loaded back through the file input.
 // 2. WebGPU turned off: the page draws through WebGL2, the app trains on the
 //    CPU backend and shows the notice that says why.
@@ -262,6 +262,12 @@ async function runOnce(base, run) {
       check(/WebGPU/.test(status.notice || ""), `no notice says why the CPU trains: ${status.notice}`);
     }
     if (run.files && problems.length === 0) {
+      // Sampling: the right panel's Generate button; text streams in from
+      // the weights of the moment.
+      await page.mouse.click(939, 386);
+      const sampled = await waitFor(page, (s) => (s.sample?.text || "").length >= 100 && s.sample.from_step >= 1, 120);
+      if (!sampled) problems.push("Generate gave no text from the trained weights");
+      else console.log(JSON.stringify({ sample: sampled.sample }));
       for (const p of await filesInAndOut(page, status)) problems.push(p);
     }
   } finally {
