@@ -22,6 +22,9 @@ if [ "$(wasm-bindgen --version 2>/dev/null | awk '{ print $2 }')" != "$version" 
     cargo install wasm-bindgen-cli --version "$version"
 fi
 
+# For size: opt-level "s" and one fat-LTO module (the matmul keeps opt-level
+# 3; see Cargo.toml). Set here, so the native release build stays as it is.
+export CARGO_PROFILE_RELEASE_OPT_LEVEL=s CARGO_PROFILE_RELEASE_LTO=fat
 cargo build --release --target wasm32-unknown-unknown --bin tinygpt
 
 out=web/dist
