@@ -105,9 +105,13 @@ impl RunSettings {
 
 /// Bevy's own wgpu device (from `RenderDevice`/`RenderQueue`), when the app
 /// renders and the device can run compute shaders; the GPU backend runs its
-/// kernels on it. Without one, the second field may say why.
+/// kernels on it.
 #[derive(Resource, Default, Clone)]
-pub struct GpuDevice(pub Option<GpuContext>, pub Option<String>);
+pub struct GpuDevice {
+    pub context: Option<GpuContext>,
+    /// Why there is none, where the app knows (the notice of a CPU run).
+    pub missing: Option<String>,
+}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RunState {
@@ -350,7 +354,7 @@ fn find_gpu_device(
     queue: Option<Res<bevy::render::renderer::RenderQueue>>,
     info: Option<Res<bevy::render::renderer::RenderAdapterInfo>>,
 ) {
-    if gpu.0.is_some() {
+    if gpu.context.is_some() {
         return;
     }
     if let (Some(device), Some(queue), Some(info)) = (device, queue, info) {
@@ -359,10 +363,10 @@ fn find_gpu_device(
         #[cfg(target_arch = "wasm32")]
         if info.backend == wgpu::Backend::Gl {
             // WebGL2 draws the page but has no compute shaders.
-            gpu.1 = Some(super::web::NO_WEBGPU.to_string());
+            gpu.missing = Some(super::web::NO_WEBGPU.to_string());
             return;
         }
-        gpu.0 = Some(GpuContext::from_device(
+        gpu.context = Some(GpuContext::from_device(
             device.wgpu_device().clone(),
             queue.clone(),
             info.clone(),
@@ -425,10 +429,10 @@ pub fn build_run(
     let corpus = settings.corpus.corpus(config.ctx)?;
     let program = Program::new(&config);
     let mut notice = None;
-    let backend: Box<dyn Backend> = match (settings.backend, &gpu.0) {
+    let backend: Box<dyn Backend> = match (settings.backend, &gpu.context) {
         (BackendChoice::Cpu, _) => Box::new(CpuBackend::<f32>::new(program.clone())),
         (_, None) => {
-            notice = Some(gpu.1.clone().unwrap_or_else(|| {
+            notice = Some(gpu.missing.clone().unwrap_or_else(|| {
                 "No GPU device is available to the app, so the run trains on the CPU (slower)."
                     .to_string()
             }));
