@@ -81,13 +81,18 @@ impl Checkpoint {
             path: path.display().to_string(),
             message,
         };
-        let bytes = self.to_bytes(precision, &path.display().to_string())?;
         let tmp = temp_path(path);
-        let result = std::fs::write(&tmp, &bytes)
-            .and_then(|_| std::fs::File::open(&tmp).and_then(|f| f.sync_all()))
-            .and_then(|_| readable_by_all(&tmp))
-            .and_then(|_| std::fs::rename(&tmp, path))
-            .map_err(|e| werr(e.to_string()));
+        let result = self
+            .serialize_with(precision, &path.display().to_string(), |views, meta| {
+                safetensors::tensor::serialize_to_file(views, meta, &tmp)
+            })
+            .and_then(|_| {
+                std::fs::File::open(&tmp)
+                    .and_then(|f| f.sync_all())
+                    .and_then(|_| readable_by_all(&tmp))
+                    .and_then(|_| std::fs::rename(&tmp, path))
+                    .map_err(|e| werr(e.to_string()))
+            });
         if result.is_err() {
             let _ = std::fs::remove_file(&tmp);
         }
@@ -98,6 +103,22 @@ impl Checkpoint {
     /// writes; the browser build offers them as a download). `name` is the
     /// file the bytes are for, for errors.
     pub fn to_bytes(&self, precision: Precision, name: &str) -> Result<Vec<u8>, CheckpointError> {
+        self.serialize_with(precision, name, |views, meta| {
+            safetensors::tensor::serialize(views, meta)
+        })
+    }
+
+    /// Checks the tensors, builds the safetensors views and metadata, and
+    /// hands them to `write` (to a file, streamed, or to bytes in memory).
+    fn serialize_with<R>(
+        &self,
+        precision: Precision,
+        name: &str,
+        write: impl FnOnce(
+            Vec<(String, TensorView)>,
+            Option<HashMap<String, String>>,
+        ) -> Result<R, safetensors::SafeTensorError>,
+    ) -> Result<R, CheckpointError> {
         let werr = |message: String| CheckpointError::Write {
             path: name.to_string(),
             message,
@@ -161,7 +182,7 @@ impl Checkpoint {
                 ))
             })
             .collect::<Result<_, CheckpointError>>()?;
-        safetensors::tensor::serialize(views, Some(meta)).map_err(|e| werr(e.to_string()))
+        write(views, Some(meta)).map_err(|e| werr(e.to_string()))
     }
 
     fn all_tensors(&self) -> impl Iterator<Item = &NamedTensor> {
