@@ -89,7 +89,7 @@ impl Link {
                     )),
                 },
                 "backend" => {
-                    match [BackendChoice::Auto, BackendChoice::Gpu, BackendChoice::Cpu]
+                    match BackendChoice::ALL
                         .into_iter()
                         .find(|b| backend_key(*b) == value)
                     {
@@ -146,7 +146,7 @@ mod tests {
     #[test]
     fn a_link_reads_back_what_it_wrote() {
         for view in HeatmapView::ALL {
-            for backend in [BackendChoice::Auto, BackendChoice::Gpu, BackendChoice::Cpu] {
+            for backend in BackendChoice::ALL {
                 let link = Link {
                     preset: Some("tiny".into()),
                     seed: Some(u64::MAX),

@@ -26,6 +26,11 @@ pub enum BackendChoice {
     Cpu,
 }
 
+impl BackendChoice {
+    pub const ALL: [BackendChoice; 3] =
+        [BackendChoice::Auto, BackendChoice::Gpu, BackendChoice::Cpu];
+}
+
 /// The text a run trains on.
 #[derive(Clone, Debug)]
 pub enum CorpusSource {

@@ -184,7 +184,7 @@ fn draw_ui(
                 ui.end_row();
                 ui.label("backend");
                 egui::ComboBox::from_id_salt("backend").selected_text(format!("{:?}", settings.backend)).show_ui(ui, |ui| {
-                    for b in [BackendChoice::Auto, BackendChoice::Gpu, BackendChoice::Cpu] {
+                    for b in BackendChoice::ALL {
                         ui.selectable_value(&mut settings.backend, b, format!("{b:?}"));
                     }
                 });
