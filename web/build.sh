@@ -2,30 +2,105 @@
 # Builds the explainer for the browser into web/dist: the app compiled to
 # wasm32 (the same code and WGSL kernels as the desktop app), bound to
 # JavaScript by wasm-bindgen, shrunk by wasm-opt (binaryen), and this
-# folder's index.html. Serve web/dist with any static
-# server (see web/README.md).
+# folder's index.html. Serve web/dist with any static server (see
+# web/README.md).
+#
+#   bash web/build.sh          build web/dist, installing the tools it lacks
+#   bash web/build.sh --plan   only probe the tools and say what a build would
+#                              install and use (web/test/hidden-tools.sh runs
+#                              this with the tools hidden from PATH)
+#
+# Every probe for a tool tolerates the tool's absence: this script runs under
+# `set -euo pipefail`, where a missing command in a pipeline ends the script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+plan=0
+case "${1:-}" in
+    --plan) plan=1 ;;
+    '') ;;
+    *) echo "web/build.sh: unknown argument '$1' (use --plan, or nothing)" >&2; exit 2 ;;
+esac
+
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tinygpt-target}"
-export PATH="$HOME/.cargo/bin:$PATH"
-rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || true
+# cargo is where rustup puts it, when a shell has not added it to PATH.
+if ! command -v cargo >/dev/null 2>&1 && [ -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo" ]; then
+    export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "web/build.sh: cargo is not on PATH; install Rust 1.95 with rustup (https://rustup.rs)" >&2
+    exit 1
+fi
+# The tools this script installs go here (cargo install --root), not into
+# ~/.cargo/bin, so a build never changes what the user's shell runs.
+tools="${TINYGPT_TOOLS:-$HOME/.cache/tinygpt-tools}"
+export PATH="$tools/bin:$PATH"
+
+# The version a tool prints as its Nth word, or nothing when the tool is
+# missing or prints something else; never fails.
+tool_version() { # tool field
+    local out words
+    out=$("$1" --version 2>/dev/null) || out=""
+    read -r -a words <<<"${out%%$'\n'*}" || true
+    printf '%s' "${words[$(($2 - 1))]:-}"
+}
 
 # wasm-bindgen's command line must match the wasm-bindgen crate the app links.
-version=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/"/, "", $3); print $3 }' Cargo.lock)
-if [ -z "$version" ]; then
+bindgen_version=$(awk '/^name = "wasm-bindgen"$/ { getline; gsub(/"/, "", $3); print $3 }' Cargo.lock)
+if [ -z "$bindgen_version" ]; then
     echo "web/build.sh: Cargo.lock names no wasm-bindgen version" >&2
     exit 1
 fi
-if [ "$(wasm-bindgen --version 2>/dev/null | awk '{ print $2 }')" != "$version" ]; then
-    echo "installing wasm-bindgen-cli $version (once; a few minutes)"
-    cargo install wasm-bindgen-cli --version "$version"
+have_bindgen=$(tool_version wasm-bindgen 2)   # "wasm-bindgen 0.2.130"
+if [ "$have_bindgen" = "$bindgen_version" ]; then
+    bindgen_plan="use wasm-bindgen $bindgen_version from $(command -v wasm-bindgen)"
+else
+    bindgen_plan="install wasm-bindgen-cli $bindgen_version into $tools (cargo install; about 3 minutes; found: ${have_bindgen:-none})"
+fi
+
+# wasm-opt: binaryen 116 or newer. Debian bookworm's binaryen 108 turns
+# wasm-bindgen's externref table into a funcref table, and the page then
+# fails to start ("WebAssembly.Table.set(): Argument 1 is invalid"), so an
+# older one is not used. The npm registry's `binaryen` package (pinned in
+# web/tools/package-lock.json) installs in seconds where npm is present;
+# without npm, crates.io's `wasm-opt` builds binaryen 116's C++ (~15 min).
+min_opt=116
+npm_opt=web/tools/node_modules/.bin/wasm-opt
+opt_version_ok() { # version
+    case "$1" in '' | *[!0-9]*) return 1 ;; esac
+    [ "$1" -ge "$min_opt" ]
+}
+wasm_opt=""
+if [ "${TINYGPT_SKIP_WASM_OPT:-0}" = 1 ]; then
+    opt_plan="skip wasm-opt (TINYGPT_SKIP_WASM_OPT=1)"
+elif opt_version_ok "$(tool_version wasm-opt 3)"; then   # "wasm-opt version 116 (...)"
+    wasm_opt=$(command -v wasm-opt)
+    opt_plan="use wasm-opt $(tool_version wasm-opt 3) from $wasm_opt"
+elif [ -x "$npm_opt" ] && opt_version_ok "$(tool_version "$npm_opt" 3)"; then
+    wasm_opt="$npm_opt"
+    opt_plan="use wasm-opt $(tool_version "$npm_opt" 3) from $npm_opt"
+elif command -v npm >/dev/null 2>&1 && command -v node >/dev/null 2>&1; then
+    opt_plan="install binaryen (wasm-opt) from the npm registry into web/tools (npm ci; seconds; found: $(tool_version wasm-opt 3 || true))"
+else
+    opt_plan="install wasm-opt 0.$min_opt.1 (binaryen $min_opt) into $tools (cargo install; builds C++, ~15 minutes; no npm found)"
+fi
+
+echo "web/build.sh: $bindgen_plan"
+echo "web/build.sh: $opt_plan"
+if [ "$plan" = 1 ]; then
+    exit 0
+fi
+
+rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || true
+if [ "$have_bindgen" != "$bindgen_version" ]; then
+    echo "installing wasm-bindgen-cli $bindgen_version (once; a few minutes)"
+    cargo install --locked --root "$tools" wasm-bindgen-cli --version "$bindgen_version"
 fi
 
 # For size: opt-level "s" and one fat-LTO module (the matmul keeps opt-level
 # 3; see Cargo.toml). Set here, so the native release build stays as it is.
-export CARGO_PROFILE_RELEASE_OPT_LEVEL=s CARGO_PROFILE_RELEASE_LTO=fat
-cargo build --release --target wasm32-unknown-unknown --bin tinygpt
+CARGO_PROFILE_RELEASE_OPT_LEVEL=s CARGO_PROFILE_RELEASE_LTO=fat \
+    cargo build --release --target wasm32-unknown-unknown --bin tinygpt
 
 out=web/dist
 rm -rf "$out"
@@ -36,26 +111,26 @@ wasm-bindgen --target web --no-typescript --remove-name-section --remove-produce
     "$CARGO_TARGET_DIR/wasm32-unknown-unknown/release/tinygpt.wasm"
 raw=$(stat -c %s "$out/tinygpt_bg.wasm")
 
-# wasm-opt from binaryen 116 (crates.io's `wasm-opt`, which builds it): Debian
-# bookworm's binaryen 108 turns wasm-bindgen's externref table into a funcref
-# table, and the page then fails to start ("WebAssembly.Table.set(): Argument
-# 1 is invalid"), so it is not used.
-opt_version=116
-have=$(wasm-opt --version 2>/dev/null | awk '{ print $3 }')
-case "$have" in '' | *[!0-9]*) have=0 ;; esac
-if [ "$have" -lt "$opt_version" ] && [ "${TINYGPT_SKIP_WASM_OPT:-0}" != 1 ]; then
-    echo "installing wasm-opt (binaryen $opt_version) from crates.io (once; builds binaryen's C++, ~15 min)"
-    cargo install wasm-opt --version "0.$opt_version.1"
-fi
 if [ "${TINYGPT_SKIP_WASM_OPT:-0}" != 1 ]; then
+    if [ -z "$wasm_opt" ]; then
+        if command -v npm >/dev/null 2>&1 && command -v node >/dev/null 2>&1; then
+            echo "installing binaryen's wasm-opt from the npm registry into web/tools (once; seconds)"
+            (cd web/tools && npm ci --no-audit --no-fund --loglevel=error)
+            wasm_opt="$npm_opt"
+        else
+            echo "installing wasm-opt (binaryen $min_opt) from crates.io (once; builds binaryen's C++, ~15 min)"
+            cargo install --locked --root "$tools" wasm-opt --version "0.$min_opt.1"
+            wasm_opt="$tools/bin/wasm-opt"
+        fi
+    fi
     # -Oz: smallest code; the features are those rustc's wasm32 target
     # enables by default.
-    wasm-opt -Oz --strip-debug --strip-producers \
+    "$wasm_opt" -Oz --strip-debug --strip-producers \
         --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
         --enable-mutable-globals --enable-multivalue --enable-reference-types \
         "$out/tinygpt_bg.wasm" -o "$out/tinygpt_bg.opt.wasm"
     mv "$out/tinygpt_bg.opt.wasm" "$out/tinygpt_bg.wasm"
-    opt="after wasm-opt -Oz"
+    opt="after wasm-opt -Oz ($(tool_version "$wasm_opt" 3))"
 else
     echo "TINYGPT_SKIP_WASM_OPT=1: the wasm is left as wasm-bindgen wrote it"
     opt="without wasm-opt"
