@@ -26,16 +26,8 @@
 // in when the pipeline is built; D ≤ 16·DPL ≤ 128.
 // Dropout (training only) multiplies P by the mask of element ((b·H + h)·T + i)·T + j.
 
-struct AttnParams {
-    b: u32,
-    t: u32,
-    c: u32,
-    h: u32,
-    d: u32,
-    stream: u32,
-    p: f32,
-    scale: f32,
-}
+// AttnParams (sizes, scale 1/√D, dropout stream and probability) is declared
+// in common.wgsl: attention_probs.wgsl binds the same block.
 
 // -f32::MAX, the start of a running max. (The literal rounds to it; Tint,
 // the browsers' WGSL compiler, refuses a literal past it, such as -3.4028235e38.)

@@ -25,6 +25,18 @@ struct StepUniform {
     n_rows: u32,
 }
 
+// The uniform block of one attention layer (attention.wgsl, attention_probs.wgsl).
+struct AttnParams {
+    b: u32,
+    t: u32,
+    c: u32,
+    h: u32,
+    d: u32,
+    stream: u32,
+    p: f32,
+    scale: f32,
+}
+
 fn hash_u32(x0: u32) -> u32 {
     var x = x0;
     x ^= x >> 16u;

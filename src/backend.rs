@@ -3,6 +3,7 @@
 //! by name.
 
 use crate::data::Batch;
+use crate::probe::{ProbeRequest, ProbeResult};
 use crate::program::Program;
 
 /// Inputs of one training step beyond the batch.
@@ -32,6 +33,10 @@ pub struct StepOutcome {
 pub enum BackendError {
     #[error("no tensor named `{0}` in the program")]
     UnknownTensor(String),
+    #[error("cannot probe: {0}")]
+    BadProbe(String),
+    #[error("the GPU device was lost before the result came back")]
+    DeviceLost,
     #[error("tensor `{name}` holds {expected} values, got {got}")]
     WrongSize {
         name: String,
@@ -65,6 +70,12 @@ pub trait Backend: MaybeSend {
     /// Overwrites any tensor (parameters, optimizer state).
     fn write(&mut self, name: &str, values: &[f32]) -> Result<(), BackendError>;
 
+    /// Runs a probe ([`crate::probe`]): the forward ops on the request's
+    /// batch in evaluation mode, then the attention probes of its blocks for
+    /// its window. Leaves parameters, gradients and optimizer state as they
+    /// were (a training step rewrites everything else it reads).
+    fn probe(&mut self, request: &ProbeRequest) -> Result<ProbeResult, BackendError>;
+
     /// The GPU backend behind this one, for the asynchronous paths (several
     /// steps per submit, readbacks without waiting) that only it has.
     fn as_gpu(&mut self) -> Option<&mut crate::gpu::GpuBackend> {
@@ -78,5 +89,120 @@ pub trait Backend: MaybeSend {
             self.write(&t.name, &t.values)?;
         }
         Ok(())
+    }
+}
+
+/// Which backend a run asks for: the CLI's `--backend`, the app's Backend
+/// box, the link's `backend=`. One list ([`BackendChoice::ALL`]) for all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum BackendChoice {
+    /// The GPU when a hardware adapter can run the kernels, else the CPU.
+    #[default]
+    Auto,
+    /// The GPU backend (WGSL compute shaders through wgpu).
+    Gpu,
+    /// The CPU backend (rayon, f32).
+    Cpu,
+}
+
+impl BackendChoice {
+    pub const ALL: [BackendChoice; 3] =
+        [BackendChoice::Auto, BackendChoice::Gpu, BackendChoice::Cpu];
+
+    /// The name on the command line and in links.
+    pub fn key(self) -> &'static str {
+        match self {
+            BackendChoice::Auto => "auto",
+            BackendChoice::Gpu => "gpu",
+            BackendChoice::Cpu => "cpu",
+        }
+    }
+
+    pub fn from_key(key: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.key() == key)
+    }
+}
+
+/// What happens when the GPU asked for (or found by `auto`) cannot run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuFallback {
+    /// Train on the CPU instead, with a notice that says why (the app; `auto`).
+    ToCpu,
+    /// Fail with the reason (the command line's `--backend gpu`).
+    Refuse,
+}
+
+/// The backend a choice settled on, and why it is not the one asked for
+/// when it is not.
+pub struct Chosen {
+    pub backend: Box<dyn Backend>,
+    pub notice: Option<String>,
+}
+
+/// Why `auto` passes over this adapter, if it does: a software renderer
+/// (lavapipe, SwiftShader) runs the kernels about a thousand times slower
+/// than a GPU, and slower than the CPU backend.
+pub fn software_adapter(ctx: &crate::gpu::GpuContext) -> Option<String> {
+    (ctx.info.device_type == wgpu::DeviceType::Cpu).then(|| {
+        format!(
+            "the only GPU adapter, {}, is a software renderer, slower than the CPU backend, so the run trains on the CPU; choose the GPU backend to run the kernels through it anyway",
+            ctx.info.name
+        )
+    })
+}
+
+/// The one place the backend of a run is chosen (the CLI and the app call
+/// it). `gpu` is the adapter's context, or why there is none. A software
+/// adapter (lavapipe, SwiftShader) runs the kernels about a thousand times
+/// slower than a GPU, so `auto` prefers the CPU backend over it; `gpu` still
+/// runs it there, with a notice.
+pub fn choose_backend(
+    choice: BackendChoice,
+    gpu: Result<&crate::gpu::GpuContext, &str>,
+    program: Program,
+    fallback: GpuFallback,
+) -> Result<Chosen, String> {
+    let cpu = |notice: Option<String>| Chosen {
+        backend: Box::new(crate::cpu::CpuBackend::<f32>::new(program.clone())),
+        notice,
+    };
+    let fallback = if choice == BackendChoice::Auto {
+        GpuFallback::ToCpu
+    } else {
+        fallback
+    };
+    match (choice, gpu) {
+        (BackendChoice::Cpu, _) => Ok(cpu(None)),
+        (_, Err(why)) => match fallback {
+            GpuFallback::ToCpu => Ok(cpu(Some(format!(
+                "{why}: the run trains on the CPU (slower)"
+            )))),
+            GpuFallback::Refuse => Err(format!("{why}; use --backend cpu")),
+        },
+        (BackendChoice::Auto, Ok(ctx)) if software_adapter(ctx).is_some() => {
+            Ok(cpu(software_adapter(ctx)))
+        }
+        (_, Ok(ctx)) => match crate::gpu::GpuBackend::new(ctx.clone(), program.clone()) {
+            Ok(b) => Ok(Chosen {
+                backend: Box::new(b),
+                notice: (ctx.info.device_type == wgpu::DeviceType::Cpu).then(|| {
+                    format!(
+                        "{} is a software adapter: the kernels run on the CPU through it and train slowly",
+                        ctx.info.name
+                    )
+                }),
+            }),
+            Err(e) => match fallback {
+                GpuFallback::ToCpu => Ok(cpu(Some(format!(
+                    "the GPU cannot run this preset, so it trains on the CPU instead{}: {e}",
+                    if cfg!(target_arch = "wasm32") {
+                        " (in one thread: much slower; a smaller preset trains on the GPU)"
+                    } else {
+                        ""
+                    }
+                )))),
+                GpuFallback::Refuse => Err(format!("{e}; use --backend cpu or a smaller preset")),
+            },
+        },
     }
 }

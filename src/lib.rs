@@ -11,6 +11,8 @@
 //! 4. [`backend`] and [`cpu`]: the backend interface and the CPU reference
 //!    backend (rayon-parallel, f32 or f64); [`gpu`]: the same program as
 //!    WGSL compute shaders on any wgpu device.
+//!    [`probe`]: a look inside one forward pass (attention weights, logits),
+//!    on either backend.
 //! 5. [`train`]: the trainer, learning-rate schedules and text generation.
 //! 6. [`bench`]: the training-speed benchmark.
 //! 7. `app` (feature `app`): the Bevy explainer, which mirrors the program
@@ -24,5 +26,6 @@ pub mod cpu;
 pub mod data;
 pub mod gpu;
 pub mod model;
+pub mod probe;
 pub mod program;
 pub mod train;

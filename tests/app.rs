@@ -32,7 +32,7 @@ fn send(app: &mut App, command: RunCommand) {
 }
 
 /// Updates until `done` holds (training runs on a worker task).
-fn update_until(app: &mut App, what: &str, done: impl Fn(&mut App) -> bool) {
+fn update_until(app: &mut App, what: &str, mut done: impl FnMut(&mut App) -> bool) {
     let start = std::time::Instant::now();
     while !done(app) {
         assert!(
@@ -459,4 +459,145 @@ fn headless_app_trains_on_the_gpu_and_draws_the_layer_stack() {
         );
     }
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// The Attention scene's request (a probe of a prompt, refreshed while the
+/// run trains), switched on and off as a user switches scenes, leaves the
+/// run bit-identical to one that never probed; the probes come back as
+/// causal distributions over the prompt.
+#[test]
+fn switching_to_attention_while_training_keeps_the_run_bit_identical() {
+    use tinygpt::app::training::Probes;
+    use tinygpt::probe::ProbeSource;
+    let steps = 24;
+    let mut plain = app_with("tiny", |s| s.steps = steps);
+    let mut probed = app_with("tiny", |s| s.steps = steps);
+    send(&mut plain, RunCommand::Train);
+    send(&mut probed, RunCommand::Train);
+    let prompt = b"ROMEO:\nBut soft".to_vec();
+    let mut frame = 0u64;
+    let mut seen = 0;
+    update_until(&mut probed, "the probed run", |app| {
+        frame += 1;
+        let mut probes = app.world_mut().resource_mut::<Probes>();
+        // In the Attention scene for 10 frames, out of it for 5.
+        let want = (frame % 15 < 10).then(|| ProbeSource::Prompt(prompt.clone()));
+        probes.set_want(want);
+        if let Some((_, r)) = &probes.latest {
+            seen = probes.version;
+            assert_eq!(r.tokens, prompt);
+            for k in 0..r.blocks.len() {
+                for h in 0..r.n_head {
+                    let p = r.p(k, h);
+                    let n = r.n();
+                    for i in 0..n {
+                        let sum: f32 = p[i * n..(i + 1) * n].iter().sum();
+                        assert!((sum - 1.0).abs() < 1e-4, "row {i} sums to {sum}");
+                        assert!(p[i * n + i + 1..(i + 1) * n].iter().all(|&x| x == 0.0));
+                    }
+                }
+            }
+        }
+        let run = app.world().resource::<Run>();
+        run.state == RunState::Finished && !run.engine.busy()
+    });
+    update_until(&mut plain, "the plain run", |app| {
+        let run = app.world().resource::<Run>();
+        run.state == RunState::Finished && !run.engine.busy()
+    });
+    assert!(seen >= 1, "no probe came back while training");
+    let (a, b) = (weights(&mut plain), weights(&mut probed));
+    assert_eq!(run_step(&mut plain), steps);
+    assert_eq!(run_step(&mut probed), steps);
+    for (x, y) in a.iter().zip(&b) {
+        assert!(
+            x.values
+                .iter()
+                .zip(&y.values)
+                .all(|(p, q)| p.to_bits() == q.to_bits()),
+            "{} differs after probing",
+            x.name
+        );
+    }
+}
+
+/// `tinygpt app --headless --scene attention`: the JSON line names the
+/// scene, the probe saw the prompt, and each layer × head map is drawn where
+/// the line says, in colours that are not the background.
+#[test]
+fn headless_attention_scene_draws_every_map_where_it_says() {
+    let dir = std::env::temp_dir().join(format!("tinygpt-app-attention-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let shot = dir.join("attention.png");
+    let out = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+        .args([
+            "app",
+            "--headless",
+            "--scene",
+            "attention",
+            "--frames",
+            "90",
+            "--preset",
+            "tiny",
+            "--train",
+            "--backend",
+            "gpu",
+            "--width",
+            "1280",
+            "--height",
+            "720",
+            "--screenshot",
+        ])
+        .arg(&shot)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("no JSON line: {stdout}\n{stderr}"));
+    let r: serde_json::Value = serde_json::from_str(line).unwrap();
+    assert_eq!(r["scene"], "attention");
+    let cfg = Config::load("tiny").unwrap();
+    let att = &r["attention"];
+    assert!(att.is_object(), "a probe came back: {line}");
+    assert_eq!(att["heads"], cfg.n_head);
+    assert!(att["n"].as_u64().unwrap() >= 2);
+    let regions = r["regions"].as_array().unwrap();
+    assert_eq!(regions.len(), cfg.n_layer * cfg.n_head, "{line}");
+    let (w, h, pixels) = decode(&shot);
+    assert_eq!((w, h), (1280, 720));
+    let bg: Vec<i32> = r["background"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap() as i32)
+        .collect();
+    let differs = |p: [u8; 4]| (0..3).map(|k| (p[k] as i32 - bg[k]).abs()).sum::<i32>() > 12;
+    for region in regions {
+        let name = region["name"].as_str().unwrap();
+        assert!(name.starts_with("h.") && name.contains(".head"), "{name}");
+        let rect: Vec<usize> = region["rect"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_f64().unwrap() as usize)
+            .collect();
+        let (x0, y0, x1, y1) = (rect[0] + 1, rect[1] + 1, rect[2] - 1, rect[3] - 1);
+        assert!(
+            x1 > x0 + 8 && y1 > y0 + 8 && x1 <= w && y1 <= h,
+            "{name} in the frame: {rect:?}"
+        );
+        let drawn = (y0..y1)
+            .flat_map(|y| (x0..x1).map(move |x| (x, y)))
+            .filter(|&(x, y)| differs(pixels[y * w + x]))
+            .count();
+        let share = drawn as f64 / ((x1 - x0) * (y1 - y0)) as f64;
+        assert!(
+            share > 0.9,
+            "map {name} is drawn where the line says ({share:.2})"
+        );
+    }
 }

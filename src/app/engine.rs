@@ -4,11 +4,15 @@
 //! by asynchronous readback; on the CPU, chunks of steps run on Bevy's
 //! async-compute pool (a worker thread natively; the page's one thread in a
 //! browser, yielding between steps). Tensor snapshots for the heatmaps and
-//! for sampling arrive the same way.
+//! for sampling, and probes of a forward pass (attention weights, logits)
+//! for the scenes, arrive the same way: asked for, and collected by a later
+//! pump, on either backend.
 
 use crate::backend::Backend;
+use crate::gpu::ProbeHandle;
 use crate::gpu::readback::ReadbackHandle;
 use crate::model::params::NamedTensor;
+use crate::probe::{ProbeResult, ProbeSource};
 use crate::train::{StepMetrics, StepsInFlight, TrainError, Trainer};
 use bevy::platform::cell::SyncCell;
 use bevy::tasks::{AsyncComputeTaskPool, Task, futures::check_ready};
@@ -67,6 +71,9 @@ pub struct Pumped {
     pub metrics: Vec<StepMetrics>,
     pub error: Option<TrainError>,
     pub snapshot: Option<Snapshot>,
+    /// A probe that came back: the step whose weights it saw, and what it
+    /// computed or why it could not.
+    pub probe: Option<(u64, Result<ProbeResult, String>)>,
 }
 
 /// A CPU chunk's result: the trainer comes back with it.
@@ -75,6 +82,7 @@ struct CpuChunk {
     metrics: Vec<StepMetrics>,
     error: Option<TrainError>,
     snapshot: Option<Snapshot>,
+    probe: Option<(u64, Result<ProbeResult, String>)>,
 }
 
 /// A snapshot in flight: its readback, the tensors' names and sizes, the step.
@@ -85,6 +93,8 @@ enum Kind {
         in_flight: VecDeque<StepsInFlight>,
         /// A snapshot read in flight: its handle, the names and sizes, the step.
         reading: Option<SnapshotRead>,
+        /// A probe in flight, and the step whose weights it sees.
+        probing: Option<(ProbeHandle, u64)>,
     },
     Cpu {
         task: Option<Task<CpuChunk>>,
@@ -106,6 +116,8 @@ pub struct Engine {
     ms_per_step: f64,
     /// A snapshot asked for and not yet started (names).
     wanted: Option<Vec<String>>,
+    /// A probe asked for and not yet started.
+    probe_wanted: Option<ProbeSource>,
     /// When training in this engine started and how many steps it did since.
     pub started: Option<Instant>,
     pub steps_since_start: u64,
@@ -127,6 +139,7 @@ impl Engine {
             Kind::Gpu {
                 in_flight: VecDeque::new(),
                 reading: None,
+                probing: None,
             }
         } else {
             Kind::Cpu { task: None }
@@ -138,6 +151,7 @@ impl Engine {
             steps_per_submit: 1.0,
             ms_per_step: 0.0,
             wanted: None,
+            probe_wanted: None,
             started: None,
             steps_since_start: 0,
         }
@@ -159,7 +173,11 @@ impl Engine {
     /// Whether steps or reads are still out.
     pub fn busy(&self) -> bool {
         match &self.kind {
-            Kind::Gpu { in_flight, reading } => !in_flight.is_empty() || reading.is_some(),
+            Kind::Gpu {
+                in_flight,
+                reading,
+                probing,
+            } => !in_flight.is_empty() || reading.is_some() || probing.is_some(),
             Kind::Cpu { task } => task.is_some(),
         }
     }
@@ -172,6 +190,24 @@ impl Engine {
     /// Asks for a snapshot of these tensors; it comes back from a later pump.
     pub fn request_snapshot(&mut self, names: Vec<String>) {
         self.wanted = Some(names);
+    }
+
+    /// Asks for a probe of the weights after the steps already started; it
+    /// comes back from a later pump ([`Pumped::probe`]).
+    pub fn request_probe(&mut self, source: ProbeSource) {
+        self.probe_wanted = Some(source);
+    }
+
+    /// Whether a probe is asked for or on its way.
+    pub fn probe_pending(&self) -> bool {
+        self.probe_wanted.is_some()
+            || matches!(
+                &self.kind,
+                Kind::Gpu {
+                    probing: Some(_),
+                    ..
+                }
+            )
     }
 
     pub fn snapshot_pending(&self) -> bool {
@@ -190,7 +226,11 @@ impl Engine {
     pub fn pump(&mut self, allowed: u64) -> Pumped {
         let mut out = Pumped::default();
         match &mut self.kind {
-            Kind::Gpu { in_flight, reading } => {
+            Kind::Gpu {
+                in_flight,
+                reading,
+                probing,
+            } => {
                 let trainer = self
                     .trainer
                     .as_mut()
@@ -217,6 +257,13 @@ impl Engine {
                     match gpu.try_take(handle) {
                         Ok(values) => out.snapshot = Some(split_snapshot(&values, &names, step)),
                         Err(h) => *reading = Some((h, names, step)),
+                    }
+                }
+                if let Some((handle, step)) = probing.take() {
+                    let gpu = trainer.backend.as_gpu().expect("GPU engine");
+                    match gpu.try_finish_probe(handle) {
+                        Ok(result) => out.probe = Some((step, result.map_err(|e| e.to_string()))),
+                        Err(h) => *probing = Some((h, step)),
                     }
                 }
                 // Size the next submits: all done since the last frame means
@@ -274,6 +321,18 @@ impl Engine {
                         Err(e) => out.error = Some(TrainError::Backend(e)),
                     }
                 }
+                // A probe, likewise behind the steps submitted.
+                if probing.is_none()
+                    && let Some(source) = self.probe_wanted.take()
+                {
+                    let step = trainer.submitted();
+                    let request = trainer.probe_request(&source);
+                    let gpu = trainer.backend.as_gpu().expect("GPU engine");
+                    match request.and_then(|r| gpu.submit_probe(&r).map_err(|e| e.to_string())) {
+                        Ok(handle) => *probing = Some((handle, step)),
+                        Err(e) => out.probe = Some((step, Err(e))),
+                    }
+                }
             }
             Kind::Cpu { task } => {
                 if let Some(t) = task.as_mut()
@@ -284,6 +343,7 @@ impl Engine {
                     out.metrics = chunk.metrics;
                     out.error = chunk.error;
                     out.snapshot = chunk.snapshot;
+                    out.probe = chunk.probe;
                 }
                 if task.is_none()
                     && let Some(trainer) = self.trainer.take()
@@ -292,20 +352,26 @@ impl Engine {
                     let remaining = trainer.config.steps.saturating_sub(trainer.step);
                     let steps = allowed.min(remaining);
                     let wanted = self.wanted.take();
-                    if steps == 0 && wanted.is_none() {
+                    let probe = self.probe_wanted.take();
+                    if steps == 0 && wanted.is_none() && probe.is_none() {
                         self.trainer = Some(SyncCell::new(trainer));
-                    } else if steps == 0 {
+                    } else if steps == 0 && probe.is_none() {
                         // Only a snapshot: copying CPU tensors is cheap.
                         out.snapshot =
                             Some(read_snapshot(&mut trainer, &wanted.unwrap_or_default()));
                         self.trainer = Some(SyncCell::new(trainer));
                     } else {
-                        self.started.get_or_insert_with(Instant::now);
+                        // Steps, then the probe and the snapshot, off the
+                        // frame (a CPU forward pass of a big preset takes
+                        // longer than a frame).
+                        if steps > 0 {
+                            self.started.get_or_insert_with(Instant::now);
+                        }
                         out.started = steps;
-                        *task = Some(
-                            AsyncComputeTaskPool::get()
-                                .spawn(async move { cpu_chunk(trainer, steps, wanted).await }),
-                        );
+                        *task =
+                            Some(AsyncComputeTaskPool::get().spawn(async move {
+                                cpu_chunk(trainer, steps, wanted, probe).await
+                            }));
                     }
                 }
             }
@@ -351,7 +417,12 @@ fn read_snapshot(trainer: &mut Trainer, names: &[String]) -> Snapshot {
 
 /// Up to `steps` steps, for about [`CPU_CHUNK_MS`], yielding between steps
 /// (so a browser's single thread keeps drawing); then the snapshot.
-async fn cpu_chunk(mut trainer: Trainer, steps: u64, wanted: Option<Vec<String>>) -> CpuChunk {
+async fn cpu_chunk(
+    mut trainer: Trainer,
+    steps: u64,
+    wanted: Option<Vec<String>>,
+    probe: Option<ProbeSource>,
+) -> CpuChunk {
     let start = Instant::now();
     let mut metrics = Vec::new();
     let mut error = None;
@@ -368,11 +439,18 @@ async fn cpu_chunk(mut trainer: Trainer, steps: u64, wanted: Option<Vec<String>>
         }
         bevy::tasks::futures_lite::future::yield_now().await;
     }
+    let probe = probe.map(|source| {
+        let result = trainer
+            .probe_request(&source)
+            .and_then(|r| trainer.backend.probe(&r).map_err(|e| e.to_string()));
+        (trainer.step, result)
+    });
     let snapshot = wanted.map(|names| read_snapshot(&mut trainer, &names));
     CpuChunk {
         trainer,
         metrics,
         error,
         snapshot,
+        probe,
     }
 }

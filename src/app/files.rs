@@ -43,10 +43,7 @@ pub struct FilesPlugin;
 
 impl Plugin for FilesPlugin {
     fn build(&self, app: &mut App) {
-        app.add_systems(
-            Update,
-            dropped_files.before(super::training::TrainingSystems),
-        );
+        app.add_systems(Update, dropped_files.in_set(super::AppSystems::Input));
     }
 }
 

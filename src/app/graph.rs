@@ -3,7 +3,7 @@
 //! Generated from [`Program`] when a run is created, never listed by hand;
 //! the scenes draw from these entities.
 
-use super::training::{Run, RunCreated, TrainingSystems};
+use super::training::{Run, RunCreated};
 use crate::program::{Program, TensorId, TensorKind};
 use bevy::prelude::*;
 
@@ -46,16 +46,9 @@ pub struct ModelGraphPlugin;
 
 impl Plugin for ModelGraphPlugin {
     fn build(&self, app: &mut App) {
-        app.add_systems(
-            Update,
-            rebuild_model.in_set(GraphSystems).after(TrainingSystems),
-        );
+        app.add_systems(Update, rebuild_model.in_set(super::AppSystems::Graph));
     }
 }
-
-/// The system that rebuilds the entity tree (scenes order themselves after it).
-#[derive(SystemSet, Clone, Debug, PartialEq, Eq, Hash)]
-pub struct GraphSystems;
 
 fn rebuild_model(
     mut commands: Commands,

@@ -1,11 +1,13 @@
 //! Headless mode for checks: the real app without a window, rendering into
 //! an offscreen image on whatever adapter there is (lavapipe in CI). After N
 //! frames it saves the last frame as a PNG and prints one JSON line (frames,
-//! frame time, steps trained, losses, how often a heatmap changed, where the
-//! layer blocks are in the picture), then exits.
+//! frame time, steps trained, losses, how often a heatmap changed, the
+//! scene, where its regions (layer blocks, attention maps) are in the
+//! picture, and what the Attention scene's last probe saw), then exits.
 
-use super::scene_model::{BACKGROUND, Heatmap, LayerBlock, SceneCamera};
-use super::training::{Run, StepRecord};
+use super::scenes::model::{Heatmap, LayerBlock};
+use super::scenes::{BACKGROUND, Scene, SceneCamera, SceneRegion};
+use super::training::{Probes, Run, StepRecord};
 use bevy::prelude::*;
 use bevy::render::view::screenshot::{Screenshot, ScreenshotCaptured};
 use std::path::PathBuf;
@@ -65,6 +67,9 @@ fn count_frames(
     records: Query<&StepRecord>,
     heatmaps: Query<&Heatmap>,
     blocks: Query<&LayerBlock>,
+    regions: Query<&SceneRegion>,
+    scene: Res<State<Scene>>,
+    probes: Res<Probes>,
     cameras: Query<(&Camera, &GlobalTransform), With<SceneCamera>>,
     mut exit: MessageWriter<AppExit>,
 ) {
@@ -127,23 +132,42 @@ fn count_frames(
     state.done = true;
     let mut records: Vec<&StepRecord> = records.iter().collect();
     records.sort_by_key(|r| r.step);
-    let blocks_px: Vec<serde_json::Value> = match cameras.single() {
-        Ok((camera, transform)) => {
-            // world_to_viewport counts from the target's corner (it includes
-            // the viewport's offset), in logical pixels.
-            let scale = camera.target_scaling_factor().unwrap_or(1.0);
-            blocks
-                .iter()
-                .filter_map(|b| {
-                    let a = camera.world_to_viewport(transform, b.rect.min.extend(0.0)).ok()?;
-                    let c = camera.world_to_viewport(transform, b.rect.max.extend(0.0)).ok()?;
-                    let (lo, hi) = (a.min(c) * scale, a.max(c) * scale);
-                    Some(serde_json::json!({ "name": b.name, "rect": [lo.x.round(), lo.y.round(), hi.x.round(), hi.y.round()] }))
-                })
-                .collect()
-        }
-        Err(_) => vec![],
+    // Where a world rectangle is in the picture: world_to_viewport counts
+    // from the target's corner (it includes the viewport's offset), in
+    // logical pixels.
+    let to_px = |name: &str, rect: Rect| -> Option<serde_json::Value> {
+        let (camera, transform) = cameras.single().ok()?;
+        let scale = camera.target_scaling_factor().unwrap_or(1.0);
+        let a = camera
+            .world_to_viewport(transform, rect.min.extend(0.0))
+            .ok()?;
+        let c = camera
+            .world_to_viewport(transform, rect.max.extend(0.0))
+            .ok()?;
+        let (lo, hi) = (a.min(c) * scale, a.max(c) * scale);
+        Some(
+            serde_json::json!({ "name": name, "rect": [lo.x.round(), lo.y.round(), hi.x.round(), hi.y.round()] }),
+        )
     };
+    let blocks_px: Vec<serde_json::Value> = blocks
+        .iter()
+        .filter_map(|b| to_px(&b.name, b.rect))
+        .collect();
+    let mut regions: Vec<&SceneRegion> = regions.iter().collect();
+    regions.sort_by(|a, b| a.name.cmp(&b.name));
+    let regions_px: Vec<serde_json::Value> = regions
+        .iter()
+        .filter_map(|r| to_px(&r.name, r.rect))
+        .collect();
+    let attention = probes.latest.as_ref().map(|(step, r)| {
+        serde_json::json!({
+            "step": step,
+            "n": r.n(),
+            "layers": r.blocks,
+            "heads": r.n_head,
+            "tokens": r.tokens,
+        })
+    });
     let bg = BACKGROUND.to_srgba();
     let (steps, ms_per_step) = run.as_ref().map_or((0, None), |r| {
         let ms = r
@@ -172,7 +196,10 @@ fn count_frames(
         "notice": run.as_ref().and_then(|r| r.notice.clone()),
         "heatmap_snapshots": state.heatmap_hashes.len(),
         "heatmap_distinct": distinct,
+        "scene": scene.get().key(),
         "blocks": blocks_px,
+        "regions": regions_px,
+        "attention": attention,
         "background": [(bg.red * 255.0).round(), (bg.green * 255.0).round(), (bg.blue * 255.0).round()],
         "width": config.width,
         "height": config.height,

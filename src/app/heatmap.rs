@@ -41,6 +41,33 @@ pub fn stats(values: &[f32]) -> Stats {
     }
 }
 
+/// The `q` quantile (0..=1) of |x| over `values` (every value when there
+/// are few, an even sample of 65,536 otherwise): a colour scale that a few
+/// outliers do not set. Falls back to max |x| when that quantile is 0.
+pub fn abs_percentile(values: &[f32], q: f64) -> f32 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let stride = values.len().div_ceil(1 << 16);
+    let mut abs: Vec<f32> = values
+        .iter()
+        .step_by(stride)
+        .map(|v| v.abs())
+        .filter(|v| v.is_finite())
+        .collect();
+    if abs.is_empty() {
+        return 0.0;
+    }
+    let k = ((abs.len() - 1) as f64 * q.clamp(0.0, 1.0)).round() as usize;
+    let (_, v, _) = abs.select_nth_unstable_by(k, f32::total_cmp);
+    let v = *v;
+    if v > 0.0 {
+        v
+    } else {
+        abs.iter().copied().fold(0.0, f32::max)
+    }
+}
+
 /// The (rows, cols) a tensor is drawn as: a matrix as itself, a vector as one row.
 pub fn grid_of(shape: &[usize]) -> (usize, usize) {
     match shape {
@@ -117,6 +144,31 @@ pub fn diverging(v: f32, half_width: f32) -> [u8; 4] {
     [c(0), c(1), c(2), 255]
 }
 
+/// Stops of the sequential colour map for values in 0..1 (attention
+/// weights): near-black through purple and orange to pale yellow, like
+/// matplotlib's "inferno", readable on a projector. sRGB bytes.
+const SEQUENTIAL: [[f32; 3]; 6] = [
+    [8.0, 6.0, 24.0],
+    [66.0, 10.0, 104.0],
+    [147.0, 38.0, 103.0],
+    [221.0, 81.0, 58.0],
+    [252.0, 165.0, 10.0],
+    [252.0, 255.0, 164.0],
+];
+
+/// The colour of `t` in 0..1 on the sequential map (clamped; NaN magenta).
+pub fn sequential(t: f32) -> [u8; 4] {
+    if !t.is_finite() {
+        return [255, 0, 255, 255];
+    }
+    let x = t.clamp(0.0, 1.0) * (SEQUENTIAL.len() - 1) as f32;
+    let i = (x.floor() as usize).min(SEQUENTIAL.len() - 2);
+    let f = x - i as f32;
+    let c =
+        |k: usize| (SEQUENTIAL[i][k] + (SEQUENTIAL[i + 1][k] - SEQUENTIAL[i][k]) * f).round() as u8;
+    [c(0), c(1), c(2), 255]
+}
+
 /// RGBA8 pixels of a pooled grid on a symmetric scale.
 pub fn colorize(pooled: &[f32], half_width: f32) -> Vec<u8> {
     pooled
@@ -156,6 +208,16 @@ mod tests {
             neg[2] > neg[0] && pos[0] > pos[2],
             "negative is blue, positive red"
         );
+    }
+
+    #[test]
+    fn the_percentile_scale_ignores_a_few_outliers() {
+        let mut values: Vec<f32> = (0..1000).map(|i| (i as f32 / 1000.0) - 0.5).collect();
+        values[3] = 100.0;
+        let p = abs_percentile(&values, 0.99);
+        assert!(p > 0.45 && p < 0.5, "{p}");
+        assert_eq!(abs_percentile(&[0.0, 0.0, 3.0], 0.5), 3.0);
+        assert_eq!(abs_percentile(&[], 0.99), 0.0);
     }
 
     #[test]

@@ -4,11 +4,9 @@
 //! teacher sends opens the same run and view. Parsing is here, apart from
 //! the page, so it is tested natively.
 
+use super::scenes::Scene;
 use super::training::{BackendChoice, HeatmapView};
 use crate::model::config::BUILTIN_PRESETS;
-
-/// The scenes the app can show (the `scene` key of a link).
-pub const SCENES: &[&str] = &["model"];
 
 /// What a link asks for; a key it leaves out keeps the app's default.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -16,7 +14,7 @@ pub struct Link {
     /// A built-in preset's id.
     pub preset: Option<String>,
     pub seed: Option<u64>,
-    pub scene: Option<String>,
+    pub scene: Option<Scene>,
     pub view: Option<HeatmapView>,
     pub backend: Option<BackendChoice>,
     /// Start training at once.
@@ -30,14 +28,6 @@ pub fn view_key(view: HeatmapView) -> &'static str {
         HeatmapView::Gradients => "gradients",
         HeatmapView::AdamM => "adam-m",
         HeatmapView::AdamV => "adam-v",
-    }
-}
-
-fn backend_key(backend: BackendChoice) -> &'static str {
-    match backend {
-        BackendChoice::Auto => "auto",
-        BackendChoice::Gpu => "gpu",
-        BackendChoice::Cpu => "cpu",
     }
 }
 
@@ -71,16 +61,13 @@ impl Link {
                         u64::MAX
                     )),
                 },
-                "scene" => {
-                    if SCENES.contains(&value) {
-                        link.scene = Some(value.to_string());
-                    } else {
-                        problems.push(format!(
-                            "the link's scene `{value}` does not exist; the scenes are: {}",
-                            SCENES.join(", ")
-                        ));
-                    }
-                }
+                "scene" => match Scene::from_key(value) {
+                    Some(scene) => link.scene = Some(scene),
+                    None => problems.push(format!(
+                        "the link's scene `{value}` does not exist; the scenes are: {}",
+                        Scene::keys()
+                    )),
+                },
                 "view" => match HeatmapView::ALL.into_iter().find(|v| view_key(*v) == value) {
                     Some(v) => link.view = Some(v),
                     None => problems.push(format!(
@@ -88,17 +75,13 @@ impl Link {
                         HeatmapView::ALL.map(view_key).join(", ")
                     )),
                 },
-                "backend" => {
-                    match BackendChoice::ALL
-                        .into_iter()
-                        .find(|b| backend_key(*b) == value)
-                    {
-                        Some(b) => link.backend = Some(b),
-                        None => problems.push(format!(
-                            "the link's backend `{value}` does not exist; use auto, gpu or cpu"
-                        )),
-                    }
-                }
+                "backend" => match BackendChoice::from_key(value) {
+                    Some(b) => link.backend = Some(b),
+                    None => problems.push(format!(
+                        "the link's backend `{value}` does not exist; use {}",
+                        BackendChoice::ALL.map(BackendChoice::key).join(", ")
+                    )),
+                },
                 "train" => match value {
                     "1" | "true" | "" => link.train = true,
                     "0" | "false" => link.train = false,
@@ -121,8 +104,8 @@ impl Link {
         if let Some(s) = self.seed {
             parts.push(format!("seed={s}"));
         }
-        if let Some(s) = &self.scene {
-            parts.push(format!("scene={s}"));
+        if let Some(s) = self.scene {
+            parts.push(format!("scene={}", s.key()));
         }
         if let Some(v) = self.view {
             parts.push(format!("view={}", view_key(v)));
@@ -130,7 +113,7 @@ impl Link {
         if let Some(b) = self.backend
             && b != BackendChoice::Auto
         {
-            parts.push(format!("backend={}", backend_key(b)));
+            parts.push(format!("backend={}", b.key()));
         }
         if self.train {
             parts.push("train=1".to_string());
@@ -145,12 +128,15 @@ mod tests {
 
     #[test]
     fn a_link_reads_back_what_it_wrote() {
-        for view in HeatmapView::ALL {
+        for (view, scene) in HeatmapView::ALL
+            .into_iter()
+            .zip(Scene::ALL.into_iter().cycle())
+        {
             for backend in BackendChoice::ALL {
                 let link = Link {
                     preset: Some("tiny".into()),
                     seed: Some(u64::MAX),
-                    scene: Some("model".into()),
+                    scene: Some(scene),
                     view: Some(view),
                     backend: Some(backend).filter(|b| *b != BackendChoice::Auto),
                     train: view == HeatmapView::AdamM,
@@ -161,12 +147,18 @@ mod tests {
             }
         }
         assert_eq!(Link::parse(""), (Link::default(), vec![]));
+        // Every scene round-trips, attention included.
+        for scene in Scene::ALL {
+            let (back, problems) = Link::parse(&format!("scene={}", scene.key()));
+            assert!(problems.is_empty());
+            assert_eq!(back.scene, Some(scene));
+        }
     }
 
     #[test]
     fn each_bad_key_is_named_and_the_rest_still_applies() {
         let (link, problems) = Link::parse(
-            "preset=giant&seed=-3&scene=attention&view=logits&backend=tpu&train=maybe&colour=red&preset=small&seed=7",
+            "preset=giant&seed=-3&scene=attentions&view=logits&backend=tpu&train=maybe&colour=red&preset=small&seed=7",
         );
         assert_eq!(link.preset.as_deref(), Some("small"));
         assert_eq!(link.seed, Some(7));
@@ -175,7 +167,7 @@ mod tests {
         for (problem, names) in problems.iter().zip([
             "giant",
             "-3",
-            "attention",
+            "attentions",
             "logits",
             "tpu",
             "maybe",

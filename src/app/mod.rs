@@ -2,9 +2,11 @@
 //! tensors and the run's steps are entities; training runs inside the frame
 //! loop on Bevy's own wgpu device, and egui panels sit beside a 2D main view.
 //!
-//! One plugin per concern: [`training`] (the run, its commands and step
-//! records), [`graph`] (the ECS mirror of the program), [`scene_model`] (the
-//! Model scene: layer stack and live heatmaps), [`ui`] (the panels),
+//! One plugin per concern: [`training`] (the run, its commands, step
+//! records, and the tensor and probe requests of the views), [`graph`] (the
+//! ECS mirror of the program), [`scenes`] (the scene system: one Bevy state
+//! and plugin per scene, the shared camera and visual language), [`ui`] (the
+//! panels),
 //! [`sample`] (text generation), [`files`] (corpora, presets, checkpoints in),
 //! [`headless`] (offscreen runs for checks), and in the browser `web` (the
 //! page: start, files, downloads, the link of [`link`]).
@@ -16,7 +18,7 @@ pub mod headless;
 pub mod heatmap;
 pub mod link;
 pub mod sample;
-pub mod scene_model;
+pub mod scenes;
 pub mod training;
 pub mod ui;
 #[cfg(target_arch = "wasm32")]
@@ -29,10 +31,24 @@ use bevy_egui::{EguiGlobalSettings, EguiPlugin, PrimaryEguiContext};
 use std::path::PathBuf;
 use training::{RunSettings, TrainOnStart};
 
+/// The app's system sets in `Update`, in the order they run (chained once,
+/// here): input from files and the page, the run's commands and training,
+/// the entity mirror of the program, the scene camera, then the scenes.
+#[derive(SystemSet, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AppSystems {
+    Input,
+    Training,
+    Graph,
+    Camera,
+    Scene,
+}
+
 /// How the app starts.
 #[derive(Clone, Debug)]
 pub struct AppOptions {
     pub settings: RunSettings,
+    /// The scene it opens in.
+    pub scene: scenes::Scene,
     /// Start training at once (otherwise the user presses Train).
     pub train: bool,
     /// Run without a window for this many frames (see [`headless`]).
@@ -42,6 +58,17 @@ pub struct AppOptions {
 /// Every plugin of the explainer except Bevy's own and the window/headless
 /// choice: what tests build on top of `MinimalPlugins`.
 pub fn add_explainer_plugins(app: &mut App) {
+    app.configure_sets(
+        Update,
+        (
+            AppSystems::Input,
+            AppSystems::Training,
+            AppSystems::Graph,
+            AppSystems::Camera,
+            AppSystems::Scene,
+        )
+            .chain(),
+    );
     app.add_plugins((
         training::TrainingPlugin,
         graph::ModelGraphPlugin,
@@ -105,7 +132,9 @@ pub fn build(options: AppOptions) -> App {
         .insert_resource(TrainOnStart(options.train));
     add_explainer_plugins(&mut app);
     app.add_plugins((
-        scene_model::ModelScenePlugin,
+        scenes::ScenesPlugin {
+            initial: options.scene,
+        },
         ui::UiPlugin,
         files::FilesPlugin,
     ))
@@ -138,7 +167,7 @@ fn spawn_cameras(
     });
     let mut scene = commands.spawn((
         Camera2d,
-        scene_model::SceneCamera,
+        scenes::SceneCamera,
         Camera {
             order: 0,
             ..default()

@@ -68,8 +68,22 @@ pub struct SamplePlugin;
 
 impl Plugin for SamplePlugin {
     fn build(&self, app: &mut App) {
-        app.init_resource::<SampleState>()
-            .add_systems(Update, run_sampler.after(super::training::TrainingSystems));
+        app.init_resource::<SampleState>().add_systems(
+            Update,
+            (want_weights, run_sampler).in_set(super::AppSystems::Scene),
+        );
+    }
+}
+
+/// Sampling reads the weights: every parameter, in every scene.
+fn want_weights(run: Option<Res<Run>>, mut wants: ResMut<super::training::TensorWants>) {
+    if let Some(run) = run {
+        let names = run
+            .program
+            .params()
+            .map(|id| run.program.tensors[id].name.clone())
+            .collect();
+        wants.set("sample", names);
     }
 }
 

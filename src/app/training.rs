@@ -3,13 +3,13 @@
 //! `TrainingRun` entity with one `StepRecord` child per step.
 
 use super::engine::{Engine, Snapshot};
-use crate::backend::Backend;
-use crate::cpu::CpuBackend;
+use crate::backend::{Chosen, GpuFallback, choose_backend};
 use crate::data::Corpus;
-use crate::gpu::{GpuBackend, GpuContext};
+use crate::gpu::GpuContext;
 use crate::model::checkpoint::{Checkpoint, OptimizerState, Precision};
 use crate::model::config::Config;
 use crate::model::params::NamedTensor;
+use crate::probe::{ProbeResult, ProbeSource};
 use crate::program::Program;
 use crate::train::{StepMetrics, Trainer};
 use bevy::prelude::*;
@@ -17,19 +17,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use web_time::Instant;
 
-/// Which backend a new run asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum BackendChoice {
-    /// The GPU when Bevy's adapter can run the kernels, else the CPU.
-    Auto,
-    Gpu,
-    Cpu,
-}
-
-impl BackendChoice {
-    pub const ALL: [BackendChoice; 3] =
-        [BackendChoice::Auto, BackendChoice::Gpu, BackendChoice::Cpu];
-}
+/// Which backend a new run asks for: the library's one list.
+pub use crate::backend::BackendChoice;
 
 /// The text a run trains on.
 #[derive(Clone, Debug)]
@@ -214,6 +203,87 @@ impl HeatmapView {
     }
 }
 
+/// The tensors each part of the app wants read back, by who wants them (a
+/// scene, the sampler): the training plugin reads the union, so a snapshot
+/// holds what every current view needs and nothing else.
+#[derive(Resource, Debug, Default)]
+pub struct TensorWants {
+    by: std::collections::BTreeMap<&'static str, Vec<String>>,
+    /// Counts changes (a change asks for a snapshot at once).
+    changes: u64,
+}
+
+impl TensorWants {
+    /// Replaces what `who` wants (an empty list withdraws it).
+    pub fn set(&mut self, who: &'static str, names: Vec<String>) {
+        if names.is_empty() {
+            if self.by.remove(who).is_some() {
+                self.changes += 1;
+            }
+        } else if self.by.get(who) != Some(&names) {
+            self.by.insert(who, names);
+            self.changes += 1;
+        }
+    }
+
+    /// Every tensor wanted, each once, in a stable order.
+    pub fn union(&self) -> Vec<String> {
+        let mut seen = std::collections::HashSet::new();
+        self.by
+            .values()
+            .flatten()
+            .filter(|n| seen.insert(n.as_str()))
+            .cloned()
+            .collect()
+    }
+}
+
+/// A scene's request for a probe of the forward pass (attention weights,
+/// logits), and what came back. The training plugin sends it to the engine
+/// (after the steps already started, so it sees the newest weights) at most
+/// every `interval_s` while training, once per step otherwise, and at once
+/// when the request changes.
+#[derive(Resource, Debug)]
+pub struct Probes {
+    /// What to probe; None asks for nothing.
+    pub want: Option<ProbeSource>,
+    pub interval_s: f64,
+    /// The latest result and the step whose weights it saw.
+    pub latest: Option<(u64, ProbeResult)>,
+    /// Counts results received.
+    pub version: u64,
+    pub error: Option<String>,
+    last_request: Option<Instant>,
+    /// The step the last request was sent at.
+    requested_step: Option<u64>,
+    dirty: bool,
+}
+
+impl Default for Probes {
+    fn default() -> Self {
+        Self {
+            want: None,
+            interval_s: 0.3,
+            latest: None,
+            version: 0,
+            error: None,
+            last_request: None,
+            requested_step: None,
+            dirty: true,
+        }
+    }
+}
+
+impl Probes {
+    /// Asks for `source` (again at once if it changed).
+    pub fn set_want(&mut self, source: Option<ProbeSource>) {
+        if self.want != source {
+            self.want = source;
+            self.dirty = true;
+        }
+    }
+}
+
 /// The latest tensors read back, and how often to read.
 #[derive(Resource, Debug)]
 pub struct Snapshots {
@@ -228,6 +298,8 @@ pub struct Snapshots {
     last_request: Option<Instant>,
     /// Whether the view changed since the last request (asks again at once).
     dirty: bool,
+    /// The [`TensorWants`] change count the last request saw.
+    wants_seen: u64,
 }
 
 impl Default for Snapshots {
@@ -240,6 +312,7 @@ impl Default for Snapshots {
             inspect: None,
             last_request: None,
             dirty: true,
+            wants_seen: 0,
         }
     }
 }
@@ -336,6 +409,8 @@ impl Plugin for TrainingPlugin {
             .add_message::<RunCreated>()
             .init_resource::<AppStatus>()
             .init_resource::<Snapshots>()
+            .init_resource::<TensorWants>()
+            .init_resource::<Probes>()
             .init_resource::<GpuDevice>()
             .init_resource::<TrainOnStart>()
             .add_systems(Startup, (find_gpu_device, create_first_run).chain())
@@ -343,14 +418,10 @@ impl Plugin for TrainingPlugin {
                 Update,
                 (handle_commands, pump_training)
                     .chain()
-                    .in_set(TrainingSystems),
+                    .in_set(super::AppSystems::Training),
             );
     }
 }
-
-/// The systems that advance training (views order themselves after these).
-#[derive(SystemSet, Clone, Debug, PartialEq, Eq, Hash)]
-pub struct TrainingSystems;
 
 /// Wraps Bevy's `RenderDevice`/`RenderQueue` for the GPU backend.
 fn find_gpu_device(
@@ -433,46 +504,17 @@ pub fn build_run(
     };
     let corpus = settings.corpus.corpus(config.ctx)?;
     let program = Program::new(&config);
-    let mut notice = None;
-    let backend: Box<dyn Backend> = match (settings.backend, &gpu.context) {
-        (BackendChoice::Cpu, _) => Box::new(CpuBackend::<f32>::new(program.clone())),
-        (_, None) => {
-            notice = Some(gpu.missing.clone().unwrap_or_else(|| {
-                "No GPU device is available to the app, so the run trains on the CPU (slower)."
-                    .to_string()
-            }));
-            Box::new(CpuBackend::<f32>::new(program.clone()))
-        }
-        (BackendChoice::Auto, Some(ctx)) if ctx.info.device_type == wgpu::DeviceType::Cpu => {
-            notice = Some(format!(
-                "The only GPU adapter, {}, is a software renderer, slower than the CPU backend, so the run trains on the CPU; choose Backend: GPU to run the kernels through it anyway.",
-                ctx.info.name
-            ));
-            Box::new(CpuBackend::<f32>::new(program.clone()))
-        }
-        (_, Some(ctx)) => match GpuBackend::new(ctx.clone(), program.clone()) {
-            Ok(b) => {
-                if ctx.info.device_type == wgpu::DeviceType::Cpu {
-                    notice = Some(format!(
-                        "{} is a software adapter: the kernels run on the CPU through it and train slowly.",
-                        ctx.info.name
-                    ));
-                }
-                Box::new(b)
-            }
-            Err(e) => {
-                notice = Some(format!(
-                    "The GPU cannot run this preset, so it trains on the CPU instead{}: {e}",
-                    if cfg!(target_arch = "wasm32") {
-                        " (in one thread: much slower; a smaller preset trains on the GPU)"
-                    } else {
-                        ""
-                    }
-                ));
-                Box::new(CpuBackend::<f32>::new(program.clone()))
-            }
-        },
+    let device = match (&gpu.context, &gpu.missing) {
+        (Some(ctx), _) => Ok(ctx),
+        (None, Some(why)) => Err(why.as_str()),
+        (None, None) => Err("no GPU device is available to the app"),
     };
+    let Chosen { backend, notice } = choose_backend(
+        settings.backend,
+        device,
+        program.clone(),
+        GpuFallback::ToCpu,
+    )?;
     let backend_label = backend.describe();
     let trainer = match resume {
         Some(ckpt) => Trainer::resume(backend, corpus.clone(), ckpt),
@@ -634,6 +676,8 @@ fn pump_training(
     mut commands: Commands,
     run: Option<ResMut<Run>>,
     mut snapshots: ResMut<Snapshots>,
+    wants: Res<TensorWants>,
+    mut probes: ResMut<Probes>,
     mut status: ResMut<AppStatus>,
     runs: Query<(Entity, &TrainingRun)>,
 ) {
@@ -662,6 +706,32 @@ fn pump_training(
     {
         run.state = RunState::Finished;
         status.info = Some(format!("the run finished its {} steps", run.config().steps));
+    }
+    match pumped.probe {
+        Some((step, Ok(result))) => {
+            probes.latest = Some((step, result));
+            probes.version += 1;
+            probes.error = None;
+        }
+        Some((_, Err(e))) => probes.error = Some(e),
+        None => {}
+    }
+    if let Some(source) = probes.want.clone() {
+        let step = run.step();
+        let due = probes.dirty
+            || if run.state == RunState::Training {
+                probes
+                    .last_request
+                    .is_none_or(|t| t.elapsed().as_secs_f64() >= probes.interval_s)
+            } else {
+                probes.requested_step != Some(step) && !run.engine.busy()
+            };
+        if due && !run.engine.probe_pending() && run.pending_save.is_none() {
+            run.engine.request_probe(source);
+            probes.last_request = Some(Instant::now());
+            probes.requested_step = Some(step);
+            probes.dirty = false;
+        }
     }
     if let Some(snapshot) = pumped.snapshot {
         if let Some((path, resume)) = run.pending_save.clone()
@@ -709,17 +779,26 @@ fn pump_training(
         run.save_requested = true;
         return;
     }
-    // Big models are read less often: about 25 MB/s of readback at most
-    // (each snapshot is copied on the frame thread).
-    let bytes = 4.0
-        * run.config().param_count() as f64
-        * if snapshots.view == HeatmapView::Weights {
-            1.0
-        } else {
-            2.0
-        };
+    // What every view wants, each tensor once; big ones are read less
+    // often: about 25 MB/s of readback at most (each snapshot is copied on
+    // the frame thread).
+    let names: Vec<String> = wants
+        .union()
+        .into_iter()
+        .filter(|n| run.program.tensor_id(n).is_some())
+        .collect();
+    if names.is_empty() {
+        return;
+    }
+    let bytes: f64 = names
+        .iter()
+        .filter_map(|n| run.program.tensor_id(n))
+        .map(|id| 4.0 * run.program.tensors[id].numel() as f64)
+        .sum();
     let interval = snapshots.interval_s.max(bytes / 2.5e7);
+    let changed = wants.changes != snapshots.wants_seen;
     let due = snapshots.dirty
+        || changed
         || snapshots
             .last_request
             .is_none_or(|t| t.elapsed().as_secs_f64() >= interval)
@@ -729,30 +808,10 @@ fn pump_training(
                     .as_ref()
                     .is_none_or(|s| s.step != run.step()));
     if due && !run.engine.snapshot_pending() && run.pending_save.is_none() {
-        // The weights (heatmaps, sampling), the view's tensors, and the
-        // gradient of the tensor the inspector shows.
-        let view = snapshots.view;
-        let mut names: Vec<String> = run
-            .program
-            .params()
-            .flat_map(|id| {
-                let n = &run.program.tensors[id].name;
-                let mut names = vec![n.clone()];
-                if view != HeatmapView::Weights {
-                    names.push(view.tensor_name(n));
-                }
-                names
-            })
-            .collect();
-        if let Some(p) = &snapshots.inspect
-            && view != HeatmapView::Gradients
-            && run.program.tensor_id(p).is_some()
-        {
-            names.push(format!("grad.{p}"));
-        }
         run.engine.request_snapshot(names);
         snapshots.last_request = Some(Instant::now());
         snapshots.dirty = false;
+        snapshots.wants_seen = wants.changes;
     }
 }
 

@@ -1,15 +1,16 @@
-//! The egui panels around the main view: run configuration and controls and
-//! metrics (left), the loss chart and the sample box (right), the scene's
-//! view switch (top), the status line (bottom), and the inspector of the
-//! selected tensor. The main view's camera gets the rectangle in between.
+//! The egui panels around the main view, shared by every scene: run
+//! configuration, controls and metrics (left), the loss chart and the sample
+//! box (right), the scene switcher (top), the status line (bottom), and the
+//! hover tooltip. The main view's camera gets the rectangle in between; each
+//! scene draws its own toolbar over the top of it ([`scene_toolbar`]) and
+//! its own inspector.
 
 #[cfg(not(target_arch = "wasm32"))]
 use super::files;
 use super::sample::SampleState;
-use super::scene_model::{Heatmap, SceneCamera, Selection};
+use super::scenes::{Hover, Scene, SceneCamera};
 use super::training::{
-    AppStatus, BackendChoice, HeatmapView, Run, RunCommand, RunSettings, RunState, Snapshots,
-    StepRecord,
+    AppStatus, BackendChoice, Run, RunCommand, RunSettings, RunState, StepRecord,
 };
 use crate::model::config::{BUILTIN_PRESETS, Config};
 use bevy::camera::Viewport;
@@ -27,6 +28,33 @@ pub struct UiState {
     pub central: Option<(u32, u32, u32, u32)>,
 }
 
+impl UiState {
+    /// The main view's top-left corner in egui points, once laid out.
+    pub fn central_top_left(&self, ctx: &egui::Context) -> Option<egui::Pos2> {
+        let ppp = ctx.pixels_per_point();
+        self.central
+            .map(|c| egui::pos2(c.0 as f32 / ppp, c.1 as f32 / ppp))
+    }
+}
+
+/// A scene's toolbar: one row of controls floating over the top-left of the
+/// main view, on a panel-coloured strip (the camera leaves room for it).
+pub fn scene_toolbar(
+    ctx: &egui::Context,
+    id: &'static str,
+    at: egui::Pos2,
+    add_contents: impl FnOnce(&mut egui::Ui),
+) {
+    egui::Area::new(egui::Id::new(id))
+        .fixed_pos(at + egui::vec2(6.0, 6.0))
+        .order(egui::Order::Middle)
+        .show(ctx, |ui| {
+            egui::Frame::popup(ui.style()).show(ui, |ui| {
+                ui.horizontal(add_contents);
+            });
+        });
+}
+
 impl Default for UiState {
     fn default() -> Self {
         Self {
@@ -42,8 +70,11 @@ pub struct UiPlugin;
 impl Plugin for UiPlugin {
     fn build(&self, app: &mut App) {
         app.init_resource::<UiState>()
-            .add_systems(EguiPrimaryContextPass, draw_ui)
-            .add_systems(Update, (select_on_click, apply_viewport));
+            .add_systems(
+                EguiPrimaryContextPass,
+                (use_label_font, draw_ui, hover_tooltip).chain(),
+            )
+            .add_systems(Update, apply_viewport);
     }
 }
 
@@ -61,19 +92,60 @@ fn fmt_duration(seconds: f64) -> String {
     }
 }
 
+/// Adds the label font (DejaVu Sans) behind egui's own, once: egui's
+/// fonts then find every glyph the labels use.
+fn use_label_font(mut contexts: EguiContexts, mut done: Local<bool>) -> Result {
+    if *done {
+        return Ok(());
+    }
+    let ctx = contexts.ctx_mut()?;
+    let mut fonts = egui::FontDefinitions::default();
+    fonts.font_data.insert(
+        "dejavu".into(),
+        std::sync::Arc::new(egui::FontData::from_static(super::scenes::LABEL_FONT)),
+    );
+    for family in [egui::FontFamily::Proportional, egui::FontFamily::Monospace] {
+        fonts
+            .families
+            .entry(family)
+            .or_default()
+            .push("dejavu".into());
+    }
+    ctx.set_fonts(fonts);
+    *done = true;
+    Ok(())
+}
+
+/// Shows what the scene says is under the pointer, next to it.
+fn hover_tooltip(mut contexts: EguiContexts, hover: Res<Hover>) -> Result {
+    let Some(text) = &hover.0 else { return Ok(()) };
+    let ctx = contexts.ctx_mut()?;
+    if let Some(pos) = ctx.pointer_hover_pos() {
+        egui::Area::new(egui::Id::new("scene-hover"))
+            .fixed_pos(pos + egui::vec2(14.0, 14.0))
+            .order(egui::Order::Tooltip)
+            .interactable(false)
+            .show(ctx, |ui| {
+                egui::Frame::popup(ui.style()).show(ui, |ui| {
+                    ui.monospace(text);
+                });
+            });
+    }
+    Ok(())
+}
+
 #[allow(clippy::too_many_arguments)]
-fn draw_ui(
+pub fn draw_ui(
     mut contexts: EguiContexts,
     mut ui_state: ResMut<UiState>,
     mut settings: ResMut<RunSettings>,
     run: Option<Res<Run>>,
     mut status: ResMut<AppStatus>,
-    mut snapshots: ResMut<Snapshots>,
     records: Query<&StepRecord>,
-    heatmaps: Query<&Heatmap>,
-    mut selection: ResMut<Selection>,
     mut commands: MessageWriter<RunCommand>,
     mut sample: ResMut<SampleState>,
+    scene: Res<State<Scene>>,
+    mut next_scene: ResMut<NextState<Scene>>,
 ) -> Result {
     let ctx = contexts.ctx_mut()?;
     let mut root = egui::Ui::new(
@@ -113,19 +185,26 @@ fn draw_ui(
         }
     });
 
-    // ---- top: scene and view switch
+    // ---- top: the scene switcher
     egui::Panel::top("scene").show(&mut root, |ui| {
         ui.horizontal(|ui| {
-            ui.strong("Scene: Model");
-            ui.separator();
-            ui.label("heatmaps show");
-            let mut view = snapshots.view;
-            for v in HeatmapView::ALL {
-                ui.radio_value(&mut view, v, v.label());
+            ui.strong("Scene");
+            let current = *scene.get();
+            for s in Scene::ALL {
+                if ui
+                    .selectable_label(current == s, egui::RichText::new(s.title()).size(15.0))
+                    .on_hover_text(s.about())
+                    .clicked()
+                    && current != s
+                {
+                    next_scene.set(s);
+                }
             }
-            snapshots.set_view(view);
             ui.separator();
-            ui.label("click a heatmap to inspect it");
+            ui.weak(current.about());
+            ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
+                ui.weak("wheel: zoom · drag: pan · 0: fit");
+            });
         });
     });
 
@@ -355,72 +434,6 @@ fn draw_ui(
         (rect.width() * ppp).max(1.0) as u32,
         (rect.height() * ppp).max(1.0) as u32,
     ));
-    // ---- inspector of the selected heatmap
-    if let Some(h) = selection.0.and_then(|e| heatmaps.get(e).ok())
-        && selection.1
-    {
-        let anchor = ui_state.central.map_or(egui::pos2(320.0, 400.0), |c| {
-            egui::pos2(c.0 as f32 / ppp + 8.0, (c.1 + c.3) as f32 / ppp - 8.0)
-        });
-        let mut open = true;
-        egui::Window::new("Inspector")
-            .open(&mut open)
-            .pivot(egui::Align2::LEFT_BOTTOM)
-            .current_pos(anchor)
-            .resizable(false)
-            .show(ctx, |ui| {
-                ui.monospace(&h.param);
-                ui.label(format!(
-                    "shape {:?}  ({} values)",
-                    [h.rows, h.cols],
-                    h.rows * h.cols
-                ));
-                let snap = snapshots.latest.as_ref();
-                let stats_of = |name: &str| {
-                    snap.and_then(|s| s.tensors.get(name))
-                        .map(|v| super::heatmap::stats(v))
-                };
-                egui::Grid::new("inspector")
-                    .num_columns(2)
-                    .striped(true)
-                    .show(ui, |ui| {
-                        if let Some(s) = h.stats {
-                            ui.label(format!("{} mean", snapshots.view.label()));
-                            ui.monospace(format!("{:+.4e}", s.mean));
-                            ui.end_row();
-                            ui.label("std");
-                            ui.monospace(format!("{:.4e}", s.std));
-                            ui.end_row();
-                            ui.label("min / max");
-                            ui.monospace(format!("{:+.4e} / {:+.4e}", s.min, s.max));
-                            ui.end_row();
-                        }
-                        if let Some(g) = stats_of(&format!("grad.{}", h.param)) {
-                            ui.label("grad norm");
-                            ui.monospace(format!("{:.4e}", g.norm));
-                            ui.end_row();
-                        }
-                        if let Some(w) = stats_of(&h.param) {
-                            ui.label("weight norm");
-                            ui.monospace(format!("{:.4e}", w.norm));
-                            ui.end_row();
-                        }
-                        if let Some(s) = snap {
-                            ui.label("read at step");
-                            ui.monospace(s.step.to_string());
-                            ui.end_row();
-                        }
-                    });
-            });
-        selection.1 = open;
-        if snapshots.inspect.as_ref() != Some(&h.param) {
-            snapshots.inspect = Some(h.param.clone());
-            snapshots.dirty_now();
-        }
-    } else {
-        snapshots.inspect = None;
-    }
-
     Ok(())
 }
 
@@ -449,33 +462,5 @@ fn apply_viewport(ui_state: Res<UiState>, mut cameras: Query<&mut Camera, With<S
         {
             camera.viewport = Some(viewport);
         }
-    }
-}
-
-/// Selects the heatmap under a left click in the main view.
-fn select_on_click(
-    buttons: Res<ButtonInput<MouseButton>>,
-    windows: Query<&Window, With<bevy::window::PrimaryWindow>>,
-    cameras: Query<(&Camera, &GlobalTransform), With<SceneCamera>>,
-    heatmaps: Query<(Entity, &Heatmap)>,
-    egui_input: Option<Res<bevy_egui::input::EguiWantsInput>>,
-    mut selection: ResMut<Selection>,
-) {
-    if !buttons.just_pressed(MouseButton::Left)
-        || egui_input.is_some_and(|e| e.wants_pointer_input() || e.is_pointer_over_area())
-    {
-        return;
-    }
-    let (Ok(window), Ok((camera, transform))) = (windows.single(), cameras.single()) else {
-        return;
-    };
-    let Some(cursor) = window.cursor_position() else {
-        return;
-    };
-    let origin = camera.logical_viewport_rect().map_or(Vec2::ZERO, |r| r.min);
-    if let Ok(world) = camera.viewport_to_world_2d(transform, cursor - origin)
-        && let Some(e) = super::scene_model::heatmap_at(&heatmaps, world)
-    {
-        *selection = Selection(Some(e), true);
     }
 }

@@ -72,6 +72,7 @@ pub fn main() {
     }
     let mut app = super::build(AppOptions {
         settings,
+        scene: link.scene.unwrap_or_default(),
         train: link.train,
         headless: None,
     });
@@ -126,8 +127,8 @@ impl Plugin for WebPlugin {
         app.init_resource::<PageState>().add_systems(
             Update,
             (
-                files_from_page.before(super::training::TrainingSystems),
-                (keep_link, report_to_page).after(super::training::TrainingSystems),
+                files_from_page.in_set(super::AppSystems::Input),
+                (keep_link, report_to_page).in_set(super::AppSystems::Scene),
             ),
         );
     }
@@ -159,6 +160,7 @@ fn files_from_page(
 /// to the fragment when they change.
 fn keep_link(
     settings: Res<RunSettings>,
+    scene: Res<State<super::scenes::Scene>>,
     snapshots: Res<Snapshots>,
     run: Option<Res<Run>>,
     mut page: ResMut<PageState>,
@@ -170,7 +172,7 @@ fn keep_link(
             .any(|(id, _)| *id == settings.preset)
             .then(|| settings.preset.clone()),
         seed: Some(settings.seed),
-        scene: Some("model".into()),
+        scene: Some(*scene.get()),
         view: Some(snapshots.view),
         backend: Some(settings.backend).filter(|b| *b != BackendChoice::Auto),
         train: run.is_some_and(|r| r.state == RunState::Training),

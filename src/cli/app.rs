@@ -4,7 +4,8 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use std::path::PathBuf;
 use tinygpt::app::headless::HeadlessConfig;
-use tinygpt::app::training::{BackendChoice, CorpusSource, RunSettings};
+use tinygpt::app::scenes::Scene;
+use tinygpt::app::training::{CorpusSource, RunSettings};
 use tinygpt::app::{AppOptions, run};
 use tinygpt::model::config::{Config, DEFAULT_PRESET};
 
@@ -27,6 +28,10 @@ pub struct AppArgs {
     /// Where to train: auto (the GPU unless its adapter is a software renderer), gpu or cpu.
     #[arg(long, value_enum, default_value = "auto")]
     backend: super::BackendChoice,
+    /// The scene to open: model (the layer stack as live heatmaps) or
+    /// attention (every layer × head attention matrix).
+    #[arg(long, default_value = "model", value_parser = parse_scene)]
+    scene: Scene,
     /// Start training at once instead of waiting for Train.
     #[arg(long)]
     train: bool,
@@ -62,6 +67,11 @@ impl AppArgs {
     }
 }
 
+fn parse_scene(s: &str) -> std::result::Result<Scene, String> {
+    Scene::from_key(s)
+        .ok_or_else(|| format!("`{s}` is not a scene; the scenes are {}", Scene::keys()))
+}
+
 pub fn run_app(args: AppArgs) -> Result<()> {
     if !args.headless && (args.screenshot.is_some()) {
         bail!("--screenshot needs --headless (in the window, use your system's screenshot tool)");
@@ -94,11 +104,7 @@ pub fn run_app(args: AppArgs) -> Result<()> {
         settings.lr = lr;
     }
     settings.seed = args.seed;
-    settings.backend = match args.backend {
-        super::BackendChoice::Auto => BackendChoice::Auto,
-        super::BackendChoice::Gpu => BackendChoice::Gpu,
-        super::BackendChoice::Cpu => BackendChoice::Cpu,
-    };
+    settings.backend = args.backend.into();
     settings.run_config().map_err(anyhow::Error::msg)?;
     if let Some(path) = &args.screenshot {
         tinygpt::model::checkpoint::check_writable(path)
@@ -113,6 +119,7 @@ pub fn run_app(args: AppArgs) -> Result<()> {
     });
     let exit = run(AppOptions {
         settings,
+        scene: args.scene,
         train: args.train,
         headless,
     });

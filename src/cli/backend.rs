@@ -1,8 +1,12 @@
-//! Choosing where to compute: `--backend auto|cpu|gpu`.
+//! Choosing where to compute: `--backend auto|cpu|gpu`. The choice itself is
+//! the library's [`choose_backend`] (the app makes it the same way); this
+//! module finds the GPU adapter for it and prints its notice.
 
 use anyhow::Result;
-use tinygpt::backend::Backend;
-use tinygpt::gpu::{GpuBackend, GpuContext};
+use tinygpt::backend::{
+    Backend, BackendChoice as Choice, GpuFallback, choose_backend, software_adapter,
+};
+use tinygpt::gpu::GpuContext;
 use tinygpt::model::config::Config;
 use tinygpt::program::Program;
 
@@ -16,56 +20,65 @@ pub enum BackendChoice {
     Gpu,
 }
 
-/// A choice with `auto` settled.
+impl From<BackendChoice> for Choice {
+    fn from(c: BackendChoice) -> Self {
+        match c {
+            BackendChoice::Auto => Choice::Auto,
+            BackendChoice::Cpu => Choice::Cpu,
+            BackendChoice::Gpu => Choice::Gpu,
+        }
+    }
+}
+
+/// A choice with the adapter found: the context, or why there is none.
 #[derive(Clone, Debug)]
 pub enum Resolved {
     Cpu,
     Gpu(Box<GpuContext>),
+    /// Asked for (auto or gpu) and not found: why.
+    NoGpu(String),
 }
 
-/// Settles `auto`: a hardware GPU adapter if there is one. A software
-/// adapter (lavapipe, SwiftShader) runs the kernels about a thousand times
-/// slower than a GPU, so `auto` prefers the CPU backend over it.
+/// Finds the GPU adapter a choice needs (none for `cpu`). `gpu` without an
+/// adapter is an error here; `auto` keeps the reason for its notice.
 pub fn resolve(choice: BackendChoice) -> Result<Resolved> {
     match choice {
         BackendChoice::Cpu => Ok(Resolved::Cpu),
         BackendChoice::Gpu => Ok(Resolved::Gpu(Box::new(GpuContext::new_blocking()?))),
         BackendChoice::Auto => Ok(match GpuContext::new_blocking() {
-            Ok(ctx) if ctx.info.device_type != wgpu::DeviceType::Cpu => {
-                eprintln!("backend auto: the GPU, {}", ctx.describe());
-                Resolved::Gpu(Box::new(ctx))
-            }
-            Ok(ctx) => {
-                eprintln!(
-                    "backend auto: the CPU (the only adapter, {}, is a software renderer and slower)",
-                    ctx.info.name
-                );
-                Resolved::Cpu
-            }
-            Err(_) => {
-                eprintln!("backend auto: the CPU (no GPU adapter found)");
-                Resolved::Cpu
-            }
+            Ok(ctx) => match software_adapter(&ctx) {
+                Some(why) => Resolved::NoGpu(why),
+                None => Resolved::Gpu(Box::new(ctx)),
+            },
+            Err(e) => Resolved::NoGpu(format!("no GPU adapter found ({e})")),
         }),
     }
 }
 
-/// Builds the backend for a config. With `auto`, a GPU that cannot fit the
-/// preset falls back to the CPU with a notice; with `gpu` that is an error.
+/// Builds the backend for a config through [`choose_backend`]: with `auto`,
+/// a GPU that is a software renderer or cannot fit the preset gives way to
+/// the CPU, with a notice on stderr; with `gpu` that is an error.
 pub fn build(
     resolved: &Resolved,
     choice: BackendChoice,
     config: &Config,
 ) -> Result<Box<dyn Backend>> {
-    match resolved {
-        Resolved::Cpu => Ok(tinygpt::bench::cpu_backend(config)),
-        Resolved::Gpu(ctx) => match GpuBackend::new((**ctx).clone(), Program::new(config)) {
-            Ok(b) => Ok(Box::new(b)),
-            Err(e) if choice == BackendChoice::Auto => {
-                eprintln!("backend auto: the CPU, because {e}");
-                Ok(tinygpt::bench::cpu_backend(config))
-            }
-            Err(e) => Err(e.into()),
-        },
+    let gpu = match resolved {
+        Resolved::Gpu(ctx) => Ok(&**ctx),
+        Resolved::Cpu => Err("the CPU backend was asked for"),
+        Resolved::NoGpu(why) => Err(why.as_str()),
+    };
+    let chosen = choose_backend(
+        choice.into(),
+        gpu,
+        Program::new(config),
+        GpuFallback::Refuse,
+    )
+    .map_err(anyhow::Error::msg)?;
+    if let Some(notice) = &chosen.notice {
+        eprintln!("backend {}: {notice}", Choice::from(choice).key());
+    } else if choice == BackendChoice::Auto {
+        eprintln!("backend auto: {}", chosen.backend.describe());
     }
+    Ok(chosen.backend)
 }

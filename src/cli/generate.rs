@@ -48,6 +48,10 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         Resolved::Cpu => {
             Box::new(Generator::new(&ck.config, &ck.params).map_err(anyhow::Error::msg)?)
         }
+        Resolved::NoGpu(why) => {
+            eprintln!("backend auto: the CPU ({why})");
+            Box::new(Generator::new(&ck.config, &ck.params).map_err(anyhow::Error::msg)?)
+        }
     };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

@@ -3,6 +3,7 @@
 
 #[cfg(feature = "app")]
 mod app;
+mod attention;
 mod backend;
 mod bench;
 mod generate;
@@ -45,6 +46,8 @@ enum Command {
     Export(generate::ExportArgs),
     /// Print a checkpoint's loss on a fixed validation batch (and dump its logits).
     Eval(generate::EvalArgs),
+    /// Print the attention weights of every layer and head for a prompt.
+    Attention(attention::AttentionArgs),
 }
 
 pub use backend::BackendChoice;
@@ -107,6 +110,7 @@ pub fn main() -> ExitCode {
         Command::Bench(a) => bench::run(a),
         Command::Export(a) => generate::export(a),
         Command::Eval(a) => generate::eval(a),
+        Command::Attention(a) => attention::run(a),
     };
     finish(result)
 }

@@ -9,7 +9,9 @@ pub mod ops;
 
 use crate::backend::{Backend, BackendError, StepOutcome, StepParams};
 use crate::data::Batch;
-use crate::program::{Op, Program, Step, TensorId, TensorKind};
+use crate::model::config::VOCAB;
+use crate::probe::{ProbeRequest, ProbeResult};
+use crate::program::{Op, ProbeWindow, Program, Step, TensorId, TensorKind};
 use float::Float;
 use ops::AttnDims;
 use rayon::prelude::*;
@@ -25,6 +27,8 @@ pub struct CpuBackend<F: Float> {
     dropout_seed: u32,
     /// The gradient norm the last [`Step::ClipGradNorm`] measured (before clipping).
     last_grad_norm: f64,
+    /// The row and positions [`Step::AttentionProbs`] looks at.
+    probe_window: ProbeWindow,
 }
 
 impl<F: Float> CpuBackend<F> {
@@ -50,7 +54,13 @@ impl<F: Float> CpuBackend<F> {
             training: true,
             dropout_seed: 0,
             last_grad_norm: 0.0,
+            probe_window: ProbeWindow { row: 0, n: 0 },
         }
+    }
+
+    /// Sets the batch row and positions the next [`Step::AttentionProbs`] reads.
+    pub fn set_probe_window(&mut self, window: ProbeWindow) {
+        self.probe_window = window;
     }
 
     pub fn tensor(&self, id: TensorId) -> &[F] {
@@ -142,6 +152,33 @@ impl<F: Float> CpuBackend<F> {
             }
             Step::Forward(i) => self.forward_op(i),
             Step::Backward(i) => self.backward_op(i),
+            Step::AttentionProbs(i) => {
+                let Op::Attention {
+                    qkv, lse, n_head, ..
+                } = self.program.ops[i].op
+                else {
+                    panic!("AttentionProbs({i}) names an op that is not attention");
+                };
+                let cfg = &self.program.config;
+                let dims = AttnDims {
+                    b: cfg.batch,
+                    t: cfg.ctx,
+                    c: cfg.d_model,
+                    h: n_head,
+                };
+                let ProbeWindow { row, n } = self.probe_window;
+                let probs_id = self.program.probs;
+                let mut probs = self.take(probs_id);
+                ops::attention_probs_window(
+                    &mut probs,
+                    &self.data[qkv],
+                    &self.data[lse],
+                    &dims,
+                    row,
+                    n,
+                );
+                self.data[probs_id] = probs;
+            }
             Step::ClipGradNorm => {
                 let clip = self.program.config.grad_clip as f64;
                 let norm = self.grad_norm();
@@ -505,6 +542,37 @@ impl<F: Float> Backend for CpuBackend<F> {
         self.set_mode(false, 0);
         self.forward();
         self.loss() as f32
+    }
+
+    fn probe(&mut self, request: &ProbeRequest) -> Result<ProbeResult, BackendError> {
+        request
+            .check(&self.program.config)
+            .map_err(BackendError::BadProbe)?;
+        self.set_batch(&request.batch);
+        self.set_mode(false, 0);
+        self.forward();
+        self.set_probe_window(request.window);
+        let ProbeWindow { row, n } = request.window;
+        let n_head = self.program.config.n_head;
+        let mut flat = Vec::with_capacity(request.result_len(n_head));
+        for &block in &request.blocks {
+            let step = self
+                .program
+                .attention_probe(block)
+                .expect("check() bounds the block");
+            self.run(step, None);
+            flat.extend(
+                self.data[self.program.probs][..n_head * n * n]
+                    .iter()
+                    .map(|x| x.f64() as f32),
+            );
+        }
+        let t = self.program.config.ctx;
+        let logits = &self.data[self.program.logits][row * t * VOCAB..(row * t + n) * VOCAB];
+        flat.extend(logits.iter().map(|x| x.f64() as f32));
+        Ok(request
+            .result_from_flat(n_head, &flat)
+            .expect("sized by result_len"))
     }
 
     fn read(&mut self, name: &str) -> Result<Vec<f32>, BackendError> {

@@ -449,6 +449,35 @@ fn attention_probs<F: Float>(
     }
 }
 
+/// The attention weights of batch row `row`, positions `0..n`, recomputed
+/// from q, k and the saved log-sum-exp exactly as the backward pass does
+/// (the same [`attention_probs`]): P (H, n, n), zero above the diagonal.
+/// qkv (B,T,3C), lse (B,H,T) -> probs (H,n,n) (the first H·n·n values).
+pub fn attention_probs_window<F: Float>(
+    probs: &mut [F],
+    qkv: &[F],
+    lse: &[F],
+    dims: &AttnDims,
+    row: usize,
+    n: usize,
+) {
+    let (t, h) = (dims.t, dims.h);
+    assert!(row < dims.b && n <= t && probs.len() >= h * n * n);
+    probs[..h * n * n]
+        .par_chunks_mut(n * n)
+        .enumerate()
+        .for_each_init(
+            || vec![F::zero(); t * t],
+            |p, (hh, out)| {
+                let bh = row * h + hh;
+                attention_probs(p, dims, qkv, row, hh, None, Some(&lse[bh * t..bh * t + t]));
+                for i in 0..n {
+                    out[i * n..i * n + n].copy_from_slice(&p[i * t..i * t + n]);
+                }
+            },
+        );
+}
+
 /// A raw pointer that may cross threads: the attention kernels give each
 /// (b, h) task a disjoint strided region of one output tensor.
 #[derive(Clone, Copy)]

@@ -105,6 +105,13 @@ pub const SHADERS: &[ShaderFile] = &[
         ],
     },
     ShaderFile {
+        name: "attention_probs",
+        source: include_str!("../../shaders/attention_probs.wgsl"),
+        // qkv, lse, probs, at, win
+        slots: &[Ro, Ro, Rw, Uniform, Uniform],
+        entries: &["attention_probs"],
+    },
+    ShaderFile {
         name: "adamw",
         source: include_str!("../../shaders/adamw.wgsl"),
         // params, grads, m, v, stats, partials, op, step

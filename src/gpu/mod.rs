@@ -19,12 +19,19 @@ pub mod readback;
 use crate::backend::{Backend, BackendError, StepOutcome, StepParams};
 use crate::data::Batch;
 use crate::model::config::VOCAB;
-use crate::program::{Op, Program, Step, TensorId, TensorKind};
+use crate::probe::{ProbeRequest, ProbeResult};
+use crate::program::{Op, ProbeWindow, Program, Step, TensorId, TensorKind};
 pub use context::{GpuContext, GpuError};
 use kernels::{Kernels, Slot};
 pub use plan::split_k;
 use plan::{NORM_CHUNK, Place, ROWS_PER_CHUNK, Src, words};
 use std::sync::{Arc, Mutex};
+
+/// A probe on its way back from the GPU ([`GpuBackend::submit_probe`]).
+pub struct ProbeHandle {
+    readback: readback::ReadbackHandle,
+    request: ProbeRequest,
+}
 
 /// One dispatch of the recorded step.
 struct Dispatch {
@@ -43,6 +50,10 @@ pub struct GpuBackend {
     buffers: Vec<wgpu::Buffer>,
     places: Vec<Option<Place>>,
     steps: Vec<(Step, Vec<Dispatch>)>,
+    /// The program's probes (never part of a training step).
+    probes: Vec<(Step, Vec<Dispatch>)>,
+    /// `ProbeWindow` of attention_probs.wgsl: row, n.
+    probe_window: wgpu::Buffer,
     /// Gradient buffers, cleared by [`Step::ZeroGrads`].
     grad_buffers: Vec<usize>,
     step_uniform: wgpu::Buffer,
@@ -361,6 +372,12 @@ impl GpuBackend {
             STEP_UNIFORM_BYTES,
             wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
         );
+        let probe_window = alloc.other(
+            &device,
+            "probe_window",
+            16,
+            wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+        );
         let stats_staging = alloc.other(
             &device,
             "stats.staging",
@@ -382,7 +399,7 @@ impl GpuBackend {
         drop(memory_scope); // the browser reports it asynchronously, to the console
         let buffers = alloc.buffers;
         let mut next_uniform = uniform_offsets.into_iter();
-        let steps = planned_steps
+        let (steps, probes): (Vec<_>, Vec<_>) = planned_steps
             .into_iter()
             .map(|(step, plans)| {
                 let dispatches = plans
@@ -432,9 +449,14 @@ impl GpuBackend {
                                         offset: 0,
                                         size: None,
                                     },
+                                    Src::Window => wgpu::BufferBinding {
+                                        buffer: &probe_window,
+                                        offset: 0,
+                                        size: None,
+                                    },
                                 };
                                 debug_assert!(
-                                    matches!(src, Src::Params | Src::Step)
+                                    matches!(src, Src::Params | Src::Step | Src::Window)
                                         == (*slot == Slot::Uniform)
                                 );
                                 wgpu::BindGroupEntry {
@@ -457,7 +479,7 @@ impl GpuBackend {
                     .collect();
                 (step, dispatches)
             })
-            .collect();
+            .partition(|(step, _)| !matches!(step, Step::AttentionProbs(_)));
 
         Ok(Self {
             ctx,
@@ -466,6 +488,8 @@ impl GpuBackend {
             buffers,
             places,
             steps,
+            probes,
+            probe_window,
             grad_buffers,
             step_uniform,
             stats,
@@ -608,6 +632,29 @@ impl GpuBackend {
         batches: &[Batch],
         uniforms: &[Option<StepParams>],
     ) -> readback::ReadbackHandle {
+        let n = batches.len();
+        let (slot, created) = self.staging.acquire(&self.ctx.device, 16 * n as u64);
+        self.buffers_created += created as usize;
+        let encoder = self.encode_passes(label, batches, uniforms, Some(slot));
+        self.ctx.queue.submit([encoder.finish()]);
+        let state = readback::start_map(self.staging.buffer(slot), 16 * n as u64);
+        readback::ReadbackHandle {
+            slot,
+            size: 16 * n as u64,
+            is_u32: false,
+            state,
+        }
+    }
+
+    /// Encodes one pass per batch (see [`GpuBackend::submit_batches`]); with
+    /// `stats`, each pass's [loss, norm, …] is copied to that staging slot.
+    fn encode_passes(
+        &mut self,
+        label: &'static str,
+        batches: &[Batch],
+        uniforms: &[Option<StepParams>],
+        stats: Option<usize>,
+    ) -> wgpu::CommandEncoder {
         assert!(!batches.is_empty(), "submit at least one pass");
         let n = batches.len();
         let per_pass = self
@@ -630,8 +677,6 @@ impl GpuBackend {
             self.buffers_created += 1;
         }
         let ring = self.ring.clone().expect("created above");
-        let (slot, created) = self.staging.acquire(&self.ctx.device, 16 * n as u64);
-        self.buffers_created += created as usize;
         let mut encoder = self
             .ctx
             .device
@@ -653,21 +698,98 @@ impl GpuBackend {
                 .iter()
                 .filter(|(s, _)| training || matches!(s, Step::Forward(_)));
             self.record(&mut encoder, training, passes.map(|(_, d)| d.as_slice()));
-            encoder.copy_buffer_to_buffer(
-                &self.buffers[self.stats],
-                0,
-                self.staging.buffer(slot),
-                16 * i as u64,
-                16,
-            );
+            if let Some(slot) = stats {
+                encoder.copy_buffer_to_buffer(
+                    &self.buffers[self.stats],
+                    0,
+                    self.staging.buffer(slot),
+                    16 * i as u64,
+                    16,
+                );
+            }
         }
+        encoder
+    }
+
+    /// Submits a probe ([`crate::probe`]) without waiting: the forward pass
+    /// on its batch in evaluation mode, queued behind whatever was submitted
+    /// before (so it sees the weights those steps leave), then each chosen
+    /// block's attention probe, each block's P (H, n, n) copied out in turn,
+    /// then the row's logits (n, V). Take it with [`GpuBackend::try_finish_probe`].
+    pub fn submit_probe(&mut self, request: &ProbeRequest) -> Result<ProbeHandle, BackendError> {
+        let cfg = self.program.config.clone();
+        request.check(&cfg).map_err(BackendError::BadProbe)?;
+        let ProbeWindow { row, n } = request.window;
+        self.ctx.queue.write_buffer(
+            &self.probe_window,
+            0,
+            &plan::words(&[row as u32, n as u32, 0, 0]),
+        );
+        let total = request.result_len(cfg.n_head) as u64 * 4;
+        let (slot, created) = self.staging.acquire(&self.ctx.device, total);
+        self.buffers_created += created as usize;
+        let mut encoder = self.encode_passes(
+            "tinygpt:probe",
+            std::slice::from_ref(&request.batch),
+            &[None],
+            None,
+        );
+        let probs = self.places[self.program.probs].expect("every tensor is placed");
+        let per_block = (cfg.n_head * n * n) as u64 * 4;
+        let mut at = 0;
+        for &block in &request.blocks {
+            let step = self
+                .program
+                .attention_probe(block)
+                .expect("check() bounds the block");
+            self.record(
+                &mut encoder,
+                false,
+                std::iter::once(self.dispatches_of(step)),
+            );
+            encoder.copy_buffer_to_buffer(
+                &self.buffers[probs.buffer],
+                probs.offset,
+                self.staging.buffer(slot),
+                at,
+                per_block,
+            );
+            at += per_block;
+        }
+        let logits = self.places[self.program.logits].expect("every tensor is placed");
+        encoder.copy_buffer_to_buffer(
+            &self.buffers[logits.buffer],
+            logits.offset + (row * cfg.ctx * VOCAB) as u64 * 4,
+            self.staging.buffer(slot),
+            at,
+            (n * VOCAB) as u64 * 4,
+        );
         self.ctx.queue.submit([encoder.finish()]);
-        let state = readback::start_map(self.staging.buffer(slot), 16 * n as u64);
-        readback::ReadbackHandle {
-            slot,
-            size: 16 * n as u64,
-            is_u32: false,
-            state,
+        let state = readback::start_map(self.staging.buffer(slot), total);
+        Ok(ProbeHandle {
+            readback: readback::ReadbackHandle {
+                slot,
+                size: total,
+                is_u32: false,
+                state,
+            },
+            request: request.clone(),
+        })
+    }
+
+    /// A submitted probe's result if it has arrived (Ok), else the handle
+    /// back (Err), to try again after the device has been polled.
+    #[allow(clippy::result_large_err)] // the handle comes back whole, to try again
+    pub fn try_finish_probe(
+        &mut self,
+        handle: ProbeHandle,
+    ) -> Result<Result<ProbeResult, BackendError>, ProbeHandle> {
+        let ProbeHandle { readback, request } = handle;
+        match self.try_take(readback) {
+            Ok(flat) => Ok(request
+                .result_from_flat(self.program.config.n_head, &flat)
+                .ok_or(BackendError::DeviceLost)),
+            Err(readback) => Err(ProbeHandle { readback, request }),
         }
     }
 
@@ -726,6 +848,7 @@ impl GpuBackend {
         &self
             .steps
             .iter()
+            .chain(&self.probes)
             .find(|(s, _)| *s == step)
             .expect("the step belongs to the program")
             .1
@@ -1041,6 +1164,17 @@ impl Backend for GpuBackend {
 
     /// Blocking: the convenience for the CLI and tests (not for a browser,
     /// where [`GpuBackend::request_read`] is the way).
+    fn probe(&mut self, request: &ProbeRequest) -> Result<ProbeResult, BackendError> {
+        let mut handle = self.submit_probe(request)?;
+        loop {
+            let _ = self.ctx.device.poll(wgpu::PollType::wait_indefinitely());
+            match self.try_finish_probe(handle) {
+                Ok(result) => return result,
+                Err(h) => handle = h,
+            }
+        }
+    }
+
     fn read(&mut self, name: &str) -> Result<Vec<f32>, BackendError> {
         let mut handle = self.request_read(name)?;
         loop {

@@ -23,6 +23,9 @@ pub(super) enum Src {
     /// This dispatch's own uniform block.
     Params,
     Step,
+    /// The probes' window (`ProbeWindow` in attention_probs.wgsl): batch
+    /// row and positions, written before a probe is submitted.
+    Window,
 }
 
 /// One dispatch before its bind group exists.
@@ -220,7 +223,8 @@ pub(super) fn plan_steps(
     let ce_params = words(&[rows as u32, v as u32, 0, 0]);
 
     let mut planned_steps: Vec<(Step, Vec<Planned>)> = Vec::new();
-    for step in &program.steps {
+    // The training step, then the probes (which training never runs).
+    for step in program.steps.iter().chain(&program.probes) {
         let plans: Vec<Planned> = match *step {
             Step::ZeroGrads => vec![],
             Step::Forward(i) => match program.ops[i].op {
@@ -611,6 +615,23 @@ pub(super) fn plan_steps(
                     params: ce_params.clone(),
                     groups: per_row(rows),
                 }],
+            },
+            Step::AttentionProbs(i) => match program.ops[i].op {
+                Op::Attention {
+                    qkv,
+                    lse,
+                    n_head,
+                    dropout,
+                    stream,
+                    ..
+                } => vec![Planned {
+                    entry: "attention_probs",
+                    bindings: vec![p(qkv), p(lse), p(program.probs), Src::Params, Src::Window],
+                    params: attn_params(cfg, n_head, stream, dropout),
+                    // Covers n = T; threads past n·n return.
+                    groups: [(t * t).div_ceil(256) as u32, n_head as u32, 1],
+                }],
+                _ => panic!("AttentionProbs({i}) names an op that is not attention"),
             },
             Step::ClipGradNorm => {
                 let mut v = Vec::new();

@@ -32,6 +32,9 @@ pub enum TensorKind {
     AdamM,
     /// AdamW's second moment of a parameter.
     AdamV,
+    /// What a probe (outside the training step) writes for the explainer to
+    /// read: the attention weights P of one batch row.
+    Probe,
 }
 
 #[derive(Clone, Debug)]
@@ -202,6 +205,24 @@ pub enum Step {
     ClipGradNorm,
     /// AdamW update of every parameter.
     AdamW,
+    /// A probe, not part of the training step (see [`Program::probes`]):
+    /// after a forward pass, recompute the attention weights of forward op
+    /// `i` (an [`Op::Attention`]) for one batch row from the saved q, k and
+    /// log-sum-exp, `P[h,i,j] = exp(q_i·k_j/√D − lse[h,i])` for j ≤ i, else 0,
+    /// into [`Program::probs`] as (H, n, n) for the row's first n positions.
+    /// FlashAttention never stores P; this is how it is seen. The row and n
+    /// are set on the backend before it runs ([`ProbeWindow`]).
+    AttentionProbs(usize),
+}
+
+/// Which part of a forward pass a probe looks at: batch row `row`, positions
+/// `0..n` (n ≤ T). Causal attention makes these positions independent of the
+/// row's later bytes, so a prompt of n bytes padded to T shows exactly the
+/// prompt's own attention.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeWindow {
+    pub row: usize,
+    pub n: usize,
 }
 
 /// A layer of the model as the explainer shows it.
@@ -226,6 +247,13 @@ pub struct Program {
     /// Per-position losses (B,T); their mean is the loss.
     pub losses: TensorId,
     pub logits: TensorId,
+    /// The probes the explainer can run after a forward pass, one
+    /// [`Step::AttentionProbs`] per attention op, in layer order. Not part of
+    /// [`Program::steps`]: training never runs them.
+    pub probes: Vec<Step>,
+    /// Where [`Step::AttentionProbs`] writes: (H, T, T) capacity, holding
+    /// (H, n, n) after a probe of n positions.
+    pub probs: TensorId,
 }
 
 struct Builder {
@@ -518,7 +546,17 @@ impl Program {
             },
         );
 
+        // The probes' output, one for all layers (each probe overwrites it).
+        let probs = g.tensor("attn.probs", &[h, t, t], TensorKind::Probe);
+
         let n_ops = g.ops.len();
+        let probes = g
+            .ops
+            .iter()
+            .enumerate()
+            .filter(|(_, node)| matches!(node.op, Op::Attention { .. }))
+            .map(|(i, _)| Step::AttentionProbs(i))
+            .collect();
         let mut steps = vec![Step::ZeroGrads];
         steps.extend((0..n_ops).map(Step::Forward));
         steps.extend((0..n_ops).rev().map(Step::Backward));
@@ -535,6 +573,8 @@ impl Program {
             targets,
             losses,
             logits,
+            probes,
+            probs,
         }
     }
 
@@ -554,6 +594,11 @@ impl Program {
     /// Whether AdamW decays this parameter: every tensor with ≥2 dimensions.
     pub fn decays(&self, id: TensorId) -> bool {
         self.tensors[id].shape.len() >= 2
+    }
+
+    /// The attention probe of transformer block `block` (0-based).
+    pub fn attention_probe(&self, block: usize) -> Option<Step> {
+        self.probes.get(block).copied()
     }
 
     /// Rows of the residual stream, N = B·T.

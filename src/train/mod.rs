@@ -172,6 +172,29 @@ impl Trainer {
     }
 
     /// Takes the next batch from the run's sequence.
+    /// The batch the next training step will train on, without drawing it
+    /// (the sampler is copied): what a probe of "the current batch" shows.
+    pub fn peek_next_batch(&self) -> Batch {
+        self.sampler
+            .clone()
+            .next(&self.corpus, self.config.batch, self.config.ctx)
+    }
+
+    /// A probe request for `source` on this run's model: a prompt, or a row
+    /// of the batch the next step trains on.
+    pub fn probe_request(
+        &self,
+        source: &crate::probe::ProbeSource,
+    ) -> Result<crate::probe::ProbeRequest, String> {
+        use crate::probe::{ProbeRequest, ProbeSource};
+        match source {
+            ProbeSource::Prompt(bytes) => ProbeRequest::for_prompt(&self.config, bytes),
+            ProbeSource::BatchRow(row) => {
+                ProbeRequest::for_batch_row(&self.config, self.peek_next_batch(), *row)
+            }
+        }
+    }
+
     pub fn next_batch(&mut self) -> Batch {
         self.sampler
             .next(&self.corpus, self.config.batch, self.config.ctx)

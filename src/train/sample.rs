@@ -72,25 +72,45 @@ impl SampleOptions {
     }
 }
 
-/// Draws the next byte from `logits` (V).
-pub fn sample_logits(logits: &[f32], opts: &SampleOptions, rng: &mut Rng) -> u8 {
-    let argmax = || {
-        logits
-            .iter()
-            .enumerate()
-            .fold(0, |best, (i, &l)| if l > logits[best] { i } else { best })
-    };
-    if opts.temperature == 0.0 {
-        return argmax() as u8;
-    }
+/// The `top_k` most likely bytes of `logits` (V), most likely first (ties by
+/// byte value), with their weights exp((logit − max) / temperature).
+/// Temperature 0: the argmax alone, weight 1.
+fn top_k_weights(logits: &[f32], opts: &SampleOptions) -> (Vec<usize>, Vec<f64>) {
     let mut order: Vec<usize> = (0..logits.len()).collect();
     order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+    if opts.temperature == 0.0 {
+        order.truncate(1);
+        return (order, vec![1.0]);
+    }
     order.truncate(opts.top_k.min(logits.len()));
     let m = logits[order[0]];
-    let weights: Vec<f64> = order
+    let weights = order
         .iter()
         .map(|&i| (((logits[i] - m) / opts.temperature) as f64).exp())
         .collect();
+    (order, weights)
+}
+
+/// The sampler's distribution over the next byte: the `top_k` most likely
+/// bytes, most likely first, with probabilities softmax(logits / temperature)
+/// renormalised over them (temperature 0: the argmax, probability 1). The
+/// app's next-byte view shows this, so it shows what sampling draws from.
+pub fn next_byte_distribution(logits: &[f32], opts: &SampleOptions) -> Vec<(u8, f64)> {
+    let (order, weights) = top_k_weights(logits, opts);
+    let total: f64 = weights.iter().sum();
+    order
+        .into_iter()
+        .zip(weights)
+        .map(|(i, w)| (i as u8, w / total))
+        .collect()
+}
+
+/// Draws the next byte from `logits` (V): from [`next_byte_distribution`].
+pub fn sample_logits(logits: &[f32], opts: &SampleOptions, rng: &mut Rng) -> u8 {
+    let (order, weights) = top_k_weights(logits, opts);
+    if opts.temperature == 0.0 {
+        return order[0] as u8;
+    }
     let total: f64 = weights.iter().sum();
     let mut u = rng.uniform() * total;
     for (w, &i) in weights.iter().zip(&order) {

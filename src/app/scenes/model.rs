@@ -2,20 +2,23 @@
 //! layer blocks (embeddings at the bottom, the LM head on top), each weight
 //! tensor of the layer shown as a heatmap texture that follows training
 //! (diverging colour map, symmetric scale, a colour bar for the selected
-//! tensor). Clicking a heatmap selects it for the inspector.
+//! tensor). Clicking a heatmap selects it for the inspector; hovering one
+//! names the element under the pointer. Its toolbar switches what the
+//! heatmaps show (weights, gradients, Adam's moments) and the colour scale.
 
-use super::graph::{Layer, Tensor};
-use super::heatmap;
-use super::training::{Run, RunCreated, Snapshots};
+use super::{ColorScale, Hover, Scene, SceneBounds, SceneCursor, label};
+use crate::app::graph::{Layer, Tensor};
+use crate::app::heatmap;
+use crate::app::training::{HeatmapView, Run, RunCreated, Snapshots, TensorWants};
+use crate::app::ui::UiState;
 use crate::program::TensorKind;
 use bevy::asset::RenderAssetUsages;
 use bevy::image::ImageSampler;
 use bevy::prelude::*;
 use bevy::render::render_resource::{Extent3d, TextureDimension, TextureFormat};
 use bevy::sprite::Anchor;
+use bevy_egui::{EguiContexts, EguiPrimaryContextPass, egui};
 
-/// The main view's background.
-pub const BACKGROUND: Color = Color::srgb(0.05, 0.055, 0.07);
 /// Elements of pooled values written to textures per frame, at most: the
 /// rest waits for the next frame, so a big model never stalls one.
 const ELEMENTS_PER_FRAME: usize = 1 << 19;
@@ -40,9 +43,11 @@ pub struct Heatmap {
     /// Where it is drawn (world units).
     pub rect: Rect,
     /// The snapshot version and view it shows (0: none yet).
-    pub shown: (u64, super::training::HeatmapView),
+    pub shown: (u64, HeatmapView, ColorScale),
     /// Statistics of what it shows.
     pub stats: Option<heatmap::Stats>,
+    /// The colour scale's half-width it was drawn with.
+    pub half_width: f32,
     /// A hash of its pixels (tests compare them between snapshots).
     pub pixel_hash: u64,
     /// Times its pixels changed.
@@ -56,9 +61,15 @@ pub struct LayerBlock {
     pub rect: Rect,
 }
 
-/// Everything the scene spawned (despawned when a run replaces it).
+/// Everything the scene spawned (despawned when a run replaces it, and
+/// when the scene is left).
 #[derive(Component)]
 pub struct SceneItem;
+
+/// Whether the scene must be (re)built: on entering it, and when a run is
+/// created while it is shown.
+#[derive(Resource, Default)]
+struct Rebuild(bool);
 
 /// The colour bar and its labels.
 #[derive(Component)]
@@ -73,30 +84,34 @@ pub struct SelectionOutline;
 #[derive(Resource, Default, Debug)]
 pub struct Selection(pub Option<Entity>, pub bool);
 
-/// The world-space box the scene occupies (the camera fits it).
-#[derive(Resource, Default, Debug, Clone, Copy)]
-pub struct SceneBounds(pub Rect);
-
-/// Marks the camera that draws the scene.
-#[derive(Component)]
-pub struct SceneCamera;
-
 pub struct ModelScenePlugin;
 
 impl Plugin for ModelScenePlugin {
     fn build(&self, app: &mut App) {
         app.init_resource::<Selection>()
-            .init_resource::<SceneBounds>()
-            .insert_resource(ClearColor(BACKGROUND))
+            .init_resource::<Rebuild>()
+            .add_systems(OnEnter(Scene::Model), |mut r: ResMut<Rebuild>| r.0 = true)
+            .add_systems(OnExit(Scene::Model), leave)
             .add_systems(
                 Update,
                 (
-                    build_scene.after(super::graph::GraphSystems),
+                    rebuild_on_new_run,
+                    want_tensors,
+                    build_scene,
                     update_heatmaps,
                     update_color_bar,
-                    fit_camera,
+                    select_on_click,
+                    hover,
                 )
-                    .chain(),
+                    .chain()
+                    .in_set(crate::app::AppSystems::Scene)
+                    .run_if(in_state(Scene::Model)),
+            )
+            .add_systems(
+                EguiPrimaryContextPass,
+                (toolbar, inspector)
+                    .after(crate::app::ui::draw_ui)
+                    .run_if(in_state(Scene::Model)),
             );
     }
 }
@@ -177,19 +192,48 @@ fn drawn_size(rows: usize, cols: usize) -> Vec2 {
 
 fn text(s: impl Into<String>, size: f32, anchor: Anchor, at: Vec2, z: f32) -> impl Bundle {
     (
-        Text2d::new(s),
-        TextFont::from_font_size(size),
-        TextColor(Color::srgb(0.85, 0.87, 0.9)),
-        anchor,
-        Transform::from_translation(at.extend(z)),
+        label(s, size, anchor, at, z),
         SceneItem,
+        DespawnOnExit(Scene::Model),
     )
+}
+
+fn rebuild_on_new_run(mut created: MessageReader<RunCreated>, mut rebuild: ResMut<Rebuild>) {
+    if created.read().last().is_some() {
+        rebuild.0 = true;
+    }
+}
+
+/// Leaving the scene: nothing is selected or hovered any more.
+fn leave(mut selection: ResMut<Selection>, mut wants: ResMut<TensorWants>) {
+    *selection = Selection::default();
+    wants.set("model", vec![]);
+}
+
+/// The tensors the heatmaps show: every parameter in the current view, and
+/// the gradient of the one the inspector shows.
+fn want_tensors(run: Option<Res<Run>>, snapshots: Res<Snapshots>, mut wants: ResMut<TensorWants>) {
+    let Some(run) = run else { return };
+    let view = snapshots.view;
+    let mut names: Vec<String> = run
+        .program
+        .params()
+        .map(|id| view.tensor_name(&run.program.tensors[id].name))
+        .collect();
+    if let Some(p) = &snapshots.inspect
+        && view != HeatmapView::Gradients
+        && run.program.tensor_id(p).is_some()
+    {
+        names.push(format!("grad.{p}"));
+        names.push(p.clone());
+    }
+    wants.set("model", names);
 }
 
 #[allow(clippy::too_many_arguments)]
 fn build_scene(
     mut commands: Commands,
-    mut created: MessageReader<RunCreated>,
+    mut rebuild: ResMut<Rebuild>,
     run: Option<Res<Run>>,
     layers: Query<(Entity, &Layer)>,
     tensors: Query<(Entity, &Tensor, &ChildOf)>,
@@ -198,12 +242,10 @@ fn build_scene(
     mut selection: ResMut<Selection>,
     mut bounds: ResMut<SceneBounds>,
 ) {
-    if created.read().last().is_none() {
+    if !rebuild.0 || run.is_none() || layers.is_empty() {
         return;
     }
-    if run.is_none() {
-        return;
-    }
+    rebuild.0 = false;
     for e in &old {
         commands.entity(e).despawn();
     }
@@ -253,14 +295,23 @@ fn build_scene(
                 name: layer.name.clone(),
                 rect,
             },
+            super::SceneRegion {
+                name: layer.name.clone(),
+                rect,
+            },
             SceneItem,
+            DespawnOnExit(Scene::Model),
         ));
-        commands.spawn(text(
-            layer.title.clone(),
-            15.0,
-            Anchor::CENTER_LEFT,
-            Vec2::new(12.0, y + height / 2.0 + 9.0),
-            1.0,
+        // The title wraps inside the title column, so it never runs into the heatmaps.
+        commands.spawn((
+            text(
+                layer.title.clone(),
+                15.0,
+                Anchor::CENTER_LEFT,
+                Vec2::new(12.0, y + height / 2.0 + 11.0),
+                1.0,
+            ),
+            bevy::text::TextBounds::new_horizontal(TITLE_WIDTH - 24.0),
         ));
         commands.spawn(text(
             layer.name.clone(),
@@ -315,12 +366,14 @@ fn build_scene(
                             cols,
                             image: handle,
                             rect,
-                            shown: (0, Default::default()),
+                            shown: (0, Default::default(), Default::default()),
                             stats: None,
+                            half_width: 0.0,
                             pixel_hash: 0,
                             updates: 0,
                         },
                         SceneItem,
+                        DespawnOnExit(Scene::Model),
                     ))
                     .id();
                 first_heatmap.get_or_insert(e);
@@ -373,6 +426,7 @@ fn build_scene(
         },
         Transform::from_translation(bar.center().extend(1.0)),
         SceneItem,
+        DespawnOnExit(Scene::Model),
     ));
     for (k, yy) in [(1i8, bar.max.y), (0, bar.center().y), (-1, bar.min.y)] {
         commands.spawn((
@@ -402,6 +456,7 @@ fn build_scene(
         Visibility::Hidden,
         SelectionOutline,
         SceneItem,
+        DespawnOnExit(Scene::Model),
     ));
     selection.0 = first_heatmap;
     bounds.0 = Rect::new(-10.0, -10.0, bar.max.x + 110.0, y + 10.0);
@@ -410,13 +465,14 @@ fn build_scene(
 /// Writes the latest snapshot into heatmap textures, a frame's budget at a time.
 fn update_heatmaps(
     snapshots: Res<Snapshots>,
+    scale: Res<ColorScale>,
     mut heatmaps: Query<&mut Heatmap>,
     mut images: ResMut<Assets<Image>>,
 ) {
     let Some(snapshot) = &snapshots.latest else {
         return;
     };
-    let want = (snapshots.version, snapshots.view);
+    let want = (snapshots.version, snapshots.view, *scale);
     let mut budget = ELEMENTS_PER_FRAME;
     for mut h in &mut heatmaps {
         if h.shown == want || budget == 0 {
@@ -433,7 +489,8 @@ fn update_heatmaps(
         let stats = heatmap::stats(values);
         let (tr, tc) = heatmap::texture_size(h.rows, h.cols);
         let pooled = heatmap::pool(values, h.rows, h.cols, tr, tc);
-        let pixels = heatmap::colorize(&pooled, stats.abs_max);
+        let half_width = scale.half_width(values, &stats);
+        let pixels = heatmap::colorize(&pooled, half_width);
         let hash = {
             use std::hash::{Hash, Hasher};
             let mut s = std::collections::hash_map::DefaultHasher::new();
@@ -448,6 +505,7 @@ fn update_heatmaps(
         }
         h.pixel_hash = hash;
         h.stats = Some(stats);
+        h.half_width = half_width;
         h.shown = want;
     }
 }
@@ -462,7 +520,7 @@ fn update_color_bar(
 ) {
     let selected = selection.0.and_then(|e| heatmaps.get(e).ok());
     for (label, mut text) in &mut labels {
-        let s = selected.and_then(|h| h.stats).map(|s| s.abs_max);
+        let s = selected.filter(|h| h.stats.is_some()).map(|h| h.half_width);
         let value = match (label.0, s) {
             (2, _) => selected
                 .map(|h| {
@@ -473,6 +531,7 @@ fn update_color_bar(
                     )
                 })
                 .unwrap_or_default(),
+            (0, Some(_)) => "0".to_string(),
             (k, Some(s)) => format!("{:+.3e}", k as f32 * s),
             _ => String::new(),
         };
@@ -492,39 +551,175 @@ fn update_color_bar(
     }
 }
 
-/// Keeps the whole stack in view inside the camera's viewport.
-fn fit_camera(
-    bounds: Res<SceneBounds>,
-    mut cameras: Query<(&Camera, &mut Transform, &mut Projection), With<SceneCamera>>,
-) {
-    let b = bounds.0;
-    if b.is_empty() {
-        return;
-    }
-    for (camera, mut transform, mut projection) in &mut cameras {
-        let Some(viewport) = camera.logical_viewport_size() else {
-            continue;
-        };
-        if viewport.x < 1.0 || viewport.y < 1.0 {
-            continue;
-        }
-        let scale = (b.width() / viewport.x).max(b.height() / viewport.y) * 1.04;
-        if let Projection::Orthographic(o) = &mut *projection
-            && (o.scale - scale).abs() > 1e-4
-        {
-            o.scale = scale;
-        }
-        let c = b.center().extend(transform.translation.z);
-        if transform.translation != c {
-            transform.translation = c;
-        }
-    }
-}
-
 /// The heatmap under a world position, if any.
 pub fn heatmap_at(heatmaps: &Query<(Entity, &Heatmap)>, world: Vec2) -> Option<Entity> {
     heatmaps
         .iter()
         .find(|(_, h)| h.rect.contains(world))
         .map(|(e, _)| e)
+}
+
+/// Selects the heatmap under a left click (and opens the inspector on it).
+fn select_on_click(
+    buttons: Res<ButtonInput<MouseButton>>,
+    cursor: Res<SceneCursor>,
+    heatmaps: Query<(Entity, &Heatmap)>,
+    mut selection: ResMut<Selection>,
+) {
+    if buttons.just_pressed(MouseButton::Left)
+        && let Some(world) = cursor.0
+        && let Some(e) = heatmap_at(&heatmaps, world)
+    {
+        *selection = Selection(Some(e), true);
+    }
+}
+
+/// Names the element under the pointer: tensor, index, value.
+fn hover(
+    cursor: Res<SceneCursor>,
+    heatmaps: Query<(Entity, &Heatmap)>,
+    snapshots: Res<Snapshots>,
+    mut hover: ResMut<Hover>,
+) {
+    let text = cursor.0.and_then(|world| {
+        let (_, h) = heatmaps.iter().find(|(_, h)| h.rect.contains(world))?;
+        let u = ((world.x - h.rect.min.x) / h.rect.width()).clamp(0.0, 0.9999);
+        let v = ((h.rect.max.y - world.y) / h.rect.height()).clamp(0.0, 0.9999);
+        let (r, c) = ((v * h.rows as f32) as usize, (u * h.cols as f32) as usize);
+        let name = snapshots.view.tensor_name(&h.param);
+        let value = snapshots
+            .latest
+            .as_ref()
+            .and_then(|s| s.tensors.get(&name))
+            .and_then(|values| values.get(r * h.cols + c).copied());
+        let index = if h.rows == 1 {
+            format!("[{c}]")
+        } else {
+            format!("[{r}, {c}]")
+        };
+        Some(match value {
+            Some(x) => format!(
+                "{}{index} = {x:+.5e}",
+                name.trim_start_matches("transformer.")
+            ),
+            None => format!("{}{index}", name.trim_start_matches("transformer.")),
+        })
+    });
+    if hover.0 != text {
+        hover.0 = text;
+    }
+}
+
+/// The scene's toolbar, over the top of the main view: what the heatmaps
+/// show, and the colour scale.
+fn toolbar(
+    mut contexts: EguiContexts,
+    ui_state: Res<UiState>,
+    mut snapshots: ResMut<Snapshots>,
+    mut scale: ResMut<ColorScale>,
+) -> Result {
+    let ctx = contexts.ctx_mut()?;
+    let Some(at) = ui_state.central_top_left(ctx) else {
+        return Ok(());
+    };
+    crate::app::ui::scene_toolbar(ctx, "model-toolbar", at, |ui| {
+        ui.label("heatmaps show");
+        let mut view = snapshots.view;
+        for v in HeatmapView::ALL {
+            ui.selectable_value(&mut view, v, v.label());
+        }
+        snapshots.set_view(view);
+        ui.separator();
+        ui.label("colour scale");
+        for s in ColorScale::ALL {
+            if ui.selectable_label(*scale == s, s.label()).clicked() && *scale != s {
+                *scale = s;
+            }
+        }
+        ui.separator();
+        ui.weak("click a heatmap to inspect it");
+    });
+    Ok(())
+}
+
+/// The inspector of the selected heatmap: name, shape, statistics, norms.
+fn inspector(
+    mut contexts: EguiContexts,
+    ui_state: Res<UiState>,
+    mut selection: ResMut<Selection>,
+    mut snapshots: ResMut<Snapshots>,
+    heatmaps: Query<&Heatmap>,
+) -> Result {
+    let ctx = contexts.ctx_mut()?;
+    let ppp = ctx.pixels_per_point();
+    let Some(h) = selection.0.and_then(|e| heatmaps.get(e).ok()) else {
+        snapshots.inspect = None;
+        return Ok(());
+    };
+    if !selection.1 {
+        snapshots.inspect = None;
+        return Ok(());
+    }
+    let anchor = ui_state.central.map_or(egui::pos2(320.0, 400.0), |c| {
+        egui::pos2(c.0 as f32 / ppp + 8.0, (c.1 + c.3) as f32 / ppp - 8.0)
+    });
+    let mut open = true;
+    egui::Window::new("Inspector")
+        .open(&mut open)
+        .pivot(egui::Align2::LEFT_BOTTOM)
+        .current_pos(anchor)
+        .resizable(false)
+        .show(ctx, |ui| {
+            ui.monospace(&h.param);
+            ui.label(format!(
+                "shape {:?}  ({} values)",
+                [h.rows, h.cols],
+                h.rows * h.cols
+            ));
+            let snap = snapshots.latest.as_ref();
+            let stats_of = |name: &str| {
+                snap.and_then(|s| s.tensors.get(name))
+                    .map(|v| heatmap::stats(v))
+            };
+            egui::Grid::new("inspector")
+                .num_columns(2)
+                .striped(true)
+                .show(ui, |ui| {
+                    if let Some(s) = h.stats {
+                        ui.label(format!("{} mean", snapshots.view.label()));
+                        ui.monospace(format!("{:+.4e}", s.mean));
+                        ui.end_row();
+                        ui.label("std");
+                        ui.monospace(format!("{:.4e}", s.std));
+                        ui.end_row();
+                        ui.label("min / max");
+                        ui.monospace(format!("{:+.4e} / {:+.4e}", s.min, s.max));
+                        ui.end_row();
+                        ui.label("colour scale");
+                        ui.monospace(format!("±{:.4e}", h.half_width));
+                        ui.end_row();
+                    }
+                    if let Some(g) = stats_of(&format!("grad.{}", h.param)) {
+                        ui.label("grad norm");
+                        ui.monospace(format!("{:.4e}", g.norm));
+                        ui.end_row();
+                    }
+                    if let Some(w) = stats_of(&h.param) {
+                        ui.label("weight norm");
+                        ui.monospace(format!("{:.4e}", w.norm));
+                        ui.end_row();
+                    }
+                    if let Some(s) = snap {
+                        ui.label("read at step");
+                        ui.monospace(s.step.to_string());
+                        ui.end_row();
+                    }
+                });
+        });
+    selection.1 = open;
+    if snapshots.inspect.as_ref() != Some(&h.param) {
+        snapshots.inspect = Some(h.param.clone());
+        snapshots.dirty_now();
+    }
+    Ok(())
 }

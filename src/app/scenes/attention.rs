@@ -1,0 +1,602 @@
+//! The "Attention" scene: who attends to whom, live from the model that is
+//! training. For a prompt (default: a line of the corpus) or a row of the
+//! batch the next step trains on, every layer × head attention matrix P
+//! (n × n, causal: query rows, key columns) as a grid; click one to enlarge
+//! it with the bytes on both axes; click a row of the enlarged map for the
+//! next-byte distribution at that position, reshaped live by the sampler's
+//! own temperature. Hovering names the weight and its two bytes.
+//!
+//! P comes from the model's own forward pass on the run's backend, through a
+//! probe ([`crate::probe`]): FlashAttention never stores P, so the probe
+//! recomputes it from q, k and the saved log-sum-exp (a kernel of its own on
+//! the GPU, the same function as the backward's on the CPU). While training
+//! runs, the probe repeats a few times a second from the current weights.
+
+use super::{Hover, Scene, SceneBounds, SceneCursor, label};
+use crate::app::training::{CorpusSource, Probes, Run, RunSettings, RunState};
+use crate::app::ui::UiState;
+use crate::probe::{ProbeResult, ProbeSource, byte_label};
+use crate::train::sample::{SampleOptions, next_byte_distribution};
+use bevy::asset::RenderAssetUsages;
+use bevy::image::ImageSampler;
+use bevy::prelude::*;
+use bevy::render::render_resource::{Extent3d, TextureDimension, TextureFormat};
+use bevy::sprite::Anchor;
+use bevy_egui::{EguiContexts, EguiPrimaryContextPass, egui};
+
+/// World size of one map in the grid, and the gaps.
+const CELL: f32 = 100.0;
+const GAP: f32 = 12.0;
+const ROW_LABEL_WIDTH: f32 = 78.0;
+const HEADER: f32 = 26.0;
+/// World units per byte of the enlarged map, at least.
+const FOCUS_PER_TOKEN: f32 = 16.0;
+const FOCUS_MIN: f32 = 560.0;
+/// Above the diagonal: the causal mask, a flat colour apart from P = 0.
+const MASKED: [u8; 4] = [30, 33, 44, 255];
+
+/// What the scene shows; the toolbar edits it.
+#[derive(Resource, Debug, Clone)]
+pub struct AttentionView {
+    pub source: SourceKind,
+    /// The prompt typed (bytes beyond the context keep the last ctx).
+    pub prompt: String,
+    /// The batch row, for [`SourceKind::BatchRow`].
+    pub row: usize,
+    /// The enlarged map (layer, head), or the grid.
+    pub focus: Option<(usize, usize)>,
+    /// The query position whose next-byte distribution is shown.
+    pub position: Option<usize>,
+    /// The temperature of the next-byte view (the sampler's own softmax).
+    pub temperature: f32,
+    /// Colour each row by P ÷ the row's largest weight (where each query
+    /// looks) instead of P on 0 to 1.
+    pub row_normalised: bool,
+    /// Set once the prompt has its default (a line of the corpus).
+    prompt_set: bool,
+}
+
+impl Default for AttentionView {
+    fn default() -> Self {
+        Self {
+            source: SourceKind::Prompt,
+            prompt: String::new(),
+            row: 0,
+            focus: None,
+            position: None,
+            temperature: 1.0,
+            row_normalised: false,
+            prompt_set: false,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourceKind {
+    Prompt,
+    BatchRow,
+}
+
+/// One attention map on screen.
+#[derive(Component, Debug)]
+pub struct AttentionCell {
+    /// Index into the result's blocks.
+    pub k: usize,
+    pub layer: usize,
+    pub head: usize,
+    /// Where it is drawn (world units).
+    pub rect: Rect,
+    pub image: Handle<Image>,
+    /// The probe version it shows.
+    pub shown: (u64, bool),
+}
+
+/// Everything the scene spawned for the current layout.
+#[derive(Component)]
+struct AttentionItem;
+
+/// The layout the entities were built for.
+#[derive(Resource, Default, PartialEq, Clone, Debug)]
+struct Layout(Option<(usize, Vec<usize>, usize, Option<(usize, usize)>)>);
+
+pub struct AttentionScenePlugin;
+
+impl Plugin for AttentionScenePlugin {
+    fn build(&self, app: &mut App) {
+        app.init_resource::<AttentionView>()
+            .init_resource::<Layout>()
+            .add_systems(OnExit(Scene::Attention), leave)
+            .add_systems(
+                Update,
+                (request_probe, layout, paint, click, hover)
+                    .chain()
+                    .in_set(crate::app::AppSystems::Scene)
+                    .run_if(in_state(Scene::Attention)),
+            )
+            .add_systems(
+                EguiPrimaryContextPass,
+                (toolbar, next_byte_window)
+                    .after(crate::app::ui::draw_ui)
+                    .run_if(in_state(Scene::Attention)),
+            );
+    }
+}
+
+/// Leaving: stop asking for probes; the next visit lays out again.
+fn leave(mut probes: ResMut<Probes>, mut layout: ResMut<Layout>) {
+    probes.set_want(None);
+    *layout = Layout::default();
+}
+
+/// A line of the corpus to start from: the first of a readable length.
+fn default_prompt(corpus: &CorpusSource, ctx: usize) -> String {
+    let bytes: &[u8] = match corpus {
+        CorpusSource::Builtin => crate::data::TINY_SHAKESPEARE.as_ref(),
+        CorpusSource::Bytes { bytes, .. } => bytes,
+    };
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(8192)]).into_owned();
+    let line = text
+        .lines()
+        .map(str::trim)
+        .find(|l| l.len() >= 24)
+        .unwrap_or("To be, or not to be, that is the question:");
+    let mut line: String = line.chars().take(ctx.min(64)).collect();
+    if line.is_empty() {
+        line = "hello".into();
+    }
+    line
+}
+
+/// Keeps the probe request in step with the view.
+fn request_probe(
+    run: Option<Res<Run>>,
+    settings: Res<RunSettings>,
+    mut view: ResMut<AttentionView>,
+    mut probes: ResMut<Probes>,
+) {
+    let Some(run) = run else { return };
+    if !view.prompt_set {
+        view.prompt = default_prompt(&settings.corpus, run.config().ctx);
+        view.prompt_set = true;
+    }
+    let source = match view.source {
+        SourceKind::Prompt if !view.prompt.is_empty() => {
+            Some(ProbeSource::Prompt(view.prompt.clone().into_bytes()))
+        }
+        SourceKind::Prompt => None,
+        SourceKind::BatchRow => Some(ProbeSource::BatchRow(view.row.min(run.config().batch - 1))),
+    };
+    probes.set_want(source);
+}
+
+fn result(probes: &Probes) -> Option<(u64, &ProbeResult)> {
+    probes.latest.as_ref().map(|(s, r)| (*s, r))
+}
+
+/// Lays the maps out when the shape of what is shown changes: the grid of
+/// layers × heads, or one enlarged map with the bytes on its axes.
+#[allow(clippy::too_many_arguments)]
+fn layout(
+    mut commands: Commands,
+    probes: Res<Probes>,
+    view: Res<AttentionView>,
+    mut current: ResMut<Layout>,
+    old: Query<Entity, With<AttentionItem>>,
+    mut images: ResMut<Assets<Image>>,
+    mut bounds: ResMut<SceneBounds>,
+) {
+    let Some((_, r)) = result(&probes) else {
+        if current.0.is_some() {
+            for e in &old {
+                commands.entity(e).despawn();
+            }
+            *current = Layout::default();
+        }
+        return;
+    };
+    let focus = view
+        .focus
+        .filter(|(l, h)| r.blocks.contains(l) && *h < r.n_head);
+    let want = Layout(Some((r.n(), r.blocks.clone(), r.n_head, focus)));
+    if *current == want {
+        return;
+    }
+    for e in &old {
+        commands.entity(e).despawn();
+    }
+    *current = want;
+    let n = r.n();
+    let mut spawn_map =
+        |commands: &mut Commands, k: usize, layer: usize, head: usize, rect: Rect| {
+            let mut image = Image::new_fill(
+                Extent3d {
+                    width: n as u32,
+                    height: n as u32,
+                    depth_or_array_layers: 1,
+                },
+                TextureDimension::D2,
+                &MASKED,
+                TextureFormat::Rgba8UnormSrgb,
+                RenderAssetUsages::MAIN_WORLD | RenderAssetUsages::RENDER_WORLD,
+            );
+            image.sampler = ImageSampler::nearest();
+            let handle = images.add(image);
+            commands.spawn((
+                Sprite {
+                    image: handle.clone(),
+                    custom_size: Some(rect.size()),
+                    ..default()
+                },
+                Transform::from_translation(rect.center().extend(1.0)),
+                AttentionCell {
+                    k,
+                    layer,
+                    head,
+                    rect,
+                    image: handle,
+                    shown: (0, false),
+                },
+                crate::app::scenes::SceneRegion {
+                    name: format!("h.{layer}.head{head}"),
+                    rect,
+                },
+                AttentionItem,
+                DespawnOnExit(Scene::Attention),
+            ));
+        };
+    let text = |s: String, size: f32, anchor: Anchor, at: Vec2| {
+        (
+            label(s, size, anchor, at, 2.0),
+            AttentionItem,
+            DespawnOnExit(Scene::Attention),
+        )
+    };
+    match focus {
+        None => {
+            // Rows: layers, top to bottom; columns: heads.
+            let (rows, cols) = (r.blocks.len(), r.n_head);
+            let width = ROW_LABEL_WIDTH + cols as f32 * (CELL + GAP);
+            let height = HEADER + rows as f32 * (CELL + GAP);
+            for h in 0..cols {
+                let x = ROW_LABEL_WIDTH + h as f32 * (CELL + GAP) + CELL / 2.0;
+                commands.spawn(text(
+                    format!("head {h}"),
+                    15.0,
+                    Anchor::BOTTOM_CENTER,
+                    Vec2::new(x, 4.0),
+                ));
+            }
+            for (k, &layer) in r.blocks.iter().enumerate() {
+                let top = -(k as f32) * (CELL + GAP);
+                commands.spawn(text(
+                    format!("layer {layer}"),
+                    15.0,
+                    Anchor::CENTER_RIGHT,
+                    Vec2::new(ROW_LABEL_WIDTH - 10.0, top - CELL / 2.0),
+                ));
+                for h in 0..cols {
+                    let x = ROW_LABEL_WIDTH + h as f32 * (CELL + GAP);
+                    spawn_map(
+                        &mut commands,
+                        k,
+                        layer,
+                        h,
+                        Rect::new(x, top - CELL, x + CELL, top),
+                    );
+                }
+            }
+            bounds.0 = Rect::new(-4.0, -(height - HEADER) - 4.0, width + 4.0, HEADER + 8.0);
+        }
+        Some((layer, head)) => {
+            let k = r
+                .blocks
+                .iter()
+                .position(|&b| b == layer)
+                .expect("filtered above");
+            let side = (n as f32 * FOCUS_PER_TOKEN).max(FOCUS_MIN);
+            let cell = side / n as f32;
+            let left = 90.0;
+            let rect = Rect::new(left, -side, left + side, 0.0);
+            spawn_map(&mut commands, k, layer, head, rect);
+            commands.spawn(text(
+                format!("layer {layer}, head {head}: each row is a query byte, each column a key byte it may attend to"),
+                16.0,
+                Anchor::BOTTOM_LEFT,
+                Vec2::new(left, 70.0),
+            ));
+            // Every byte on both axes where they fit; every k-th otherwise.
+            let every = (11.0 / cell).ceil().max(1.0) as usize;
+            let size = (cell * 0.8).clamp(7.0, 14.0);
+            for (i, &b) in r.tokens.iter().enumerate() {
+                if i % every != 0 {
+                    continue;
+                }
+                let y = -(i as f32 + 0.5) * cell;
+                commands.spawn(text(
+                    byte_label(b),
+                    size,
+                    Anchor::CENTER_RIGHT,
+                    Vec2::new(left - 6.0, y),
+                ));
+                let x = left + (i as f32 + 0.5) * cell;
+                commands.spawn((
+                    text(byte_label(b), size, Anchor::CENTER_LEFT, Vec2::new(x, 6.0)),
+                    // Key labels read upwards, one per column.
+                    TransformExtra,
+                ));
+            }
+            commands.spawn(text(
+                "query ↓".into(),
+                13.0,
+                Anchor::BOTTOM_RIGHT,
+                Vec2::new(left - 6.0, 6.0),
+            ));
+            commands.spawn(text(
+                "key →".into(),
+                13.0,
+                Anchor::BOTTOM_LEFT,
+                Vec2::new(left + side + 8.0, 6.0),
+            ));
+            bounds.0 = Rect::new(0.0, -side - 10.0, left + side + 70.0, 90.0);
+        }
+    }
+}
+
+/// Marks key labels, turned to read upwards once spawned.
+#[derive(Component)]
+struct TransformExtra;
+
+/// Writes P into the maps' textures when a new probe result arrives.
+fn paint(
+    probes: Res<Probes>,
+    view: Res<AttentionView>,
+    mut cells: Query<&mut AttentionCell>,
+    mut turned: Query<&mut Transform, Added<TransformExtra>>,
+    mut images: ResMut<Assets<Image>>,
+) {
+    for mut t in &mut turned {
+        t.rotation = Quat::from_rotation_z(std::f32::consts::FRAC_PI_2);
+    }
+    let Some((_, r)) = result(&probes) else {
+        return;
+    };
+    let want = (probes.version, view.row_normalised);
+    let n = r.n();
+    for mut cell in &mut cells {
+        if cell.shown == want || cell.k >= r.probs.len() {
+            continue;
+        }
+        let p = r.p(cell.k, cell.head);
+        let pixels = colour_attention(p, n, view.row_normalised);
+        if let Some(mut image) = images.get_mut(&cell.image) {
+            image.data = Some(pixels);
+        }
+        cell.shown = want;
+    }
+}
+
+/// RGBA pixels of P (n × n, row i at the top): a sequential colour map on
+/// 0..1 (or on 0..row max), the masked upper triangle in its own flat colour.
+pub fn colour_attention(p: &[f32], n: usize, row_normalised: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(n * n * 4);
+    for i in 0..n {
+        let row = &p[i * n..(i + 1) * n];
+        let scale = if row_normalised {
+            row[..=i].iter().copied().fold(0.0f32, f32::max).max(1e-12)
+        } else {
+            1.0
+        };
+        for (j, &x) in row.iter().enumerate() {
+            out.extend(if j > i {
+                MASKED
+            } else {
+                crate::app::heatmap::sequential(x / scale)
+            });
+        }
+    }
+    out
+}
+
+/// Grid: a click enlarges a map. Enlarged: a click on a row picks the
+/// position whose next-byte distribution is shown.
+fn click(
+    buttons: Res<ButtonInput<MouseButton>>,
+    cursor: Res<SceneCursor>,
+    cells: Query<&AttentionCell>,
+    probes: Res<Probes>,
+    mut view: ResMut<AttentionView>,
+) {
+    if !buttons.just_pressed(MouseButton::Left) {
+        return;
+    }
+    let Some(world) = cursor.0 else { return };
+    let Some(cell) = cells.iter().find(|c| c.rect.contains(world)) else {
+        return;
+    };
+    match view.focus {
+        None => {
+            view.focus = Some((cell.layer, cell.head));
+        }
+        Some(_) => {
+            if let Some((_, r)) = result(&probes) {
+                let n = r.n();
+                let i = (((cell.rect.max.y - world.y) / cell.rect.height()) * n as f32) as usize;
+                view.position = Some(i.min(n - 1));
+            }
+        }
+    }
+}
+
+/// Names the weight under the pointer and its two bytes.
+fn hover(
+    cursor: Res<SceneCursor>,
+    cells: Query<&AttentionCell>,
+    probes: Res<Probes>,
+    mut hover: ResMut<Hover>,
+) {
+    let text = (|| {
+        let world = cursor.0?;
+        let cell = cells.iter().find(|c| c.rect.contains(world))?;
+        let (_, r) = result(&probes)?;
+        let n = r.n();
+        let u = ((world.x - cell.rect.min.x) / cell.rect.width()).clamp(0.0, 0.9999);
+        let v = ((cell.rect.max.y - world.y) / cell.rect.height()).clamp(0.0, 0.9999);
+        let (i, j) = ((v * n as f32) as usize, (u * n as f32) as usize);
+        let p = r.p(cell.k, cell.head)[i * n + j];
+        let (qi, kj) = (byte_label(r.tokens[i]), byte_label(r.tokens[j]));
+        Some(if j > i {
+            format!(
+                "layer {} head {}: query {i} `{qi}` cannot see key {j} `{kj}` (causal mask)",
+                cell.layer, cell.head
+            )
+        } else {
+            format!(
+                "layer {} head {}: query {i} `{qi}` → key {j} `{kj}`: P = {p:.4}",
+                cell.layer, cell.head
+            )
+        })
+    })();
+    if hover.0 != text {
+        hover.0 = text;
+    }
+}
+
+/// The scene's toolbar: what to look at, the colour mapping, and where P
+/// comes from.
+fn toolbar(
+    mut contexts: EguiContexts,
+    ui_state: Res<UiState>,
+    run: Option<Res<Run>>,
+    probes: Res<Probes>,
+    mut view: ResMut<AttentionView>,
+) -> Result {
+    let ctx = contexts.ctx_mut()?;
+    let (Some(at), Some(run)) = (ui_state.central_top_left(ctx), run) else {
+        return Ok(());
+    };
+    let batch = run.config().batch;
+    crate::app::ui::scene_toolbar(ctx, "attention-toolbar", at, |ui| {
+        ui.selectable_value(&mut view.source, SourceKind::Prompt, "prompt");
+        if view.source == SourceKind::Prompt {
+            ui.add(
+                egui::TextEdit::singleline(&mut view.prompt)
+                    .desired_width(220.0)
+                    .hint_text("type text to look at"),
+            );
+        }
+        ui.selectable_value(&mut view.source, SourceKind::BatchRow, "batch row")
+            .on_hover_text("a row of the batch the next training step trains on");
+        if view.source == SourceKind::BatchRow {
+            ui.add(egui::DragValue::new(&mut view.row).range(0..=batch - 1));
+        }
+        ui.separator();
+        ui.checkbox(&mut view.row_normalised, "P ÷ row max")
+            .on_hover_text("colour each row by its largest weight: where each query looks most");
+        if let Some((layer, head)) = view.focus {
+            ui.separator();
+            if ui.button("← all heads").clicked() {
+                view.focus = None;
+                view.position = None;
+            }
+            ui.weak(format!(
+                "layer {layer}, head {head} · click a row: the next byte"
+            ));
+        } else {
+            ui.separator();
+            ui.weak("click a map to enlarge it");
+        }
+    });
+    // Where the numbers come from, under the toolbar.
+    let status = match (&probes.latest, &probes.error) {
+        (_, Some(e)) => format!("cannot compute attention: {e}"),
+        (Some((step, r)), None) => format!(
+            "P = softmax(QKᵀ/√D + causal mask), {} bytes, from the run's weights after step {step} on {}, recomputed from Q, K and the saved log-sum-exp{}",
+            r.n(),
+            run.backend_label.split(' ').next().unwrap_or("?"),
+            if run.state == RunState::Training {
+                "; refreshing while training"
+            } else {
+                ""
+            }
+        ),
+        (None, None) => "computing the attention weights…".into(),
+    };
+    egui::Area::new(egui::Id::new("attention-status"))
+        .fixed_pos(at + egui::vec2(10.0, 44.0))
+        .order(egui::Order::Middle)
+        .interactable(false)
+        .show(ctx, |ui| {
+            ui.set_max_width(
+                ui_state
+                    .central
+                    .map_or(600.0, |c| c.2 as f32 / ctx.pixels_per_point() - 20.0),
+            );
+            ui.label(egui::RichText::new(status).size(13.0).weak());
+        });
+    Ok(())
+}
+
+/// The next-byte distribution at the chosen position: the top 10 bytes and
+/// their probabilities through the sampler's own softmax, with its temperature.
+fn next_byte_window(
+    mut contexts: EguiContexts,
+    ui_state: Res<UiState>,
+    probes: Res<Probes>,
+    mut view: ResMut<AttentionView>,
+) -> Result {
+    let (Some(pos), Some(_)) = (view.position, view.focus) else {
+        return Ok(());
+    };
+    let Some((step, r)) = result(&probes) else {
+        return Ok(());
+    };
+    if pos >= r.n() {
+        return Ok(());
+    }
+    let ctx = contexts.ctx_mut()?;
+    let ppp = ctx.pixels_per_point();
+    let anchor = ui_state.central.map_or(egui::pos2(900.0, 600.0), |c| {
+        egui::pos2(
+            (c.0 + c.2) as f32 / ppp - 8.0,
+            (c.1 + c.3) as f32 / ppp - 8.0,
+        )
+    });
+    let mut open = true;
+    let context: String = r.tokens[pos.saturating_sub(12)..=pos]
+        .iter()
+        .map(|&b| byte_label(b))
+        .collect();
+    egui::Window::new("Next byte")
+        .open(&mut open)
+        .pivot(egui::Align2::RIGHT_BOTTOM)
+        .current_pos(anchor)
+        .resizable(false)
+        .show(ctx, |ui| {
+            ui.label(format!("after “…{context}” (position {pos}), step {step}:"));
+            ui.add(egui::Slider::new(&mut view.temperature, 0.0..=2.0).text("temperature"));
+            let opts = SampleOptions {
+                temperature: view.temperature,
+                top_k: 256,
+                seed: 0,
+            };
+            let dist = next_byte_distribution(r.logits_at(pos), &opts);
+            egui::Grid::new("next-byte").num_columns(2).show(ui, |ui| {
+                for &(byte, p) in dist.iter().take(10) {
+                    ui.monospace(format!("{:>4}", byte_label(byte)));
+                    ui.add(
+                        egui::ProgressBar::new(p as f32)
+                            .desired_width(180.0)
+                            .text(format!("{:.1}%", p * 100.0)),
+                    );
+                    ui.end_row();
+                }
+            });
+            if let Some(&actual) = r.tokens.get(pos + 1) {
+                ui.weak(format!("the text continues with `{}`", byte_label(actual)));
+            }
+        });
+    if !open {
+        view.position = None;
+    }
+    Ok(())
+}
