@@ -92,9 +92,12 @@ if [ "$plan" = 1 ]; then
 fi
 
 rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || true
+# Not --locked: wasm-bindgen-cli 0.2.130's own lockfile names a
+# webpki-roots (1.0.11) that the registry no longer resolves (seen on a
+# fresh machine); its version range builds.
 if [ "$have_bindgen" != "$bindgen_version" ]; then
     echo "installing wasm-bindgen-cli $bindgen_version (once; a few minutes)"
-    cargo install --locked --root "$tools" wasm-bindgen-cli --version "$bindgen_version"
+    cargo install --root "$tools" wasm-bindgen-cli --version "$bindgen_version"
 fi
 
 # For size: opt-level "s" and one fat-LTO module (the matmul keeps opt-level
@@ -119,7 +122,7 @@ if [ "${TINYGPT_SKIP_WASM_OPT:-0}" != 1 ]; then
             wasm_opt="$npm_opt"
         else
             echo "installing wasm-opt (binaryen $min_opt) from crates.io (once; builds binaryen's C++, ~15 min)"
-            cargo install --locked --root "$tools" wasm-opt --version "0.$min_opt.1"
+            cargo install --root "$tools" wasm-opt --version "0.$min_opt.1"
             wasm_opt="$tools/bin/wasm-opt"
         fi
     fi
