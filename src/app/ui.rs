@@ -29,28 +29,35 @@ pub struct UiState {
 }
 
 impl UiState {
-    /// The main view's top-left corner in egui points, once laid out.
-    pub fn central_top_left(&self, ctx: &egui::Context) -> Option<egui::Pos2> {
+    /// The main view's rectangle in egui points, once laid out.
+    pub fn central_rect(&self, ctx: &egui::Context) -> Option<egui::Rect> {
         let ppp = ctx.pixels_per_point();
-        self.central
-            .map(|c| egui::pos2(c.0 as f32 / ppp, c.1 as f32 / ppp))
+        self.central.map(|c| {
+            egui::Rect::from_min_size(
+                egui::pos2(c.0 as f32 / ppp, c.1 as f32 / ppp),
+                egui::vec2(c.2 as f32 / ppp, c.3 as f32 / ppp),
+            )
+        })
     }
 }
 
-/// A scene's toolbar: one row of controls floating over the top-left of the
-/// main view, on a panel-coloured strip (the camera leaves room for it).
+/// A scene's toolbar: a row of controls floating over the top-left of the
+/// main view, on a panel-coloured strip (the camera leaves room for it),
+/// wrapping inside the main view's width so it never covers a side panel.
 pub fn scene_toolbar(
     ctx: &egui::Context,
     id: &'static str,
-    at: egui::Pos2,
+    view: egui::Rect,
     add_contents: impl FnOnce(&mut egui::Ui),
 ) {
     egui::Area::new(egui::Id::new(id))
-        .fixed_pos(at + egui::vec2(6.0, 6.0))
+        .fixed_pos(view.min + egui::vec2(6.0, 6.0))
         .order(egui::Order::Middle)
         .show(ctx, |ui| {
+            ui.set_max_width(view.width() - 30.0);
             egui::Frame::popup(ui.style()).show(ui, |ui| {
-                ui.horizontal(add_contents);
+                ui.set_max_width(view.width() - 30.0);
+                ui.horizontal_wrapped(add_contents);
             });
         });
 }

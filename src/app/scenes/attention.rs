@@ -471,7 +471,7 @@ fn toolbar(
     mut view: ResMut<AttentionView>,
 ) -> Result {
     let ctx = contexts.ctx_mut()?;
-    let (Some(at), Some(run)) = (ui_state.central_top_left(ctx), run) else {
+    let (Some(at), Some(run)) = (ui_state.central_rect(ctx), run) else {
         return Ok(());
     };
     let batch = run.config().batch;
@@ -522,7 +522,7 @@ fn toolbar(
         (None, None) => "computing the attention weights…".into(),
     };
     egui::Area::new(egui::Id::new("attention-status"))
-        .fixed_pos(at + egui::vec2(10.0, 44.0))
+        .fixed_pos(at.min + egui::vec2(10.0, 44.0))
         .order(egui::Order::Middle)
         .interactable(false)
         .show(ctx, |ui| {

@@ -282,7 +282,7 @@ fn build_scene(
     for ((_, layer), cols) in layer_list.iter().zip(&columns_of) {
         let inner = cols.iter().map(|c| c.height).fold(0.0f32, f32::max);
         let height = if cols.is_empty() {
-            44.0
+            64.0
         } else {
             inner + 2.0 * LABEL_SIZE + 20.0
         };
@@ -307,8 +307,10 @@ fn build_scene(
             text(
                 layer.title.clone(),
                 15.0,
-                Anchor::CENTER_LEFT,
-                Vec2::new(12.0, y + height / 2.0 + 11.0),
+                // Grows upwards from the middle when it wraps; the layer's
+                // name grows downwards from it, so the two never overlap.
+                Anchor::BOTTOM_LEFT,
+                Vec2::new(12.0, y + height / 2.0 + 1.0),
                 1.0,
             ),
             bevy::text::TextBounds::new_horizontal(TITLE_WIDTH - 24.0),
@@ -316,8 +318,8 @@ fn build_scene(
         commands.spawn(text(
             layer.name.clone(),
             12.0,
-            Anchor::CENTER_LEFT,
-            Vec2::new(12.0, y + height / 2.0 - 11.0),
+            Anchor::TOP_LEFT,
+            Vec2::new(12.0, y + height / 2.0 - 3.0),
             1.0,
         ));
         if layer.name == "head" {
@@ -619,7 +621,7 @@ fn toolbar(
     mut scale: ResMut<ColorScale>,
 ) -> Result {
     let ctx = contexts.ctx_mut()?;
-    let Some(at) = ui_state.central_top_left(ctx) else {
+    let Some(at) = ui_state.central_rect(ctx) else {
         return Ok(());
     };
     crate::app::ui::scene_toolbar(ctx, "model-toolbar", at, |ui| {
