@@ -327,13 +327,67 @@ fn decode(path: &std::path::Path) -> (usize, usize, Vec<[u8; 4]>) {
     (info.width as usize, info.height as usize, pixels)
 }
 
+/// Runs `tinygpt app` with `args` and the screenshot path `shot`; expects
+/// success and returns its JSON line.
+fn run_headless(args: &[&str], shot: &std::path::Path) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+        .args(args)
+        .arg("--screenshot")
+        .arg(shot)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .unwrap_or_else(|| panic!("no JSON line: {stdout}\n{stderr}"));
+    serde_json::from_str(line).unwrap()
+}
+
+/// A region's `rect` from the JSON line: [x0, y0, x1, y1] in pixels.
+fn rect_of(region: &serde_json::Value) -> Vec<usize> {
+    region["rect"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap() as usize)
+        .collect()
+}
+
+/// Whether a pixel is not the scene's background (named in the JSON line).
+fn not_background(r: &serde_json::Value) -> impl Fn([u8; 4]) -> bool {
+    let bg: Vec<i32> = r["background"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap() as i32)
+        .collect();
+    move |p: [u8; 4]| (0..3).map(|k| (p[k] as i32 - bg[k]).abs()).sum::<i32>() > 12
+}
+
+/// The share of the pixels in (x0, y0)..(x1, y1) for which `drawn` holds.
+fn drawn_share(
+    pixels: &[[u8; 4]],
+    w: usize,
+    (x0, y0, x1, y1): (usize, usize, usize, usize),
+    drawn: &impl Fn([u8; 4]) -> bool,
+) -> f64 {
+    let count = (y0..y1)
+        .flat_map(|y| (x0..x1).map(move |x| (x, y)))
+        .filter(|&(x, y)| drawn(pixels[y * w + x]))
+        .count();
+    count as f64 / ((x1 - x0) * (y1 - y0)) as f64
+}
+
 #[test]
 fn headless_app_trains_on_the_gpu_and_draws_the_layer_stack() {
     let dir = std::env::temp_dir().join(format!("tinygpt-app-headless-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let shot = dir.join("frame.png");
-    let out = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
-        .args([
+    let r = run_headless(
+        &[
             "app",
             "--headless",
             "--frames",
@@ -347,19 +401,10 @@ fn headless_app_trains_on_the_gpu_and_draws_the_layer_stack() {
             "960",
             "--height",
             "540",
-            "--screenshot",
-        ])
-        .arg(&shot)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with('{'))
-        .unwrap_or_else(|| panic!("no JSON line: {stdout}\n{stderr}"));
-    let r: serde_json::Value = serde_json::from_str(line).unwrap();
+        ],
+        &shot,
+    );
+    let line = r.to_string();
     assert!(
         r["backend"].as_str().unwrap().starts_with("gpu"),
         "trains on Bevy's device: {}",
@@ -394,34 +439,19 @@ fn headless_app_trains_on_the_gpu_and_draws_the_layer_stack() {
         "a real picture, not one colour: {} colours",
         colours.len()
     );
-    let bg: Vec<i32> = r["background"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_f64().unwrap() as i32)
-        .collect();
-    let differs = |p: [u8; 4]| (0..3).map(|k| (p[k] as i32 - bg[k]).abs()).sum::<i32>() > 12;
+    let differs = not_background(&r);
     let blocks = r["blocks"].as_array().unwrap();
     let names: Vec<&str> = blocks.iter().map(|b| b["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["embeddings", "h.0", "h.1", "ln_f", "head"]);
     for b in blocks {
-        let rect: Vec<usize> = b["rect"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_f64().unwrap() as usize)
-            .collect();
+        let rect = rect_of(b);
         let (x0, y0, x1, y1) = (rect[0] + 2, rect[1] + 2, rect[2] - 2, rect[3] - 2);
         assert!(
             x1 > x0 && y1 > y0 && x1 <= w && y1 <= h,
             "block {} inside the frame: {rect:?}",
             b["name"]
         );
-        let inside: Vec<bool> = (y0..y1)
-            .flat_map(|y| (x0..x1).map(move |x| (x, y)))
-            .map(|(x, y)| differs(pixels[y * w + x]))
-            .collect();
-        let share = inside.iter().filter(|d| **d).count() as f64 / inside.len() as f64;
+        let share = drawn_share(&pixels, w, (x0, y0, x1, y1), &differs);
         assert!(
             share > 0.9,
             "block {} is drawn where the layout puts it ({share:.2} of its pixels)",
@@ -431,15 +461,7 @@ fn headless_app_trains_on_the_gpu_and_draws_the_layer_stack() {
     // Between two neighbouring blocks lies a strip of background: the
     // blocks are distinct regions, not one smear.
     for pair in blocks.windows(2) {
-        let r = |b: &serde_json::Value| -> Vec<usize> {
-            b["rect"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_f64().unwrap() as usize)
-                .collect()
-        };
-        let (lower, upper) = (r(&pair[0]), r(&pair[1]));
+        let (lower, upper) = (rect_of(&pair[0]), rect_of(&pair[1]));
         assert!(
             upper[3] <= lower[1],
             "{} is drawn above {}",
@@ -529,8 +551,8 @@ fn headless_attention_scene_draws_every_map_where_it_says() {
     let dir = std::env::temp_dir().join(format!("tinygpt-app-attention-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let shot = dir.join("attention.png");
-    let out = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
-        .args([
+    let r = run_headless(
+        &[
             "app",
             "--headless",
             "--scene",
@@ -546,19 +568,10 @@ fn headless_attention_scene_draws_every_map_where_it_says() {
             "1280",
             "--height",
             "720",
-            "--screenshot",
-        ])
-        .arg(&shot)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with('{'))
-        .unwrap_or_else(|| panic!("no JSON line: {stdout}\n{stderr}"));
-    let r: serde_json::Value = serde_json::from_str(line).unwrap();
+        ],
+        &shot,
+    );
+    let line = r.to_string();
     assert_eq!(r["scene"], "attention");
     let cfg = Config::load("tiny").unwrap();
     let att = &r["attention"];
@@ -569,32 +582,17 @@ fn headless_attention_scene_draws_every_map_where_it_says() {
     assert_eq!(regions.len(), cfg.n_layer * cfg.n_head, "{line}");
     let (w, h, pixels) = decode(&shot);
     assert_eq!((w, h), (1280, 720));
-    let bg: Vec<i32> = r["background"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|v| v.as_f64().unwrap() as i32)
-        .collect();
-    let differs = |p: [u8; 4]| (0..3).map(|k| (p[k] as i32 - bg[k]).abs()).sum::<i32>() > 12;
+    let differs = not_background(&r);
     for region in regions {
         let name = region["name"].as_str().unwrap();
         assert!(name.starts_with("h.") && name.contains(".head"), "{name}");
-        let rect: Vec<usize> = region["rect"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_f64().unwrap() as usize)
-            .collect();
+        let rect = rect_of(region);
         let (x0, y0, x1, y1) = (rect[0] + 1, rect[1] + 1, rect[2] - 1, rect[3] - 1);
         assert!(
             x1 > x0 + 8 && y1 > y0 + 8 && x1 <= w && y1 <= h,
             "{name} in the frame: {rect:?}"
         );
-        let drawn = (y0..y1)
-            .flat_map(|y| (x0..x1).map(move |x| (x, y)))
-            .filter(|&(x, y)| differs(pixels[y * w + x]))
-            .count();
-        let share = drawn as f64 / ((x1 - x0) * (y1 - y0)) as f64;
+        let share = drawn_share(&pixels, w, (x0, y0, x1, y1), &differs);
         assert!(
             share > 0.9,
             "map {name} is drawn where the line says ({share:.2})"

@@ -137,10 +137,16 @@ pub fn diverging(v: f32, half_width: f32) -> [u8; 4] {
     } else {
         0.0
     };
-    let x = (t + 1.0) * 0.5 * (STOPS.len() - 1) as f32;
-    let i = (x.floor() as usize).min(STOPS.len() - 2);
+    ramp(&STOPS, (t + 1.0) * 0.5)
+}
+
+/// The colour at `u` in 0..=1 along evenly spaced `stops`, linearly
+/// interpolated (sRGB, opaque).
+fn ramp(stops: &[[f32; 3]], u: f32) -> [u8; 4] {
+    let x = u * (stops.len() - 1) as f32;
+    let i = (x.floor() as usize).min(stops.len() - 2);
     let f = x - i as f32;
-    let c = |k: usize| (STOPS[i][k] + (STOPS[i + 1][k] - STOPS[i][k]) * f).round() as u8;
+    let c = |k: usize| (stops[i][k] + (stops[i + 1][k] - stops[i][k]) * f).round() as u8;
     [c(0), c(1), c(2), 255]
 }
 
@@ -161,12 +167,7 @@ pub fn sequential(t: f32) -> [u8; 4] {
     if !t.is_finite() {
         return [255, 0, 255, 255];
     }
-    let x = t.clamp(0.0, 1.0) * (SEQUENTIAL.len() - 1) as f32;
-    let i = (x.floor() as usize).min(SEQUENTIAL.len() - 2);
-    let f = x - i as f32;
-    let c =
-        |k: usize| (SEQUENTIAL[i][k] + (SEQUENTIAL[i + 1][k] - SEQUENTIAL[i][k]) * f).round() as u8;
-    [c(0), c(1), c(2), 255]
+    ramp(&SEQUENTIAL, t.clamp(0.0, 1.0))
 }
 
 /// RGBA8 pixels of a pooled grid on a symmetric scale.

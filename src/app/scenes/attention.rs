@@ -17,10 +17,7 @@ use crate::app::training::{CorpusSource, Probes, Run, RunSettings, RunState};
 use crate::app::ui::UiState;
 use crate::probe::{ProbeResult, ProbeSource, byte_label};
 use crate::train::sample::{SampleOptions, next_byte_distribution};
-use bevy::asset::RenderAssetUsages;
-use bevy::image::ImageSampler;
 use bevy::prelude::*;
-use bevy::render::render_resource::{Extent3d, TextureDimension, TextureFormat};
 use bevy::sprite::Anchor;
 use bevy_egui::{EguiContexts, EguiPrimaryContextPass, egui};
 
@@ -140,11 +137,8 @@ fn default_prompt(corpus: &CorpusSource, ctx: usize) -> String {
         .map(str::trim)
         .find(|l| l.len() >= 24)
         .unwrap_or("To be, or not to be, that is the question:");
-    let mut line: String = line.chars().take(ctx.min(64)).collect();
-    if line.is_empty() {
-        line = "hello".into();
-    }
-    line
+    // Never empty: the line has ≥ 24 bytes and a preset's ctx is ≥ 1.
+    line.chars().take(ctx.min(64)).collect()
 }
 
 /// Keeps the probe request in step with the view.
@@ -208,19 +202,7 @@ fn layout(
     let n = r.n();
     let mut spawn_map =
         |commands: &mut Commands, k: usize, layer: usize, head: usize, rect: Rect| {
-            let mut image = Image::new_fill(
-                Extent3d {
-                    width: n as u32,
-                    height: n as u32,
-                    depth_or_array_layers: 1,
-                },
-                TextureDimension::D2,
-                &MASKED,
-                TextureFormat::Rgba8UnormSrgb,
-                RenderAssetUsages::MAIN_WORLD | RenderAssetUsages::RENDER_WORLD,
-            );
-            image.sampler = ImageSampler::nearest();
-            let handle = images.add(image);
+            let handle = super::cell_texture(&mut images, n, n, MASKED);
             commands.spawn((
                 Sprite {
                     image: handle.clone(),
@@ -319,11 +301,18 @@ fn layout(
                     Vec2::new(left - 6.0, y),
                 ));
                 let x = left + (i as f32 + 0.5) * cell;
-                commands.spawn((
-                    text(byte_label(b), size, Anchor::CENTER_LEFT, Vec2::new(x, 6.0)),
-                    // Key labels read upwards, one per column.
-                    TransformExtra,
-                ));
+                // Key labels read upwards, one per column.
+                commands
+                    .spawn(text(
+                        byte_label(b),
+                        size,
+                        Anchor::CENTER_LEFT,
+                        Vec2::new(x, 6.0),
+                    ))
+                    .insert(
+                        Transform::from_xyz(x, 6.0, 2.0)
+                            .with_rotation(Quat::from_rotation_z(std::f32::consts::FRAC_PI_2)),
+                    );
             }
             commands.spawn(text(
                 "query ↓".into(),
@@ -342,21 +331,13 @@ fn layout(
     }
 }
 
-/// Marks key labels, turned to read upwards once spawned.
-#[derive(Component)]
-struct TransformExtra;
-
 /// Writes P into the maps' textures when a new probe result arrives.
 fn paint(
     probes: Res<Probes>,
     view: Res<AttentionView>,
     mut cells: Query<&mut AttentionCell>,
-    mut turned: Query<&mut Transform, Added<TransformExtra>>,
     mut images: ResMut<Assets<Image>>,
 ) {
-    for mut t in &mut turned {
-        t.rotation = Quat::from_rotation_z(std::f32::consts::FRAC_PI_2);
-    }
     let Some((_, r)) = result(&probes) else {
         return;
     };
@@ -420,8 +401,7 @@ fn click(
         Some(_) => {
             if let Some((_, r)) = result(&probes) {
                 let n = r.n();
-                let i = (((cell.rect.max.y - world.y) / cell.rect.height()) * n as f32) as usize;
-                view.position = Some(i.min(n - 1));
+                view.position = Some(super::cell_at(cell.rect, world, n, n).0);
             }
         }
     }
@@ -439,9 +419,7 @@ fn hover(
         let cell = cells.iter().find(|c| c.rect.contains(world))?;
         let (_, r) = result(&probes)?;
         let n = r.n();
-        let u = ((world.x - cell.rect.min.x) / cell.rect.width()).clamp(0.0, 0.9999);
-        let v = ((cell.rect.max.y - world.y) / cell.rect.height()).clamp(0.0, 0.9999);
-        let (i, j) = ((v * n as f32) as usize, (u * n as f32) as usize);
+        let (i, j) = super::cell_at(cell.rect, world, n, n);
         let p = r.p(cell.k, cell.head)[i * n + j];
         let (qi, kj) = (byte_label(r.tokens[i]), byte_label(r.tokens[j]));
         Some(if j > i {

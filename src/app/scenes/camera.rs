@@ -104,9 +104,8 @@ fn pan_and_zoom(
 ) {
     let b = bounds.0;
     if control.fitted != b {
-        let fitted = b;
         *control = ViewControl {
-            fitted,
+            fitted: b,
             ..default()
         };
     }

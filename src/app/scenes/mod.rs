@@ -131,6 +131,40 @@ impl ColorScale {
     }
 }
 
+/// A `width`×`height` RGBA texture filled with `fill`, sampled nearest (each
+/// value one crisp cell), that the main world rewrites: what a heatmap or an
+/// attention map draws into.
+pub fn cell_texture(
+    images: &mut Assets<Image>,
+    width: usize,
+    height: usize,
+    fill: [u8; 4],
+) -> Handle<Image> {
+    use bevy::asset::RenderAssetUsages;
+    use bevy::render::render_resource::{Extent3d, TextureDimension, TextureFormat};
+    let mut image = Image::new_fill(
+        Extent3d {
+            width: width as u32,
+            height: height as u32,
+            depth_or_array_layers: 1,
+        },
+        TextureDimension::D2,
+        &fill,
+        TextureFormat::Rgba8UnormSrgb,
+        RenderAssetUsages::MAIN_WORLD | RenderAssetUsages::RENDER_WORLD,
+    );
+    image.sampler = bevy::image::ImageSampler::nearest();
+    images.add(image)
+}
+
+/// The (row, column) of a `rows`×`cols` grid drawn in `rect` (row 0 at the
+/// top) under the world point `world`, clamped into the grid.
+pub fn cell_at(rect: Rect, world: Vec2, rows: usize, cols: usize) -> (usize, usize) {
+    let u = ((world.x - rect.min.x) / rect.width()).clamp(0.0, 0.9999);
+    let v = ((rect.max.y - world.y) / rect.height()).clamp(0.0, 0.9999);
+    ((v * rows as f32) as usize, (u * cols as f32) as usize)
+}
+
 /// A text label in a scene, in the label font.
 pub fn label(
     s: impl Into<String>,

@@ -13,7 +13,6 @@ use crate::app::training::{HeatmapView, Run, RunCreated, Snapshots, TensorWants}
 use crate::app::ui::UiState;
 use crate::program::TensorKind;
 use bevy::asset::RenderAssetUsages;
-use bevy::image::ImageSampler;
 use bevy::prelude::*;
 use bevy::render::render_resource::{Extent3d, TextureDimension, TextureFormat};
 use bevy::sprite::Anchor;
@@ -338,19 +337,7 @@ fn build_scene(
             for (tensor_entity, t, size) in &column.params {
                 let (rows, cols) = heatmap::grid_of(&t.shape);
                 let (tr, tc) = heatmap::texture_size(rows, cols);
-                let mut image = Image::new_fill(
-                    Extent3d {
-                        width: tc as u32,
-                        height: tr as u32,
-                        depth_or_array_layers: 1,
-                    },
-                    TextureDimension::D2,
-                    &[60, 60, 70, 255],
-                    TextureFormat::Rgba8UnormSrgb,
-                    RenderAssetUsages::MAIN_WORLD | RenderAssetUsages::RENDER_WORLD,
-                );
-                image.sampler = ImageSampler::nearest();
-                let handle = images.add(image);
+                let handle = super::cell_texture(&mut images, tc, tr, [60, 60, 70, 255]);
                 let rect = Rect::from_corners(Vec2::new(x, cy - size.y), Vec2::new(x + size.x, cy));
                 cy -= size.y + 4.0;
                 let e = commands
@@ -584,10 +571,8 @@ fn hover(
     mut hover: ResMut<Hover>,
 ) {
     let text = cursor.0.and_then(|world| {
-        let (_, h) = heatmaps.iter().find(|(_, h)| h.rect.contains(world))?;
-        let u = ((world.x - h.rect.min.x) / h.rect.width()).clamp(0.0, 0.9999);
-        let v = ((h.rect.max.y - world.y) / h.rect.height()).clamp(0.0, 0.9999);
-        let (r, c) = ((v * h.rows as f32) as usize, (u * h.cols as f32) as usize);
+        let (_, h) = heatmaps.get(heatmap_at(&heatmaps, world)?).ok()?;
+        let (r, c) = super::cell_at(h.rect, world, h.rows, h.cols);
         let name = snapshots.view.tensor_name(&h.param);
         let value = snapshots
             .latest
