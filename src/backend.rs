@@ -45,6 +45,14 @@ pub enum BackendError {
     },
 }
 
+/// A read started by [`Backend::start_reads`].
+pub enum PendingRead {
+    /// Values already there (the CPU).
+    Ready(Vec<f32>),
+    /// A GPU readback on its way.
+    Gpu(crate::gpu::readback::ReadbackHandle),
+}
+
 /// `Send` where threads exist: the app moves a CPU trainer onto a worker
 /// task. In the browser (one thread; wgpu's handles are not `Send` there)
 /// it asks nothing.
@@ -75,6 +83,39 @@ pub trait Backend: MaybeSend {
     /// its window. Leaves parameters, gradients and optimizer state as they
     /// were (a training step rewrites everything else it reads).
     fn probe(&mut self, request: &ProbeRequest) -> Result<ProbeResult, BackendError>;
+
+    /// Sets the batch and the step's parameters (`None`: evaluation mode, no
+    /// dropout and no update) for the entries [`Backend::run_entries`] runs.
+    fn load_step(&mut self, batch: &Batch, params: Option<StepParams>);
+
+    /// Runs entries `range` of [`Program::steps`] in order, on what
+    /// [`Backend::load_step`] set: the same code [`Backend::train_step`]
+    /// runs, an op at a time if the caller likes (the step-through). The GPU
+    /// submits them without waiting; reads queue behind them.
+    fn run_entries(&mut self, range: std::ops::Range<usize>);
+
+    /// Puts the parameters and AdamW moments aside (before an update that
+    /// should not stay, e.g. a step-through of a typed prompt).
+    fn stash_weights(&mut self);
+
+    /// Puts back what [`Backend::stash_weights`] put aside (nothing if it
+    /// was not called), and forgets it.
+    fn restore_weights(&mut self);
+
+    /// Forgets what [`Backend::stash_weights`] put aside (the update stays).
+    fn discard_stash(&mut self);
+
+    /// Starts reading tensors back, one after another in one list, without
+    /// waiting (the CPU has them at once; the GPU once the device has been
+    /// polled). Inputs (token ids) are not read this way.
+    fn start_reads(&mut self, names: &[&str]) -> Result<PendingRead, BackendError>;
+
+    /// The values of a read if they have arrived, else the read back.
+    #[allow(clippy::result_large_err)] // the read comes back whole, to try again
+    fn try_take_reads(&mut self, read: PendingRead) -> Result<Vec<f32>, PendingRead>;
+
+    /// Lets the device make progress without waiting (nothing on the CPU).
+    fn poll(&mut self) {}
 
     /// The GPU backend behind this one, for the asynchronous paths (several
     /// steps per submit, readbacks without waiting) that only it has.

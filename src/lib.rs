@@ -12,7 +12,8 @@
 //!    backend (rayon-parallel, f32 or f64); [`gpu`]: the same program as
 //!    WGSL compute shaders on any wgpu device.
 //!    [`probe`]: a look inside one forward pass (attention weights, logits),
-//!    on either backend.
+//!    on either backend. [`stepthrough`]: one training step entry by
+//!    entry, with the tensors each entry reads and writes.
 //! 5. [`train`]: the trainer, learning-rate schedules and text generation.
 //! 6. [`bench`]: the training-speed benchmark.
 //! 7. `app` (feature `app`): the Bevy explainer, which mirrors the program
@@ -28,4 +29,5 @@ pub mod gpu;
 pub mod model;
 pub mod probe;
 pub mod program;
+pub mod stepthrough;
 pub mod train;

@@ -6,14 +6,17 @@
 //! browser, yielding between steps). Tensor snapshots for the heatmaps and
 //! for sampling, and probes of a forward pass (attention weights, logits)
 //! for the scenes, arrive the same way: asked for, and collected by a later
-//! pump, on either backend.
+//! pump, on either backend. So does a stepped-through training step (the
+//! Step scene): its entries run on the worker (CPU) or go out as submits
+//! with their reads (GPU), and their views come back to the cursor.
 
 use crate::backend::Backend;
 use crate::gpu::ProbeHandle;
 use crate::gpu::readback::ReadbackHandle;
 use crate::model::params::NamedTensor;
 use crate::probe::{ProbeResult, ProbeSource};
-use crate::train::{StepMetrics, StepsInFlight, TrainError, Trainer};
+use crate::stepthrough::EntryRun;
+use crate::train::{StepCursor, StepMetrics, StepSource, StepsInFlight, TrainError, Trainer};
 use bevy::platform::cell::SyncCell;
 use bevy::tasks::{AsyncComputeTaskPool, Task, futures::check_ready};
 use std::collections::{HashMap, VecDeque};
@@ -36,6 +39,18 @@ pub const CPU_CHUNK_MS: f64 = if cfg!(target_arch = "wasm32") {
 };
 /// Steps in one GPU submit, at most.
 const MAX_STEPS_PER_SUBMIT: usize = 64;
+/// Stepped entries out on the GPU at once, at most.
+const MAX_ENTRIES_IN_FLIGHT: usize = 16;
+
+/// A training step being stepped through: its cursor, how far to run it,
+/// and what to do with it once it is idle.
+pub struct Stepping {
+    pub cursor: StepCursor,
+    /// Run entries until this many have views.
+    pub target: usize,
+    /// Keep the step in the run once every entry has run.
+    pub keep: bool,
+}
 
 /// Tensors read back at one step: name → values.
 #[derive(Clone, Debug, Default)]
@@ -83,6 +98,8 @@ struct CpuChunk {
     error: Option<TrainError>,
     snapshot: Option<Snapshot>,
     probe: Option<(u64, Result<ProbeResult, String>)>,
+    stepping: Option<Stepping>,
+    stepping_error: Option<String>,
 }
 
 /// A snapshot in flight: its readback, the tensors' names and sizes, the step.
@@ -95,6 +112,8 @@ enum Kind {
         reading: Option<SnapshotRead>,
         /// A probe in flight, and the step whose weights it sees.
         probing: Option<(ProbeHandle, u64)>,
+        /// Stepped entries on their way, in order.
+        entries: VecDeque<EntryRun>,
     },
     Cpu {
         task: Option<Task<CpuChunk>>,
@@ -118,6 +137,18 @@ pub struct Engine {
     wanted: Option<Vec<String>>,
     /// A probe asked for and not yet started.
     probe_wanted: Option<ProbeSource>,
+    /// The step being stepped through, when its cursor is not out with a
+    /// CPU chunk (then [`Engine::stepping_out`] is set).
+    stepping: Option<Stepping>,
+    stepping_out: bool,
+    /// Leaving the step-through is asked for.
+    stepping_end: bool,
+    /// A step-through asked for and not yet begun (the trainer was busy).
+    stepping_wanted: Option<StepSource>,
+    /// Why the last step-through could not begin or go on.
+    pub stepping_error: Option<String>,
+    /// Counts step-throughs begun (views cache their pictures per one).
+    pub stepping_generation: u64,
     /// When training in this engine started and how many steps it did since.
     pub started: Option<Instant>,
     pub steps_since_start: u64,
@@ -140,6 +171,7 @@ impl Engine {
                 in_flight: VecDeque::new(),
                 reading: None,
                 probing: None,
+                entries: VecDeque::new(),
             }
         } else {
             Kind::Cpu { task: None }
@@ -152,6 +184,12 @@ impl Engine {
             ms_per_step: 0.0,
             wanted: None,
             probe_wanted: None,
+            stepping: None,
+            stepping_out: false,
+            stepping_end: false,
+            stepping_wanted: None,
+            stepping_error: None,
+            stepping_generation: 0,
             started: None,
             steps_since_start: 0,
         }
@@ -177,7 +215,13 @@ impl Engine {
                 in_flight,
                 reading,
                 probing,
-            } => !in_flight.is_empty() || reading.is_some() || probing.is_some(),
+                entries,
+            } => {
+                !in_flight.is_empty()
+                    || reading.is_some()
+                    || probing.is_some()
+                    || !entries.is_empty()
+            }
             Kind::Cpu { task } => task.is_some(),
         }
     }
@@ -221,6 +265,74 @@ impl Engine {
             )
     }
 
+    /// Begins stepping through the run's next training step (or one on a
+    /// prompt) as soon as the trainer is idle; a step already being
+    /// stepped through is left first (undone).
+    pub fn begin_stepping(&mut self, source: StepSource) {
+        self.end_stepping();
+        self.stepping_wanted = Some(source);
+        self.stepping_error = None;
+    }
+
+    /// The step being stepped through (its cursor holds the views so far).
+    pub fn stepping(&self) -> Option<&Stepping> {
+        self.stepping.as_ref()
+    }
+
+    /// Whether a step-through is asked for or going on.
+    pub fn is_stepping(&self) -> bool {
+        self.stepping.is_some() || self.stepping_out || self.stepping_wanted.is_some()
+    }
+
+    /// Whether the step-through's entries are running (views on their way).
+    pub fn stepping_busy(&self) -> bool {
+        self.stepping_wanted.is_some()
+            || self.stepping_out
+            || self
+                .stepping
+                .as_ref()
+                .is_some_and(|s| s.cursor.views.len() < s.target.min(s.cursor.entries.len()))
+    }
+
+    /// Chooses the parameter the clip and AdamW views show; false when
+    /// those entries have already started (their views keep the old one).
+    pub fn set_step_focus(&mut self, focus: crate::program::TensorId) -> bool {
+        match self.stepping.as_mut() {
+            Some(s) if !s.cursor.clip_started() => {
+                s.cursor.focus = focus;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Runs the step-through until `count` entries have views.
+    pub fn step_to(&mut self, count: usize) {
+        if let Some(s) = self.stepping.as_mut() {
+            s.target = s.target.max(count.min(s.cursor.entries.len()));
+        }
+    }
+
+    /// Keeps the stepped step in the run once all its entries have run.
+    pub fn keep_stepped(&mut self) {
+        if let Some(s) = self.stepping.as_mut() {
+            s.keep = true;
+            s.target = s.cursor.entries.len();
+        }
+    }
+
+    /// Leaves the step-through: the run's weights go back to what they were
+    /// (if AdamW ran), and training may go on. Entries still out are waited
+    /// for by the next pumps (nothing new starts), then undone.
+    pub fn end_stepping(&mut self) {
+        self.stepping_wanted = None;
+        if let Some(s) = self.stepping.as_mut() {
+            s.target = s.cursor.views.len();
+            s.keep = false;
+        }
+        self.stepping_end = true;
+    }
+
     /// Moves the work along without waiting: collects what has finished and,
     /// while `allowed` more steps may start, starts some.
     pub fn pump(&mut self, allowed: u64) -> Pumped {
@@ -230,12 +342,84 @@ impl Engine {
                 in_flight,
                 reading,
                 probing,
+                entries,
             } => {
                 let trainer = self
                     .trainer
                     .as_mut()
                     .expect("the GPU engine keeps its trainer")
                     .get();
+                // The step-through: collect views in order, leave, begin,
+                // start entries, keep.
+                if !entries.is_empty() {
+                    trainer.backend.poll();
+                }
+                while let Some(run) = entries.front_mut() {
+                    let Some(s) = self.stepping.as_mut() else {
+                        entries.clear();
+                        break;
+                    };
+                    match run.try_finish(trainer.backend.as_mut(), &s.cursor.batch) {
+                        Some(view) => {
+                            s.cursor.views.push(view);
+                            entries.pop_front();
+                        }
+                        None => break,
+                    }
+                }
+                if self.stepping_end && entries.is_empty() {
+                    if let Some(s) = self.stepping.take() {
+                        trainer.abandon_step(s.cursor);
+                    }
+                    self.stepping_end = false;
+                }
+                if self.stepping.is_none()
+                    && in_flight.is_empty()
+                    && reading.is_none()
+                    && probing.is_none()
+                    && let Some(source) = self.stepping_wanted.take()
+                {
+                    match trainer.begin_step(source) {
+                        Ok(cursor) => {
+                            self.stepping_generation += 1;
+                            self.stepping = Some(Stepping {
+                                cursor,
+                                target: 0,
+                                keep: false,
+                            })
+                        }
+                        Err(e) => self.stepping_error = Some(e),
+                    }
+                }
+                if !self.stepping_end
+                    && let Some(s) = self.stepping.as_mut()
+                {
+                    while entries.len() < MAX_ENTRIES_IN_FLIGHT
+                        && s.cursor.views.len() + entries.len() < s.target
+                    {
+                        match trainer.start_entry(&mut s.cursor) {
+                            Ok(Some(run)) => entries.push_back(run),
+                            Ok(None) => break,
+                            Err(e) => {
+                                self.stepping_error = Some(e.to_string());
+                                s.target = s.cursor.views.len();
+                                break;
+                            }
+                        }
+                    }
+                    if s.keep && s.cursor.done() && entries.is_empty() {
+                        let s = self.stepping.take().expect("checked");
+                        match trainer.finish_step(s.cursor, true) {
+                            Ok(m) => out.metrics.push(m),
+                            Err(e) => out.error = Some(e),
+                        }
+                    }
+                }
+                let allowed = if self.stepping.is_some() || self.stepping_wanted.is_some() {
+                    0
+                } else {
+                    allowed
+                };
                 // Collect, in order.
                 let was_in_flight = in_flight.len();
                 while let Some(flight) = in_flight.pop_front() {
@@ -323,6 +507,7 @@ impl Engine {
                 }
                 // A probe, likewise behind the steps submitted.
                 if probing.is_none()
+                    && self.stepping.is_none()
                     && let Some(source) = self.probe_wanted.take()
                 {
                     let step = trainer.submitted();
@@ -344,34 +529,73 @@ impl Engine {
                     out.error = chunk.error;
                     out.snapshot = chunk.snapshot;
                     out.probe = chunk.probe;
+                    self.stepping = chunk.stepping;
+                    self.stepping_out = false;
+                    if let Some(e) = chunk.stepping_error {
+                        self.stepping_error = Some(e);
+                    }
                 }
                 if task.is_none()
                     && let Some(trainer) = self.trainer.take()
                 {
                     let mut trainer = SyncCell::to_inner(trainer);
+                    // The step-through: leave (a copy back), begin (a
+                    // batch copy): both cheap enough for the frame.
+                    if self.stepping_end {
+                        if let Some(s) = self.stepping.take() {
+                            trainer.abandon_step(s.cursor);
+                        }
+                        self.stepping_end = false;
+                    }
+                    if self.stepping.is_none()
+                        && let Some(source) = self.stepping_wanted.take()
+                    {
+                        match trainer.begin_step(source) {
+                            Ok(cursor) => {
+                                self.stepping_generation += 1;
+                                self.stepping = Some(Stepping {
+                                    cursor,
+                                    target: 0,
+                                    keep: false,
+                                })
+                            }
+                            Err(e) => self.stepping_error = Some(e),
+                        }
+                    }
+                    let stepping = self.stepping.take_if(|s| {
+                        s.cursor.views.len() < s.target || (s.keep && s.cursor.done())
+                    });
                     let remaining = trainer.config.steps.saturating_sub(trainer.step);
-                    let steps = allowed.min(remaining);
+                    let steps = if self.stepping.is_some() || stepping.is_some() {
+                        0
+                    } else {
+                        allowed.min(remaining)
+                    };
                     let wanted = self.wanted.take();
-                    let probe = self.probe_wanted.take();
-                    if steps == 0 && wanted.is_none() && probe.is_none() {
+                    let probe = if self.stepping.is_some() || stepping.is_some() {
+                        None
+                    } else {
+                        self.probe_wanted.take()
+                    };
+                    if steps == 0 && wanted.is_none() && probe.is_none() && stepping.is_none() {
                         self.trainer = Some(SyncCell::new(trainer));
-                    } else if steps == 0 && probe.is_none() {
+                    } else if steps == 0 && probe.is_none() && stepping.is_none() {
                         // Only a snapshot: copying CPU tensors is cheap.
                         out.snapshot =
                             Some(read_snapshot(&mut trainer, &wanted.unwrap_or_default()));
                         self.trainer = Some(SyncCell::new(trainer));
                     } else {
-                        // Steps, then the probe and the snapshot, off the
-                        // frame (a CPU forward pass of a big preset takes
-                        // longer than a frame).
+                        // Steps (or stepped entries), then the probe and the
+                        // snapshot, off the frame (a CPU forward pass of a
+                        // big preset takes longer than a frame).
                         if steps > 0 {
                             self.started.get_or_insert_with(Instant::now);
                         }
+                        self.stepping_out = stepping.is_some();
                         out.started = steps;
-                        *task =
-                            Some(AsyncComputeTaskPool::get().spawn(async move {
-                                cpu_chunk(trainer, steps, wanted, probe).await
-                            }));
+                        *task = Some(AsyncComputeTaskPool::get().spawn(async move {
+                            cpu_chunk(trainer, steps, wanted, probe, stepping).await
+                        }));
                     }
                 }
             }
@@ -416,16 +640,19 @@ fn read_snapshot(trainer: &mut Trainer, names: &[String]) -> Snapshot {
 }
 
 /// Up to `steps` steps, for about [`CPU_CHUNK_MS`], yielding between steps
-/// (so a browser's single thread keeps drawing); then the snapshot.
+/// (so a browser's single thread keeps drawing); or a step-through's
+/// entries up to its target, likewise; then the probe and the snapshot.
 async fn cpu_chunk(
     mut trainer: Trainer,
     steps: u64,
     wanted: Option<Vec<String>>,
     probe: Option<ProbeSource>,
+    mut stepping: Option<Stepping>,
 ) -> CpuChunk {
     let start = Instant::now();
     let mut metrics = Vec::new();
     let mut error = None;
+    let mut stepping_error = None;
     for _ in 0..steps {
         match trainer.train_step() {
             Ok(m) => metrics.push(m),
@@ -438,6 +665,26 @@ async fn cpu_chunk(
             break;
         }
         bevy::tasks::futures_lite::future::yield_now().await;
+    }
+    if let Some(s) = stepping.as_mut() {
+        while s.cursor.views.len() < s.target {
+            if let Err(e) = trainer.step_entry(&mut s.cursor) {
+                stepping_error = Some(e.to_string());
+                s.target = s.cursor.views.len();
+                break;
+            }
+            if start.elapsed().as_secs_f64() * 1e3 >= CPU_CHUNK_MS {
+                break;
+            }
+            bevy::tasks::futures_lite::future::yield_now().await;
+        }
+    }
+    if stepping.as_ref().is_some_and(|s| s.keep && s.cursor.done()) {
+        let s = stepping.take().expect("checked");
+        match trainer.finish_step(s.cursor, true) {
+            Ok(m) => metrics.push(m),
+            Err(e) => error = Some(e),
+        }
     }
     let probe = probe.map(|source| {
         let result = trainer
@@ -452,5 +699,7 @@ async fn cpu_chunk(
         error,
         snapshot,
         probe,
+        stepping,
+        stepping_error,
     }
 }

@@ -70,6 +70,7 @@ fn count_frames(
     regions: Query<&SceneRegion>,
     scene: Res<State<Scene>>,
     probes: Res<Probes>,
+    step_shown: Res<super::scenes::step::StepShown>,
     cameras: Query<(&Camera, &GlobalTransform), With<SceneCamera>>,
     mut exit: MessageWriter<AppExit>,
 ) {
@@ -155,10 +156,23 @@ fn count_frames(
         .collect();
     let mut regions: Vec<&SceneRegion> = regions.iter().collect();
     regions.sort_by(|a, b| a.name.cmp(&b.name));
-    let regions_px: Vec<serde_json::Value> = regions
+    let mut regions_px: Vec<serde_json::Value> = regions
         .iter()
         .filter_map(|r| to_px(&r.name, r.rect))
         .collect();
+    // Regions the scenes drew with egui, already in pixels.
+    regions_px.extend(step_shown.regions.iter().map(|(name, r)| {
+        serde_json::json!({ "name": name, "rect": [r.min.x.round(), r.min.y.round(), r.max.x.round(), r.max.y.round()] })
+    }));
+    let step = step_shown.index.map(|i| {
+        serde_json::json!({
+            "index": i,
+            "op": step_shown.op,
+            "phase": step_shown.phase,
+            "computed": step_shown.computed,
+            "tensors": step_shown.tensors,
+        })
+    });
     let attention = probes.latest.as_ref().map(|(step, r)| {
         serde_json::json!({
             "step": step,
@@ -200,6 +214,7 @@ fn count_frames(
         "blocks": blocks_px,
         "regions": regions_px,
         "attention": attention,
+        "step": step,
         "background": [(bg.red * 255.0).round(), (bg.green * 255.0).round(), (bg.blue * 255.0).round()],
         "width": config.width,
         "height": config.height,

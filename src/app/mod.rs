@@ -49,6 +49,8 @@ pub struct AppOptions {
     pub settings: RunSettings,
     /// The scene it opens in.
     pub scene: scenes::Scene,
+    /// The entry of the training step the Step scene opens at.
+    pub step_op: usize,
     /// Start training at once (otherwise the user presses Train).
     pub train: bool,
     /// Run without a window for this many frames (see [`headless`]).
@@ -134,6 +136,7 @@ pub fn build(options: AppOptions) -> App {
     app.add_plugins((
         scenes::ScenesPlugin {
             initial: options.scene,
+            step_op: options.step_op,
         },
         ui::UiPlugin,
         files::FilesPlugin,

@@ -73,6 +73,7 @@ pub fn main() {
     let mut app = super::build(AppOptions {
         settings,
         scene: link.scene.unwrap_or_default(),
+        step_op: 0,
         train: link.train,
         headless: None,
     });

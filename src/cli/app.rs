@@ -28,10 +28,15 @@ pub struct AppArgs {
     /// Where to train: auto (the GPU unless its adapter is a software renderer), gpu or cpu.
     #[arg(long, value_enum, default_value = "auto")]
     backend: super::BackendChoice,
-    /// The scene to open: model (the layer stack as live heatmaps) or
-    /// attention (every layer × head attention matrix).
+    /// The scene to open: model (the layer stack as live heatmaps),
+    /// attention (every layer × head attention matrix) or step (one training
+    /// step, op by op).
     #[arg(long, default_value = "model", value_parser = parse_scene)]
     scene: Scene,
+    /// The Step scene opens at this entry of the training step (0: the
+    /// first forward op; `tinygpt step --json` lists them).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    step_op: usize,
     /// Start training at once instead of waiting for Train.
     #[arg(long)]
     train: bool,
@@ -120,6 +125,7 @@ pub fn run_app(args: AppArgs) -> Result<()> {
     let exit = run(AppOptions {
         settings,
         scene: args.scene,
+        step_op: args.step_op,
         train: args.train,
         headless,
     });

@@ -7,6 +7,7 @@ mod attention;
 mod backend;
 mod bench;
 mod generate;
+mod step;
 mod train;
 
 use clap::{Parser, Subcommand};
@@ -48,6 +49,8 @@ enum Command {
     Eval(generate::EvalArgs),
     /// Print the attention weights of every layer and head for a prompt.
     Attention(attention::AttentionArgs),
+    /// Run one training step entry by entry and print what each computed.
+    Step(step::StepArgs),
 }
 
 pub use backend::BackendChoice;
@@ -111,6 +114,7 @@ pub fn main() -> ExitCode {
         Command::Export(a) => generate::export(a),
         Command::Eval(a) => generate::eval(a),
         Command::Attention(a) => attention::run(a),
+        Command::Step(a) => step::run(a),
     };
     finish(result)
 }

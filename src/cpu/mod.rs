@@ -7,7 +7,7 @@ pub mod generate;
 pub mod matmul;
 pub mod ops;
 
-use crate::backend::{Backend, BackendError, StepOutcome, StepParams};
+use crate::backend::{Backend, BackendError, PendingRead, StepOutcome, StepParams};
 use crate::data::Batch;
 use crate::model::config::VOCAB;
 use crate::probe::{ProbeRequest, ProbeResult};
@@ -29,6 +29,10 @@ pub struct CpuBackend<F: Float> {
     last_grad_norm: f64,
     /// The row and positions [`Step::AttentionProbs`] looks at.
     probe_window: ProbeWindow,
+    /// The step's learning rate and AdamW count, set by [`Backend::load_step`].
+    step_params: Option<StepParams>,
+    /// Parameters and AdamW moments put aside by [`Backend::stash_weights`].
+    stash: Vec<(TensorId, Vec<F>)>,
 }
 
 impl<F: Float> CpuBackend<F> {
@@ -55,7 +59,24 @@ impl<F: Float> CpuBackend<F> {
             dropout_seed: 0,
             last_grad_norm: 0.0,
             probe_window: ProbeWindow { row: 0, n: 0 },
+            step_params: None,
+            stash: Vec::new(),
         }
+    }
+
+    /// AdamW's hyperparameters for the step `load_step` set (evaluation
+    /// mode has none: its update would use a zero learning rate).
+    fn adam_hyper(&self) -> Option<ops::AdamW> {
+        let sp = self.step_params?;
+        let cfg = &self.program.config;
+        Some(ops::AdamW {
+            lr: sp.lr,
+            beta1: cfg.beta1,
+            beta2: cfg.beta2,
+            eps: cfg.eps,
+            weight_decay: cfg.weight_decay,
+            t: sp.adam_t,
+        })
     }
 
     /// Sets the batch row and positions the next [`Step::AttentionProbs`] reads.
@@ -183,8 +204,10 @@ impl<F: Float> CpuBackend<F> {
                 let clip = self.program.config.grad_clip as f64;
                 let norm = self.grad_norm();
                 self.last_grad_norm = norm;
+                let mut scale = F::one();
                 if clip > 0.0 && norm.is_finite() {
                     let s = F::c((clip / (norm + 1e-6)).min(1.0));
+                    scale = s;
                     if s < F::one() {
                         let mut is_param_grad = vec![false; self.data.len()];
                         for p in self.program.params() {
@@ -200,9 +223,21 @@ impl<F: Float> CpuBackend<F> {
                             });
                     }
                 }
+                let stats = &mut self.data[self.program.stats];
+                stats[1] = F::c(norm);
+                stats[2] = scale;
+                stats[3] = F::c(norm * norm);
             }
             Step::AdamW => {
-                let h = adam.expect("AdamW needs its hyperparameters");
+                // As on the GPU: a step whose loss or gradients are not
+                // finite leaves the weights and moments as they were.
+                let stats = &self.data[self.program.stats];
+                if !(stats[0].f64().is_finite() && stats[1].f64().is_finite()) {
+                    return;
+                }
+                let h = adam
+                    .or_else(|| self.adam_hyper())
+                    .expect("AdamW needs its hyperparameters (load_step with StepParams)");
                 for p in self.program.params().collect::<Vec<_>>() {
                     let info = &self.program.tensors[p];
                     let (g, (m, v)) = (info.grad.unwrap(), info.adam.unwrap());
@@ -344,6 +379,8 @@ impl<F: Float> CpuBackend<F> {
                     crate::model::config::VOCAB,
                 );
                 self.data[losses] = l;
+                let loss = self.loss();
+                self.data[self.program.stats][0] = F::c(loss);
             }
         }
     }
@@ -509,31 +546,67 @@ impl<F: Float> Backend for CpuBackend<F> {
     }
 
     fn train_step(&mut self, batch: &Batch, sp: StepParams) -> StepOutcome {
-        self.set_batch(batch);
-        self.set_mode(true, sp.dropout_seed);
-        self.forward();
-        let loss = self.loss();
-        self.backward();
-        // Clipping measures the norm (and leaves non-finite gradients alone).
-        self.run(Step::ClipGradNorm, None);
-        let grad_norm = self.last_grad_norm;
-        let applied = loss.is_finite() && grad_norm.is_finite();
-        if applied {
-            let cfg = &self.program.config;
-            let h = ops::AdamW {
-                lr: sp.lr,
-                beta1: cfg.beta1,
-                beta2: cfg.beta2,
-                eps: cfg.eps,
-                weight_decay: cfg.weight_decay,
-                t: sp.adam_t,
-            };
-            self.run(Step::AdamW, Some(h));
-        }
+        self.load_step(batch, Some(sp));
+        self.run_entries(0..self.program.steps.len());
+        let stats = &self.data[self.program.stats];
+        let (loss, grad_norm) = (stats[0].f64(), self.last_grad_norm);
         StepOutcome {
             loss: loss as f32,
             grad_norm: grad_norm as f32,
-            applied,
+            applied: loss.is_finite() && grad_norm.is_finite(),
+        }
+    }
+
+    fn load_step(&mut self, batch: &Batch, params: Option<StepParams>) {
+        self.set_batch(batch);
+        self.set_mode(params.is_some(), params.map_or(0, |p| p.dropout_seed));
+        self.step_params = params;
+    }
+
+    fn run_entries(&mut self, range: std::ops::Range<usize>) {
+        for i in range {
+            let step = self.program.steps[i];
+            self.run(step, None);
+        }
+    }
+
+    fn stash_weights(&mut self) {
+        let ids: Vec<TensorId> = self
+            .program
+            .params()
+            .flat_map(|p| {
+                let (m, v) = self.program.tensors[p].adam.unwrap();
+                [p, m, v]
+            })
+            .collect();
+        self.stash = ids
+            .into_iter()
+            .map(|id| (id, self.data[id].clone()))
+            .collect();
+    }
+
+    fn restore_weights(&mut self) {
+        for (id, values) in std::mem::take(&mut self.stash) {
+            self.data[id] = values;
+        }
+    }
+
+    fn discard_stash(&mut self) {
+        self.stash.clear();
+    }
+
+    fn start_reads(&mut self, names: &[&str]) -> Result<PendingRead, BackendError> {
+        let mut all = Vec::new();
+        for name in names {
+            all.extend(self.read(name)?);
+        }
+        Ok(PendingRead::Ready(all))
+    }
+
+    fn try_take_reads(&mut self, read: PendingRead) -> Result<Vec<f32>, PendingRead> {
+        match read {
+            PendingRead::Ready(values) => Ok(values),
+            other => Err(other),
         }
     }
 

@@ -16,7 +16,7 @@ pub mod kernels;
 mod plan;
 pub mod readback;
 
-use crate::backend::{Backend, BackendError, StepOutcome, StepParams};
+use crate::backend::{Backend, BackendError, PendingRead, StepOutcome, StepParams};
 use crate::data::Batch;
 use crate::model::config::VOCAB;
 use crate::probe::{ProbeRequest, ProbeResult};
@@ -70,6 +70,13 @@ pub struct GpuBackend {
     offsets: usize,
     /// Flat index where weight decay stops.
     decay_end: u32,
+    /// The flat parameter, gradient and moment buffers.
+    flat: [usize; 4],
+    /// Copies of the flat parameters and moments ([`Backend::stash_weights`]),
+    /// made on first use.
+    stash: Option<[wgpu::Buffer; 3]>,
+    /// Whether the stash holds weights to put back.
+    stashed: bool,
     buffers_created: usize,
 }
 
@@ -248,6 +255,13 @@ impl GpuBackend {
             places[m] = Some(at(flat_m));
             places[v] = Some(at(flat_v));
         }
+        // `step.stats` is the buffer the loss and norm kernels write.
+        let stats = alloc.storage(&device, "stats", 16);
+        places[program.stats] = Some(Place {
+            buffer: stats,
+            offset: 0,
+            size: 16,
+        });
         for (id, t) in program.tensors.iter().enumerate() {
             if places[id].is_some() {
                 continue;
@@ -267,7 +281,6 @@ impl GpuBackend {
         let targets = places[program.targets].unwrap().buffer;
         let order_buf = alloc.storage(&device, "tokens.order", rows as u64 * 4);
         let offsets_buf = alloc.storage(&device, "tokens.offsets", (VOCAB as u64 + 1) * 4);
-        let stats = alloc.storage(&device, "stats", 16);
         let widest = program
             .ops
             .iter()
@@ -501,6 +514,9 @@ impl GpuBackend {
             order: order_buf,
             offsets: offsets_buf,
             decay_end: decay_end as u32,
+            flat: [flat_params, flat_grads, flat_m, flat_v],
+            stash: None,
+            stashed: false,
             buffers_created: alloc.created,
         })
     }
@@ -1160,6 +1176,93 @@ impl Backend for GpuBackend {
 
     fn as_gpu(&mut self) -> Option<&mut GpuBackend> {
         Some(self)
+    }
+
+    fn load_step(&mut self, batch: &Batch, params: Option<StepParams>) {
+        self.upload_batch(batch);
+        self.write_step_uniform(params);
+    }
+
+    fn run_entries(&mut self, range: std::ops::Range<usize>) {
+        let entries = &self.program.steps[range];
+        let mut encoder = self
+            .ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("tinygpt:entries"),
+            });
+        // The clear goes first in the encoder: fine, since no forward op
+        // touches a gradient.
+        self.record(
+            &mut encoder,
+            entries.contains(&Step::ZeroGrads),
+            entries.iter().map(|&s| self.dispatches_of(s)),
+        );
+        self.ctx.queue.submit([encoder.finish()]);
+    }
+
+    fn stash_weights(&mut self) {
+        let [params, _, m, v] = self.flat;
+        let size = self.buffers[params].size();
+        if self.stash.is_none() {
+            let make = |label: &str| {
+                self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some(label),
+                    size,
+                    usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                })
+            };
+            self.stash = Some([
+                make("tinygpt:buffer:stash.params"),
+                make("tinygpt:buffer:stash.adam.m"),
+                make("tinygpt:buffer:stash.adam.v"),
+            ]);
+            self.buffers_created += 3;
+        }
+        let stash = self.stash.as_ref().expect("made above");
+        let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
+        for (from, to) in [params, m, v].into_iter().zip(stash) {
+            encoder.copy_buffer_to_buffer(&self.buffers[from], 0, to, 0, size);
+        }
+        self.ctx.queue.submit([encoder.finish()]);
+        self.stashed = true;
+    }
+
+    fn restore_weights(&mut self) {
+        let Some(stash) = self.stash.as_ref().filter(|_| self.stashed) else {
+            return;
+        };
+        self.stashed = false;
+        let [params, _, m, v] = self.flat;
+        let size = self.buffers[params].size();
+        let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
+        for (from, to) in stash.iter().zip([params, m, v]) {
+            encoder.copy_buffer_to_buffer(from, 0, &self.buffers[to], 0, size);
+        }
+        self.ctx.queue.submit([encoder.finish()]);
+    }
+
+    fn discard_stash(&mut self) {
+        self.stashed = false;
+    }
+
+    fn start_reads(&mut self, names: &[&str]) -> Result<PendingRead, BackendError> {
+        if names.is_empty() {
+            return Ok(PendingRead::Ready(Vec::new()));
+        }
+        self.request_reads(names).map(PendingRead::Gpu)
+    }
+
+    fn try_take_reads(&mut self, read: PendingRead) -> Result<Vec<f32>, PendingRead> {
+        match read {
+            PendingRead::Ready(values) => Ok(values),
+            PendingRead::Gpu(handle) => self.try_take(handle).map_err(PendingRead::Gpu),
+        }
+    }
+
+    fn poll(&mut self) {
+        GpuBackend::poll(self);
     }
 
     /// Blocking: the convenience for the CLI and tests (not for a browser,

@@ -195,7 +195,8 @@ pub struct OpNode {
 /// One entry of the step: what a backend does, in order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
-    /// Zero every gradient (the backward ops accumulate).
+    /// Zero every gradient (the backward ops accumulate): between the
+    /// forward ops and the first backward op.
     ZeroGrads,
     /// Run forward op `i` of [`Program::ops`].
     Forward(usize),
@@ -254,6 +255,10 @@ pub struct Program {
     /// Where [`Step::AttentionProbs`] writes: (H, T, T) capacity, holding
     /// (H, n, n) after a probe of n positions.
     pub probs: TensorId,
+    /// `step.stats` (4): the cross-entropy forward writes [0] the mean loss,
+    /// [`Step::ClipGradNorm`] writes [1] the gradient norm before clipping,
+    /// [2] the factor the gradients were scaled by and [3] Σ grad².
+    pub stats: TensorId,
 }
 
 struct Builder {
@@ -546,6 +551,10 @@ impl Program {
             },
         );
 
+        // What the step measures, for the trainer and the step-through:
+        // [mean loss, gradient norm before clipping, clip factor, Σ grad²].
+        let stats = g.tensor("step.stats", &[4], TensorKind::Saved);
+
         // The probes' output, one for all layers (each probe overwrites it).
         let probs = g.tensor("attn.probs", &[h, t, t], TensorKind::Probe);
 
@@ -557,8 +566,11 @@ impl Program {
             .filter(|(_, node)| matches!(node.op, Op::Attention { .. }))
             .map(|(i, _)| Step::AttentionProbs(i))
             .collect();
-        let mut steps = vec![Step::ZeroGrads];
-        steps.extend((0..n_ops).map(Step::Forward));
+        // The gradients are zeroed between the passes (the forward ops never
+        // touch them), so the list reads as the step does: forward, then
+        // backward, clip and update.
+        let mut steps: Vec<Step> = (0..n_ops).map(Step::Forward).collect();
+        steps.push(Step::ZeroGrads);
         steps.extend((0..n_ops).rev().map(Step::Backward));
         steps.push(Step::ClipGradNorm);
         steps.push(Step::AdamW);
@@ -575,6 +587,7 @@ impl Program {
             logits,
             probes,
             probs,
+            stats,
         }
     }
 

@@ -77,6 +77,75 @@ pub struct StepsInFlight {
     submitted_at: Instant,
 }
 
+/// Where a stepped-through step's batch comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StepSource {
+    /// The batch the run's next step trains on: the stepped step can stay
+    /// part of the run ([`Trainer::finish_step`]).
+    NextBatch,
+    /// A typed prompt in every row of the batch (padded with spaces), the
+    /// targets its next bytes: a step the run never keeps.
+    Prompt(Vec<u8>),
+}
+
+/// A training step in progress, entry by entry ([`Trainer::begin_step`]):
+/// the batch and step parameters it runs on, the timeline, and the views of
+/// the entries run so far (stepping back shows these; nothing is run twice).
+pub struct StepCursor {
+    pub source: StepSource,
+    pub batch: Batch,
+    pub params: StepParams,
+    /// Completed steps of the run when the cursor began.
+    pub run_step: u64,
+    pub entries: Vec<crate::stepthrough::Entry>,
+    pub views: Vec<crate::stepthrough::EntryView>,
+    /// The parameter the clip and AdamW views show.
+    pub focus: crate::program::TensorId,
+    /// Whether the weights were stashed before AdamW (so leaving undoes it).
+    stashed: bool,
+    /// Entries started (≥ views: some may be on their way back).
+    started: usize,
+    /// Wall time spent running entries (ms).
+    pub exec_ms: f64,
+}
+
+impl StepCursor {
+    /// The entry that starts next, if any is left.
+    pub fn next(&self) -> Option<&crate::stepthrough::Entry> {
+        self.entries.get(self.started)
+    }
+
+    /// Whether the clip (the first entry that reads `focus`) has started.
+    pub fn clip_started(&self) -> bool {
+        self.entries[..self.started]
+            .iter()
+            .any(|e| e.step == crate::program::Step::ClipGradNorm)
+    }
+
+    /// Whether every entry has run.
+    pub fn done(&self) -> bool {
+        self.views.len() == self.entries.len()
+    }
+
+    /// The loss the forward pass computed, once it has.
+    pub fn loss(&self) -> Option<f64> {
+        self.scalar("loss")
+    }
+
+    /// The gradient norm the clip measured, once it has.
+    pub fn grad_norm(&self) -> Option<f64> {
+        self.scalar("grad_norm")
+    }
+
+    fn scalar(&self, name: &str) -> Option<f64> {
+        self.views
+            .iter()
+            .flat_map(|v| &v.scalars)
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| *v)
+    }
+}
+
 /// What collecting a GPU submit gave: the steps' metrics, and the first
 /// step that diverged, if one did.
 #[derive(Debug, Default)]
@@ -381,6 +450,123 @@ impl Trainer {
             done.metrics.push(metrics);
         }
         Ok(done)
+    }
+
+    /// Begins a training step to run entry by entry: on the run's next batch
+    /// (without drawing it yet) or on a prompt, with the learning rate and
+    /// dropout seed the run's next step uses. Nothing of the run changes
+    /// until an entry runs, and only [`Trainer::finish_step`] keeps it.
+    pub fn begin_step(&mut self, source: StepSource) -> Result<StepCursor, String> {
+        if self.submitted != self.step {
+            return Err("steps are in flight on the GPU; collect them first".into());
+        }
+        let batch = match &source {
+            StepSource::NextBatch => self.peek_next_batch(),
+            StepSource::Prompt(bytes) => {
+                crate::probe::ProbeRequest::for_prompt(&self.config, bytes)?.batch
+            }
+        };
+        let params = self.step_params(self.step);
+        self.backend.load_step(&batch, Some(params));
+        let program = self.backend.program();
+        Ok(StepCursor {
+            source,
+            batch,
+            params,
+            run_step: self.step,
+            entries: crate::stepthrough::entries(program),
+            views: Vec::new(),
+            focus: crate::stepthrough::default_focus(program),
+            stashed: false,
+            started: 0,
+            exec_ms: 0.0,
+        })
+    }
+
+    /// Starts the cursor's next entry (None when all have run): the view's
+    /// reads queue around it. Before AdamW the weights are stashed, so
+    /// [`Trainer::abandon_step`] can undo the update.
+    pub fn start_entry(
+        &mut self,
+        cursor: &mut StepCursor,
+    ) -> Result<Option<crate::stepthrough::EntryRun>, crate::backend::BackendError> {
+        let Some(entry) = cursor.next().cloned() else {
+            return Ok(None);
+        };
+        if entry.step == crate::program::Step::AdamW && !cursor.stashed {
+            self.backend.stash_weights();
+            cursor.stashed = true;
+        }
+        let run = crate::stepthrough::EntryRun::start(
+            self.backend.as_mut(),
+            entry,
+            cursor.focus,
+            cursor.params.lr,
+        )?;
+        cursor.started += 1;
+        Ok(Some(run))
+    }
+
+    /// Runs the cursor's next entry and waits for its view (the CLI and
+    /// tests; the app collects [`Trainer::start_entry`]'s run without
+    /// waiting). None when every entry has run.
+    pub fn step_entry<'c>(
+        &mut self,
+        cursor: &'c mut StepCursor,
+    ) -> Result<Option<&'c crate::stepthrough::EntryView>, crate::backend::BackendError> {
+        let start = Instant::now();
+        let Some(run) = self.start_entry(cursor)? else {
+            return Ok(None);
+        };
+        let view = run.finish_blocking(self.backend.as_mut(), &cursor.batch);
+        cursor.exec_ms += start.elapsed().as_secs_f64() * 1e3;
+        cursor.views.push(view);
+        Ok(cursor.views.last())
+    }
+
+    /// Keeps a completed step of the run's next batch as the run's next
+    /// step: draws that batch, counts the step, records its loss (and the
+    /// validation loss when `evaluate` and the step lands on the interval).
+    /// The same run as [`Trainer::train_step`] would have made.
+    pub fn finish_step(
+        &mut self,
+        mut cursor: StepCursor,
+        evaluate: bool,
+    ) -> Result<StepMetrics, TrainError> {
+        assert!(
+            cursor.done() && cursor.source == StepSource::NextBatch && cursor.run_step == self.step,
+            "only a whole step of the run's next batch, begun at this step, can be kept"
+        );
+        let batch = self.next_batch();
+        debug_assert_eq!(batch, cursor.batch);
+        self.backend.discard_stash();
+        cursor.stashed = false;
+        let out = crate::backend::StepOutcome {
+            loss: cursor.loss().unwrap_or(f64::NAN) as f32,
+            grad_norm: cursor.grad_norm().unwrap_or(f64::NAN) as f32,
+            applied: cursor.loss().is_some_and(f64::is_finite)
+                && cursor.grad_norm().is_some_and(f64::is_finite),
+        };
+        if !out.applied {
+            return Err(TrainError::Diverged {
+                step: self.step + 1,
+                loss: out.loss,
+                grad_norm: out.grad_norm,
+            });
+        }
+        self.step += 1;
+        self.submitted = self.step;
+        let val_loss = (evaluate && self.evaluates_after(self.step)).then(|| self.evaluate());
+        Ok(self.record_step(out, cursor.params.lr, cursor.exec_ms, val_loss))
+    }
+
+    /// Leaves a stepped-through step without keeping it: the weights and
+    /// moments go back to what they were if AdamW ran (activations and
+    /// gradients are scratch that the next step rewrites).
+    pub fn abandon_step(&mut self, cursor: StepCursor) {
+        if cursor.stashed {
+            self.backend.restore_weights();
+        }
     }
 
     /// The state of the batch sampler (saved in checkpoints).

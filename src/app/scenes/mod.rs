@@ -13,6 +13,7 @@
 pub mod attention;
 pub mod camera;
 pub mod model;
+pub mod step;
 
 use bevy::prelude::*;
 
@@ -24,16 +25,19 @@ pub enum Scene {
     Model,
     /// Every layer × head attention matrix P of a prompt, from the training model.
     Attention,
+    /// One real training step, op by op: forward, backward, clip, AdamW.
+    Step,
 }
 
 impl Scene {
-    pub const ALL: [Scene; 2] = [Scene::Model, Scene::Attention];
+    pub const ALL: [Scene; 3] = [Scene::Model, Scene::Attention, Scene::Step];
 
     /// The name in links (`scene=`), on the command line (`--scene`) and in lessons.
     pub fn key(self) -> &'static str {
         match self {
             Scene::Model => "model",
             Scene::Attention => "attention",
+            Scene::Step => "step",
         }
     }
 
@@ -46,6 +50,7 @@ impl Scene {
         match self {
             Scene::Model => "Model",
             Scene::Attention => "Attention",
+            Scene::Step => "Step through",
         }
     }
 
@@ -55,6 +60,9 @@ impl Scene {
             Scene::Model => "the layer stack; every weight tensor a live heatmap",
             Scene::Attention => {
                 "who attends to whom: every layer × head attention matrix, live from the training model"
+            }
+            Scene::Step => {
+                "one real training step, op by op: each op's inputs, outputs and gradients, the clip and AdamW"
             }
         }
     }
@@ -185,6 +193,8 @@ pub fn label(
 pub struct ScenesPlugin {
     /// The scene the app opens in.
     pub initial: Scene,
+    /// The entry the Step scene opens at.
+    pub step_op: usize,
 }
 
 impl Plugin for ScenesPlugin {
@@ -200,6 +210,9 @@ impl Plugin for ScenesPlugin {
                 camera::CameraPlugin,
                 model::ModelScenePlugin,
                 attention::AttentionScenePlugin,
+                step::StepScenePlugin {
+                    initial: step::StepView::at(self.step_op),
+                },
             ));
     }
 }
