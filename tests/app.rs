@@ -599,3 +599,85 @@ fn headless_attention_scene_draws_every_map_where_it_says() {
         );
     }
 }
+
+/// `tinygpt app --headless --scene step --step-op N` at a forward op, a
+/// backward op and AdamW: the JSON line names the entry shown (the one the
+/// program lists at N), its values were computed, the timeline and each
+/// tensor's heatmap are drawn where the line says, and the step was not
+/// kept (the run is still at step 0).
+#[test]
+fn headless_step_scene_shows_the_entry_asked_for() {
+    let dir = std::env::temp_dir().join(format!("tinygpt-app-step-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = Config::load("tiny").unwrap();
+    let program = tinygpt::program::Program::new(&cfg);
+    let entries = tinygpt::stepthrough::entries(&program);
+    let backward = entries
+        .iter()
+        .find(|e| e.phase == tinygpt::stepthrough::Phase::Backward && e.kind == "linear")
+        .unwrap()
+        .index;
+    for (n, phase) in [
+        (2, "forward"),
+        (backward, "backward"),
+        (entries.len() - 1, "optimizer"),
+    ] {
+        let shot = dir.join(format!("step-{n}.png"));
+        let r = run_headless(
+            &[
+                "app",
+                "--headless",
+                "--scene",
+                "step",
+                "--step-op",
+                &n.to_string(),
+                "--frames",
+                "40",
+                "--preset",
+                "tiny",
+                "--width",
+                "1280",
+                "--height",
+                "720",
+            ],
+            &shot,
+        );
+        let line = r.to_string();
+        assert_eq!(r["scene"], "step");
+        let step = &r["step"];
+        assert_eq!(step["index"], n, "{line}");
+        assert_eq!(step["op"], entries[n].label.as_str(), "{line}");
+        assert_eq!(step["phase"], phase, "{line}");
+        assert_eq!(step["computed"], true, "{line}");
+        assert_eq!(r["steps"], 0, "stepping through does not train: {line}");
+        let regions = r["regions"].as_array().unwrap();
+        let tensors = step["tensors"].as_array().unwrap().len();
+        assert!(tensors >= 2, "{line}");
+        let (w, h, pixels) = decode(&shot);
+        let differs = not_background(&r);
+        let mut heatmaps = 0;
+        for region in regions {
+            let name = region["name"].as_str().unwrap();
+            let rect = rect_of(region);
+            let (x0, y0, x1, y1) = (
+                rect[0] + 1,
+                rect[1] + 1,
+                rect[2].min(w) - 1,
+                rect[3].min(h) - 1,
+            );
+            if y0 + 4 >= h {
+                continue; // scrolled below the frame
+            }
+            assert!(x1 > x0 + 8 && y1 > y0 + 4, "{name}: {rect:?}");
+            let share = drawn_share(&pixels, w, (x0, y0, x1, y1), &differs);
+            let want = if name == "timeline" { 0.25 } else { 0.9 };
+            assert!(
+                share > want,
+                "{name} is drawn where the line says ({share:.2})"
+            );
+            heatmaps += name.starts_with("tensor:") as usize;
+        }
+        assert!(regions.iter().any(|r| r["name"] == "timeline"), "{line}");
+        assert!(heatmaps >= 1, "{line}");
+    }
+}

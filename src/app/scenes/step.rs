@@ -316,11 +316,11 @@ fn draw(
             }
         }
         ui.separator();
-        ui.label("clip/AdamW show");
+        ui.label("clip/AdamW:");
         let current = view.focus.clone().or(focus_now.clone()).unwrap_or_default();
         egui::ComboBox::from_id_salt("step-focus")
             .selected_text(current.trim_start_matches("transformer."))
-            .width(190.0)
+            .width(160.0)
             .show_ui(ui, |ui| {
                 for id in program.params() {
                     let name = &program.tensors[id].name;
@@ -332,22 +332,7 @@ fn draw(
                     }
                 }
             });
-        if can_keep && done == entries.len() {
-            ui.separator();
-            keep = ui
-                .button("✔ Keep this step in the run")
-                .on_hover_text(
-                    "count it as the run's next step (otherwise leaving the scene undoes it)",
-                )
-                .clicked();
-        }
     });
-    if keep {
-        run.engine.keep_stepped();
-        view.begun = None;
-        view.position = 0;
-    }
-
     // ---- the main view, under the toolbar
     let stepping = run.engine.stepping();
     let top = area.min + egui::vec2(0.0, 48.0);
@@ -368,7 +353,17 @@ fn draw(
     ui.set_clip_rect(body);
     {
         let ui = &mut ui;
-        provenance(ui, &run, stepping, &view);
+        ui.horizontal_wrapped(|ui| {
+            provenance(ui, &run, stepping, &view);
+            if can_keep && done == entries.len() {
+                keep = ui
+                    .button(egui::RichText::new("✔ Keep this step in the run").size(15.0))
+                    .on_hover_text(
+                        "count it as the run's next step (otherwise leaving the scene undoes it)",
+                    )
+                    .clicked();
+            }
+        });
         let (timeline_rect, clicked) = timeline(ui, &program, &entries, position, done);
         regions.push(("timeline".to_string(), timeline_rect));
         jump = clicked;
@@ -404,6 +399,7 @@ fn draw(
     if let Some(i) = jump {
         view.position = i;
     }
+
     let entry = &entries[position];
     *shown = StepShown {
         index: Some(position),
@@ -419,6 +415,11 @@ fn draw(
             .map(|(n, r)| (n, r * ctx.pixels_per_point()))
             .collect(),
     };
+    if keep {
+        run.engine.keep_stepped();
+        view.begun = None;
+        view.position = 0;
+    }
     Ok(())
 }
 
@@ -639,17 +640,18 @@ fn entry_body(
 ) {
     if !view.scalars.is_empty() {
         ui.add_space(4.0);
-        ui.horizontal_wrapped(|ui| {
-            for (k, v) in &view.scalars {
-                egui::Frame::new()
-                    .fill(egui::Color32::from_rgb(40, 46, 60))
-                    .corner_radius(4.0)
-                    .inner_margin(egui::Margin::symmetric(8, 3))
-                    .show(ui, |ui| {
-                        ui.label(egui::RichText::new(format!("{k} = {}", fmt(*v))).size(16.0));
-                    });
-            }
-        });
+        // One wrapping line: a chip per number would widen the view.
+        let chips: Vec<String> = view
+            .scalars
+            .iter()
+            .map(|(k, v)| format!("{k}={}", fmt(*v)))
+            .collect();
+        ui.label(
+            egui::RichText::new(chips.join("    "))
+                .size(17.0)
+                .strong()
+                .color(egui::Color32::from_rgb(170, 220, 255)),
+        );
         if view.entry.step == crate::program::Step::AdamW {
             ui.label(
                 egui::RichText::new(
