@@ -114,6 +114,14 @@ pub trait Backend: MaybeSend {
     #[allow(clippy::result_large_err)] // the read comes back whole, to try again
     fn try_take_reads(&mut self, read: PendingRead) -> Result<Vec<f32>, PendingRead>;
 
+    /// Whether [`Step::ClipGradNorm`](crate::program::Step::ClipGradNorm)
+    /// scales the gradient tensors in place (the CPU), or only measures the
+    /// norm and leaves the factor for AdamW's kernel to apply as it reads
+    /// each gradient (the GPU: one pass over the gradients fewer).
+    fn clips_in_place(&self) -> bool {
+        true
+    }
+
     /// Lets the device make progress without waiting (nothing on the CPU).
     fn poll(&mut self) {}
 

@@ -443,6 +443,7 @@ pub fn read_plan(program: &Program, entry: &Entry, focus: TensorId) -> ReadPlan 
             let (m, v) = t[focus].adam.expect("a parameter has moments");
             plan.before.push((Role::WeightBefore, focus));
             plan.before.push((Role::Clipped, g));
+            plan.before.push((Role::Saved, program.stats));
             plan.after.push((Role::WeightAfter, focus));
             plan.after.push((Role::Momentum, m));
             plan.after.push((Role::Variance, v));
@@ -473,6 +474,8 @@ pub struct EntryRun {
     before_values: Option<Vec<f32>>,
     /// The step's learning rate, for the AdamW view.
     lr: f32,
+    /// [`Backend::clips_in_place`] of the backend it runs on.
+    clips_in_place: bool,
 }
 
 impl EntryRun {
@@ -507,6 +510,7 @@ impl EntryRun {
             after: Some(after),
             before_values: None,
             lr,
+            clips_in_place: backend.clips_in_place(),
         })
     }
 
@@ -541,6 +545,7 @@ impl EntryRun {
             &before,
             &after,
             self.lr,
+            self.clips_in_place,
         ))
     }
 
@@ -594,9 +599,38 @@ fn build_view(
     before: &[f32],
     after: &[f32],
     lr: f32,
+    clips_in_place: bool,
 ) -> EntryView {
     let before = split(program, &plan.before, before, batch);
-    let after = split(program, &plan.after, after, batch);
+    let mut after = split(program, &plan.after, after, batch);
+    // Where the clip leaves the factor to AdamW (the GPU), the gradient it
+    // hands on is the buffer times the factor: show that, as the CPU's is.
+    let factor = |list: &[(Role, TensorId, std::borrow::Cow<[f32]>)]| {
+        list.iter()
+            .find(|(_, id, _)| *id == program.stats)
+            .map(|(_, _, v)| v[2])
+    };
+    let mut before = before;
+    if !clips_in_place {
+        let (list, s) = match entry.step {
+            Step::ClipGradNorm => {
+                let s = factor(&after);
+                (&mut after, s)
+            }
+            Step::AdamW => {
+                let s = factor(&before);
+                (&mut before, s)
+            }
+            _ => (&mut after, None),
+        };
+        if let Some(s) = s {
+            for (role, _, v) in list.iter_mut() {
+                if *role == Role::Clipped {
+                    *v = std::borrow::Cow::Owned(v.iter().map(|x| x * s).collect());
+                }
+            }
+        }
+    }
     let mut tensors = Vec::new();
     let mut scalars = Vec::new();
     let view = |role: Role, id: TensorId, values: &[f32], added: Option<Stats>| {

@@ -279,3 +279,38 @@ fn step_refuses_an_unknown_parameter_and_says_which_exist() {
         "{err}"
     );
 }
+
+/// The GPU's step shows what the CPU's shows, entry by entry (the GPU leaves
+/// the clip factor to AdamW's kernel; its views apply it as the CPU does).
+#[test]
+fn gpu_and_cpu_step_views_agree() {
+    let cfg = awkward();
+    let views = |gpu: bool| -> Vec<serde_json::Value> {
+        let mut t = trainer(&cfg, gpu);
+        let mut c = t.begin_step(StepSource::NextBatch).unwrap();
+        while t.step_entry(&mut c).unwrap().is_some() {}
+        let v = c
+            .views
+            .iter()
+            .map(|v| v.to_json(t.backend.program()))
+            .collect();
+        t.abandon_step(c);
+        v
+    };
+    let (cpu, gpu) = (views(false), views(true));
+    assert_eq!(cpu.len(), gpu.len());
+    for (c, g) in cpu.iter().zip(&gpu) {
+        assert_eq!(c["op"], g["op"]);
+        for k in ["l2", "mean", "std"] {
+            let (a, b) = (c[k].as_f64(), g[k].as_f64());
+            if let (Some(a), Some(b)) = (a, b) {
+                let scale = c["l2"].as_f64().unwrap().max(1e-12);
+                assert!(
+                    (a - b).abs() <= 1e-4 * scale,
+                    "{} {k}: cpu {a}, gpu {b}",
+                    c["op"]
+                );
+            }
+        }
+    }
+}

@@ -1265,6 +1265,10 @@ impl Backend for GpuBackend {
         GpuBackend::poll(self);
     }
 
+    fn clips_in_place(&self) -> bool {
+        false
+    }
+
     /// Blocking: the convenience for the CLI and tests (not for a browser,
     /// where [`GpuBackend::request_read`] is the way).
     fn probe(&mut self, request: &ProbeRequest) -> Result<ProbeResult, BackendError> {
