@@ -287,6 +287,19 @@ impl Trainer {
         let start = Instant::now();
         let out = self.backend.train_step(batch, params);
         let ms = start.elapsed().as_secs_f64() * 1e3;
+        self.complete_step(out, lr, ms, true)
+    }
+
+    /// Counts a step the backend has run: a diverged one is an error (its
+    /// update was not applied); otherwise the step joins the history, with
+    /// the validation loss when `evaluate` and the step lands on the interval.
+    fn complete_step(
+        &mut self,
+        out: crate::backend::StepOutcome,
+        lr: f32,
+        ms: f64,
+        evaluate: bool,
+    ) -> Result<StepMetrics, TrainError> {
         if !out.applied {
             return Err(TrainError::Diverged {
                 step: self.step + 1,
@@ -296,7 +309,7 @@ impl Trainer {
         }
         self.step += 1;
         self.submitted = self.step;
-        let val_loss = self.evaluates_after(self.step).then(|| self.evaluate());
+        let val_loss = (evaluate && self.evaluates_after(self.step)).then(|| self.evaluate());
         Ok(self.record_step(out, lr, ms, val_loss))
     }
 
@@ -547,17 +560,7 @@ impl Trainer {
             applied: cursor.loss().is_some_and(f64::is_finite)
                 && cursor.grad_norm().is_some_and(f64::is_finite),
         };
-        if !out.applied {
-            return Err(TrainError::Diverged {
-                step: self.step + 1,
-                loss: out.loss,
-                grad_norm: out.grad_norm,
-            });
-        }
-        self.step += 1;
-        self.submitted = self.step;
-        let val_loss = (evaluate && self.evaluates_after(self.step)).then(|| self.evaluate());
-        Ok(self.record_step(out, cursor.params.lr, cursor.exec_ms, val_loss))
+        self.complete_step(out, cursor.params.lr, cursor.exec_ms, evaluate)
     }
 
     /// Leaves a stepped-through step without keeping it: the weights and
