@@ -1,6 +1,6 @@
 // attention.wgsl — causal multi-head FlashAttention-2, forward and tiled backward.
-// Neither direction ever holds a T×T matrix: scores live one 16×16 tile at a
-// time in workgroup memory, and the backward recomputes P from the saved
+// Neither direction ever holds a T×T matrix: scores live one TILE×TILE tile at
+// a time in workgroup memory, and the backward recomputes P from the saved
 // log-sum-exp, as in Dao (2023), "FlashAttention-2", Algorithms 1 and 2.
 //
 // Bindings (group 0):
@@ -12,19 +12,41 @@
 //   @binding(5) delta: array<f32>  (B, H, T) rowsum(dout ∘ out), written by attention_backward_delta
 //   @binding(6) at:    AttnParams  sizes, scale 1/√D, dropout stream and probability
 //   @binding(7) step:  StepUniform dropout seed, training flag
-// Entry points (workgroup 16×16: y = the tile's row, x = a lane):
+//   @binding(8) trace: array<f32>  the trace (TRACE only; training binds a dummy): see below
+// Entry points (workgroup TILE×TILE: y = the tile's row, x = a lane; TILE comes
+// from the kernel registry, `kernels::ATTENTION_TILE`, templated in):
 //   attention_forward        group (query tile, b·H + h): online softmax over key tiles
 //                            j0 ≤ the tile's last query; lane x scores key j0 + x and owns
-//                            output dims x, x + 16, …
+//                            output dims x, x + TILE, …
 //   attention_backward_delta thread per (b, h, i): delta = Σ_d dout·out
 //   attention_backward_dkdv  group (key tile, b·H + h): walks query tiles from the diagonal
 //                            down; accumulates dK, dV of its keys in registers
 //   attention_backward_dq    group (query tile, b·H + h): walks key tiles up to the diagonal;
 //                            accumulates dQ of its queries in registers
 // dQ and dK/dV come from two kernels so that no two workgroups write one element
-// (no float atomics; deterministic). DPL = dims per lane = ceil(D / 16), templated
-// in when the pipeline is built; D ≤ 16·DPL ≤ 128.
+// (no float atomics; deterministic). DPL = dims per lane = ceil(D / TILE), templated
+// in when the pipeline is built; D ≤ TILE·DPL ≤ 128.
 // Dropout (training only) multiplies P by the mask of element ((b·H + h)·T + i)·T + j.
+//
+// Trace mode (the explainer's FlashAttention scene; `src/flash.rs` reads it):
+// pipelines built with the override TRACE = true record, for the one (b·H + h)
+// named by trace[0], every visit of a workgroup's tile to a block of the other
+// side, and every block causality skips. Nothing else changes: the traced
+// kernels compute the same values in the same order. With TRACE = false (the
+// training pipelines) the branches are constant-false and compile away.
+//   trace[0]                 b·H + h to trace (written by the host)
+//   trace[HEADER + REC·((pass·NT + a)·NT + c) + …], NT = ceil(T / TILE), one record each:
+//     pass 0 forward         a = query tile, c = key block
+//     pass 1 backward_dkdv   a = key block,  c = query tile
+//     pass 2 backward_dq     a = query tile, c = key block
+//   record: [0] 1 visited | 2 skipped, [1] query tile, [2] key block, [3] visit number in the loop
+//           [ROWS + 8·r + …] per row r of the tile:
+//             forward: m before, m after, l before, l after, rescale exp(m before − m after)
+//             backward_dkdv (r = key): Σ_i P_ij, Σ_i dS_ij over the block's queries
+//             backward_dq (r = query): Σ_j P_ij, Σ_j dS_ij over the block's keys
+//           [BLOCK_A + TILE·r + c]  forward: S_rc = q·k·scale (NEG_FLT_MAX where masked);
+//                                   backward: P_rc (query r, key c)
+//           [BLOCK_B + TILE·r + c]  forward: exp(S_rc − m after); backward: dS_rc
 
 // AttnParams (sizes, scale 1/√D, dropout stream and probability) is declared
 // in common.wgsl: attention_probs.wgsl binds the same block.
@@ -32,10 +54,18 @@
 // -f32::MAX, the start of a running max. (The literal rounds to it; Tint,
 // the browsers' WGSL compiler, refuses a literal past it, such as -3.4028235e38.)
 const NEG_FLT_MAX: f32 = -3.4028234e38;
-const BR: u32 = 16u;
-const BC: u32 = 16u;
+const TILE: u32 = {{TILE}}u;
+const BR: u32 = TILE; // queries per tile
+const BC: u32 = TILE; // keys per block (and lanes per row)
 const DPL: u32 = {{DPL}}u;
-const DMAX: u32 = 16u * DPL;
+const DMAX: u32 = BC * DPL;
+
+override TRACE: bool = false;
+const HEADER: u32 = 16u;
+const ROWS: u32 = 16u;
+const BLOCK_A: u32 = ROWS + 8u * TILE;
+const BLOCK_B: u32 = BLOCK_A + TILE * TILE;
+const REC: u32 = BLOCK_B + TILE * TILE;
 
 @group(0) @binding(0) var<storage, read> qkv: array<f32>;
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;
@@ -45,13 +75,14 @@ const DMAX: u32 = 16u * DPL;
 @group(0) @binding(5) var<storage, read_write> delta: array<f32>;
 @group(0) @binding(6) var<uniform> at: AttnParams;
 @group(0) @binding(7) var<uniform> step: StepUniform;
+@group(0) @binding(8) var<storage, read_write> trace: array<f32>;
 
-// 16 rows of K, V, Q or dO. Row stride D + 1: lane x reading row x at the
-// same column then hits 16 different memory banks instead of one.
+// TILE rows of K, V, Q or dO. Row stride D + 1: lane x reading row x at the
+// same column then hits TILE different memory banks instead of one.
 var<workgroup> tile_a: array<f32, BC * (DMAX + 1u)>;
 var<workgroup> tile_b: array<f32, BC * (DMAX + 1u)>;
-var<workgroup> s_tile: array<f32, 256>;  // BR × BC
-var<workgroup> s_tile2: array<f32, 256>; // BR × BC
+var<workgroup> s_tile: array<f32, BR * BC>;
+var<workgroup> s_tile2: array<f32, BR * BC>;
 
 // Offset of element (b, t, part·C + h·D + d) in qkv / dqkv; part 0 = q, 1 = k, 2 = v.
 fn qkv_at(b: u32, t: u32, part: u32, h: u32) -> u32 {
@@ -68,6 +99,25 @@ fn ts() -> u32 {
     return at.d + 1u;
 }
 
+// Whether this workgroup records its visits (TRACE pipelines, the traced b·H + h).
+fn traced(bh: u32) -> bool {
+    return TRACE && bh == u32(trace[0]);
+}
+
+// Start of the trace record of (pass, a, c).
+fn rec_at(which: u32, a: u32, c: u32) -> u32 {
+    let nt = (at.t + TILE - 1u) / TILE;
+    return HEADER + REC * ((which * nt + a) * nt + c);
+}
+
+// Writes a record's header.
+fn rec_header(rec: u32, state: f32, q_tile: u32, k_block: u32, visit: u32) {
+    trace[rec] = state;
+    trace[rec + 1u] = f32(q_tile);
+    trace[rec + 2u] = f32(k_block);
+    trace[rec + 3u] = f32(visit);
+}
+
 fn mask(bh: u32, i: u32, j: u32) -> f32 {
     if (step.training != 0u && at.p > 0.0) {
         return dropout_scale(step.dropout_seed, at.stream, (bh * at.t + i) * at.t + j, at.p);
@@ -75,9 +125,9 @@ fn mask(bh: u32, i: u32, j: u32) -> f32 {
     return 1.0;
 }
 
-// Loads rows r0..r0+16 of part `part` of qkv (or of dout when part == 3) into `which`.
+// Loads rows r0..r0+TILE of part `part` of qkv (or of dout when part == 3) into `which`.
 fn load_rows(which: u32, b: u32, h: u32, r0: u32, part: u32, tid: u32) {
-    for (var e = tid; e < 16u * at.d; e += 256u) {
+    for (var e = tid; e < TILE * at.d; e += TILE * TILE) {
         let rr = e / at.d;
         let d = e % at.d;
         let r = r0 + rr;
@@ -89,7 +139,7 @@ fn load_rows(which: u32, b: u32, h: u32, r0: u32, part: u32, tid: u32) {
     }
 }
 
-@compute @workgroup_size(16, 16, 1)
+@compute @workgroup_size({{TILE}}, {{TILE}}, 1)
 fn attention_forward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let bh = wg.y;
     let b = bh / at.h;
@@ -97,7 +147,7 @@ fn attention_forward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invoca
     let q0 = wg.x * BR;
     let r = lid.y;
     let lane = lid.x;
-    let tid = r * 16u + lane;
+    let tid = r * BC + lane;
     let i = q0 + r;
     let valid = i < at.t;
     let qbase = qkv_at(b, min(i, at.t - 1u), 0u, h);
@@ -107,6 +157,7 @@ fn attention_forward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invoca
     var m = NEG_FLT_MAX;
     var l = 0.0;
     let last = min(q0 + BR, at.t);
+    let trace_on = traced(bh);
     for (var j0 = 0u; j0 < last; j0 += BC) {
         load_rows(0u, b, h, j0, 1u, tid); // K tile
         load_rows(1u, b, h, j0, 2u, tid); // V tile
@@ -120,12 +171,24 @@ fn attention_forward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invoca
         }
         s_tile[r * BC + lane] = sc;
         workgroupBarrier();
+        let rec = rec_at(0u, wg.x, j0 / BC);
+        if (trace_on) {
+            if (tid == 0u) { rec_header(rec, 1.0, wg.x, j0 / BC, j0 / BC); }
+            trace[rec + BLOCK_A + r * TILE + lane] = sc;
+            trace[rec + BLOCK_B + r * TILE + lane] = 0.0;
+        }
         if (valid) {
             var m_tile = m;
             for (var jj = 0u; jj < BC; jj++) {
                 if (j0 + jj <= i) { m_tile = max(m_tile, s_tile[r * BC + jj]); }
             }
             let alpha = exp(m - m_tile);
+            if (trace_on && lane == 0u) {
+                trace[rec + ROWS + 8u * r] = m;
+                trace[rec + ROWS + 8u * r + 1u] = m_tile;
+                trace[rec + ROWS + 8u * r + 2u] = l;
+                trace[rec + ROWS + 8u * r + 4u] = alpha;
+            }
             l *= alpha;
             for (var u = 0u; u < DPL; u++) { o[u] *= alpha; }
             for (var jj = 0u; jj < BC; jj++) {
@@ -134,19 +197,28 @@ fn attention_forward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invoca
                     l += pij;
                     let pd = pij * mask(bh, i, j0 + jj);
                     for (var u = 0u; u < DPL; u++) {
-                        let d = lane + 16u * u;
+                        let d = lane + BC * u;
                         if (d < at.d) { o[u] += pd * tile_b[jj * ts() + d]; }
                     }
+                    if (trace_on && jj == lane) { trace[rec + BLOCK_B + r * TILE + lane] = pij; }
                 }
             }
             m = m_tile;
+            if (trace_on && lane == 0u) { trace[rec + ROWS + 8u * r + 3u] = l; }
         }
         workgroupBarrier();
+    }
+    if (trace_on && tid == 0u) {
+        // The key blocks past the diagonal: causality skips them whole.
+        let nt = (at.t + TILE - 1u) / TILE;
+        for (var kb = (last + BC - 1u) / BC; kb < nt; kb++) {
+            rec_header(rec_at(0u, wg.x, kb), 2.0, wg.x, kb, 0u);
+        }
     }
     if (valid) {
         let ybase = y_at(b, i, h);
         for (var u = 0u; u < DPL; u++) {
-            let d = lane + 16u * u;
+            let d = lane + BC * u;
             if (d < at.d) { out[ybase + d] = o[u] / l; }
         }
         if (lane == 0u) { lse[bh * at.t + i] = m + log(l); }
@@ -165,7 +237,7 @@ fn attention_backward_delta(@builtin(global_invocation_id) gid: vec3<u32>, @buil
     }
 }
 
-@compute @workgroup_size(16, 16, 1)
+@compute @workgroup_size({{TILE}}, {{TILE}}, 1)
 fn attention_backward_dkdv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let bh = wg.y;
     let b = bh / at.h;
@@ -173,7 +245,7 @@ fn attention_backward_dkdv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_
     let j0 = wg.x * BC;
     let jj = lid.y;          // this thread's key within the tile
     let lane = lid.x;
-    let tid = jj * 16u + lane;
+    let tid = jj * BC + lane;
     let j = j0 + jj;
     let kbase = qkv_at(b, min(j, at.t - 1u), 1u, h);
     let vbase = qkv_at(b, min(j, at.t - 1u), 2u, h);
@@ -181,6 +253,11 @@ fn attention_backward_dkdv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_
     var dk: array<f32, DPL>;
     var dv: array<f32, DPL>;
     for (var u = 0u; u < DPL; u++) { dk[u] = 0.0; dv[u] = 0.0; }
+    let trace_on = traced(bh);
+    if (trace_on && tid == 0u) {
+        // The query tiles before the diagonal: causality skips them whole.
+        for (var qt = 0u; qt < wg.x; qt++) { rec_header(rec_at(1u, wg.x, qt), 2.0, qt, wg.x, 0u); }
+    }
     for (var i0 = j0; i0 < at.t; i0 += BR) {
         load_rows(0u, b, h, i0, 0u, tid); // Q tile
         load_rows(1u, b, h, i0, 3u, tid); // dO tile
@@ -204,22 +281,35 @@ fn attention_backward_dkdv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_
         s_tile[lane * BC + jj] = pd;
         s_tile2[lane * BC + jj] = ds;
         workgroupBarrier();
+        let rec = rec_at(1u, wg.x, i0 / BR);
+        if (trace_on) {
+            if (tid == 0u) { rec_header(rec, 1.0, i0 / BR, wg.x, (i0 - j0) / BR); }
+            trace[rec + BLOCK_A + lane * TILE + jj] = pd;
+            trace[rec + BLOCK_B + lane * TILE + jj] = ds;
+        }
+        var p_sum = 0.0;
+        var ds_sum = 0.0;
         for (var ii = 0u; ii < BR; ii++) {
             let p_ij = s_tile[ii * BC + jj];
             let ds_ij = s_tile2[ii * BC + jj];
+            if (trace_on) { p_sum += p_ij; ds_sum += ds_ij; }
             for (var u = 0u; u < DPL; u++) {
-                let d = lane + 16u * u;
+                let d = lane + BC * u;
                 if (d < at.d) {
                     dv[u] += p_ij * tile_b[ii * ts() + d];
                     dk[u] += ds_ij * tile_a[ii * ts() + d];
                 }
             }
         }
+        if (trace_on && lane == 0u) {
+            trace[rec + ROWS + 8u * jj] = p_sum;
+            trace[rec + ROWS + 8u * jj + 1u] = ds_sum;
+        }
         workgroupBarrier();
     }
     if (j < at.t) {
         for (var u = 0u; u < DPL; u++) {
-            let d = lane + 16u * u;
+            let d = lane + BC * u;
             if (d < at.d) {
                 dqkv[kbase + d] += at.scale * dk[u];
                 dqkv[vbase + d] += dv[u];
@@ -228,7 +318,7 @@ fn attention_backward_dkdv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_
     }
 }
 
-@compute @workgroup_size(16, 16, 1)
+@compute @workgroup_size({{TILE}}, {{TILE}}, 1)
 fn attention_backward_dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let bh = wg.y;
     let b = bh / at.h;
@@ -236,7 +326,7 @@ fn attention_backward_dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_in
     let q0 = wg.x * BR;
     let r = lid.y;
     let lane = lid.x;
-    let tid = r * 16u + lane;
+    let tid = r * BC + lane;
     let i = q0 + r;
     let valid = i < at.t;
     let ic = min(i, at.t - 1u);
@@ -248,12 +338,14 @@ fn attention_backward_dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_in
     var dq: array<f32, DPL>;
     for (var u = 0u; u < DPL; u++) { dq[u] = 0.0; }
     let last = min(q0 + BR, at.t);
+    let trace_on = traced(bh);
     for (var j0 = 0u; j0 < last; j0 += BC) {
         load_rows(0u, b, h, j0, 1u, tid); // K tile
         load_rows(1u, b, h, j0, 2u, tid); // V tile
         workgroupBarrier();
         let j = j0 + lane;
         var ds = 0.0;
+        var pd = 0.0;
         if (valid && j <= i) {
             var s = 0.0;
             var dp = 0.0;
@@ -263,21 +355,42 @@ fn attention_backward_dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_in
             }
             let pij = exp(s * at.scale - lse_i);
             ds = pij * (dp * mask(bh, i, j) - delta_i);
+            if (TRACE) { pd = pij * mask(bh, i, j); }
         }
         s_tile[r * BC + lane] = ds;
+        let rec = rec_at(2u, wg.x, j0 / BC);
+        if (trace_on) {
+            s_tile2[r * BC + lane] = pd;
+            if (tid == 0u) { rec_header(rec, 1.0, wg.x, j0 / BC, j0 / BC); }
+            trace[rec + BLOCK_A + r * TILE + lane] = pd;
+            trace[rec + BLOCK_B + r * TILE + lane] = ds;
+        }
         workgroupBarrier();
+        var p_sum = 0.0;
+        var ds_sum = 0.0;
         for (var jj = 0u; jj < BC; jj++) {
             let ds_ij = s_tile[r * BC + jj];
+            if (trace_on) { p_sum += s_tile2[r * BC + jj]; ds_sum += ds_ij; }
             for (var u = 0u; u < DPL; u++) {
-                let d = lane + 16u * u;
+                let d = lane + BC * u;
                 if (d < at.d) { dq[u] += ds_ij * tile_a[jj * ts() + d]; }
             }
         }
+        if (trace_on && lane == 0u) {
+            trace[rec + ROWS + 8u * r] = p_sum;
+            trace[rec + ROWS + 8u * r + 1u] = ds_sum;
+        }
         workgroupBarrier();
+    }
+    if (trace_on && tid == 0u) {
+        let nt = (at.t + TILE - 1u) / TILE;
+        for (var kb = (last + BC - 1u) / BC; kb < nt; kb++) {
+            rec_header(rec_at(2u, wg.x, kb), 2.0, wg.x, kb, 0u);
+        }
     }
     if (valid) {
         for (var u = 0u; u < DPL; u++) {
-            let d = lane + 16u * u;
+            let d = lane + BC * u;
             if (d < at.d) { dqkv[qbase + d] += at.scale * dq[u]; }
         }
     }

@@ -122,6 +122,18 @@ pub trait Backend: MaybeSend {
         true
     }
 
+    /// Starts a FlashAttention trace ([`crate::flash`]): runs the program
+    /// up to the block's attention backward on the request's batch in
+    /// evaluation mode, then traces the chosen head. The GPU runs the traced
+    /// kernels without waiting; the CPU (the default) runs its model of the
+    /// same tiling at once. The result is laid out as [`crate::flash::Parts`].
+    fn start_flash_trace(
+        &mut self,
+        request: &crate::flash::FlashRequest,
+    ) -> Result<PendingRead, BackendError> {
+        crate::flash::cpu_model(self, request).map(PendingRead::Ready)
+    }
+
     /// Lets the device make progress without waiting (nothing on the CPU).
     fn poll(&mut self) {}
 

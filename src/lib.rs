@@ -25,6 +25,7 @@ pub mod backend;
 pub mod bench;
 pub mod cpu;
 pub mod data;
+pub mod flash;
 pub mod gpu;
 pub mod model;
 pub mod probe;

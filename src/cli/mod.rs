@@ -6,6 +6,7 @@ mod app;
 mod attention;
 mod backend;
 mod bench;
+mod flash;
 mod generate;
 mod step;
 mod train;
@@ -51,6 +52,8 @@ enum Command {
     Attention(attention::AttentionArgs),
     /// Run one training step entry by entry and print what each computed.
     Step(step::StepArgs),
+    /// Trace FlashAttention-2's tiling of one head: every tile visit, with the online softmax.
+    FlashTrace(flash::FlashArgs),
 }
 
 pub use backend::BackendChoice;
@@ -115,6 +118,7 @@ pub fn main() -> ExitCode {
         Command::Eval(a) => generate::eval(a),
         Command::Attention(a) => attention::run(a),
         Command::Step(a) => step::run(a),
+        Command::FlashTrace(a) => flash::run(a),
     };
     finish(result)
 }

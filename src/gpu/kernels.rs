@@ -32,7 +32,20 @@ pub struct ShaderFile {
 const COMMON: &str = include_str!("../../shaders/common.wgsl");
 
 /// Bindings of one shader file, at most (checked below, when compiling).
-pub const MAX_BINDINGS: usize = 8;
+pub const MAX_BINDINGS: usize = 9;
+
+/// The FlashAttention kernels' tile: queries per tile and keys per block
+/// (`TILE` in attention.wgsl, templated in; the workgroup is TILE×TILE).
+/// The plan's workgroup counts and the trace's CPU model read it here.
+pub const ATTENTION_TILE: usize = 16;
+
+/// The attention entry points that have a traced pipeline too (the
+/// override `TRACE` = true; see attention.wgsl's header), and its name.
+pub const TRACED: &[(&str, &str)] = &[
+    ("attention_forward", "attention_forward_traced"),
+    ("attention_backward_dkdv", "attention_backward_dkdv_traced"),
+    ("attention_backward_dq", "attention_backward_dq_traced"),
+];
 
 pub const SHADERS: &[ShaderFile] = &[
     ShaderFile {
@@ -95,8 +108,8 @@ pub const SHADERS: &[ShaderFile] = &[
     ShaderFile {
         name: "attention",
         source: include_str!("../../shaders/attention.wgsl"),
-        // qkv, out, lse, dout, dqkv, delta, at, step
-        slots: &[Ro, Rw, Rw, Ro, Rw, Rw, Uniform, Uniform],
+        // qkv, out, lse, dout, dqkv, delta, at, step, trace
+        slots: &[Ro, Rw, Rw, Ro, Rw, Rw, Uniform, Uniform, Rw],
         entries: &[
             "attention_forward",
             "attention_backward_delta",
@@ -120,15 +133,17 @@ pub const SHADERS: &[ShaderFile] = &[
     },
 ];
 
-/// Attention's dims per lane for a head size: ceil(D / 16).
+/// Attention's dims per lane for a head size: ceil(D / TILE).
 pub fn attention_dims_per_lane(head_dim: usize) -> usize {
-    head_dim.div_ceil(16).max(1)
+    head_dim.div_ceil(ATTENTION_TILE).max(1)
 }
 
-/// Workgroup memory the attention kernels need for a head size, in bytes.
+/// Workgroup memory the attention kernels need for a head size, in bytes:
+/// two tiles of TILE rows of D + 1 floats, two TILE×TILE score tiles.
 pub fn attention_workgroup_bytes(head_dim: usize) -> u64 {
-    let dmax = 16 * attention_dims_per_lane(head_dim);
-    ((2 * 16 * (dmax + 1) + 2 * 256) * 4) as u64
+    let tile = ATTENTION_TILE;
+    let dmax = tile * attention_dims_per_lane(head_dim);
+    ((2 * tile * (dmax + 1) + 2 * tile * tile) * 4) as u64
 }
 
 /// The full WGSL source of a file as compiled (common declarations first,
@@ -136,7 +151,8 @@ pub fn attention_workgroup_bytes(head_dim: usize) -> u64 {
 pub fn full_source(file: &ShaderFile, head_dim: usize) -> String {
     let body = file
         .source
-        .replace("{{DPL}}", &attention_dims_per_lane(head_dim).to_string());
+        .replace("{{DPL}}", &attention_dims_per_lane(head_dim).to_string())
+        .replace("{{TILE}}", &ATTENTION_TILE.to_string());
     format!("{COMMON}\n{body}")
 }
 
@@ -198,20 +214,27 @@ impl Kernels {
                     wgpu::ShaderRuntimeChecks::unchecked(),
                 )
             };
-            for entry in file.entries {
+            let traced = TRACED.iter().filter(|(e, _)| file.entries.contains(e));
+            let builds = file
+                .entries
+                .iter()
+                .map(|&e| (e, e, false))
+                .chain(traced.map(|&(e, name)| (e, name, true)));
+            for (entry, name, trace) in builds {
+                let constants: &[(&str, f64)] = if trace { &[("TRACE", 1.0)] } else { &[] };
                 let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                    label: Some(&format!("tinygpt:pipeline:{entry}")),
+                    label: Some(&format!("tinygpt:pipeline:{name}")),
                     layout: Some(&pipeline_layout),
                     module: &module,
                     entry_point: Some(entry),
                     compilation_options: wgpu::PipelineCompilationOptions {
+                        constants,
                         // Every kernel writes workgroup memory before reading it.
                         zero_initialize_workgroup_memory: false,
-                        ..Default::default()
                     },
                     cache: None,
                 });
-                pipelines.insert(*entry, (file_index, pipeline));
+                pipelines.insert(name, (file_index, pipeline));
             }
             layouts.insert(file.name, layout);
         }

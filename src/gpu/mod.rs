@@ -11,6 +11,7 @@
 //! (`buffers_created` counts them; a test checks).
 
 pub mod context;
+mod flash;
 pub mod generate;
 pub mod kernels;
 mod plan;
@@ -77,6 +78,8 @@ pub struct GpuBackend {
     stash: Option<[wgpu::Buffer; 3]>,
     /// Whether the stash holds weights to put back.
     stashed: bool,
+    /// The FlashAttention trace's buffers, made on the first trace.
+    flash: Option<flash::FlashBuffers>,
     buffers_created: usize,
 }
 
@@ -517,6 +520,7 @@ impl GpuBackend {
             flat: [flat_params, flat_grads, flat_m, flat_v],
             stash: None,
             stashed: false,
+            flash: None,
             buffers_created: alloc.created,
         })
     }
@@ -1267,6 +1271,13 @@ impl Backend for GpuBackend {
 
     fn clips_in_place(&self) -> bool {
         false
+    }
+
+    fn start_flash_trace(
+        &mut self,
+        request: &crate::flash::FlashRequest,
+    ) -> Result<PendingRead, BackendError> {
+        self.submit_flash_trace(request).map(PendingRead::Gpu)
     }
 
     /// Blocking: the convenience for the CLI and tests (not for a browser,

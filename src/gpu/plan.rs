@@ -3,6 +3,7 @@
 //! workgroup counts. [`super::GpuBackend::new`] turns the plan into bind
 //! groups once; nothing here touches the device.
 
+use super::kernels::ATTENTION_TILE;
 use crate::model::config::VOCAB;
 use crate::program::{Op, Program, Step, TensorId};
 
@@ -308,9 +309,14 @@ pub(super) fn plan_steps(
                         Src::DummyRw,
                         Src::Params,
                         Src::Step,
+                        Src::DummyRw, // trace: only traced pipelines write it
                     ],
-                    params: attn_params(cfg, n_head, stream, dropout),
-                    groups: [t.div_ceil(16) as u32, (b * n_head) as u32, 1],
+                    params: attn_params(cfg, cfg.batch, n_head, stream, dropout),
+                    groups: [
+                        t.div_ceil(ATTENTION_TILE) as u32,
+                        (b * n_head) as u32,
+                        1,
+                    ],
                 }],
                 Op::Gelu { inp, out } => vec![ew(
                     "gelu_forward",
@@ -521,9 +527,14 @@ pub(super) fn plan_steps(
                         whole(delta, 0),
                         Src::Params,
                         Src::Step,
+                        Src::DummyRw, // trace: only traced pipelines write it
                     ];
-                    let params = attn_params(cfg, n_head, stream, dropout);
-                    let tiles = [t.div_ceil(16) as u32, (b * n_head) as u32, 1];
+                    let params = attn_params(cfg, cfg.batch, n_head, stream, dropout);
+                    let tiles = [
+                        t.div_ceil(ATTENTION_TILE) as u32,
+                        (b * n_head) as u32,
+                        1,
+                    ];
                     vec![
                         Planned {
                             entry: "attention_backward_delta",
@@ -627,7 +638,7 @@ pub(super) fn plan_steps(
                 } => vec![Planned {
                     entry: "attention_probs",
                     bindings: vec![p(qkv), p(lse), p(program.probs), Src::Params, Src::Window],
-                    params: attn_params(cfg, n_head, stream, dropout),
+                    params: attn_params(cfg, cfg.batch, n_head, stream, dropout),
                     // Covers n = T; threads past n·n return.
                     groups: [(t * t).div_ceil(256) as u32, n_head as u32, 1],
                 }],
@@ -679,15 +690,17 @@ pub(super) fn plan_steps(
     planned_steps
 }
 
+/// `AttnParams` (common.wgsl) of an attention op over `batch` rows.
 pub(super) fn attn_params(
     cfg: &crate::model::config::Config,
+    batch: usize,
     n_head: usize,
     stream: u32,
     dropout: f32,
 ) -> Vec<u8> {
     let d = cfg.d_model / n_head;
     words(&[
-        cfg.batch as u32,
+        batch as u32,
         cfg.ctx as u32,
         cfg.d_model as u32,
         n_head as u32,
