@@ -8,24 +8,16 @@ mod common;
 
 use common::config;
 use std::process::Command;
-use std::sync::OnceLock;
 use tinygpt::backend::Backend;
 use tinygpt::cpu::CpuBackend;
 use tinygpt::data::Corpus;
-use tinygpt::gpu::{GpuBackend, GpuContext};
+use tinygpt::gpu::GpuBackend;
 use tinygpt::model::config::{Config, VOCAB};
 use tinygpt::probe::{ProbeRequest, ProbeResult};
 use tinygpt::program::Program;
 use tinygpt::train::Trainer;
 
-fn context() -> GpuContext {
-    static CTX: OnceLock<GpuContext> = OnceLock::new();
-    CTX.get_or_init(|| {
-        GpuContext::new_blocking()
-            .expect("the GPU tests need an adapter (CI installs lavapipe: mesa-vulkan-drivers)")
-    })
-    .clone()
-}
+use common::gpu_context as context;
 
 /// Awkward sizes: T not a multiple of the kernels' 16, D = 16, three heads,
 /// dropout on (a probe evaluates, so it must not apply).

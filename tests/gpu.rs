@@ -8,7 +8,6 @@
 mod common;
 
 use common::config;
-use std::sync::OnceLock;
 use tinygpt::backend::{Backend, StepParams};
 use tinygpt::cpu::CpuBackend;
 use tinygpt::data::rng::Rng;
@@ -18,16 +17,7 @@ use tinygpt::model::config::Config;
 use tinygpt::program::{Op, Program, Step, TensorKind};
 use tinygpt::train::Trainer;
 
-fn context() -> GpuContext {
-    static CTX: OnceLock<GpuContext> = OnceLock::new();
-    CTX.get_or_init(|| {
-        let ctx = GpuContext::new_blocking()
-            .expect("the GPU tests need an adapter (CI installs lavapipe: mesa-vulkan-drivers)");
-        eprintln!("GPU tests on {}", ctx.describe());
-        ctx
-    })
-    .clone()
-}
+use common::gpu_context as context;
 
 fn rel_err(got: &[f32], want: &[f32]) -> f64 {
     assert_eq!(got.len(), want.len());

@@ -10,24 +10,16 @@ mod common;
 
 use common::config;
 use std::process::Command;
-use std::sync::OnceLock;
 use tinygpt::backend::Backend;
 use tinygpt::cpu::CpuBackend;
 use tinygpt::data::Corpus;
-use tinygpt::gpu::{GpuBackend, GpuContext};
+use tinygpt::gpu::GpuBackend;
 use tinygpt::model::config::Config;
 use tinygpt::program::{Program, TensorKind};
 use tinygpt::stepthrough::Phase;
 use tinygpt::train::{StepSource, Trainer};
 
-fn context() -> GpuContext {
-    static CTX: OnceLock<GpuContext> = OnceLock::new();
-    CTX.get_or_init(|| {
-        GpuContext::new_blocking()
-            .expect("the GPU tests need an adapter (CI installs lavapipe: mesa-vulkan-drivers)")
-    })
-    .clone()
-}
+use common::gpu_context as context;
 
 /// Awkward sizes with dropout on (so the stepped entries must reuse the
 /// step's dropout seed) and evaluation every 2 steps.

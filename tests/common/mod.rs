@@ -1,6 +1,22 @@
 //! Helpers shared by the integration tests.
 
+use std::sync::OnceLock;
+use tinygpt::gpu::GpuContext;
 use tinygpt::model::config::{Config, Schedule};
+
+/// One GPU context for all the tests of a test binary (whatever adapter wgpu
+/// finds: lavapipe in CI); the GPU tests fail without one.
+#[allow(dead_code)] // not every test binary runs on the GPU
+pub fn gpu_context() -> GpuContext {
+    static CTX: OnceLock<GpuContext> = OnceLock::new();
+    CTX.get_or_init(|| {
+        let ctx = GpuContext::new_blocking()
+            .expect("the GPU tests need an adapter (CI installs lavapipe: mesa-vulkan-drivers)");
+        eprintln!("GPU tests on {}", ctx.describe());
+        ctx
+    })
+    .clone()
+}
 
 /// A model of the given shape with the reference training recipe (lr 1e-3,
 /// AdamW 0.9/0.95, weight decay 0.1, clip 1.0) and no evaluation.
