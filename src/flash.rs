@@ -84,6 +84,10 @@ impl Pass {
         }
     }
 
+    pub fn from_key(key: &str) -> Option<Pass> {
+        Pass::ALL.into_iter().find(|p| p.key() == key)
+    }
+
     fn index(self) -> usize {
         self as usize
     }
@@ -825,6 +829,9 @@ pub struct Summary {
     pub layer: usize,
     pub head: usize,
     pub row: usize,
+    /// The batch's rows and the model's heads (a pass runs tiles × B × H workgroups).
+    pub batch: usize,
+    pub n_head: usize,
     pub tile_q: usize,
     pub tile_k: usize,
     pub t: usize,
@@ -990,6 +997,8 @@ impl FlashTrace {
             layer: request.layer,
             head,
             row: request.row,
+            batch: config.batch,
+            n_head: h,
             tile_q: tile,
             tile_k: tile,
             t,
@@ -1089,5 +1098,24 @@ pub fn human_bytes(n: u64) -> String {
         format!("{x:.1} {}", UNITS[unit])
     } else {
         format!("{x:.0} {}", UNITS[unit])
+    }
+}
+
+/// What a view asks to trace, before it is a request: a run turns it into
+/// one with [`FlashWant::request`] (a prompt, or a row of its next batch).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FlashWant {
+    pub source: crate::probe::ProbeSource,
+    pub layer: usize,
+    pub head: usize,
+}
+
+impl FlashWant {
+    /// The request on `trainer`'s model and next batch.
+    pub fn request(&self, trainer: &crate::train::Trainer) -> Result<FlashRequest, String> {
+        let probe = trainer.probe_request(&self.source)?;
+        let request = FlashRequest::from_probe(probe, self.layer, self.head);
+        request.check(&trainer.config)?;
+        Ok(request)
     }
 }

@@ -11,6 +11,7 @@
 //! with their reads (GPU), and their views come back to the cursor.
 
 use crate::backend::Backend;
+use crate::flash::{FlashRequest, FlashTrace, FlashWant, TraceSource};
 use crate::gpu::ProbeHandle;
 use crate::gpu::readback::ReadbackHandle;
 use crate::model::params::NamedTensor;
@@ -89,6 +90,8 @@ pub struct Pumped {
     /// A probe that came back: the step whose weights it saw, and what it
     /// computed or why it could not.
     pub probe: Option<(u64, Result<ProbeResult, String>)>,
+    /// A FlashAttention trace that came back, likewise.
+    pub flash: Option<(u64, Result<FlashTrace, String>)>,
 }
 
 /// A CPU chunk's result: the trainer comes back with it.
@@ -98,6 +101,7 @@ struct CpuChunk {
     error: Option<TrainError>,
     snapshot: Option<Snapshot>,
     probe: Option<(u64, Result<ProbeResult, String>)>,
+    flash: Option<(u64, Result<FlashTrace, String>)>,
     stepping: Option<Stepping>,
     stepping_error: Option<String>,
 }
@@ -112,6 +116,8 @@ enum Kind {
         reading: Option<SnapshotRead>,
         /// A probe in flight, and the step whose weights it sees.
         probing: Option<(ProbeHandle, u64)>,
+        /// A FlashAttention trace in flight, its request and step.
+        flashing: Option<(ReadbackHandle, FlashRequest, u64)>,
         /// Stepped entries on their way, in order.
         entries: VecDeque<EntryRun>,
     },
@@ -137,6 +143,8 @@ pub struct Engine {
     wanted: Option<Vec<String>>,
     /// A probe asked for and not yet started.
     probe_wanted: Option<ProbeSource>,
+    /// A FlashAttention trace asked for and not yet started.
+    flash_wanted: Option<FlashWant>,
     /// The step being stepped through, when its cursor is not out with a
     /// CPU chunk (then [`Engine::stepping_out`] is set).
     stepping: Option<Stepping>,
@@ -171,6 +179,7 @@ impl Engine {
                 in_flight: VecDeque::new(),
                 reading: None,
                 probing: None,
+                flashing: None,
                 entries: VecDeque::new(),
             }
         } else {
@@ -184,6 +193,7 @@ impl Engine {
             ms_per_step: 0.0,
             wanted: None,
             probe_wanted: None,
+            flash_wanted: None,
             stepping: None,
             stepping_out: false,
             stepping_end: false,
@@ -215,11 +225,13 @@ impl Engine {
                 in_flight,
                 reading,
                 probing,
+                flashing,
                 entries,
             } => {
                 !in_flight.is_empty()
                     || reading.is_some()
                     || probing.is_some()
+                    || flashing.is_some()
                     || !entries.is_empty()
             }
             Kind::Cpu { task } => task.is_some(),
@@ -249,6 +261,24 @@ impl Engine {
                 &self.kind,
                 Kind::Gpu {
                     probing: Some(_),
+                    ..
+                }
+            )
+    }
+
+    /// Asks for a FlashAttention trace of the weights after the steps
+    /// already started; it comes back from a later pump ([`Pumped::flash`]).
+    pub fn request_flash(&mut self, want: FlashWant) {
+        self.flash_wanted = Some(want);
+    }
+
+    /// Whether a trace is asked for or on its way.
+    pub fn flash_pending(&self) -> bool {
+        self.flash_wanted.is_some()
+            || matches!(
+                &self.kind,
+                Kind::Gpu {
+                    flashing: Some(_),
                     ..
                 }
             )
@@ -342,6 +372,7 @@ impl Engine {
                 in_flight,
                 reading,
                 probing,
+                flashing,
                 entries,
             } => {
                 let trainer = self
@@ -377,6 +408,7 @@ impl Engine {
                     && in_flight.is_empty()
                     && reading.is_none()
                     && probing.is_none()
+                    && flashing.is_none()
                     && let Some(source) = self.stepping_wanted.take()
                 {
                     match trainer.begin_step(source) {
@@ -450,6 +482,22 @@ impl Engine {
                         Err(h) => *probing = Some((h, step)),
                     }
                 }
+                if let Some((handle, request, step)) = flashing.take() {
+                    let gpu = trainer.backend.as_gpu().expect("GPU engine");
+                    match gpu.try_take(handle) {
+                        Ok(flat) => {
+                            let trace = FlashTrace::decode(
+                                &trainer.config,
+                                &request,
+                                TraceSource::Kernel,
+                                &flat,
+                            )
+                            .ok_or_else(|| "the GPU device was lost".to_string());
+                            out.flash = Some((step, trace));
+                        }
+                        Err(h) => *flashing = Some((h, request, step)),
+                    }
+                }
                 // Size the next submits: all done since the last frame means
                 // the GPU ran dry; none done with the queue full means it is
                 // behind the frame loop.
@@ -518,6 +566,23 @@ impl Engine {
                         Err(e) => out.probe = Some((step, Err(e))),
                     }
                 }
+                // A trace, likewise.
+                if flashing.is_none()
+                    && self.stepping.is_none()
+                    && let Some(want) = self.flash_wanted.take()
+                {
+                    let step = trainer.submitted();
+                    let request = want.request(trainer);
+                    let gpu = trainer.backend.as_gpu().expect("GPU engine");
+                    match request.and_then(|r| {
+                        gpu.submit_flash_trace(&r)
+                            .map(|h| (h, r))
+                            .map_err(|e| e.to_string())
+                    }) {
+                        Ok((handle, request)) => *flashing = Some((handle, request, step)),
+                        Err(e) => out.flash = Some((step, Err(e))),
+                    }
+                }
             }
             Kind::Cpu { task } => {
                 if let Some(t) = task.as_mut()
@@ -529,6 +594,7 @@ impl Engine {
                     out.error = chunk.error;
                     out.snapshot = chunk.snapshot;
                     out.probe = chunk.probe;
+                    out.flash = chunk.flash;
                     self.stepping = chunk.stepping;
                     self.stepping_out = false;
                     if let Some(e) = chunk.stepping_error {
@@ -572,14 +638,20 @@ impl Engine {
                         allowed.min(remaining)
                     };
                     let wanted = self.wanted.take();
-                    let probe = if self.stepping.is_some() || stepping.is_some() {
-                        None
+                    let (probe, flash) = if self.stepping.is_some() || stepping.is_some() {
+                        (None, None)
                     } else {
-                        self.probe_wanted.take()
+                        (self.probe_wanted.take(), self.flash_wanted.take())
                     };
-                    if steps == 0 && wanted.is_none() && probe.is_none() && stepping.is_none() {
+                    if steps == 0
+                        && wanted.is_none()
+                        && probe.is_none()
+                        && flash.is_none()
+                        && stepping.is_none()
+                    {
                         self.trainer = Some(SyncCell::new(trainer));
-                    } else if steps == 0 && probe.is_none() && stepping.is_none() {
+                    } else if steps == 0 && probe.is_none() && flash.is_none() && stepping.is_none()
+                    {
                         // Only a snapshot: copying CPU tensors is cheap.
                         out.snapshot =
                             Some(read_snapshot(&mut trainer, &wanted.unwrap_or_default()));
@@ -594,7 +666,7 @@ impl Engine {
                         self.stepping_out = stepping.is_some();
                         out.started = steps;
                         *task = Some(AsyncComputeTaskPool::get().spawn(async move {
-                            cpu_chunk(trainer, steps, wanted, probe, stepping).await
+                            cpu_chunk(trainer, steps, wanted, probe, flash, stepping).await
                         }));
                     }
                 }
@@ -641,12 +713,14 @@ fn read_snapshot(trainer: &mut Trainer, names: &[String]) -> Snapshot {
 
 /// Up to `steps` steps, for about [`CPU_CHUNK_MS`], yielding between steps
 /// (so a browser's single thread keeps drawing); or a step-through's
-/// entries up to its target, likewise; then the probe and the snapshot.
+/// entries up to its target, likewise; then the probe, the trace and the
+/// snapshot.
 async fn cpu_chunk(
     mut trainer: Trainer,
     steps: u64,
     wanted: Option<Vec<String>>,
     probe: Option<ProbeSource>,
+    flash: Option<FlashWant>,
     mut stepping: Option<Stepping>,
 ) -> CpuChunk {
     let start = Instant::now();
@@ -692,6 +766,12 @@ async fn cpu_chunk(
             .and_then(|r| trainer.backend.probe(&r).map_err(|e| e.to_string()));
         (trainer.step, result)
     });
+    let flash = flash.map(|want| {
+        let result = want.request(&trainer).and_then(|r| {
+            crate::flash::trace_blocking(trainer.backend.as_mut(), &r).map_err(|e| e.to_string())
+        });
+        (trainer.step, result)
+    });
     let snapshot = wanted.map(|names| read_snapshot(&mut trainer, &names));
     CpuChunk {
         trainer,
@@ -699,6 +779,7 @@ async fn cpu_chunk(
         error,
         snapshot,
         probe,
+        flash,
         stepping,
         stepping_error,
     }

@@ -71,6 +71,7 @@ fn count_frames(
     scene: Res<State<Scene>>,
     probes: Res<Probes>,
     step_shown: Res<super::scenes::step::StepShown>,
+    flash_shown: Res<super::scenes::flash::FlashShown>,
     cameras: Query<(&Camera, &GlobalTransform), With<SceneCamera>>,
     mut exit: MessageWriter<AppExit>,
 ) {
@@ -161,7 +162,7 @@ fn count_frames(
         .filter_map(|r| to_px(&r.name, r.rect))
         .collect();
     // Regions the scenes drew with egui, already in pixels.
-    regions_px.extend(step_shown.regions.iter().map(|(name, r)| {
+    regions_px.extend(step_shown.regions.iter().chain(&flash_shown.regions).map(|(name, r)| {
         serde_json::json!({ "name": name, "rect": [r.min.x.round(), r.min.y.round(), r.max.x.round(), r.max.y.round()] })
     }));
     let step = step_shown.index.map(|i| {
@@ -171,6 +172,18 @@ fn count_frames(
             "phase": step_shown.phase,
             "computed": step_shown.computed,
             "tensors": step_shown.tensors,
+        })
+    });
+    let flash = (*scene.get() == Scene::Flash).then(|| {
+        serde_json::json!({
+            "pass": flash_shown.pass,
+            "position": flash_shown.position,
+            "visits": flash_shown.visits,
+            "q_tile": flash_shown.q_tile,
+            "k_block": flash_shown.k_block,
+            "source": flash_shown.source,
+            "step": flash_shown.step,
+            "max_abs_diff_vs_naive": flash_shown.max_abs_diff_vs_naive,
         })
     });
     let attention = probes.latest.as_ref().map(|(step, r)| {
@@ -215,6 +228,7 @@ fn count_frames(
         "regions": regions_px,
         "attention": attention,
         "step": step,
+        "flash": flash,
         "background": [(bg.red * 255.0).round(), (bg.green * 255.0).round(), (bg.blue * 255.0).round()],
         "width": config.width,
         "height": config.height,

@@ -51,8 +51,15 @@ pub struct AppOptions {
     pub scene: scenes::Scene,
     /// The entry of the training step the Step scene opens at.
     pub step_op: usize,
+    /// The pass the Flash scene shows first, and the visit its replay opens
+    /// at, paused (else it plays from the first).
+    pub flash_pass: crate::flash::Pass,
+    pub flash_visit: Option<usize>,
     /// Start training at once (otherwise the user presses Train).
     pub train: bool,
+    /// Open in the wide view: no side panels, the scene fills the window
+    /// (for a projector; the top bar's "wide view" toggles it).
+    pub wide: bool,
     /// Run without a window for this many frames (see [`headless`]).
     pub headless: Option<headless::HeadlessConfig>,
 }
@@ -131,12 +138,18 @@ pub fn build(options: AppOptions) -> App {
     }
     app.add_plugins(EguiPlugin::default())
         .insert_resource(options.settings)
-        .insert_resource(TrainOnStart(options.train));
+        .insert_resource(TrainOnStart(options.train))
+        .insert_resource(ui::UiState {
+            wide: options.wide,
+            ..Default::default()
+        });
     add_explainer_plugins(&mut app);
     app.add_plugins((
         scenes::ScenesPlugin {
             initial: options.scene,
             step_op: options.step_op,
+            flash_pass: options.flash_pass,
+            flash_visit: options.flash_visit,
         },
         ui::UiPlugin,
         files::FilesPlugin,

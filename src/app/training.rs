@@ -284,6 +284,35 @@ impl Probes {
     }
 }
 
+/// A scene's request for a FlashAttention trace ([`crate::flash`]) and what
+/// came back. Sent when the request changes or a refresh is asked for (a
+/// replay should not jump under the viewer while the run trains).
+#[derive(Resource, Debug, Default)]
+pub struct FlashTraces {
+    /// What to trace; None asks for nothing.
+    pub want: Option<crate::flash::FlashWant>,
+    /// The latest trace and the step whose weights it saw.
+    pub latest: Option<(u64, std::sync::Arc<crate::flash::FlashTrace>)>,
+    /// Counts traces received.
+    pub version: u64,
+    pub error: Option<String>,
+    /// What was last sent.
+    sent: Option<crate::flash::FlashWant>,
+    refresh: bool,
+}
+
+impl FlashTraces {
+    /// Asks for a trace of `want` (at once if it changed).
+    pub fn set_want(&mut self, want: Option<crate::flash::FlashWant>) {
+        self.want = want;
+    }
+
+    /// Traces the same again, on the newest weights.
+    pub fn refresh(&mut self) {
+        self.refresh = true;
+    }
+}
+
 /// The latest tensors read back, and how often to read.
 #[derive(Resource, Debug)]
 pub struct Snapshots {
@@ -411,6 +440,7 @@ impl Plugin for TrainingPlugin {
             .init_resource::<Snapshots>()
             .init_resource::<TensorWants>()
             .init_resource::<Probes>()
+            .init_resource::<FlashTraces>()
             .init_resource::<GpuDevice>()
             .init_resource::<TrainOnStart>()
             .add_systems(Startup, (find_gpu_device, create_first_run).chain())
@@ -678,6 +708,7 @@ fn pump_training(
     mut snapshots: ResMut<Snapshots>,
     wants: Res<TensorWants>,
     mut probes: ResMut<Probes>,
+    mut flash: ResMut<FlashTraces>,
     mut status: ResMut<AppStatus>,
     runs: Query<(Entity, &TrainingRun)>,
 ) {
@@ -732,6 +763,24 @@ fn pump_training(
             probes.requested_step = Some(step);
             probes.dirty = false;
         }
+    }
+    match pumped.flash {
+        Some((step, Ok(trace))) => {
+            flash.latest = Some((step, std::sync::Arc::new(trace)));
+            flash.version += 1;
+            flash.error = None;
+        }
+        Some((_, Err(e))) => flash.error = Some(e),
+        None => {}
+    }
+    if let Some(want) = flash.want.clone()
+        && (flash.sent.as_ref() != Some(&want) || flash.refresh)
+        && !run.engine.flash_pending()
+        && run.pending_save.is_none()
+    {
+        run.engine.request_flash(want.clone());
+        flash.sent = Some(want);
+        flash.refresh = false;
     }
     if let Some(snapshot) = pumped.snapshot {
         if let Some((path, resume)) = run.pending_save.clone()

@@ -26,6 +26,8 @@ pub struct UiState {
     pub checkpoint_path: String,
     /// The main view's rectangle in physical pixels (x, y, w, h).
     pub central: Option<(u32, u32, u32, u32)>,
+    /// The wide view: the side panels hidden, the scene fills the window.
+    pub wide: bool,
 }
 
 impl UiState {
@@ -62,12 +64,20 @@ pub fn scene_toolbar(
         });
 }
 
+/// Where a scene's toolbar ends (its last frame's height; one row of
+/// controls until it has been laid out): the scene's body starts below it.
+pub fn toolbar_bottom(ctx: &egui::Context, id: &'static str, view: egui::Rect) -> f32 {
+    ctx.memory(|m| m.area_rect(egui::Id::new(id)))
+        .map_or(view.min.y + 48.0, |r| r.max.y + 4.0)
+}
+
 impl Default for UiState {
     fn default() -> Self {
         Self {
             corpus_path: String::new(),
             checkpoint_path: super::default_checkpoint_path().display().to_string(),
             central: None,
+            wide: false,
         }
     }
 }
@@ -210,13 +220,50 @@ pub fn draw_ui(
             ui.separator();
             ui.weak(current.about());
             ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
+                let label = if ui_state.wide { "◧ panels" } else { "⛶ wide view" };
+                if ui
+                    .button(label)
+                    .on_hover_text("hide or show the side panels: the scene fills the window, as a projector wants")
+                    .clicked()
+                {
+                    ui_state.wide = !ui_state.wide;
+                }
                 ui.weak("wheel: zoom · drag: pan · 0: fit");
             });
         });
     });
 
+    // ---- left and right, unless the view is wide
+    if !ui_state.wide {
+        side_panels(&mut root, &mut ui_state, &mut settings, &run, &mut status, &records, &mut commands, &mut sample);
+    }
+
+    // What is left is the main view.
+    let rect = root.available_rect_before_wrap();
+    let ppp = ctx.pixels_per_point();
+    ui_state.central = Some((
+        (rect.min.x * ppp) as u32,
+        (rect.min.y * ppp) as u32,
+        (rect.width() * ppp).max(1.0) as u32,
+        (rect.height() * ppp).max(1.0) as u32,
+    ));
+    Ok(())
+}
+
+/// The run panel (left) and the loss chart and sampler (right).
+#[allow(clippy::too_many_arguments)]
+fn side_panels(
+    root: &mut egui::Ui,
+    ui_state: &mut UiState,
+    settings: &mut RunSettings,
+    run: &Run,
+    status: &mut AppStatus,
+    records: &Query<&StepRecord>,
+    commands: &mut MessageWriter<RunCommand>,
+    sample: &mut SampleState,
+) {
     // ---- left: run configuration, controls, metrics
-    egui::Panel::left("run").default_size(300.0).show(&mut root, |ui| {
+    egui::Panel::left("run").default_size(300.0).show(root, |ui| {
         egui::ScrollArea::vertical().show(ui, |ui| {
             ui.heading("TinyGPT Explainer");
             ui.label("A byte-level GPT training for real, on this machine.");
@@ -359,7 +406,7 @@ pub fn draw_ui(
     // ---- right: loss chart and sampling
     egui::Panel::right("charts")
         .default_size(380.0)
-        .show(&mut root, |ui| {
+        .show(root, |ui| {
             ui.strong("Loss");
             let mut train: Vec<[f64; 2]> = records
                 .iter()
@@ -432,16 +479,6 @@ pub fn draw_ui(
                 });
         });
 
-    // What is left is the main view.
-    let rect = root.available_rect_before_wrap();
-    let ppp = ctx.pixels_per_point();
-    ui_state.central = Some((
-        (rect.min.x * ppp) as u32,
-        (rect.min.y * ppp) as u32,
-        (rect.width() * ppp).max(1.0) as u32,
-        (rect.height() * ppp).max(1.0) as u32,
-    ));
-    Ok(())
 }
 
 /// Gives the scene camera the rectangle the panels leave free.

@@ -74,7 +74,10 @@ pub fn main() {
         settings,
         scene: link.scene.unwrap_or_default(),
         step_op: 0,
+        flash_pass: crate::flash::Pass::Forward,
+        flash_visit: None,
         train: link.train,
+        wide: false,
         headless: None,
     });
     if let Some(view) = link.view {

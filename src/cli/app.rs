@@ -29,17 +29,30 @@ pub struct AppArgs {
     #[arg(long, value_enum, default_value = "auto")]
     backend: super::BackendChoice,
     /// The scene to open: model (the layer stack as live heatmaps),
-    /// attention (every layer × head attention matrix) or step (one training
-    /// step, op by op).
+    /// attention (every layer × head attention matrix), step (one training
+    /// step, op by op) or flash (FlashAttention's tiling, replayed from the
+    /// kernels).
     #[arg(long, default_value = "model", value_parser = parse_scene)]
     scene: Scene,
     /// The Step scene opens at this entry of the training step (0: the
     /// first forward op; `tinygpt step --json` lists them).
     #[arg(long, default_value_t = 0, value_name = "N")]
     step_op: usize,
+    /// The pass the Flash scene shows first: forward, backward_dkdv or backward_dq.
+    #[arg(long, default_value = "forward", value_parser = parse_pass)]
+    flash_pass: tinygpt::flash::Pass,
+    /// The Flash scene opens paused at this visit of its pass (0: the
+    /// first; `tinygpt flash-trace --json` lists them, skipped blocks aside)
+    /// instead of playing from the first.
+    #[arg(long, value_name = "N")]
+    flash_visit: Option<usize>,
     /// Start training at once instead of waiting for Train.
     #[arg(long)]
     train: bool,
+    /// Open in the wide view: no side panels, the scene fills the window
+    /// (for a projector; the top bar's "wide view" button toggles it).
+    #[arg(long)]
+    wide: bool,
     /// Run without a window, render offscreen, print one JSON line and exit.
     #[arg(long)]
     headless: bool,
@@ -75,6 +88,16 @@ impl AppArgs {
 fn parse_scene(s: &str) -> std::result::Result<Scene, String> {
     Scene::from_key(s)
         .ok_or_else(|| format!("`{s}` is not a scene; the scenes are {}", Scene::keys()))
+}
+
+fn parse_pass(s: &str) -> std::result::Result<tinygpt::flash::Pass, String> {
+    use tinygpt::flash::Pass;
+    Pass::from_key(s).ok_or_else(|| {
+        format!(
+            "`{s}` is not a pass; the passes are {}",
+            Pass::ALL.map(Pass::key).join(", ")
+        )
+    })
 }
 
 pub fn run_app(args: AppArgs) -> Result<()> {
@@ -126,7 +149,10 @@ pub fn run_app(args: AppArgs) -> Result<()> {
         settings,
         scene: args.scene,
         step_op: args.step_op,
+        flash_pass: args.flash_pass,
+        flash_visit: args.flash_visit,
         train: args.train,
+        wide: args.wide,
         headless,
     });
     if exit.is_error() {

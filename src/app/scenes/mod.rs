@@ -12,6 +12,7 @@
 
 pub mod attention;
 pub mod camera;
+pub mod flash;
 pub mod model;
 pub mod step;
 
@@ -27,10 +28,12 @@ pub enum Scene {
     Attention,
     /// One real training step, op by op: forward, backward, clip, AdamW.
     Step,
+    /// FlashAttention-2 tiling one head's attention, replayed from a trace of the kernels.
+    Flash,
 }
 
 impl Scene {
-    pub const ALL: [Scene; 3] = [Scene::Model, Scene::Attention, Scene::Step];
+    pub const ALL: [Scene; 4] = [Scene::Model, Scene::Attention, Scene::Step, Scene::Flash];
 
     /// The name in links (`scene=`), on the command line (`--scene`) and in lessons.
     pub fn key(self) -> &'static str {
@@ -38,6 +41,7 @@ impl Scene {
             Scene::Model => "model",
             Scene::Attention => "attention",
             Scene::Step => "step",
+            Scene::Flash => "flash",
         }
     }
 
@@ -51,6 +55,7 @@ impl Scene {
             Scene::Model => "Model",
             Scene::Attention => "Attention",
             Scene::Step => "Step through",
+            Scene::Flash => "FlashAttention",
         }
     }
 
@@ -63,6 +68,9 @@ impl Scene {
             }
             Scene::Step => {
                 "one real training step, op by op: each op's inputs, outputs and gradients, the clip and AdamW"
+            }
+            Scene::Flash => {
+                "FlashAttention-2 tiling one head's attention, replayed from a trace of the real kernels, forward and backward"
             }
         }
     }
@@ -195,6 +203,10 @@ pub struct ScenesPlugin {
     pub initial: Scene,
     /// The entry the Step scene opens at.
     pub step_op: usize,
+    /// The pass the Flash scene opens at, and the visit its replay opens
+    /// at, paused.
+    pub flash_pass: crate::flash::Pass,
+    pub flash_visit: Option<usize>,
 }
 
 impl Plugin for ScenesPlugin {
@@ -212,6 +224,9 @@ impl Plugin for ScenesPlugin {
                 attention::AttentionScenePlugin,
                 step::StepScenePlugin {
                     initial: step::StepView::at(self.step_op),
+                },
+                flash::FlashScenePlugin {
+                    initial: flash::FlashView::at(self.flash_pass, self.flash_visit),
                 },
             ));
     }
