@@ -681,3 +681,68 @@ fn headless_step_scene_shows_the_entry_asked_for() {
         assert!(heatmaps >= 1, "{line}");
     }
 }
+
+/// The Flash scene, opened paused mid-replay at visit 4 of the forward pass
+/// (CPU model) and of the dQ pass (the GPU's traced kernels): the JSON line
+/// names the visit (the fifth pair in the kernels' order: query tile 2, key
+/// block 1), its source, and a check against naive attention; the memory,
+/// shared memory, tile grid and rows are drawn where the line says.
+#[test]
+fn headless_flash_scene_replays_the_trace_mid_way() {
+    let dir = std::env::temp_dir().join(format!("tinygpt-app-flash-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = Config::load("small").unwrap();
+    let nt = cfg.ctx.div_ceil(tinygpt::gpu::kernels::ATTENTION_TILE);
+    for (backend, pass, source) in [
+        ("cpu", "forward", "cpu_model"),
+        ("gpu", "backward_dq", "kernel"),
+    ] {
+        let shot = dir.join(format!("flash-{pass}.png"));
+        let r = run_headless(
+            &[
+                "app",
+                "--headless",
+                "--scene",
+                "flash",
+                "--flash-pass",
+                pass,
+                "--flash-visit",
+                "4",
+                "--frames",
+                "40",
+                "--preset",
+                "small",
+                "--backend",
+                backend,
+                "--width",
+                "1280",
+                "--height",
+                "720",
+            ],
+            &shot,
+        );
+        let line = r.to_string();
+        assert_eq!(r["scene"], "flash");
+        let flash = &r["flash"];
+        assert_eq!(flash["pass"], pass, "{line}");
+        assert_eq!(flash["position"], 4, "{line}");
+        assert_eq!(flash["visits"], nt * (nt + 1) / 2, "{line}");
+        assert_eq!((&flash["q_tile"], &flash["k_block"]), (&2.into(), &1.into()), "{line}");
+        assert_eq!(flash["source"], source, "{line}");
+        assert!(flash["max_abs_diff_vs_naive"].as_f64().unwrap() < 1e-5, "{line}");
+        let (w, h, pixels) = decode(&shot);
+        let differs = not_background(&r);
+        let regions = r["regions"].as_array().unwrap();
+        for want in ["memory", "shared", "grid", "rows"] {
+            let region = regions
+                .iter()
+                .find(|g| g["name"] == want)
+                .unwrap_or_else(|| panic!("no {want} region: {line}"));
+            let rect = rect_of(region);
+            let (x0, y0, x1, y1) = (rect[0] + 1, rect[1] + 1, rect[2].min(w) - 1, rect[3].min(h) - 1);
+            assert!(x1 > x0 + 40 && y1 > y0 + 40, "{want}: {rect:?}");
+            let share = drawn_share(&pixels, w, (x0, y0, x1, y1), &differs);
+            assert!(share > 0.9, "{want} is drawn where the line says ({share:.2})");
+        }
+    }
+}
