@@ -727,9 +727,16 @@ fn headless_flash_scene_replays_the_trace_mid_way() {
         assert_eq!(flash["pass"], pass, "{line}");
         assert_eq!(flash["position"], 4, "{line}");
         assert_eq!(flash["visits"], nt * (nt + 1) / 2, "{line}");
-        assert_eq!((&flash["q_tile"], &flash["k_block"]), (&2.into(), &1.into()), "{line}");
+        assert_eq!(
+            (&flash["q_tile"], &flash["k_block"]),
+            (&2.into(), &1.into()),
+            "{line}"
+        );
         assert_eq!(flash["source"], source, "{line}");
-        assert!(flash["max_abs_diff_vs_naive"].as_f64().unwrap() < 1e-5, "{line}");
+        assert!(
+            flash["max_abs_diff_vs_naive"].as_f64().unwrap() < 1e-5,
+            "{line}"
+        );
         let (w, h, pixels) = decode(&shot);
         let differs = not_background(&r);
         let regions = r["regions"].as_array().unwrap();
@@ -739,10 +746,18 @@ fn headless_flash_scene_replays_the_trace_mid_way() {
                 .find(|g| g["name"] == want)
                 .unwrap_or_else(|| panic!("no {want} region: {line}"));
             let rect = rect_of(region);
-            let (x0, y0, x1, y1) = (rect[0] + 1, rect[1] + 1, rect[2].min(w) - 1, rect[3].min(h) - 1);
+            let (x0, y0, x1, y1) = (
+                rect[0] + 1,
+                rect[1] + 1,
+                rect[2].min(w) - 1,
+                rect[3].min(h) - 1,
+            );
             assert!(x1 > x0 + 40 && y1 > y0 + 40, "{want}: {rect:?}");
             let share = drawn_share(&pixels, w, (x0, y0, x1, y1), &differs);
-            assert!(share > 0.9, "{want} is drawn where the line says ({share:.2})");
+            assert!(
+                share > 0.9,
+                "{want} is drawn where the line says ({share:.2})"
+            );
         }
     }
 }

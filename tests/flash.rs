@@ -193,7 +193,10 @@ fn the_backward_recomputes_rows_of_p_that_sum_to_one() {
             }
         }
         for (i, s) in row_sums.iter().enumerate() {
-            assert!((s - 1.0).abs() < 1e-5, "gpu {gpu}: row {i} of P sums to {s}");
+            assert!(
+                (s - 1.0).abs() < 1e-5,
+                "gpu {gpu}: row {i} of P sums to {s}"
+            );
         }
         let total_dkdv: f64 = t
             .pass(Pass::BackwardDkdv)
@@ -303,11 +306,16 @@ fn the_cli_prints_every_visit_and_a_summary() {
         assert_eq!(summary["skipped"], nt * nt - visited);
         assert!(summary["max_abs_diff_vs_naive"].as_f64().unwrap() < 1e-5);
         for v in &forward {
-            for key in ["q_tile", "k_block", "m_before", "m_after", "l_before", "l_after", "rescale"] {
+            for key in [
+                "q_tile", "k_block", "m_before", "m_after", "l_before", "l_after", "rescale",
+            ] {
                 assert!(v.get(key).is_some(), "{key} missing from {v}");
             }
             if v["skipped"] == false {
-                assert_eq!(v["s"].as_array().unwrap().len(), ATTENTION_TILE * ATTENTION_TILE);
+                assert_eq!(
+                    v["s"].as_array().unwrap().len(),
+                    ATTENTION_TILE * ATTENTION_TILE
+                );
             }
         }
         objects.push(lines);

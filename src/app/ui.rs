@@ -235,7 +235,16 @@ pub fn draw_ui(
 
     // ---- left and right, unless the view is wide
     if !ui_state.wide {
-        side_panels(&mut root, &mut ui_state, &mut settings, &run, &mut status, &records, &mut commands, &mut sample);
+        side_panels(
+            &mut root,
+            &mut ui_state,
+            &mut settings,
+            &run,
+            &mut status,
+            &records,
+            &mut commands,
+            &mut sample,
+        );
     }
 
     // What is left is the main view.
@@ -252,6 +261,7 @@ pub fn draw_ui(
 
 /// The run panel (left) and the loss chart and sampler (right).
 #[allow(clippy::too_many_arguments)]
+#[cfg_attr(target_arch = "wasm32", allow(unused_variables))] // the path box and its errors are native
 fn side_panels(
     root: &mut egui::Ui,
     ui_state: &mut UiState,
@@ -478,7 +488,6 @@ fn side_panels(
                     ui.add(egui::Label::new(egui::RichText::new(text).monospace()).wrap());
                 });
         });
-
 }
 
 /// Gives the scene camera the rectangle the panels leave free.

@@ -77,9 +77,7 @@ pub fn run(args: FlashArgs) -> Result<()> {
         Some(p) => ProbeSource::Prompt(p.into_bytes()),
         None => ProbeSource::BatchRow(args.row),
     };
-    let probe = trainer
-        .probe_request(&source)
-        .map_err(anyhow::Error::msg)?;
+    let probe = trainer.probe_request(&source).map_err(anyhow::Error::msg)?;
     let request = FlashRequest::from_probe(probe, args.layer, args.head);
     request.check(&config).map_err(anyhow::Error::msg)?;
     let trace = trace_blocking(trainer.backend.as_mut(), &request)?;

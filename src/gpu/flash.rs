@@ -53,7 +53,11 @@ impl GpuBackend {
         else {
             unreachable!("attention_tensors returns an attention op")
         };
-        let grad = |id: usize| self.program.tensors[id].grad.expect("activations have gradients");
+        let grad = |id: usize| {
+            self.program.tensors[id]
+                .grad
+                .expect("activations have gradients")
+        };
         let (dout_id, dqkv_id) = (grad(out), grad(qkv));
         let device = self.ctx.device.clone();
         if self.flash.is_none() {

@@ -312,11 +312,7 @@ pub(super) fn plan_steps(
                         Src::DummyRw, // trace: only traced pipelines write it
                     ],
                     params: attn_params(cfg, cfg.batch, n_head, stream, dropout),
-                    groups: [
-                        t.div_ceil(ATTENTION_TILE) as u32,
-                        (b * n_head) as u32,
-                        1,
-                    ],
+                    groups: [t.div_ceil(ATTENTION_TILE) as u32, (b * n_head) as u32, 1],
                 }],
                 Op::Gelu { inp, out } => vec![ew(
                     "gelu_forward",
@@ -530,11 +526,7 @@ pub(super) fn plan_steps(
                         Src::DummyRw, // trace: only traced pipelines write it
                     ];
                     let params = attn_params(cfg, cfg.batch, n_head, stream, dropout);
-                    let tiles = [
-                        t.div_ceil(ATTENTION_TILE) as u32,
-                        (b * n_head) as u32,
-                        1,
-                    ];
+                    let tiles = [t.div_ceil(ATTENTION_TILE) as u32, (b * n_head) as u32, 1];
                     vec![
                         Planned {
                             entry: "attention_backward_delta",
