@@ -23,6 +23,7 @@
 pub mod app;
 pub mod backend;
 pub mod bench;
+pub mod correctness;
 pub mod cpu;
 pub mod data;
 pub mod flash;

@@ -761,3 +761,73 @@ fn headless_flash_scene_replays_the_trace_mid_way() {
         }
     }
 }
+
+/// The CPU vs GPU scene on tiny: the step runs on both backends without
+/// blocking, every compared tensor is listed, the largest difference is
+/// within the parity tests' tolerance, and the list and the three heatmaps
+/// (CPU, GPU, |GPU − CPU|) are drawn where the JSON line says.
+#[test]
+fn headless_correctness_scene_compares_every_tensor() {
+    let dir = std::env::temp_dir().join(format!("tinygpt-app-correct-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let shot = dir.join("correctness.png");
+    let r = run_headless(
+        &[
+            "app",
+            "--headless",
+            "--scene",
+            "correctness",
+            "--frames",
+            "90",
+            "--preset",
+            "tiny",
+            "--width",
+            "1280",
+            "--height",
+            "720",
+        ],
+        &shot,
+    );
+    let line = r.to_string();
+    assert_eq!(r["scene"], "correctness");
+    let c = &r["correctness"];
+    assert_eq!(c["state"], "done", "{line}");
+    let program = Program::new(&Config::load("tiny").unwrap());
+    let compared = program
+        .tensors
+        .iter()
+        .enumerate()
+        .filter(|(id, t)| {
+            *id != program.stats
+                && !matches!(
+                    t.kind,
+                    tinygpt::program::TensorKind::Input | tinygpt::program::TensorKind::Probe
+                )
+        })
+        .count();
+    assert_eq!(c["tensors"], compared, "{line}");
+    assert!(c["max_rel"].as_f64().unwrap() < 1e-3, "{line}");
+    assert_eq!(c["selected"], c["worst_tensor"], "{line}");
+    let (w, h, pixels) = decode(&shot);
+    let differs = not_background(&r);
+    let regions = r["regions"].as_array().unwrap();
+    for want in ["list", "heatmap:cpu", "heatmap:gpu", "heatmap:|gpu − cpu|"] {
+        let region = regions
+            .iter()
+            .find(|g| g["name"] == want)
+            .unwrap_or_else(|| panic!("no {want} region: {line}"));
+        let rect = rect_of(region);
+        let (x0, y0, x1, y1) = (
+            rect[0] + 1,
+            rect[1] + 1,
+            rect[2].min(w) - 1,
+            rect[3].min(h) - 1,
+        );
+        assert!(x1 > x0 + 8 && y1 > y0 + 8, "{want}: {rect:?}");
+        let share = drawn_share(&pixels, w, (x0, y0, x1, y1), &differs);
+        assert!(
+            share > 0.9,
+            "{want} is drawn where the line says ({share:.2})"
+        );
+    }
+}

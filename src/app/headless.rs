@@ -70,8 +70,11 @@ fn count_frames(
     regions: Query<&SceneRegion>,
     scene: Res<State<Scene>>,
     probes: Res<Probes>,
-    step_shown: Res<super::scenes::step::StepShown>,
-    flash_shown: Res<super::scenes::flash::FlashShown>,
+    (step_shown, flash_shown, correctness_shown): (
+        Res<super::scenes::step::StepShown>,
+        Res<super::scenes::flash::FlashShown>,
+        Res<super::scenes::correctness::CorrectnessShown>,
+    ),
     cameras: Query<(&Camera, &GlobalTransform), With<SceneCamera>>,
     mut exit: MessageWriter<AppExit>,
 ) {
@@ -162,7 +165,7 @@ fn count_frames(
         .filter_map(|r| to_px(&r.name, r.rect))
         .collect();
     // Regions the scenes drew with egui, already in pixels.
-    regions_px.extend(step_shown.regions.iter().chain(&flash_shown.regions).map(|(name, r)| {
+    regions_px.extend(step_shown.regions.iter().chain(&flash_shown.regions).chain(&correctness_shown.regions).map(|(name, r)| {
         serde_json::json!({ "name": name, "rect": [r.min.x.round(), r.min.y.round(), r.max.x.round(), r.max.y.round()] })
     }));
     let step = step_shown.index.map(|i| {
@@ -184,6 +187,15 @@ fn count_frames(
             "source": flash_shown.source,
             "step": flash_shown.step,
             "max_abs_diff_vs_naive": flash_shown.max_abs_diff_vs_naive,
+        })
+    });
+    let correctness = (*scene.get() == Scene::Correctness).then(|| {
+        serde_json::json!({
+            "state": correctness_shown.state,
+            "tensors": correctness_shown.tensors,
+            "selected": correctness_shown.selected,
+            "max_rel": correctness_shown.max_rel,
+            "worst_tensor": correctness_shown.worst_tensor,
         })
     });
     let attention = probes.latest.as_ref().map(|(step, r)| {
@@ -229,6 +241,7 @@ fn count_frames(
         "attention": attention,
         "step": step,
         "flash": flash,
+        "correctness": correctness,
         "background": [(bg.red * 255.0).round(), (bg.green * 255.0).round(), (bg.blue * 255.0).round()],
         "width": config.width,
         "height": config.height,

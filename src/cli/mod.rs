@@ -6,6 +6,7 @@ mod app;
 mod attention;
 mod backend;
 mod bench;
+mod correctness;
 mod flash;
 mod generate;
 mod step;
@@ -54,6 +55,8 @@ enum Command {
     Step(step::StepArgs),
     /// Trace FlashAttention-2's tiling of one head: every tile visit, with the online softmax.
     FlashTrace(flash::FlashArgs),
+    /// Run one training step on the CPU and the GPU and compare every tensor.
+    Correctness(correctness::CorrectnessArgs),
 }
 
 pub use backend::BackendChoice;
@@ -119,6 +122,7 @@ pub fn main() -> ExitCode {
         Command::Attention(a) => attention::run(a),
         Command::Step(a) => step::run(a),
         Command::FlashTrace(a) => flash::run(a),
+        Command::Correctness(a) => correctness::run(a),
     };
     finish(result)
 }

@@ -12,6 +12,7 @@
 
 pub mod attention;
 pub mod camera;
+pub mod correctness;
 pub mod flash;
 pub mod model;
 pub mod step;
@@ -30,10 +31,18 @@ pub enum Scene {
     Step,
     /// FlashAttention-2 tiling one head's attention, replayed from a trace of the kernels.
     Flash,
+    /// One training step on the CPU and the GPU, every tensor compared.
+    Correctness,
 }
 
 impl Scene {
-    pub const ALL: [Scene; 4] = [Scene::Model, Scene::Attention, Scene::Step, Scene::Flash];
+    pub const ALL: [Scene; 5] = [
+        Scene::Model,
+        Scene::Attention,
+        Scene::Step,
+        Scene::Flash,
+        Scene::Correctness,
+    ];
 
     /// The name in links (`scene=`), on the command line (`--scene`) and in lessons.
     pub fn key(self) -> &'static str {
@@ -42,6 +51,7 @@ impl Scene {
             Scene::Attention => "attention",
             Scene::Step => "step",
             Scene::Flash => "flash",
+            Scene::Correctness => "correctness",
         }
     }
 
@@ -56,6 +66,7 @@ impl Scene {
             Scene::Attention => "Attention",
             Scene::Step => "Step through",
             Scene::Flash => "FlashAttention",
+            Scene::Correctness => "CPU vs GPU",
         }
     }
 
@@ -69,9 +80,8 @@ impl Scene {
             Scene::Step => {
                 "one real training step, op by op: each op's inputs, outputs and gradients, the clip and AdamW"
             }
-            Scene::Flash => {
-                "FlashAttention-2 tiling one head's attention, replayed from a trace of the real kernels, forward and backward"
-            }
+            Scene::Flash => "FlashAttention-2's tiling of one head, replayed from the real kernels",
+            Scene::Correctness => "one step on the CPU and the GPU: every tensor compared",
         }
     }
 
@@ -225,6 +235,7 @@ impl Plugin for ScenesPlugin {
                 step::StepScenePlugin {
                     initial: step::StepView::at(self.step_op),
                 },
+                correctness::CorrectnessScenePlugin,
                 flash::FlashScenePlugin {
                     initial: flash::FlashView::at(self.flash_pass, self.flash_visit),
                 },
