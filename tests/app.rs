@@ -831,3 +831,98 @@ fn headless_correctness_scene_compares_every_tensor() {
         );
     }
 }
+
+/// The Speedup scene measures tiny on both backends from the app (`--bench
+/// tiny`) without blocking a frame: the JSON line lists both measurements
+/// with the fields `tinygpt bench --json` prints, the GPU one with its
+/// ratio over the CPU's, and the curve and the table are drawn.
+#[test]
+fn headless_speedup_scene_measures_the_curve_in_the_app() {
+    let dir = std::env::temp_dir().join(format!("tinygpt-app-speedup-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let shot = dir.join("speedup.png");
+    let r = run_headless(
+        &[
+            "app",
+            "--headless",
+            "--scene",
+            "speedup",
+            "--bench",
+            "tiny",
+            "--frames",
+            "400",
+            "--width",
+            "1280",
+            "--height",
+            "720",
+        ],
+        &shot,
+    );
+    let line = r.to_string();
+    let s = &r["speedup"];
+    assert_eq!(s["running"], false, "{line}");
+    let results = s["results"].as_array().unwrap();
+    let of = |kind: &str| {
+        results
+            .iter()
+            .find(|x| x["preset"] == "tiny" && x["backend"] == kind)
+            .unwrap_or_else(|| panic!("no tiny {kind}: {line}"))
+    };
+    let (cpu, gpu) = (of("cpu"), of("gpu"));
+    let ratio = cpu["median_ms"].as_f64().unwrap() / gpu["median_ms"].as_f64().unwrap();
+    assert!(
+        (gpu["gpu_over_cpu"].as_f64().unwrap() - ratio).abs() < 1e-9 * ratio.max(1.0),
+        "{line}"
+    );
+    // The same fields as the command line's bench.
+    let out = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+        .args([
+            "bench",
+            "--presets",
+            "tiny",
+            "--backend",
+            "cpu",
+            "--json",
+            "--seconds",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cli: serde_json::Value = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .unwrap();
+    let keys = |v: &serde_json::Value| {
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    assert_eq!(keys(cpu), keys(&cli), "{line}");
+    let (w, h, pixels) = decode(&shot);
+    let differs = not_background(&r);
+    for want in ["curve", "table"] {
+        let region = r["regions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["name"] == want)
+            .unwrap_or_else(|| panic!("no {want} region: {line}"));
+        let rect = rect_of(region);
+        let (x0, y0, x1, y1) = (
+            rect[0] + 1,
+            rect[1] + 1,
+            rect[2].min(w) - 1,
+            rect[3].min(h) - 1,
+        );
+        assert!(x1 > x0 + 40 && y1 > y0 + 16, "{want}: {rect:?}");
+        let share = drawn_share(&pixels, w, (x0, y0, x1, y1), &differs);
+        assert!(share > 0.05, "{want} is drawn ({share:.2})");
+    }
+}

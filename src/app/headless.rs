@@ -70,10 +70,12 @@ fn count_frames(
     regions: Query<&SceneRegion>,
     scene: Res<State<Scene>>,
     probes: Res<Probes>,
-    (step_shown, flash_shown, correctness_shown): (
+    (step_shown, flash_shown, correctness_shown, speedup, speedup_shown): (
         Res<super::scenes::step::StepShown>,
         Res<super::scenes::flash::FlashShown>,
         Res<super::scenes::correctness::CorrectnessShown>,
+        Res<super::scenes::speedup::SpeedupView>,
+        Res<super::scenes::speedup::SpeedupShown>,
     ),
     cameras: Query<(&Camera, &GlobalTransform), With<SceneCamera>>,
     mut exit: MessageWriter<AppExit>,
@@ -165,7 +167,7 @@ fn count_frames(
         .filter_map(|r| to_px(&r.name, r.rect))
         .collect();
     // Regions the scenes drew with egui, already in pixels.
-    regions_px.extend(step_shown.regions.iter().chain(&flash_shown.regions).chain(&correctness_shown.regions).map(|(name, r)| {
+    regions_px.extend(step_shown.regions.iter().chain(&flash_shown.regions).chain(&correctness_shown.regions).chain(&speedup_shown.regions).map(|(name, r)| {
         serde_json::json!({ "name": name, "rect": [r.min.x.round(), r.min.y.round(), r.max.x.round(), r.max.y.round()] })
     }));
     let step = step_shown.index.map(|i| {
@@ -196,6 +198,13 @@ fn count_frames(
             "selected": correctness_shown.selected,
             "max_rel": correctness_shown.max_rel,
             "worst_tensor": correctness_shown.worst_tensor,
+        })
+    });
+    let speedup = (*scene.get() == Scene::Speedup).then(|| {
+        serde_json::json!({
+            "running": speedup.running(),
+            "message": speedup.message,
+            "results": speedup.results,
         })
     });
     let attention = probes.latest.as_ref().map(|(step, r)| {
@@ -242,6 +251,7 @@ fn count_frames(
         "step": step,
         "flash": flash,
         "correctness": correctness,
+        "speedup": speedup,
         "background": [(bg.red * 255.0).round(), (bg.green * 255.0).round(), (bg.blue * 255.0).round()],
         "width": config.width,
         "height": config.height,

@@ -55,6 +55,8 @@ pub struct AppOptions {
     /// at, paused (else it plays from the first).
     pub flash_pass: crate::flash::Pass,
     pub flash_visit: Option<usize>,
+    /// Presets the Speedup scene measures as soon as it opens.
+    pub bench: Option<Vec<String>>,
     /// Start training at once (otherwise the user presses Train).
     pub train: bool,
     /// Open in the wide view: no side panels, the scene fills the window
@@ -150,6 +152,7 @@ pub fn build(options: AppOptions) -> App {
             step_op: options.step_op,
             flash_pass: options.flash_pass,
             flash_visit: options.flash_visit,
+            bench: options.bench,
         },
         ui::UiPlugin,
         files::FilesPlugin,

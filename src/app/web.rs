@@ -76,6 +76,7 @@ pub fn main() {
         step_op: 0,
         flash_pass: crate::flash::Pass::Forward,
         flash_visit: None,
+        bench: None,
         train: link.train,
         wide: false,
         headless: None,

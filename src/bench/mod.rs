@@ -101,6 +101,26 @@ pub fn bench(
     setup_ms: f64,
     opts: BenchOptions,
 ) -> Result<BenchResult, String> {
+    bench_until(preset, backend_kind, backend, setup_ms, opts, &|| false)
+}
+
+/// [`bench`], stopping with an error between two steps once `cancelled`
+/// says so (the app's Cancel button).
+pub fn bench_until(
+    preset: &str,
+    backend_kind: &str,
+    backend: Box<dyn Backend>,
+    setup_ms: f64,
+    opts: BenchOptions,
+    cancelled: &dyn Fn() -> bool,
+) -> Result<BenchResult, String> {
+    let check = || {
+        if cancelled() {
+            Err("cancelled".to_string())
+        } else {
+            Ok(())
+        }
+    };
     let config = backend.program().config.clone();
     let device = backend.describe();
     let corpus = Corpus::tiny_shakespeare(config.ctx).map_err(|e| e.to_string())?;
@@ -111,6 +131,7 @@ pub fn bench(
     let first_step_ms = trainer.train_step().map_err(|e| e.to_string())?.ms;
     let start = Instant::now();
     for _ in 1..opts.warmup_steps.max(1) {
+        check()?;
         trainer.train_step().map_err(|e| e.to_string())?;
     }
     let warmup_ms = start.elapsed().as_secs_f64() * 1e3;
@@ -119,6 +140,7 @@ pub fn bench(
     while times.len() < opts.min_steps
         || (times.len() < opts.max_steps && timing.elapsed().as_secs_f64() < opts.min_seconds)
     {
+        check()?;
         times.push(trainer.train_step().map_err(|e| e.to_string())?.ms);
     }
     times.sort_by(f64::total_cmp);

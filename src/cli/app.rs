@@ -46,6 +46,10 @@ pub struct AppArgs {
     /// instead of playing from the first.
     #[arg(long, value_name = "N")]
     flash_visit: Option<usize>,
+    /// The Speedup scene measures these presets (comma-separated) on the CPU
+    /// and the GPU as soon as it opens.
+    #[arg(long, value_name = "PRESETS", value_delimiter = ',')]
+    bench: Option<Vec<String>>,
     /// Start training at once instead of waiting for Train.
     #[arg(long)]
     train: bool,
@@ -151,6 +155,7 @@ pub fn run_app(args: AppArgs) -> Result<()> {
         step_op: args.step_op,
         flash_pass: args.flash_pass,
         flash_visit: args.flash_visit,
+        bench: args.bench.clone(),
         train: args.train,
         wide: args.wide,
         headless,

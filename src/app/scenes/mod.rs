@@ -15,6 +15,7 @@ pub mod camera;
 pub mod correctness;
 pub mod flash;
 pub mod model;
+pub mod speedup;
 pub mod step;
 
 use bevy::prelude::*;
@@ -33,15 +34,18 @@ pub enum Scene {
     Flash,
     /// One training step on the CPU and the GPU, every tensor compared.
     Correctness,
+    /// The training-speed bench measured in the app: the GPU-over-CPU curve.
+    Speedup,
 }
 
 impl Scene {
-    pub const ALL: [Scene; 5] = [
+    pub const ALL: [Scene; 6] = [
         Scene::Model,
         Scene::Attention,
         Scene::Step,
         Scene::Flash,
         Scene::Correctness,
+        Scene::Speedup,
     ];
 
     /// The name in links (`scene=`), on the command line (`--scene`) and in lessons.
@@ -52,6 +56,7 @@ impl Scene {
             Scene::Step => "step",
             Scene::Flash => "flash",
             Scene::Correctness => "correctness",
+            Scene::Speedup => "speedup",
         }
     }
 
@@ -67,6 +72,7 @@ impl Scene {
             Scene::Step => "Step through",
             Scene::Flash => "FlashAttention",
             Scene::Correctness => "CPU vs GPU",
+            Scene::Speedup => "Speedup",
         }
     }
 
@@ -82,6 +88,7 @@ impl Scene {
             }
             Scene::Flash => "FlashAttention-2's tiling of one head, replayed from the real kernels",
             Scene::Correctness => "one step on the CPU and the GPU: every tensor compared",
+            Scene::Speedup => "why GPUs win: the training-speed curve, measured here",
         }
     }
 
@@ -217,6 +224,8 @@ pub struct ScenesPlugin {
     /// at, paused.
     pub flash_pass: crate::flash::Pass,
     pub flash_visit: Option<usize>,
+    /// Presets the Speedup scene measures at once (`--bench`).
+    pub bench: Option<Vec<String>>,
 }
 
 impl Plugin for ScenesPlugin {
@@ -236,6 +245,9 @@ impl Plugin for ScenesPlugin {
                     initial: step::StepView::at(self.step_op),
                 },
                 correctness::CorrectnessScenePlugin,
+                speedup::SpeedupScenePlugin {
+                    initial: self.bench.clone(),
+                },
                 flash::FlashScenePlugin {
                     initial: flash::FlashView::at(self.flash_pass, self.flash_visit),
                 },

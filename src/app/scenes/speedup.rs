@@ -1,0 +1,553 @@
+//! The "Speedup" scene: the training-speed bench of `tinygpt bench`, run
+//! from the app on this machine ([`crate::bench::bench_until`]: the same
+//! measurement, the same JSON fields), the GPU-over-CPU curve growing point
+//! by point against parameter count, with the original TinyGPT's published
+//! curve as a reference. A saved run (`bench.jsonl`) loads for a class with
+//! no GPU; the chart exports as SVG (the report's own, `bench::report::svg`).
+//!
+//! The measurements run on the async-compute pool (a worker thread
+//! natively), one (preset, backend) after another, the GPU ones on a
+//! backend of their own on the app's device; results come back through an
+//! inbox the frame reads. Cancel stops between two steps. The run pauses
+//! while a bench runs (they would share the machine).
+
+use super::Scene;
+use crate::app::training::{AppStatus, GpuDevice, Run, RunState};
+use crate::app::ui::UiState;
+use crate::bench::{BenchOptions, BenchResult, bench_until, report};
+use crate::model::config::{BUILTIN_PRESETS, Config};
+use bevy::prelude::*;
+use bevy::tasks::{AsyncComputeTaskPool, Task};
+use bevy_egui::{EguiContexts, EguiPrimaryContextPass, egui};
+use egui_plot::{Legend, Line, Plot, PlotPoints, Points};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// What a bench worker reports.
+#[derive(Debug)]
+enum Msg {
+    Started(String),
+    Done(BenchResult),
+    Failed(String),
+    Finished,
+}
+
+struct BenchJob {
+    _task: Task<()>,
+    inbox: Arc<Mutex<Vec<Msg>>>,
+    cancel: Arc<AtomicBool>,
+    total: usize,
+    done: usize,
+    current: String,
+}
+
+/// The scene's state and what it measured (headless runs print `results`).
+#[derive(Resource)]
+pub struct SpeedupView {
+    /// Built-in presets and whether to measure each.
+    pub presets: Vec<(String, bool)>,
+    pub cpu: bool,
+    pub gpu: bool,
+    /// Seconds of timed steps per measurement, at least.
+    pub seconds: f64,
+    job: Option<BenchJob>,
+    pub results: Vec<BenchResult>,
+    pub message: Option<String>,
+    /// The file to load from or save to.
+    pub path: String,
+    /// Start at once (the command line's `--bench`).
+    pub start: bool,
+}
+
+impl SpeedupView {
+    /// Measures `presets` (the command line's `--bench`) as soon as the scene opens.
+    pub fn starting(presets: Option<&[String]>) -> Self {
+        let mut view = Self::default();
+        if let Some(list) = presets {
+            for (id, on) in &mut view.presets {
+                *on = list.iter().any(|p| p == id);
+            }
+            view.start = true;
+            view.seconds = 0.5;
+        }
+        view
+    }
+
+    pub fn running(&self) -> bool {
+        self.job.is_some()
+    }
+}
+
+impl Default for SpeedupView {
+    fn default() -> Self {
+        Self {
+            presets: BUILTIN_PRESETS
+                .iter()
+                .map(|(id, _)| (id.to_string(), matches!(*id, "tiny" | "small" | "medium")))
+                .collect(),
+            cpu: true,
+            gpu: true,
+            seconds: 2.0,
+            job: None,
+            results: Vec::new(),
+            message: None,
+            path: "bench.jsonl".into(),
+            start: false,
+        }
+    }
+}
+
+/// Picture rectangles (pixels) for the headless line.
+#[derive(Resource, Debug, Clone, Default)]
+pub struct SpeedupShown {
+    pub regions: Vec<(String, egui::Rect)>,
+}
+
+pub struct SpeedupScenePlugin {
+    pub initial: Option<Vec<String>>,
+}
+
+impl Plugin for SpeedupScenePlugin {
+    fn build(&self, app: &mut App) {
+        app.insert_resource(SpeedupView::starting(self.initial.as_deref()))
+            .init_resource::<SpeedupShown>()
+            .add_systems(
+                Update,
+                collect
+                    .in_set(crate::app::AppSystems::Scene)
+                    .run_if(in_state(Scene::Speedup)),
+            )
+            .add_systems(
+                EguiPrimaryContextPass,
+                draw.after(crate::app::ui::draw_ui)
+                    .run_if(in_state(Scene::Speedup)),
+            );
+    }
+}
+
+/// Starts a bench of the chosen presets and backends on a worker.
+fn start(view: &mut SpeedupView, gpu: &GpuDevice) -> Result<(), String> {
+    let presets: Vec<String> = view
+        .presets
+        .iter()
+        .filter(|(_, on)| *on)
+        .map(|(id, _)| id.clone())
+        .collect();
+    if presets.is_empty() || !(view.cpu || view.gpu) {
+        return Err("choose at least one preset and one backend".into());
+    }
+    let gpu_ctx = if view.gpu {
+        if cfg!(target_arch = "wasm32") {
+            return Err("in the browser a GPU bench would wait on the GPU in the page's one thread; measure the CPU here, or load a saved run".into());
+        }
+        Some(gpu.context.clone().ok_or_else(|| {
+            gpu.missing
+                .clone()
+                .unwrap_or_else(|| "no GPU device is available to the app".into())
+        })?)
+    } else {
+        None
+    };
+    let mut plan = Vec::new();
+    for p in &presets {
+        if view.cpu {
+            plan.push((p.clone(), "cpu"));
+        }
+        if view.gpu {
+            plan.push((p.clone(), "gpu"));
+        }
+    }
+    let opts = BenchOptions {
+        min_seconds: view.seconds,
+        ..BenchOptions::default()
+    };
+    let inbox: Arc<Mutex<Vec<Msg>>> = Arc::default();
+    let cancel = Arc::new(AtomicBool::new(false));
+    let (out, stop) = (inbox.clone(), cancel.clone());
+    let total = plan.len();
+    let task = AsyncComputeTaskPool::get().spawn(async move {
+        let send = |m: Msg| out.lock().unwrap().push(m);
+        for (preset, kind) in plan {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            send(Msg::Started(format!("{preset} on the {kind}")));
+            let result = Config::load(&preset)
+                .map_err(|e| e.to_string())
+                .and_then(|config| {
+                    let t0 = web_time::Instant::now();
+                    let backend: Box<dyn crate::backend::Backend> = match (&gpu_ctx, kind) {
+                        (Some(ctx), "gpu") => Box::new(
+                            crate::gpu::GpuBackend::new(
+                                ctx.clone(),
+                                crate::program::Program::new(&config),
+                            )
+                            .map_err(|e| e.to_string())?,
+                        ),
+                        _ => crate::bench::cpu_backend(&config),
+                    };
+                    let setup_ms = t0.elapsed().as_secs_f64() * 1e3;
+                    bench_until(&preset, kind, backend, setup_ms, opts, &|| {
+                        stop.load(Ordering::Relaxed)
+                    })
+                });
+            match result {
+                Ok(r) => send(Msg::Done(r)),
+                Err(e) => send(Msg::Failed(format!("{preset} on the {kind}: {e}"))),
+            }
+        }
+        send(Msg::Finished);
+    });
+    view.results.clear();
+    view.job = Some(BenchJob {
+        _task: task,
+        inbox,
+        cancel,
+        total,
+        done: 0,
+        current: String::new(),
+    });
+    view.message = None;
+    Ok(())
+}
+
+/// Reads what the worker reported; pauses the run while a bench runs.
+fn collect(
+    mut view: ResMut<SpeedupView>,
+    run: Option<ResMut<Run>>,
+    gpu: Res<GpuDevice>,
+    mut status: ResMut<AppStatus>,
+) {
+    if view.start {
+        view.start = false;
+        if let Err(e) = start(&mut view, &gpu) {
+            view.message = Some(e);
+        }
+    }
+    if view.job.is_some()
+        && let Some(mut run) = run
+        && run.state == RunState::Training
+    {
+        run.state = RunState::Paused;
+        status.info = Some("training paused while the bench measures".into());
+    }
+    let Some(job) = view.job.as_mut() else { return };
+    let msgs: Vec<Msg> = std::mem::take(&mut *job.inbox.lock().unwrap());
+    let mut finished = false;
+    let mut arrived = Vec::new();
+    let mut failure = None;
+    for m in msgs {
+        match m {
+            Msg::Started(what) => job.current = what,
+            Msg::Done(r) => {
+                job.done += 1;
+                arrived.push(r);
+            }
+            Msg::Failed(e) => {
+                job.done += 1;
+                failure = Some(e);
+            }
+            Msg::Finished => finished = true,
+        }
+    }
+    let cancelled = job.cancel.load(Ordering::Relaxed);
+    if finished {
+        view.job = None;
+        if cancelled {
+            view.message = Some("cancelled".into());
+        }
+    }
+    if let Some(e) = failure
+        && !(cancelled && e.ends_with("cancelled"))
+    {
+        view.message = Some(e);
+    }
+    for r in arrived {
+        add_result(&mut view.results, r);
+    }
+}
+
+/// Adds a measurement, filling the GPU-over-CPU ratio as `tinygpt bench` does.
+fn add_result(results: &mut Vec<BenchResult>, mut r: BenchResult) {
+    results.retain(|x| !(x.preset == r.preset && x.backend == r.backend));
+    if r.backend == "gpu" {
+        let cpu = results
+            .iter()
+            .find(|x| x.preset == r.preset && x.backend == "cpu");
+        r.gpu_over_cpu = cpu.map(|c| c.median_ms / r.median_ms);
+    } else if let Some(g) = results
+        .iter_mut()
+        .find(|x| x.preset == r.preset && x.backend == "gpu")
+    {
+        g.gpu_over_cpu = Some(r.median_ms / g.median_ms);
+    }
+    results.push(r);
+}
+
+fn draw(
+    mut contexts: EguiContexts,
+    ui_state: Res<UiState>,
+    mut view: ResMut<SpeedupView>,
+    gpu: Res<GpuDevice>,
+    mut shown: ResMut<SpeedupShown>,
+) -> Result {
+    let ctx = contexts.ctx_mut()?.clone();
+    let Some(area) = ui_state.central_rect(&ctx) else {
+        return Ok(());
+    };
+    let body = area.shrink2(egui::vec2(14.0, 10.0));
+    let mut ui = egui::Ui::new(
+        ctx.clone(),
+        "speedup-body".into(),
+        egui::UiBuilder::new()
+            .layer_id(egui::LayerId::new(
+                egui::Order::Background,
+                egui::Id::new("speedup-body-layer"),
+            ))
+            .max_rect(body),
+    );
+    ui.set_clip_rect(body);
+    let mut regions = Vec::new();
+    let view = &mut *view;
+    ui.label(
+        egui::RichText::new("Why do GPUs win? Training speed, measured on this machine")
+            .size(20.0)
+            .strong(),
+    );
+    ui.horizontal_wrapped(|ui| {
+        ui.label("presets:");
+        for (id, on) in &mut view.presets {
+            ui.checkbox(on, id.as_str());
+        }
+    });
+    ui.horizontal_wrapped(|ui| {
+        ui.checkbox(&mut view.cpu, "CPU");
+        ui.checkbox(&mut view.gpu, "GPU");
+        ui.add(egui::Slider::new(&mut view.seconds, 0.5..=10.0).text("s per measurement"));
+        if let Some(job) = &view.job {
+            ui.add(
+                egui::ProgressBar::new(job.done as f32 / job.total.max(1) as f32)
+                    .desired_width(220.0)
+                    .text(format!("{}/{} · {}", job.done, job.total, job.current)),
+            );
+            if ui.button("✖ Cancel").clicked() {
+                job.cancel.store(true, Ordering::Relaxed);
+            }
+        } else if ui.button("▶ Measure").clicked()
+            && let Err(e) = start(view, &gpu)
+        {
+            view.message = Some(e);
+        }
+        ui.separator();
+        ui.add(egui::TextEdit::singleline(&mut view.path).desired_width(160.0));
+        if ui
+            .button("Load")
+            .on_hover_text("a bench.jsonl from `tinygpt bench --report` or Save")
+            .clicked()
+        {
+            match load(&view.path) {
+                Ok(results) => {
+                    view.message = Some(format!(
+                        "loaded {} measurements from {}",
+                        results.len(),
+                        view.path
+                    ));
+                    view.results.clear();
+                    for r in results {
+                        add_result(&mut view.results, r);
+                    }
+                }
+                Err(e) => view.message = Some(e),
+            }
+        }
+        if ui
+            .button("Save")
+            .on_hover_text("the measurements as JSON lines, and the chart as an SVG beside them")
+            .clicked()
+        {
+            view.message = Some(match save(&view.path, &view.results) {
+                Ok(svg) => format!("saved {} and {svg}", view.path),
+                Err(e) => e,
+            });
+        }
+    });
+    if let Some(m) = &view.message {
+        ui.label(egui::RichText::new(m).color(egui::Color32::from_rgb(240, 190, 80)));
+    }
+    if cfg!(target_arch = "wasm32") {
+        ui.label(
+            egui::RichText::new(
+                "In the browser the CPU bench runs on the page's one thread (the page pauses while it measures) and the GPU bench is off; a saved run from a desktop loads here.",
+            )
+            .weak(),
+        );
+    }
+    // The curve: GPU-over-CPU against parameters (log10 on x).
+    let ours: Vec<[f64; 2]> = {
+        let mut v: Vec<_> = view
+            .results
+            .iter()
+            .filter_map(|r| Some([(r.params as f64).log10(), r.gpu_over_cpu?]))
+            .collect();
+        v.sort_by(|a, b| a[0].total_cmp(&b[0]));
+        v
+    };
+    let original: Vec<[f64; 2]> = report::ORIGINAL
+        .iter()
+        .map(|&(_, params, _, speedup)| [(params as f64).log10(), speedup])
+        .collect();
+    let results = view.results.clone();
+    let plot_h = (ui.available_height() * 0.62).max(160.0);
+    let response = Plot::new("speedup")
+        .height(plot_h)
+        .legend(Legend::default().position(egui_plot::Corner::LeftTop))
+        .x_axis_label("parameters (log scale)")
+        .y_axis_label("GPU over CPU (×)")
+        .x_axis_formatter(|mark, _| format!("{:.0}", 10f64.powf(mark.value)))
+        .include_y(0.0)
+        .label_formatter(move |hover| {
+            let egui_plot::HoverPosition::NearDataPoint {
+                plot_name,
+                position: p,
+                ..
+            } = hover
+            else {
+                return None;
+            };
+            let near = results
+                .iter()
+                .filter(|r| ((r.params as f64).log10() - p.x).abs() < 0.05)
+                .map(|r| format!("{} {}: {:.2} ms/step", r.preset, r.backend, r.median_ms))
+                .collect::<Vec<_>>();
+            Some(format!(
+                "{plot_name}\n{:.0} parameters, {:.1}×{}",
+                10f64.powf(p.x),
+                p.y,
+                if near.is_empty() {
+                    String::new()
+                } else {
+                    format!("\n{}", near.join("\n"))
+                }
+            ))
+        })
+        .show(&mut ui, |plot| {
+            plot.line(Line::new(
+                "original TinyGPT (M-series laptop: WebGPU over WASM SIMD)",
+                PlotPoints::from(original.clone()),
+            ));
+            plot.points(
+                Points::new(
+                    "original TinyGPT (M-series laptop: WebGPU over WASM SIMD)",
+                    PlotPoints::from(original),
+                )
+                .radius(4.0),
+            );
+            if !ours.is_empty() {
+                plot.line(
+                    Line::new("this machine: GPU over CPU", PlotPoints::from(ours.clone()))
+                        .width(2.5),
+                );
+                plot.points(
+                    Points::new("this machine: GPU over CPU", PlotPoints::from(ours)).radius(6.0),
+                );
+            }
+        });
+    regions.push(("curve".to_string(), response.response.rect));
+    // The table.
+    let table = egui::ScrollArea::vertical()
+        .auto_shrink([false, false])
+        .show(&mut ui, |ui| {
+            egui::Grid::new("speedup-table")
+                .striped(true)
+                .spacing(egui::vec2(24.0, 4.0))
+                .show(ui, |ui| {
+                    for h in [
+                        "preset",
+                        "parameters",
+                        "CPU ms/step",
+                        "GPU ms/step",
+                        "GPU over CPU",
+                        "device",
+                    ] {
+                        ui.label(egui::RichText::new(h).strong());
+                    }
+                    ui.end_row();
+                    let mut presets: Vec<(&str, usize)> = view
+                        .results
+                        .iter()
+                        .map(|r| (r.preset.as_str(), r.params))
+                        .collect();
+                    presets.sort_by_key(|p| p.1);
+                    presets.dedup();
+                    for (preset, params) in presets {
+                        let of = |kind: &str| {
+                            view.results
+                                .iter()
+                                .find(|r| r.preset == preset && r.backend == kind)
+                        };
+                        ui.label(preset);
+                        ui.label(crate::model::config::group_thousands(params));
+                        ui.label(of("cpu").map_or("—".into(), |r| format!("{:.2}", r.median_ms)));
+                        ui.label(of("gpu").map_or("—".into(), |r| format!("{:.2}", r.median_ms)));
+                        ui.label(of("gpu").and_then(|r| r.gpu_over_cpu).map_or(
+                            "—".into(),
+                            |x| {
+                                if x < 1.0 {
+                                    format!("{x:.3}×")
+                                } else {
+                                    format!("{x:.1}×")
+                                }
+                            },
+                        ));
+                        ui.label(
+                            of("gpu")
+                                .or(of("cpu"))
+                                .map_or(String::new(), |r| r.device.clone()),
+                        );
+                        ui.end_row();
+                    }
+                })
+        });
+    regions.push(("table".to_string(), table.inner.response.rect));
+    shown.regions = regions
+        .into_iter()
+        .map(|(n, r)| (n, r * ctx.pixels_per_point()))
+        .collect();
+    Ok(())
+}
+
+/// Measurements from a `bench.jsonl`.
+fn load(path: &str) -> Result<Vec<BenchResult>, String> {
+    let text = std::fs::read_to_string(path.trim()).map_err(|e| {
+        format!(
+            "cannot read {path}: {e} (save a run here first, or use `tinygpt bench --report DIR`)"
+        )
+    })?;
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, l)| {
+            serde_json::from_str(l).map_err(|e| {
+                format!("{path}, line {}: not a bench measurement ({e}); bench.jsonl from `tinygpt bench --report` loads", i + 1)
+            })
+        })
+        .collect()
+}
+
+/// Writes the measurements as JSON lines and the chart (`report::svg`) as
+/// an SVG beside them; returns the SVG's path.
+fn save(path: &str, results: &[BenchResult]) -> Result<String, String> {
+    if results.is_empty() {
+        return Err("nothing measured yet".into());
+    }
+    let path = std::path::Path::new(path.trim());
+    let lines: String = results
+        .iter()
+        .map(|r| serde_json::to_string(r).expect("plain data") + "\n")
+        .collect();
+    let svg_path = path.with_extension("svg");
+    std::fs::write(path, lines).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    std::fs::write(&svg_path, report::svg(results))
+        .map_err(|e| format!("cannot write {}: {e}", svg_path.display()))?;
+    Ok(svg_path.display().to_string())
+}
