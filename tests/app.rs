@@ -835,7 +835,8 @@ fn headless_correctness_scene_compares_every_tensor() {
 /// The Speedup scene measures tiny on both backends from the app (`--bench
 /// tiny`) without blocking a frame: the JSON line lists both measurements
 /// with the fields `tinygpt bench --json` prints, the GPU one with its
-/// ratio over the CPU's, and the curve and the table are drawn.
+/// ratio over the CPU's; one step of tiny is timed per kernel (`--kernels
+/// tiny`); the curve, the table and the kernel bar are drawn.
 #[test]
 fn headless_speedup_scene_measures_the_curve_in_the_app() {
     let dir = std::env::temp_dir().join(format!("tinygpt-app-speedup-{}", std::process::id()));
@@ -849,8 +850,10 @@ fn headless_speedup_scene_measures_the_curve_in_the_app() {
             "speedup",
             "--bench",
             "tiny",
+            "--kernels",
+            "tiny",
             "--frames",
-            "400",
+            "500",
             "--width",
             "1280",
             "--height",
@@ -869,6 +872,16 @@ fn headless_speedup_scene_measures_the_curve_in_the_app() {
             .unwrap_or_else(|| panic!("no tiny {kind}: {line}"))
     };
     let (cpu, gpu) = (of("cpu"), of("gpu"));
+    // Where the step's time goes: every dispatch of the step timed (lavapipe
+    // has timestamp queries), or the CPU's ops with the reason.
+    let k = &s["kernels"];
+    assert_eq!(k["preset"], "tiny", "{line}");
+    let rows = k["rows"].as_array().unwrap();
+    assert!(!rows.is_empty(), "{line}");
+    assert!(rows.iter().all(|r| r[2].as_f64().unwrap() >= 0.0), "{line}");
+    if k["source"] == "cpu_ops" {
+        assert!(k["note"].as_str().unwrap().contains("instead"), "{line}");
+    }
     let ratio = cpu["median_ms"].as_f64().unwrap() / gpu["median_ms"].as_f64().unwrap();
     assert!(
         (gpu["gpu_over_cpu"].as_f64().unwrap() - ratio).abs() < 1e-9 * ratio.max(1.0),
@@ -907,7 +920,7 @@ fn headless_speedup_scene_measures_the_curve_in_the_app() {
     assert_eq!(keys(cpu), keys(&cli), "{line}");
     let (w, h, pixels) = decode(&shot);
     let differs = not_background(&r);
-    for want in ["curve", "table"] {
+    for want in ["curve", "table", "kernels"] {
         let region = r["regions"]
             .as_array()
             .unwrap()

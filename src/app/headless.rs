@@ -205,6 +205,10 @@ fn count_frames(
             "running": speedup.running(),
             "message": speedup.message,
             "results": speedup.results,
+            "kernels": speedup.kernels.as_ref().map(|k| match k {
+                Ok(k) => serde_json::to_value(k).expect("plain data"),
+                Err(e) => serde_json::json!({ "error": e }),
+            }),
         })
     });
     let attention = probes.latest.as_ref().map(|(step, r)| {

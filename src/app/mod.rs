@@ -57,6 +57,8 @@ pub struct AppOptions {
     pub flash_visit: Option<usize>,
     /// Presets the Speedup scene measures as soon as it opens.
     pub bench: Option<Vec<String>>,
+    /// The preset whose step the Speedup scene times per kernel at once.
+    pub kernels: Option<String>,
     /// Start training at once (otherwise the user presses Train).
     pub train: bool,
     /// Open in the wide view: no side panels, the scene fills the window
@@ -153,6 +155,7 @@ pub fn build(options: AppOptions) -> App {
             flash_pass: options.flash_pass,
             flash_visit: options.flash_visit,
             bench: options.bench,
+            kernels: options.kernels,
         },
         ui::UiPlugin,
         files::FilesPlugin,

@@ -77,6 +77,7 @@ pub fn main() {
         flash_pass: crate::flash::Pass::Forward,
         flash_visit: None,
         bench: None,
+        kernels: None,
         train: link.train,
         wide: false,
         headless: None,

@@ -50,6 +50,10 @@ pub struct AppArgs {
     /// and the GPU as soon as it opens.
     #[arg(long, value_name = "PRESETS", value_delimiter = ',')]
     bench: Option<Vec<String>>,
+    /// The Speedup scene times one step of this preset per kernel (GPU
+    /// timestamps; the CPU's ops where there are none) as soon as it opens.
+    #[arg(long, value_name = "PRESET")]
+    kernels: Option<String>,
     /// Start training at once instead of waiting for Train.
     #[arg(long)]
     train: bool,
@@ -156,6 +160,7 @@ pub fn run_app(args: AppArgs) -> Result<()> {
         flash_pass: args.flash_pass,
         flash_visit: args.flash_visit,
         bench: args.bench.clone(),
+        kernels: args.kernels.clone(),
         train: args.train,
         wide: args.wide,
         headless,

@@ -224,8 +224,10 @@ pub struct ScenesPlugin {
     /// at, paused.
     pub flash_pass: crate::flash::Pass,
     pub flash_visit: Option<usize>,
-    /// Presets the Speedup scene measures at once (`--bench`).
+    /// Presets the Speedup scene measures at once (`--bench`), and the
+    /// preset whose step it times per kernel at once (`--kernels`).
     pub bench: Option<Vec<String>>,
+    pub kernels: Option<String>,
 }
 
 impl Plugin for ScenesPlugin {
@@ -247,6 +249,7 @@ impl Plugin for ScenesPlugin {
                 correctness::CorrectnessScenePlugin,
                 speedup::SpeedupScenePlugin {
                     initial: self.bench.clone(),
+                    kernels: self.kernels.clone(),
                 },
                 flash::FlashScenePlugin {
                     initial: flash::FlashView::at(self.flash_pass, self.flash_visit),

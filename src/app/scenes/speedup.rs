@@ -41,6 +41,78 @@ struct BenchJob {
     current: String,
 }
 
+/// Where one training step's time goes: per kernel on the GPU (timestamp
+/// queries), or per op on the CPU where the adapter has none.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct KernelTimes {
+    pub preset: String,
+    /// What measured it (the adapter, or the CPU backend).
+    pub device: String,
+    /// `gpu_timestamps` or `cpu_ops`.
+    pub source: &'static str,
+    /// Why the CPU's op times stand in, when they do.
+    pub note: Option<String>,
+    /// (op family, e.g. `fwd linear`; kernel entry point, or "" on the CPU; ms).
+    pub rows: Vec<(String, String, f64)>,
+}
+
+/// Times one step of `preset` per kernel (or per CPU op), blocking: on a
+/// worker. Tries the app's device, then a device of its own (the app's may
+/// have been opened without timestamp queries), then the CPU.
+fn time_kernels(
+    preset: &str,
+    app_gpu: Option<crate::gpu::GpuContext>,
+) -> Result<KernelTimes, String> {
+    let config = Config::load(preset).map_err(|e| e.to_string())?;
+    let corpus = crate::data::Corpus::tiny_shakespeare(config.ctx).map_err(|e| e.to_string())?;
+    let batch = crate::data::BatchSampler::new(1).next(&corpus, config.batch, config.ctx);
+    let sp = crate::backend::StepParams {
+        lr: config.lr,
+        adam_t: 1,
+        dropout_seed: 1,
+    };
+    let mut why = None;
+    #[cfg(not(target_arch = "wasm32"))]
+    let own = || crate::gpu::GpuContext::new_blocking().ok();
+    #[cfg(target_arch = "wasm32")]
+    let own = || None;
+    for ctx in [app_gpu, own()].into_iter().flatten() {
+        let device = ctx.describe();
+        let mut gpu = crate::gpu::GpuBackend::new(ctx, crate::program::Program::new(&config))
+            .map_err(|e| e.to_string())?;
+        crate::backend::Backend::initialize(&mut gpu, 42).map_err(|e| e.to_string())?;
+        gpu.profile_step(&batch, sp); // warm-up
+        match gpu.profile_step(&batch, sp) {
+            Some(rows) => {
+                return Ok(KernelTimes {
+                    preset: preset.into(),
+                    device,
+                    source: "gpu_timestamps",
+                    note: None,
+                    rows: rows
+                        .into_iter()
+                        .map(|(label, entry, ns)| (label, entry.to_string(), ns / 1e6))
+                        .collect(),
+                });
+            }
+            None => why = Some(format!("{device} has no timestamp queries")),
+        }
+    }
+    Ok(KernelTimes {
+        preset: preset.into(),
+        device: crate::bench::cpu_backend(&config).describe(),
+        source: "cpu_ops",
+        note: Some(format!(
+            "{}: the CPU backend's op times instead",
+            why.unwrap_or_else(|| "no GPU adapter".into())
+        )),
+        rows: crate::bench::profile_cpu_step(&config, 3)
+            .into_iter()
+            .map(|(k, ms)| (k, String::new(), ms))
+            .collect(),
+    })
+}
+
 /// The scene's state and what it measured (headless runs print `results`).
 #[derive(Resource)]
 pub struct SpeedupView {
@@ -57,6 +129,12 @@ pub struct SpeedupView {
     pub path: String,
     /// Start at once (the command line's `--bench`).
     pub start: bool,
+    /// The preset whose step the kernel view times, and its result.
+    pub kernels_preset: String,
+    kernels_job: Option<Task<Result<KernelTimes, String>>>,
+    pub kernels: Option<Result<KernelTimes, String>>,
+    /// Time the kernels as soon as the scene opens (`--kernels`).
+    pub kernels_start: bool,
 }
 
 impl SpeedupView {
@@ -74,7 +152,23 @@ impl SpeedupView {
     }
 
     pub fn running(&self) -> bool {
-        self.job.is_some()
+        self.job.is_some() || self.kernels_job.is_some()
+    }
+
+    /// Times the kernels of `preset`'s step as soon as the scene opens (`--kernels`).
+    pub fn with_kernels(mut self, preset: Option<&str>) -> Self {
+        if let Some(p) = preset {
+            self.kernels_preset = p.to_string();
+            self.kernels_start = true;
+        }
+        self
+    }
+
+    fn start_kernels(&mut self, gpu: &GpuDevice) {
+        let (preset, ctx) = (self.kernels_preset.clone(), gpu.context.clone());
+        self.kernels = None;
+        self.kernels_job =
+            Some(AsyncComputeTaskPool::get().spawn(async move { time_kernels(&preset, ctx) }));
     }
 }
 
@@ -93,6 +187,10 @@ impl Default for SpeedupView {
             message: None,
             path: "bench.jsonl".into(),
             start: false,
+            kernels_preset: "small".into(),
+            kernels_job: None,
+            kernels: None,
+            kernels_start: false,
         }
     }
 }
@@ -104,24 +202,29 @@ pub struct SpeedupShown {
 }
 
 pub struct SpeedupScenePlugin {
+    /// Presets to measure at once (`--bench`), and the preset whose kernels
+    /// to time at once (`--kernels`).
     pub initial: Option<Vec<String>>,
+    pub kernels: Option<String>,
 }
 
 impl Plugin for SpeedupScenePlugin {
     fn build(&self, app: &mut App) {
-        app.insert_resource(SpeedupView::starting(self.initial.as_deref()))
-            .init_resource::<SpeedupShown>()
-            .add_systems(
-                Update,
-                collect
-                    .in_set(crate::app::AppSystems::Scene)
-                    .run_if(in_state(Scene::Speedup)),
-            )
-            .add_systems(
-                EguiPrimaryContextPass,
-                draw.after(crate::app::ui::draw_ui)
-                    .run_if(in_state(Scene::Speedup)),
-            );
+        app.insert_resource(
+            SpeedupView::starting(self.initial.as_deref()).with_kernels(self.kernels.as_deref()),
+        )
+        .init_resource::<SpeedupShown>()
+        .add_systems(
+            Update,
+            collect
+                .in_set(crate::app::AppSystems::Scene)
+                .run_if(in_state(Scene::Speedup)),
+        )
+        .add_systems(
+            EguiPrimaryContextPass,
+            draw.after(crate::app::ui::draw_ui)
+                .run_if(in_state(Scene::Speedup)),
+        );
     }
 }
 
@@ -224,7 +327,17 @@ fn collect(
             view.message = Some(e);
         }
     }
-    if view.job.is_some()
+    if view.kernels_start && view.job.is_none() {
+        view.kernels_start = false;
+        view.start_kernels(&gpu);
+    }
+    if let Some(task) = view.kernels_job.as_mut()
+        && let Some(result) = bevy::tasks::futures::check_ready(task)
+    {
+        view.kernels_job = None;
+        view.kernels = Some(result);
+    }
+    if view.running()
         && let Some(mut run) = run
         && run.state == RunState::Training
     {
@@ -284,6 +397,7 @@ fn add_result(results: &mut Vec<BenchResult>, mut r: BenchResult) {
     results.push(r);
 }
 
+#[allow(clippy::too_many_arguments)]
 fn draw(
     mut contexts: EguiContexts,
     ui_state: Res<UiState>,
@@ -382,6 +496,19 @@ fn draw(
             .weak(),
         );
     }
+    let mut devices: Vec<&str> = Vec::new();
+    for r in &view.results {
+        if !devices.contains(&r.device.as_str()) {
+            devices.push(&r.device);
+        }
+    }
+    if !devices.is_empty() {
+        ui.label(
+            egui::RichText::new(format!("measured on: {}", devices.join("; ")))
+                .size(12.0)
+                .weak(),
+        );
+    }
     // The curve: GPU-over-CPU against parameters (log10 on x).
     let ours: Vec<[f64; 2]> = {
         let mut v: Vec<_> = view
@@ -397,13 +524,20 @@ fn draw(
         .map(|&(_, params, _, speedup)| [(params as f64).log10(), speedup])
         .collect();
     let results = view.results.clone();
-    let plot_h = (ui.available_height() * 0.62).max(160.0);
+    let plot_h = (ui.available_height() * 0.5).max(160.0);
     let response = Plot::new("speedup")
         .height(plot_h)
         .legend(Legend::default().position(egui_plot::Corner::LeftTop))
         .x_axis_label("parameters (log scale)")
         .y_axis_label("GPU over CPU (×)")
-        .x_axis_formatter(|mark, _| format!("{:.0}", 10f64.powf(mark.value)))
+        .x_axis_formatter(|mark, _| {
+            let n = 10f64.powf(mark.value);
+            if n >= 1e6 {
+                format!("{:.1} M", n / 1e6)
+            } else {
+                format!("{:.0} K", n / 1e3)
+            }
+        })
         .include_y(0.0)
         .label_formatter(move |hover| {
             let egui_plot::HoverPosition::NearDataPoint {
@@ -453,21 +587,31 @@ fn draw(
             }
         });
     regions.push(("curve".to_string(), response.response.rect));
-    // The table.
+    // Below: the table (left) and where a step's time goes (right).
+    let below = ui.available_rect_before_wrap();
+    let mid = below.min.x + below.width() * 0.48;
+    let table_rect = egui::Rect::from_min_max(below.min, egui::pos2(mid - 8.0, below.max.y));
+    let kernels_area = egui::Rect::from_min_max(egui::pos2(mid + 8.0, below.min.y), below.max);
+    let mut table_ui = ui.new_child(egui::UiBuilder::new().max_rect(table_rect));
+    table_ui.set_clip_rect(table_rect.intersect(body));
+    let mut kernels_ui = ui.new_child(egui::UiBuilder::new().max_rect(kernels_area));
+    kernels_ui.set_clip_rect(kernels_area.intersect(body));
+    let kernels_rect = kernels_view(&mut kernels_ui, view, &gpu);
+    regions.push(("kernels".to_string(), kernels_rect));
     let table = egui::ScrollArea::vertical()
+        .id_salt("speedup-table-scroll")
         .auto_shrink([false, false])
-        .show(&mut ui, |ui| {
+        .show(&mut table_ui, |ui| {
             egui::Grid::new("speedup-table")
                 .striped(true)
-                .spacing(egui::vec2(24.0, 4.0))
+                .spacing(egui::vec2(16.0, 4.0))
                 .show(ui, |ui| {
                     for h in [
                         "preset",
                         "parameters",
                         "CPU ms/step",
                         "GPU ms/step",
-                        "GPU over CPU",
-                        "device",
+                        "GPU/CPU",
                     ] {
                         ui.label(egui::RichText::new(h).strong());
                     }
@@ -499,11 +643,6 @@ fn draw(
                                 }
                             },
                         ));
-                        ui.label(
-                            of("gpu")
-                                .or(of("cpu"))
-                                .map_or(String::new(), |r| r.device.clone()),
-                        );
                         ui.end_row();
                     }
                 })
@@ -550,4 +689,141 @@ fn save(path: &str, results: &[BenchResult]) -> Result<String, String> {
     std::fs::write(&svg_path, report::svg(results))
         .map_err(|e| format!("cannot write {}: {e}", svg_path.display()))?;
     Ok(svg_path.display().to_string())
+}
+
+/// Colours of the op families in the stacked bar.
+const FAMILY_COLOURS: [egui::Color32; 10] = [
+    egui::Color32::from_rgb(86, 156, 230),
+    egui::Color32::from_rgb(236, 140, 64),
+    egui::Color32::from_rgb(96, 200, 120),
+    egui::Color32::from_rgb(186, 120, 230),
+    egui::Color32::from_rgb(230, 90, 90),
+    egui::Color32::from_rgb(230, 210, 90),
+    egui::Color32::from_rgb(90, 210, 210),
+    egui::Color32::from_rgb(200, 150, 110),
+    egui::Color32::from_rgb(150, 160, 250),
+    egui::Color32::from_rgb(160, 160, 160),
+];
+
+/// Where one training step's time goes: the preset, the button, a bar
+/// stacked by op family and its legend. Returns the rectangle it drew in.
+fn kernels_view(ui: &mut egui::Ui, view: &mut SpeedupView, gpu: &GpuDevice) -> egui::Rect {
+    let top = ui.cursor().min;
+    ui.horizontal_wrapped(|ui| {
+        ui.label(egui::RichText::new("Where one step's time goes:").strong());
+        egui::ComboBox::from_id_salt("kernels-preset")
+            .selected_text(&view.kernels_preset)
+            .show_ui(ui, |ui| {
+                for (id, _) in BUILTIN_PRESETS {
+                    ui.selectable_value(&mut view.kernels_preset, id.to_string(), *id);
+                }
+            });
+        let busy = view.running();
+        if ui
+            .add_enabled(!busy, egui::Button::new("⏱ Time one step"))
+            .on_hover_text("every kernel of one training step, with GPU timestamps (each in a pass of its own)")
+            .clicked()
+        {
+            view.start_kernels(gpu);
+        }
+        if view.kernels_job.is_some() {
+            ui.spinner();
+        }
+    });
+    match &view.kernels {
+        None => {}
+        Some(Err(e)) => {
+            ui.colored_label(egui::Color32::from_rgb(255, 110, 100), e);
+        }
+        Some(Ok(k)) => {
+            let mut families: Vec<(String, f64, usize)> = Vec::new();
+            for (family, _, ms) in &k.rows {
+                match families.iter_mut().find(|f| &f.0 == family) {
+                    Some(f) => {
+                        f.1 += ms;
+                        f.2 += 1;
+                    }
+                    None => families.push((family.clone(), *ms, 1)),
+                }
+            }
+            families.sort_by(|a, b| b.1.total_cmp(&a.1));
+            let total: f64 = families.iter().map(|f| f.1).sum();
+            let what = match k.source {
+                "gpu_timestamps" => format!(
+                    "{}: {total:.2} ms of kernel time in {} dispatches on {} (each timed in a pass of its own, so more than a step takes)",
+                    k.preset,
+                    k.rows.len(),
+                    k.device
+                ),
+                _ => format!("{}: {total:.2} ms per step on {}", k.preset, k.device),
+            };
+            ui.label(egui::RichText::new(what).size(13.0));
+            if let Some(note) = &k.note {
+                ui.label(
+                    egui::RichText::new(note)
+                        .size(13.0)
+                        .color(egui::Color32::from_rgb(240, 190, 80)),
+                );
+            }
+            let (rect, _) = ui
+                .allocate_exact_size(egui::vec2(ui.available_width(), 28.0), egui::Sense::hover());
+            let mut x = rect.min.x;
+            for (i, (family, ms, _)) in families.iter().enumerate() {
+                let w = rect.width() * (*ms / total.max(1e-12)) as f32;
+                let seg = egui::Rect::from_min_size(
+                    egui::pos2(x, rect.min.y),
+                    egui::vec2(w, rect.height()),
+                );
+                ui.painter()
+                    .rect_filled(seg, 0.0, FAMILY_COLOURS[i % FAMILY_COLOURS.len()]);
+                if let Some(p) = ui.ctx().pointer_hover_pos()
+                    && seg.contains(p)
+                {
+                    egui::Tooltip::always_open(
+                        ui.ctx().clone(),
+                        ui.layer_id(),
+                        egui::Id::new("kernels-hover"),
+                        egui::PopupAnchor::Pointer,
+                    )
+                    .show(|ui| ui.label(format!("{family}: {ms:.3} ms")));
+                }
+                x += w;
+            }
+            egui::ScrollArea::vertical()
+                .id_salt("kernels-legend")
+                .auto_shrink([false, false])
+                .show(ui, |ui| {
+                    egui::Grid::new("kernels-legend-grid")
+                        .spacing(egui::vec2(14.0, 2.0))
+                        .show(ui, |ui| {
+                            for (i, (family, ms, count)) in families.iter().enumerate() {
+                                let (sw, _) = ui.allocate_exact_size(
+                                    egui::vec2(12.0, 12.0),
+                                    egui::Sense::hover(),
+                                );
+                                ui.painter().rect_filled(
+                                    sw,
+                                    2.0,
+                                    FAMILY_COLOURS[i % FAMILY_COLOURS.len()],
+                                );
+                                ui.label(family);
+                                ui.label(format!("{ms:.3} ms"));
+                                ui.label(format!("{:.1}%", 100.0 * ms / total.max(1e-12)));
+                                ui.label(if k.source == "gpu_timestamps" {
+                                    format!("{count} dispatches")
+                                } else {
+                                    String::new()
+                                });
+                                ui.end_row();
+                            }
+                        });
+                });
+        }
+    }
+    egui::Rect::from_min_max(
+        top,
+        ui.min_rect()
+            .max
+            .max(top + egui::vec2(ui.available_width(), 30.0)),
+    )
 }
