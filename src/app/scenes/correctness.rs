@@ -31,6 +31,7 @@ use bevy_egui::{EguiContexts, EguiPrimaryContextPass, egui};
 use std::collections::HashMap;
 
 /// Floats one GPU read brings back at most (several reads cover a big model).
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))] // the browser's path
 const READ_CHUNK: usize = 16 << 20;
 
 /// One tensor compared: the difference, and pooled pictures of both sides.
@@ -61,6 +62,97 @@ pub struct SideBySide {
 /// The CPU side's values, by tensor id: (after the backward pass, after AdamW).
 type CpuValues = Result<(HashMap<usize, Vec<f32>>, String), String>;
 
+/// The GPU side of a comparison. Natively it runs whole on a worker (building
+/// a backend compiles every pipeline: seconds on a big model, not for a
+/// frame); in a browser, where nothing may wait on the GPU, its reads come
+/// back by `map_async` to the frame loop.
+enum GpuSide {
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))] // the native path
+    Task(Task<CpuValues>, Option<CpuValues>),
+    #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))] // the browser's path
+    Reads {
+        /// A cell: the app's resources must be `Sync`, a backend is only `Send`.
+        backend: SyncCell<Box<dyn Backend>>,
+        reads: Vec<(Vec<usize>, Option<PendingRead>)>,
+        got: HashMap<usize, Vec<f32>>,
+    },
+}
+
+impl GpuSide {
+    /// Moves the side along; its values once they are all in.
+    fn poll(&mut self, program: &Program) -> Option<CpuValues> {
+        match self {
+            GpuSide::Task(task, done) => {
+                if done.is_none() {
+                    *done = check_ready(task);
+                }
+                done.clone()
+            }
+            GpuSide::Reads {
+                backend,
+                reads,
+                got,
+            } => {
+                let backend = backend.get();
+                backend.poll();
+                for (ids, read) in reads.iter_mut() {
+                    let Some(pending) = read.take() else { continue };
+                    match backend.try_take_reads(pending) {
+                        Ok(values) => {
+                            let mut at = 0;
+                            for &id in ids.iter() {
+                                let n = program.tensors[id].numel();
+                                got.insert(id, values.get(at..at + n).unwrap_or_default().to_vec());
+                                at += n;
+                            }
+                        }
+                        Err(p) => *read = Some(p),
+                    }
+                }
+                reads
+                    .iter()
+                    .all(|(_, r)| r.is_none())
+                    .then(|| Ok((got.clone(), backend.describe())))
+            }
+        }
+    }
+}
+
+/// One side of the comparison, blocking: the weights and moments in, the
+/// entries up to the clip, every activation, saved value and gradient out,
+/// the clip and AdamW, the parameters and moments out.
+fn one_side(
+    backend: &mut dyn Backend,
+    program: &Program,
+    tensors: &[NamedTensor],
+    batch: &Batch,
+    params: StepParams,
+) -> Result<HashMap<usize, Vec<f32>>, String> {
+    for t in tensors {
+        backend
+            .write(&t.name, &t.values)
+            .map_err(|e| e.to_string())?;
+    }
+    let clip = clip_entry(program);
+    let mut values = HashMap::new();
+    backend.load_step(batch, Some(params));
+    backend.run_entries(0..clip);
+    for id in compared(program, false) {
+        let v = backend
+            .read(&program.tensors[id].name)
+            .map_err(|e| e.to_string())?;
+        values.insert(id, v);
+    }
+    backend.run_entries(clip..program.steps.len());
+    for id in compared(program, true) {
+        let v = backend
+            .read(&program.tensors[id].name)
+            .map_err(|e| e.to_string())?;
+        values.insert(id, v);
+    }
+    Ok(values)
+}
+
 enum Job {
     /// Waiting for the snapshot of the weights and moments at this step.
     Snapshot,
@@ -72,10 +164,7 @@ enum Job {
         params: StepParams,
         cpu: Task<CpuValues>,
         cpu_done: Option<CpuValues>,
-        /// A cell: the app's resources must be `Sync`, a backend is only `Send`.
-        gpu: SyncCell<Box<dyn Backend>>,
-        reads: Vec<(Vec<usize>, Option<PendingRead>)>,
-        got: HashMap<usize, Vec<f32>>,
+        gpu: GpuSide,
     },
     Done(SideBySide),
     Failed(String),
@@ -268,79 +357,19 @@ fn drive(
                     values: snapshot.tensors[n].to_vec(),
                 })
                 .collect();
-            // The GPU side: a backend of its own on Bevy's device; the
-            // entries and the reads go out now, the reads come back later.
-            let mut gpu: Box<dyn Backend> =
-                match crate::gpu::GpuBackend::new(gpu_ctx, program.clone()) {
-                    Ok(g) => Box::new(g),
-                    Err(e) => {
-                        view.job = Some(Job::Failed(e.to_string()));
-                        return;
-                    }
-                };
-            for t in &tensors {
-                if let Err(e) = gpu.write(&t.name, &t.values) {
-                    view.job = Some(Job::Failed(e.to_string()));
+            let gpu = start_gpu_side(gpu_ctx, &program, &tensors, &batch, params);
+            let gpu = match gpu {
+                Ok(g) => g,
+                Err(e) => {
+                    view.job = Some(Job::Failed(e));
                     return;
                 }
-            }
-            let clip = clip_entry(&program);
-            gpu.load_step(&batch, Some(params));
-            gpu.run_entries(0..clip);
-            let mut reads = Vec::new();
-            let mut start = |gpu: &mut Box<dyn Backend>, ids: Vec<usize>| {
-                let mut chunk: Vec<usize> = Vec::new();
-                let mut floats = 0;
-                let mut flush = |chunk: &mut Vec<usize>, gpu: &mut Box<dyn Backend>| {
-                    if chunk.is_empty() {
-                        return;
-                    }
-                    let names: Vec<&str> = chunk
-                        .iter()
-                        .map(|&id| program.tensors[id].name.as_str())
-                        .collect();
-                    let read = gpu.start_reads(&names).ok();
-                    reads.push((std::mem::take(chunk), read));
-                };
-                for id in ids {
-                    let n = program.tensors[id].numel();
-                    if floats + n > READ_CHUNK {
-                        flush(&mut chunk, gpu);
-                        floats = 0;
-                    }
-                    chunk.push(id);
-                    floats += n;
-                }
-                flush(&mut chunk, gpu);
             };
-            start(&mut gpu, compared(&program, false));
-            gpu.run_entries(clip..program.steps.len());
-            start(&mut gpu, compared(&program, true));
             // The CPU side, on a worker.
-            let cpu_program = program.clone();
-            let cpu_batch = batch.clone();
+            let (cpu_program, cpu_batch) = (program.clone(), batch.clone());
             let cpu = AsyncComputeTaskPool::get().spawn(async move {
                 let mut cpu = crate::cpu::CpuBackend::<f32>::new(cpu_program.clone());
-                for t in &tensors {
-                    cpu.write(&t.name, &t.values).map_err(|e| e.to_string())?;
-                }
-                let clip = clip_entry(&cpu_program);
-                let mut values = HashMap::new();
-                cpu.load_step(&cpu_batch, Some(params));
-                cpu.run_entries(0..clip);
-                for id in compared(&cpu_program, false) {
-                    let v = cpu
-                        .read(&cpu_program.tensors[id].name)
-                        .map_err(|e| e.to_string())?;
-                    values.insert(id, v);
-                }
-                cpu.run_entries(clip..cpu_program.steps.len());
-                for id in compared(&cpu_program, true) {
-                    let v = cpu
-                        .read(&cpu_program.tensors[id].name)
-                        .map_err(|e| e.to_string())?;
-                    values.insert(id, v);
-                }
+                let values = one_side(&mut cpu, &cpu_program, &tensors, &cpu_batch, params)?;
                 Ok((values, cpu.describe()))
             });
             view.job = Some(Job::Running {
@@ -351,9 +380,7 @@ fn drive(
                 params,
                 cpu,
                 cpu_done: None,
-                gpu: SyncCell::new(gpu),
-                reads,
-                got: HashMap::new(),
+                gpu,
             });
         }
         Some(Job::Running {
@@ -365,30 +392,12 @@ fn drive(
             mut cpu,
             mut cpu_done,
             mut gpu,
-            mut reads,
-            mut got,
         }) => {
             if cpu_done.is_none() {
                 cpu_done = check_ready(&mut cpu);
             }
-            let backend = gpu.get();
-            backend.poll();
-            for (ids, read) in reads.iter_mut() {
-                let Some(pending) = read.take() else { continue };
-                match backend.try_take_reads(pending) {
-                    Ok(values) => {
-                        let mut at = 0;
-                        for &id in ids.iter() {
-                            let n = program.tensors[id].numel();
-                            got.insert(id, values.get(at..at + n).unwrap_or_default().to_vec());
-                            at += n;
-                        }
-                    }
-                    Err(p) => *read = Some(p),
-                }
-            }
-            let gpu_done = reads.iter().all(|(_, r)| r.is_none());
-            if !(gpu_done && cpu_done.is_some()) {
+            let gpu_done = gpu.poll(&program);
+            let (Some(cpu_values), Some(gpu_values)) = (cpu_done.clone(), gpu_done) else {
                 view.job = Some(Job::Running {
                     step,
                     program,
@@ -398,14 +407,12 @@ fn drive(
                     cpu,
                     cpu_done,
                     gpu,
-                    reads,
-                    got,
                 });
                 return;
-            }
-            let job = match cpu_done.expect("checked") {
-                Err(e) => Job::Failed(e),
-                Ok((cpu_values, cpu_name)) => {
+            };
+            let job = match (cpu_values, gpu_values) {
+                (Err(e), _) | (_, Err(e)) => Job::Failed(e),
+                (Ok((cpu_values, cpu_name)), Ok((got, gpu_name))) => {
                     let mut tensors = Vec::new();
                     let mut ids: Vec<usize> = cpu_values.keys().copied().collect();
                     ids.sort_unstable();
@@ -428,7 +435,7 @@ fn drive(
                         step,
                         tensors,
                         cpu: cpu_name,
-                        gpu: gpu.get().describe(),
+                        gpu: gpu_name,
                         weights,
                         batch,
                         dropout_seed: params.dropout_seed,
@@ -438,6 +445,71 @@ fn drive(
             view.job = Some(job);
         }
         other => view.job = other,
+    }
+}
+
+/// Starts the GPU side: on a worker natively; in a browser its entries and
+/// reads go out now and come back to the frame loop (building the backend
+/// there takes a frame: a browser has no thread to build it on).
+fn start_gpu_side(
+    ctx: crate::gpu::GpuContext,
+    program: &Program,
+    tensors: &[NamedTensor],
+    batch: &Batch,
+    params: StepParams,
+) -> Result<GpuSide, String> {
+    #[cfg(not(target_arch = "wasm32"))]
+    {
+        let (program, tensors, batch) = (program.clone(), tensors.to_vec(), batch.clone());
+        let task = AsyncComputeTaskPool::get().spawn(async move {
+            let mut gpu =
+                crate::gpu::GpuBackend::new(ctx, program.clone()).map_err(|e| e.to_string())?;
+            let values = one_side(&mut gpu, &program, &tensors, &batch, params)?;
+            Ok((values, gpu.describe()))
+        });
+        Ok(GpuSide::Task(task, None))
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        let mut gpu: Box<dyn Backend> =
+            Box::new(crate::gpu::GpuBackend::new(ctx, program.clone()).map_err(|e| e.to_string())?);
+        for t in tensors {
+            gpu.write(&t.name, &t.values).map_err(|e| e.to_string())?;
+        }
+        let clip = clip_entry(program);
+        gpu.load_step(batch, Some(params));
+        gpu.run_entries(0..clip);
+        let mut reads = Vec::new();
+        let mut start = |gpu: &mut Box<dyn Backend>, ids: Vec<usize>| {
+            // In chunks of at most READ_CHUNK floats (one staging buffer each).
+            let mut chunks: Vec<Vec<usize>> = vec![Vec::new()];
+            let mut floats = 0;
+            for id in ids {
+                let n = program.tensors[id].numel();
+                if floats + n > READ_CHUNK && !chunks.last().unwrap().is_empty() {
+                    chunks.push(Vec::new());
+                    floats = 0;
+                }
+                chunks.last_mut().unwrap().push(id);
+                floats += n;
+            }
+            for chunk in chunks.into_iter().filter(|c| !c.is_empty()) {
+                let names: Vec<&str> = chunk
+                    .iter()
+                    .map(|&id| program.tensors[id].name.as_str())
+                    .collect();
+                let read = gpu.start_reads(&names).ok();
+                reads.push((chunk, read));
+            }
+        };
+        start(&mut gpu, compared(program, false));
+        gpu.run_entries(clip..program.steps.len());
+        start(&mut gpu, compared(program, true));
+        Ok(GpuSide::Reads {
+            backend: SyncCell::new(gpu),
+            reads,
+            got: HashMap::new(),
+        })
     }
 }
 
