@@ -29,6 +29,7 @@ use bevy::prelude::*;
 use bevy::tasks::{AsyncComputeTaskPool, Task, futures::check_ready};
 use bevy_egui::{EguiContexts, EguiPrimaryContextPass, egui};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Floats one GPU read brings back at most (several reads cover a big model).
 #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))] // the browser's path
@@ -79,14 +80,14 @@ enum GpuSide {
 }
 
 impl GpuSide {
-    /// Moves the side along; its values once they are all in.
-    fn poll(&mut self, program: &Program) -> Option<CpuValues> {
+    /// Moves the side along; whether its values are all in.
+    fn poll(&mut self, program: &Program) -> bool {
         match self {
             GpuSide::Task(task, done) => {
                 if done.is_none() {
                     *done = check_ready(task);
                 }
-                done.clone()
+                done.is_some()
             }
             GpuSide::Reads {
                 backend,
@@ -109,11 +110,21 @@ impl GpuSide {
                         Err(p) => *read = Some(p),
                     }
                 }
-                reads
-                    .iter()
-                    .all(|(_, r)| r.is_none())
-                    .then(|| Ok((got.clone(), backend.describe())))
+                reads.iter().all(|(_, r)| r.is_none())
             }
+        }
+    }
+
+    /// Its values, once [`GpuSide::poll`] said they are in (moved, not copied:
+    /// hundreds of megabytes on a big model).
+    fn take(self) -> CpuValues {
+        match self {
+            GpuSide::Task(_, done) => {
+                done.unwrap_or_else(|| Err("the GPU side did not finish".into()))
+            }
+            GpuSide::Reads {
+                mut backend, got, ..
+            } => Ok((got, backend.get().describe())),
         }
     }
 }
@@ -124,14 +135,12 @@ impl GpuSide {
 fn one_side(
     backend: &mut dyn Backend,
     program: &Program,
-    tensors: &[NamedTensor],
+    tensors: &[(String, Arc<Vec<f32>>)],
     batch: &Batch,
     params: StepParams,
 ) -> Result<HashMap<usize, Vec<f32>>, String> {
-    for t in tensors {
-        backend
-            .write(&t.name, &t.values)
-            .map_err(|e| e.to_string())?;
+    for (name, values) in tensors {
+        backend.write(name, values).map_err(|e| e.to_string())?;
     }
     let clip = clip_entry(program);
     let mut values = HashMap::new();
@@ -166,6 +175,8 @@ enum Job {
         cpu_done: Option<CpuValues>,
         gpu: GpuSide,
     },
+    /// Both sides are in; a worker compares them.
+    Comparing(Task<SideBySide>),
     Done(SideBySide),
     Failed(String),
 }
@@ -349,15 +360,14 @@ fn drive(
             let step = trainer.step;
             wants.set("correctness", Vec::new());
             let weights = snapshot.params(&program).expect("checked above");
-            let tensors: Vec<NamedTensor> = names
-                .iter()
-                .map(|n| NamedTensor {
-                    name: n.clone(),
-                    shape: Vec::new(),
-                    values: snapshot.tensors[n].to_vec(),
-                })
-                .collect();
-            let gpu = start_gpu_side(gpu_ctx, &program, &tensors, &batch, params);
+            // The snapshot's values, shared with both workers (no copy).
+            let tensors: Arc<Vec<(String, Arc<Vec<f32>>)>> = Arc::new(
+                names
+                    .iter()
+                    .map(|n| (n.clone(), snapshot.tensors[n].clone()))
+                    .collect(),
+            );
+            let gpu = start_gpu_side(gpu_ctx, &program, tensors.clone(), &batch, params);
             let gpu = match gpu {
                 Ok(g) => g,
                 Err(e) => {
@@ -397,7 +407,7 @@ fn drive(
                 cpu_done = check_ready(&mut cpu);
             }
             let gpu_done = gpu.poll(&program);
-            let (Some(cpu_values), Some(gpu_values)) = (cpu_done.clone(), gpu_done) else {
+            if !(gpu_done && cpu_done.is_some()) {
                 view.job = Some(Job::Running {
                     step,
                     program,
@@ -409,40 +419,53 @@ fn drive(
                     gpu,
                 });
                 return;
-            };
+            }
+            let (cpu_values, gpu_values) = (cpu_done.expect("checked"), gpu.take());
             let job = match (cpu_values, gpu_values) {
                 (Err(e), _) | (_, Err(e)) => Job::Failed(e),
                 (Ok((cpu_values, cpu_name)), Ok((got, gpu_name))) => {
-                    let mut tensors = Vec::new();
-                    let mut ids: Vec<usize> = cpu_values.keys().copied().collect();
-                    ids.sort_unstable();
-                    for id in ids {
-                        let (c, g) = (&cpu_values[&id], got.get(&id).cloned().unwrap_or_default());
-                        if g.len() != c.len() {
-                            continue;
+                    // Comparing every value and pooling the pictures takes
+                    // seconds on a big model: a worker does it too.
+                    let seed = params.dropout_seed;
+                    Job::Comparing(AsyncComputeTaskPool::get().spawn(async move {
+                        let mut tensors = Vec::new();
+                        let mut ids: Vec<usize> = cpu_values.keys().copied().collect();
+                        ids.sort_unstable();
+                        for id in ids {
+                            let (c, g) =
+                                (&cpu_values[&id], got.get(&id).map_or(&[][..], |g| &g[..]));
+                            if g.len() != c.len() {
+                                continue;
+                            }
+                            let read = if matches!(
+                                program.tensors[id].kind,
+                                TensorKind::Param | TensorKind::AdamM | TensorKind::AdamV
+                            ) {
+                                "after_adamw"
+                            } else {
+                                "after_backward"
+                            };
+                            tensors.push(picture_of(&program, id, read, c, g));
                         }
-                        let read = if matches!(
-                            program.tensors[id].kind,
-                            TensorKind::Param | TensorKind::AdamM | TensorKind::AdamV
-                        ) {
-                            "after_adamw"
-                        } else {
-                            "after_backward"
-                        };
-                        tensors.push(picture_of(&program, id, read, c, &g));
-                    }
-                    Job::Done(SideBySide {
-                        step,
-                        tensors,
-                        cpu: cpu_name,
-                        gpu: gpu_name,
-                        weights,
-                        batch,
-                        dropout_seed: params.dropout_seed,
-                    })
+                        SideBySide {
+                            step,
+                            tensors,
+                            cpu: cpu_name,
+                            gpu: gpu_name,
+                            weights,
+                            batch,
+                            dropout_seed: seed,
+                        }
+                    }))
                 }
             };
             view.job = Some(job);
+        }
+        Some(Job::Comparing(mut task)) => {
+            view.job = Some(match check_ready(&mut task) {
+                Some(side) => Job::Done(side),
+                None => Job::Comparing(task),
+            });
         }
         other => view.job = other,
     }
@@ -454,13 +477,13 @@ fn drive(
 fn start_gpu_side(
     ctx: crate::gpu::GpuContext,
     program: &Program,
-    tensors: &[NamedTensor],
+    tensors: Arc<Vec<(String, Arc<Vec<f32>>)>>,
     batch: &Batch,
     params: StepParams,
 ) -> Result<GpuSide, String> {
     #[cfg(not(target_arch = "wasm32"))]
     {
-        let (program, tensors, batch) = (program.clone(), tensors.to_vec(), batch.clone());
+        let (program, batch) = (program.clone(), batch.clone());
         let task = AsyncComputeTaskPool::get().spawn(async move {
             let mut gpu =
                 crate::gpu::GpuBackend::new(ctx, program.clone()).map_err(|e| e.to_string())?;
@@ -473,8 +496,8 @@ fn start_gpu_side(
     {
         let mut gpu: Box<dyn Backend> =
             Box::new(crate::gpu::GpuBackend::new(ctx, program.clone()).map_err(|e| e.to_string())?);
-        for t in tensors {
-            gpu.write(&t.name, &t.values).map_err(|e| e.to_string())?;
+        for (name, values) in tensors.iter() {
+            gpu.write(name, values).map_err(|e| e.to_string())?;
         }
         let clip = clip_entry(program);
         gpu.load_step(batch, Some(params));
@@ -632,7 +655,7 @@ fn draw_body(
         }
         _ => {
             let what = match job {
-                Some(Job::Running { .. }) => {
+                Some(Job::Running { .. }) | Some(Job::Comparing(_)) => {
                     "running one step on a fresh CPU backend (a worker) and a fresh GPU backend (Bevy's device)…"
                 }
                 _ => "reading the run's weights and AdamW moments…",
