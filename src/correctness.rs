@@ -81,9 +81,10 @@ pub fn kind_key(kind: TensorKind) -> &'static str {
     }
 }
 
-/// Whether a tensor is compared, and when: the step's scratch after the
-/// backward pass, the weights and moments after AdamW.
-fn compared_after_adamw(program: &Program, id: usize) -> Option<bool> {
+/// When a tensor is compared: `Some(false)` after the backward pass (the
+/// step's activations, saved values and gradients), `Some(true)` after AdamW
+/// (the weights and moments), `None` never (inputs, probes, the stats).
+pub fn read_after_adamw(program: &Program, id: usize) -> Option<bool> {
     let t = &program.tensors[id];
     if id == program.stats {
         return None;
@@ -93,6 +94,50 @@ fn compared_after_adamw(program: &Program, id: usize) -> Option<bool> {
         TensorKind::Param | TensorKind::AdamM | TensorKind::AdamV => Some(true),
         TensorKind::Activation | TensorKind::Saved | TensorKind::Grad => Some(false),
     }
+}
+
+/// The key of [`TensorDiff::read`] for a tensor.
+pub fn read_key(program: &Program, id: usize) -> &'static str {
+    if read_after_adamw(program, id) == Some(true) {
+        "after_adamw"
+    } else {
+        "after_backward"
+    }
+}
+
+/// The compared tensors read after the backward pass (`false`) or after AdamW.
+pub fn compared(program: &Program, after_adamw: bool) -> Vec<usize> {
+    (0..program.tensors.len())
+        .filter(|&id| read_after_adamw(program, id) == Some(after_adamw))
+        .collect()
+}
+
+/// Runs one training step on `backend` (holding the weights and moments to
+/// step from) and reads every compared tensor when it is compared: the
+/// entries up to the clip, the scratch out, the clip and AdamW, the weights
+/// and moments out. Blocking (a worker, the CLI, the tests).
+pub fn step_and_read(
+    backend: &mut dyn Backend,
+    batch: &Batch,
+    params: StepParams,
+) -> Result<std::collections::HashMap<usize, Vec<f32>>, BackendError> {
+    let program = backend.program().clone();
+    let clip = program
+        .steps
+        .iter()
+        .position(|&s| s == Step::ClipGradNorm)
+        .expect("every step list clips");
+    let mut values = std::collections::HashMap::new();
+    backend.load_step(batch, Some(params));
+    backend.run_entries(0..clip);
+    for id in compared(&program, false) {
+        values.insert(id, backend.read(&program.tensors[id].name)?);
+    }
+    backend.run_entries(clip..program.steps.len());
+    for id in compared(&program, true) {
+        values.insert(id, backend.read(&program.tensors[id].name)?);
+    }
+    Ok(values)
 }
 
 /// Copies the parameters (and AdamW's moments, if given) into a backend.
@@ -115,45 +160,21 @@ pub fn load_weights(
 /// One training step on both backends (which must hold the same weights and
 /// moments), on `batch` with `params`; every compared tensor's difference,
 /// in program order. Blocking: the CLI and the tests.
-pub fn compare_step<'a>(
-    cpu: &'a mut dyn Backend,
-    gpu: &'a mut dyn Backend,
+pub fn compare_step(
+    cpu: &mut dyn Backend,
+    gpu: &mut dyn Backend,
     batch: &Batch,
     params: StepParams,
 ) -> Result<Vec<TensorDiff>, BackendError> {
     let program = cpu.program().clone();
-    let clip = program
-        .steps
-        .iter()
-        .position(|&s| s == Step::ClipGradNorm)
-        .expect("every step list clips");
-    let mut diffs = Vec::new();
-    for b in [&mut *cpu, &mut *gpu] {
-        b.load_step(batch, Some(params));
-        b.run_entries(0..clip);
-    }
-    let mut read_all = |after_adamw: bool, cpu: &mut dyn Backend, gpu: &mut dyn Backend| {
-        for id in 0..program.tensors.len() {
-            if compared_after_adamw(&program, id) != Some(after_adamw) {
-                continue;
-            }
-            let name = &program.tensors[id].name;
-            let (c, g) = (cpu.read(name)?, gpu.read(name)?);
-            let read = if after_adamw {
-                "after_adamw"
-            } else {
-                "after_backward"
-            };
-            diffs.push(TensorDiff::of(&program, id, read, &c, &g));
-        }
-        Ok::<(), BackendError>(())
-    };
-    read_all(false, cpu, gpu)?;
-    for b in [&mut *cpu, &mut *gpu] {
-        b.run_entries(clip..program.steps.len());
-    }
-    read_all(true, cpu, gpu)?;
-    Ok(diffs)
+    let c = step_and_read(cpu, batch, params)?;
+    let g = step_and_read(gpu, batch, params)?;
+    let mut ids: Vec<usize> = c.keys().copied().collect();
+    ids.sort_unstable();
+    Ok(ids
+        .into_iter()
+        .map(|id| TensorDiff::of(&program, id, read_key(&program, id), &c[&id], &g[&id]))
+        .collect())
 }
 
 /// A gradient entry, analytic against numeric, both in f64 on the CPU.

@@ -20,10 +20,12 @@ use crate::app::heatmap;
 use crate::app::training::{AppStatus, GpuDevice, Run, RunState, Snapshots, TensorWants};
 use crate::app::ui::UiState;
 use crate::backend::{Backend, PendingRead, StepParams};
-use crate::correctness::{FiniteDifference, TensorDiff, finite_difference};
+use crate::correctness::{
+    FiniteDifference, TensorDiff, finite_difference, read_key, step_and_read,
+};
 use crate::data::Batch;
 use crate::model::params::NamedTensor;
-use crate::program::{Program, Step, TensorKind};
+use crate::program::{Program, TensorKind};
 use bevy::platform::cell::SyncCell;
 use bevy::prelude::*;
 use bevy::tasks::{AsyncComputeTaskPool, Task, futures::check_ready};
@@ -129,12 +131,10 @@ impl GpuSide {
     }
 }
 
-/// One side of the comparison, blocking: the weights and moments in, the
-/// entries up to the clip, every activation, saved value and gradient out,
-/// the clip and AdamW, the parameters and moments out.
+/// One side of the comparison, blocking: the weights and moments in, then
+/// [`step_and_read`].
 fn one_side(
     backend: &mut dyn Backend,
-    program: &Program,
     tensors: &[(String, Arc<Vec<f32>>)],
     batch: &Batch,
     params: StepParams,
@@ -142,24 +142,7 @@ fn one_side(
     for (name, values) in tensors {
         backend.write(name, values).map_err(|e| e.to_string())?;
     }
-    let clip = clip_entry(program);
-    let mut values = HashMap::new();
-    backend.load_step(batch, Some(params));
-    backend.run_entries(0..clip);
-    for id in compared(program, false) {
-        let v = backend
-            .read(&program.tensors[id].name)
-            .map_err(|e| e.to_string())?;
-        values.insert(id, v);
-    }
-    backend.run_entries(clip..program.steps.len());
-    for id in compared(program, true) {
-        let v = backend
-            .read(&program.tensors[id].name)
-            .map_err(|e| e.to_string())?;
-        values.insert(id, v);
-    }
-    Ok(values)
+    step_and_read(backend, batch, params).map_err(|e| e.to_string())
 }
 
 enum Job {
@@ -269,30 +252,6 @@ fn leave(
     *shown = CorrectnessShown::default();
 }
 
-/// The names a comparison reads: every compared tensor, after the backward
-/// pass (false) or after AdamW (true).
-fn compared(program: &Program, after_adamw: bool) -> Vec<usize> {
-    (0..program.tensors.len())
-        .filter(|&id| {
-            let t = &program.tensors[id];
-            id != program.stats
-                && match t.kind {
-                    TensorKind::Input | TensorKind::Probe => false,
-                    TensorKind::Param | TensorKind::AdamM | TensorKind::AdamV => after_adamw,
-                    _ => !after_adamw,
-                }
-        })
-        .collect()
-}
-
-fn clip_entry(program: &Program) -> usize {
-    program
-        .steps
-        .iter()
-        .position(|&s| s == Step::ClipGradNorm)
-        .expect("every step list clips")
-}
-
 /// Moves the comparison along: the snapshot, then both sides, then the diff.
 #[allow(clippy::too_many_arguments)]
 fn drive(
@@ -379,7 +338,7 @@ fn drive(
             let (cpu_program, cpu_batch) = (program.clone(), batch.clone());
             let cpu = AsyncComputeTaskPool::get().spawn(async move {
                 let mut cpu = crate::cpu::CpuBackend::<f32>::new(cpu_program.clone());
-                let values = one_side(&mut cpu, &cpu_program, &tensors, &cpu_batch, params)?;
+                let values = one_side(&mut cpu, &tensors, &cpu_batch, params)?;
                 Ok((values, cpu.describe()))
             });
             view.job = Some(Job::Running {
@@ -437,15 +396,7 @@ fn drive(
                             if g.len() != c.len() {
                                 continue;
                             }
-                            let read = if matches!(
-                                program.tensors[id].kind,
-                                TensorKind::Param | TensorKind::AdamM | TensorKind::AdamV
-                            ) {
-                                "after_adamw"
-                            } else {
-                                "after_backward"
-                            };
-                            tensors.push(picture_of(&program, id, read, c, g));
+                            tensors.push(picture_of(&program, id, read_key(&program, id), c, g));
                         }
                         SideBySide {
                             step,
@@ -487,19 +438,25 @@ fn start_gpu_side(
         let task = AsyncComputeTaskPool::get().spawn(async move {
             let mut gpu =
                 crate::gpu::GpuBackend::new(ctx, program.clone()).map_err(|e| e.to_string())?;
-            let values = one_side(&mut gpu, &program, &tensors, &batch, params)?;
+            let values = one_side(&mut gpu, &tensors, &batch, params)?;
             Ok((values, gpu.describe()))
         });
         Ok(GpuSide::Task(task, None))
     }
     #[cfg(target_arch = "wasm32")]
     {
+        use crate::correctness::compared;
+        use crate::program::Step;
         let mut gpu: Box<dyn Backend> =
             Box::new(crate::gpu::GpuBackend::new(ctx, program.clone()).map_err(|e| e.to_string())?);
         for (name, values) in tensors.iter() {
             gpu.write(name, values).map_err(|e| e.to_string())?;
         }
-        let clip = clip_entry(program);
+        let clip = program
+            .steps
+            .iter()
+            .position(|&s| s == Step::ClipGradNorm)
+            .expect("every step list clips");
         gpu.load_step(batch, Some(params));
         gpu.run_entries(0..clip);
         let mut reads = Vec::new();
