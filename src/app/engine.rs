@@ -8,7 +8,9 @@
 //! for the scenes, arrive the same way: asked for, and collected by a later
 //! pump, on either backend. So does a stepped-through training step (the
 //! Step scene): its entries run on the worker (CPU) or go out as submits
-//! with their reads (GPU), and their views come back to the cursor.
+//! with their reads (GPU), and their views come back to the cursor; and so
+//! does a FlashAttention trace (the Flash scene): the traced kernels' submit
+//! read back by `map_async` (GPU), or the CPU model in the worker's chunk.
 
 use crate::backend::Backend;
 use crate::flash::{FlashRequest, FlashTrace, FlashWant, TraceSource};

@@ -6,9 +6,12 @@
 //! scene's world, the hover tooltip, the colour scale and the label font.
 //!
 //! Scenes read what the training plugin provides ([`super::training::Snapshots`],
-//! [`super::training::Probes`]) and ask for what they need through
-//! [`super::training::TensorWants`] and [`super::training::Probes::set_want`]:
-//! requests that never block a frame and work the same on both backends.
+//! [`super::training::Probes`], [`super::training::FlashTraces`]) and ask for
+//! what they need through [`super::training::TensorWants`],
+//! [`super::training::Probes::set_want`] and
+//! [`super::training::FlashTraces::set_want`]: requests that never block a
+//! frame and work the same on both backends. Work of their own (the CPU vs
+//! GPU step, the bench) runs on Bevy's async-compute pool.
 
 pub mod attention;
 pub mod camera;
