@@ -6,30 +6,14 @@
 
 use super::backend::{BackendChoice, build, resolve};
 use anyhow::{Context, Result, bail};
-use std::path::PathBuf;
 use tinygpt::correctness::{compare_step, finite_difference, load_weights};
 use tinygpt::cpu::CpuBackend;
-use tinygpt::data::Corpus;
-use tinygpt::model::checkpoint::Checkpoint;
-use tinygpt::model::config::{Config, DEFAULT_PRESET};
 use tinygpt::program::Program;
-use tinygpt::train::Trainer;
 
 #[derive(clap::Args)]
 pub struct CorrectnessArgs {
-    /// A checkpoint written by `tinygpt train` (or the app): its weights,
-    /// optimizer state and next batch.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["preset", "seed"])]
-    checkpoint: Option<PathBuf>,
-    /// Without a checkpoint: the preset whose initial weights to use.
-    #[arg(long)]
-    preset: Option<String>,
-    /// Without a checkpoint: the seed of the initial weights and batches.
-    #[arg(long)]
-    seed: Option<u64>,
-    /// A text file to draw the batch from instead of TinyShakespeare.
-    #[arg(long, value_name = "FILE")]
-    corpus: Option<PathBuf>,
+    #[command(flatten)]
+    run: super::run::RunArgs,
     /// Check ∂loss/∂PARAM[INDEX] against a finite difference in f64 (repeatable).
     #[arg(long, value_name = "PARAM:INDEX")]
     fd: Vec<String>,
@@ -40,19 +24,6 @@ pub struct CorrectnessArgs {
 }
 
 pub fn run(args: CorrectnessArgs) -> Result<()> {
-    let checkpoint = args
-        .checkpoint
-        .as_deref()
-        .map(Checkpoint::load)
-        .transpose()?;
-    let config = match &checkpoint {
-        Some(ck) => ck.config.clone(),
-        None => Config::load(args.preset.as_deref().unwrap_or(DEFAULT_PRESET))?,
-    };
-    let corpus = match &args.corpus {
-        Some(p) => Corpus::from_file(p, config.ctx)?,
-        None => Corpus::tiny_shakespeare(config.ctx)?,
-    };
     let fd: Vec<(String, usize)> = args
         .fd
         .iter()
@@ -67,12 +38,10 @@ pub fn run(args: CorrectnessArgs) -> Result<()> {
         })
         .collect::<Result<_>>()?;
     // The run (on the CPU): its weights, moments, next batch and step.
-    let cpu: Box<dyn tinygpt::backend::Backend> =
-        Box::new(CpuBackend::<f32>::new(Program::new(&config)));
-    let mut trainer = match &checkpoint {
-        Some(ck) => Trainer::resume(cpu, corpus, ck)?,
-        None => Trainer::new(cpu, corpus, args.seed.unwrap_or(1337))?,
-    };
+    let mut trainer = args
+        .run
+        .trainer(|config| Ok(Box::new(CpuBackend::<f32>::new(Program::new(config)))))?;
+    let config = trainer.config.clone();
     let batch = trainer.peek_next_batch();
     let params = trainer.step_params(trainer.step);
     let ck = trainer.checkpoint(true)?;

@@ -7,28 +7,13 @@
 
 use super::backend::{BackendChoice, build, resolve};
 use anyhow::{Result, bail};
-use std::path::PathBuf;
-use tinygpt::data::Corpus;
 use tinygpt::flash::{FlashRequest, Pass, TraceSource, human_bytes as bytes, trace_blocking};
-use tinygpt::model::checkpoint::Checkpoint;
-use tinygpt::model::config::{Config, DEFAULT_PRESET};
 use tinygpt::probe::ProbeSource;
-use tinygpt::train::Trainer;
 
 #[derive(clap::Args)]
 pub struct FlashArgs {
-    /// A checkpoint written by `tinygpt train` (or the app).
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["preset", "seed"])]
-    checkpoint: Option<PathBuf>,
-    /// Without a checkpoint: the preset whose initial weights to use.
-    #[arg(long)]
-    preset: Option<String>,
-    /// Without a checkpoint: the seed of the initial weights and batches.
-    #[arg(long)]
-    seed: Option<u64>,
-    /// A text file to draw the batch from instead of TinyShakespeare.
-    #[arg(long, value_name = "FILE")]
-    corpus: Option<PathBuf>,
+    #[command(flatten)]
+    run: super::run::RunArgs,
     /// Trace this text (padded to the context) instead of a row of the run's next batch.
     #[arg(long)]
     prompt: Option<String>,
@@ -54,25 +39,11 @@ pub struct FlashArgs {
 }
 
 pub fn run(args: FlashArgs) -> Result<()> {
-    let checkpoint = args
-        .checkpoint
-        .as_deref()
-        .map(Checkpoint::load)
-        .transpose()?;
-    let config = match &checkpoint {
-        Some(ck) => ck.config.clone(),
-        None => Config::load(args.preset.as_deref().unwrap_or(DEFAULT_PRESET))?,
-    };
-    let corpus = match &args.corpus {
-        Some(p) => Corpus::from_file(p, config.ctx)?,
-        None => Corpus::tiny_shakespeare(config.ctx)?,
-    };
-    let resolved = resolve(args.backend)?;
-    let backend = build(&resolved, args.backend, &config)?;
-    let mut trainer = match &checkpoint {
-        Some(ck) => Trainer::resume(backend, corpus, ck)?,
-        None => Trainer::new(backend, corpus, args.seed.unwrap_or(1337))?,
-    };
+    let mut trainer = args.run.trainer(|config| {
+        let resolved = resolve(args.backend)?;
+        build(&resolved, args.backend, config)
+    })?;
+    let config = trainer.config.clone();
     let source = match args.prompt {
         Some(p) => ProbeSource::Prompt(p.into_bytes()),
         None => ProbeSource::BatchRow(args.row),

@@ -9,6 +9,7 @@ mod bench;
 mod correctness;
 mod flash;
 mod generate;
+mod run;
 mod step;
 mod train;
 

@@ -5,27 +5,12 @@
 
 use super::backend::{BackendChoice, build, resolve};
 use anyhow::{Context, Result, bail};
-use std::path::PathBuf;
-use tinygpt::data::Corpus;
-use tinygpt::model::checkpoint::Checkpoint;
-use tinygpt::model::config::{Config, DEFAULT_PRESET};
-use tinygpt::train::{StepSource, Trainer};
+use tinygpt::train::StepSource;
 
 #[derive(clap::Args)]
 pub struct StepArgs {
-    /// A checkpoint written by `tinygpt train` (or the app): its weights,
-    /// optimizer state and next batch.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["preset", "seed"])]
-    checkpoint: Option<PathBuf>,
-    /// Without a checkpoint: the preset whose initial weights to use.
-    #[arg(long)]
-    preset: Option<String>,
-    /// Without a checkpoint: the seed of the initial weights and batches.
-    #[arg(long)]
-    seed: Option<u64>,
-    /// A text file to train on instead of TinyShakespeare.
-    #[arg(long, value_name = "FILE")]
-    corpus: Option<PathBuf>,
+    #[command(flatten)]
+    run: super::run::RunArgs,
     /// Step on this text (in every batch row) instead of the run's next batch.
     #[arg(long)]
     prompt: Option<String>,
@@ -42,25 +27,11 @@ pub struct StepArgs {
 }
 
 pub fn run(args: StepArgs) -> Result<()> {
-    let checkpoint = args
-        .checkpoint
-        .as_deref()
-        .map(Checkpoint::load)
-        .transpose()?;
-    let config = match &checkpoint {
-        Some(ck) => ck.config.clone(),
-        None => Config::load(args.preset.as_deref().unwrap_or(DEFAULT_PRESET))?,
-    };
-    let corpus = match &args.corpus {
-        Some(p) => Corpus::from_file(p, config.ctx)?,
-        None => Corpus::tiny_shakespeare(config.ctx)?,
-    };
-    let resolved = resolve(args.backend)?;
-    let backend = build(&resolved, args.backend, &config)?;
-    let mut trainer = match &checkpoint {
-        Some(ck) => Trainer::resume(backend, corpus, ck)?,
-        None => Trainer::new(backend, corpus, args.seed.unwrap_or(1337))?,
-    };
+    let mut trainer = args.run.trainer(|config| {
+        let resolved = resolve(args.backend)?;
+        build(&resolved, args.backend, config)
+    })?;
+    let config = trainer.config.clone();
     let source = match args.prompt {
         Some(p) => StepSource::Prompt(p.into_bytes()),
         None => StepSource::NextBatch,
