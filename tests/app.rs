@@ -381,6 +381,44 @@ fn drawn_share(
     count as f64 / ((x1 - x0) * (y1 - y0)) as f64
 }
 
+/// Asserts that each named region of a headless line is in the picture, at
+/// least `min_size` (w, h) pixels inside its border, and that more than
+/// `min_share` of its pixels differ from the background.
+fn assert_regions_drawn(
+    r: &serde_json::Value,
+    shot: &std::path::Path,
+    names: &[&str],
+    min_size: (usize, usize),
+    min_share: f64,
+) {
+    let line = r.to_string();
+    let (w, h, pixels) = decode(shot);
+    let differs = not_background(r);
+    let regions = r["regions"].as_array().unwrap();
+    for want in names {
+        let region = regions
+            .iter()
+            .find(|g| g["name"] == *want)
+            .unwrap_or_else(|| panic!("no {want} region: {line}"));
+        let rect = rect_of(region);
+        let (x0, y0, x1, y1) = (
+            rect[0] + 1,
+            rect[1] + 1,
+            rect[2].min(w) - 1,
+            rect[3].min(h) - 1,
+        );
+        assert!(
+            x1 > x0 + min_size.0 && y1 > y0 + min_size.1,
+            "{want}: {rect:?}"
+        );
+        let share = drawn_share(&pixels, w, (x0, y0, x1, y1), &differs);
+        assert!(
+            share > min_share,
+            "{want} is drawn where the line says ({share:.2})"
+        );
+    }
+}
+
 #[test]
 fn headless_app_trains_on_the_gpu_and_draws_the_layer_stack() {
     let dir = std::env::temp_dir().join(format!("tinygpt-app-headless-{}", std::process::id()));
@@ -737,28 +775,13 @@ fn headless_flash_scene_replays_the_trace_mid_way() {
             flash["max_abs_diff_vs_naive"].as_f64().unwrap() < 1e-5,
             "{line}"
         );
-        let (w, h, pixels) = decode(&shot);
-        let differs = not_background(&r);
-        let regions = r["regions"].as_array().unwrap();
-        for want in ["memory", "shared", "grid", "rows"] {
-            let region = regions
-                .iter()
-                .find(|g| g["name"] == want)
-                .unwrap_or_else(|| panic!("no {want} region: {line}"));
-            let rect = rect_of(region);
-            let (x0, y0, x1, y1) = (
-                rect[0] + 1,
-                rect[1] + 1,
-                rect[2].min(w) - 1,
-                rect[3].min(h) - 1,
-            );
-            assert!(x1 > x0 + 40 && y1 > y0 + 40, "{want}: {rect:?}");
-            let share = drawn_share(&pixels, w, (x0, y0, x1, y1), &differs);
-            assert!(
-                share > 0.9,
-                "{want} is drawn where the line says ({share:.2})"
-            );
-        }
+        assert_regions_drawn(
+            &r,
+            &shot,
+            &["memory", "shared", "grid", "rows"],
+            (40, 40),
+            0.9,
+        );
     }
 }
 
@@ -808,28 +831,13 @@ fn headless_correctness_scene_compares_every_tensor() {
     assert_eq!(c["tensors"], compared, "{line}");
     assert!(c["max_rel"].as_f64().unwrap() < 1e-3, "{line}");
     assert_eq!(c["selected"], c["worst_tensor"], "{line}");
-    let (w, h, pixels) = decode(&shot);
-    let differs = not_background(&r);
-    let regions = r["regions"].as_array().unwrap();
-    for want in ["list", "heatmap:cpu", "heatmap:gpu", "heatmap:|gpu − cpu|"] {
-        let region = regions
-            .iter()
-            .find(|g| g["name"] == want)
-            .unwrap_or_else(|| panic!("no {want} region: {line}"));
-        let rect = rect_of(region);
-        let (x0, y0, x1, y1) = (
-            rect[0] + 1,
-            rect[1] + 1,
-            rect[2].min(w) - 1,
-            rect[3].min(h) - 1,
-        );
-        assert!(x1 > x0 + 8 && y1 > y0 + 8, "{want}: {rect:?}");
-        let share = drawn_share(&pixels, w, (x0, y0, x1, y1), &differs);
-        assert!(
-            share > 0.9,
-            "{want} is drawn where the line says ({share:.2})"
-        );
-    }
+    assert_regions_drawn(
+        &r,
+        &shot,
+        &["list", "heatmap:cpu", "heatmap:gpu", "heatmap:|gpu − cpu|"],
+        (8, 8),
+        0.9,
+    );
 }
 
 /// The Speedup scene measures tiny on both backends from the app (`--bench
@@ -918,24 +926,5 @@ fn headless_speedup_scene_measures_the_curve_in_the_app() {
         k
     };
     assert_eq!(keys(cpu), keys(&cli), "{line}");
-    let (w, h, pixels) = decode(&shot);
-    let differs = not_background(&r);
-    for want in ["curve", "table", "kernels"] {
-        let region = r["regions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|g| g["name"] == want)
-            .unwrap_or_else(|| panic!("no {want} region: {line}"));
-        let rect = rect_of(region);
-        let (x0, y0, x1, y1) = (
-            rect[0] + 1,
-            rect[1] + 1,
-            rect[2].min(w) - 1,
-            rect[3].min(h) - 1,
-        );
-        assert!(x1 > x0 + 40 && y1 > y0 + 16, "{want}: {rect:?}");
-        let share = drawn_share(&pixels, w, (x0, y0, x1, y1), &differs);
-        assert!(share > 0.05, "{want} is drawn ({share:.2})");
-    }
+    assert_regions_drawn(&r, &shot, &["curve", "table", "kernels"], (40, 16), 0.05);
 }

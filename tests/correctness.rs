@@ -172,27 +172,14 @@ fn finite_differences_agree_with_the_analytic_gradient() {
 
 #[test]
 fn the_cli_compares_every_tensor_and_checks_a_gradient() {
-    let out = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
-        .args([
-            "correctness",
-            "--preset",
-            "tiny",
-            "--fd",
-            "transformer.ln_f.bias:3",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = common::json_lines(&[
+        "correctness",
+        "--preset",
+        "tiny",
+        "--fd",
+        "transformer.ln_f.bias:3",
+        "--json",
+    ]);
     let (summary, rest) = lines.split_last().unwrap();
     assert_eq!(summary["summary"], true);
     let tensors: Vec<_> = rest.iter().filter(|v| v.get("name").is_some()).collect();

@@ -270,7 +270,7 @@ fn tinygpt(args: &[&str]) -> std::process::Output {
 fn the_cli_prints_every_visit_and_a_summary() {
     let mut objects = Vec::new();
     for backend in ["cpu", "gpu"] {
-        let out = tinygpt(&[
+        let lines = common::json_lines(&[
             "flash-trace",
             "--preset",
             "tiny",
@@ -283,16 +283,6 @@ fn the_cli_prints_every_visit_and_a_summary() {
             "--json",
             "--blocks",
         ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
         let (summary, visits) = lines.split_last().unwrap();
         assert_eq!(summary["summary"], true);
         let t = summary["t"].as_u64().unwrap() as usize;

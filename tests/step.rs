@@ -187,20 +187,7 @@ fn tinygpt() -> Command {
 
 #[test]
 fn step_json_lists_every_entry_once_with_train_steps_gradients() {
-    let out = tinygpt()
-        .args(["step", "--preset", "tiny", "--seed", "5", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = common::json_lines(&["step", "--preset", "tiny", "--seed", "5", "--json"]);
     let cfg = Config::load("tiny").unwrap();
     let program = Program::new(&cfg);
     let entries = tinygpt::stepthrough::entries(&program);

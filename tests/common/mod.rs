@@ -47,3 +47,24 @@ pub fn config(
         eval_batches: 1,
     }
 }
+
+/// Runs `tinygpt ARGS`, asserts it succeeded, and parses each line of its
+/// standard output as JSON (the `--json` commands).
+#[allow(dead_code)] // not every test binary runs the command line
+pub fn json_lines(args: &[&str]) -> Vec<serde_json::Value> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "tinygpt {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
