@@ -90,12 +90,40 @@ pub(super) struct Slots {
 impl Slots {
     /// Rows `tile·TILE..` of a column.
     fn tile(&self, name: &str, tile: usize) -> egui::Rect {
-        let c = self.columns[name];
-        let h = c.height() / self.t as f32;
-        let y0 = c.min.y + (tile * ATTENTION_TILE) as f32 * h;
-        let y1 = c.min.y + (((tile + 1) * ATTENTION_TILE).min(self.t)) as f32 * h;
-        egui::Rect::from_min_max(egui::pos2(c.min.x, y0), egui::pos2(c.max.x, y1))
+        rows_of(self.columns[name], tile_span(self.t, tile))
     }
+}
+
+/// Rows `tile·TILE..` of T as fractions (top, bottom) of 0..1: where a tile
+/// sits in a column, and in a T-tall texture.
+fn tile_span(t: usize, tile: usize) -> (f32, f32) {
+    (
+        (tile * ATTENTION_TILE) as f32 / t as f32,
+        (((tile + 1) * ATTENTION_TILE).min(t)) as f32 / t as f32,
+    )
+}
+
+/// The horizontal band (top, bottom) of `rect`, as fractions of its height.
+fn rows_of(rect: egui::Rect, (top, bottom): (f32, f32)) -> egui::Rect {
+    egui::Rect::from_min_max(
+        egui::pos2(rect.min.x, rect.min.y + top * rect.height()),
+        egui::pos2(rect.max.x, rect.min.y + bottom * rect.height()),
+    )
+}
+
+/// Draws tile `tile` of a T-tall tensor texture into `rect`.
+fn draw_tile(
+    painter: &egui::Painter,
+    texture: &egui::TextureHandle,
+    rect: egui::Rect,
+    t: usize,
+    tile: usize,
+) {
+    let uv = rows_of(
+        egui::Rect::from_min_max(egui::pos2(0.0, 0.0), egui::pos2(1.0, 1.0)),
+        tile_span(t, tile),
+    );
+    painter.image(texture.id(), rect, uv, egui::Color32::WHITE);
 }
 
 /// The columns a pass shows: inputs, then what it writes.
@@ -199,21 +227,8 @@ pub(super) fn draw_memory(
                 // An output tile appears once its workgroup has written it.
                 for tile in 0..trace.tiles {
                     if written(visits, position, done, pass, tile) {
-                        let r = Slots {
-                            columns: HashMap::from([(name, col)]),
-                            t: trace.t,
-                        }
-                        .tile(name, tile);
-                        let (y0, y1) = (
-                            (tile * ATTENTION_TILE) as f32 / trace.t as f32,
-                            (((tile + 1) * ATTENTION_TILE).min(trace.t)) as f32 / trace.t as f32,
-                        );
-                        painter.image(
-                            tex.id(),
-                            r,
-                            egui::Rect::from_min_max(egui::pos2(0.0, y0), egui::pos2(1.0, y1)),
-                            egui::Color32::WHITE,
-                        );
+                        let r = rows_of(col, tile_span(trace.t, tile));
+                        draw_tile(painter, tex, r, trace.t, tile);
                     }
                 }
             } else {
@@ -222,7 +237,7 @@ pub(super) fn draw_memory(
         }
         // Tile boundaries.
         for tile in 1..trace.tiles {
-            let y = col.min.y + col.height() * (tile * ATTENTION_TILE) as f32 / trace.t as f32;
+            let y = rows_of(col, tile_span(trace.t, tile)).min.y;
             painter.line_segment(
                 [egui::pos2(col.min.x, y), egui::pos2(col.max.x, y)],
                 egui::Stroke::new(1.0, egui::Color32::from_gray(70)),
@@ -354,16 +369,7 @@ pub(super) fn draw_shared(
                 dest
             };
             if let Some(tex) = textures.get(name) {
-                let (y0, y1) = (
-                    (t * tile) as f32 / trace.t as f32,
-                    (((t + 1) * tile).min(trace.t)) as f32 / trace.t as f32,
-                );
-                painter.image(
-                    tex.id(),
-                    r,
-                    egui::Rect::from_min_max(egui::pos2(0.0, y0), egui::pos2(1.0, y1)),
-                    egui::Color32::WHITE,
-                );
+                draw_tile(painter, tex, r, trace.t, t);
             }
             painter.rect_stroke(
                 r,
