@@ -5,10 +5,10 @@
 //! chosen head. The program's own values for the row go into the same
 //! readback, so the decoder checks the traced run against them bit for bit.
 //!
-//! The trace's buffers are made on the first trace and kept (their sizes
-//! depend only on the model).
+//! The trace's buffers and traced pipelines are made on the first trace and
+//! kept (their sizes depend only on the model); training never builds them.
 
-use super::kernels::{ATTENTION_TILE, TRACED};
+use super::kernels::ATTENTION_TILE;
 use super::{GpuBackend, plan, readback};
 use crate::backend::BackendError;
 use crate::flash::{FlashRequest, Parts, attention_tensors, run_to_attention_backward};
@@ -29,6 +29,8 @@ pub(super) struct FlashBuffers {
     params: wgpu::Buffer,
     /// The trace records ([`crate::flash::trace_len`] floats).
     trace: wgpu::Buffer,
+    /// The traced pipelines, by the entry point they trace.
+    traced: std::collections::HashMap<&'static str, wgpu::ComputePipeline>,
 }
 
 impl GpuBackend {
@@ -85,6 +87,7 @@ impl GpuBackend {
                     mapped_at_creation: false,
                 }),
                 trace: storage("trace", parts.trace.len()),
+                traced: self.kernels.build_traced(&device),
             });
         }
         let fb = self.flash.as_ref().expect("made above");
@@ -154,12 +157,11 @@ impl GpuBackend {
             .collect::<Vec<_>>(),
         });
         {
+            // The traced pipeline where there is one (not the delta kernel).
             let traced = |entry: &str| {
-                let name = TRACED
-                    .iter()
-                    .find(|(e, _)| *e == entry)
-                    .map_or(entry, |(_, traced)| traced);
-                &self.kernels.pipelines[name].1
+                fb.traced
+                    .get(entry)
+                    .unwrap_or(&self.kernels.pipelines[entry].1)
             };
             let tiles = [t.div_ceil(ATTENTION_TILE) as u32, n_head as u32, 1];
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {

@@ -41,6 +41,7 @@ pub const ATTENTION_TILE: usize = 16;
 
 /// The attention entry points that have a traced pipeline too (the
 /// override `TRACE` = true; see attention.wgsl's header), and its name.
+/// Built on the first trace ([`Kernels::build_traced`]), not with the rest.
 pub const TRACED: &[(&str, &str)] = &[
     ("attention_forward", "attention_forward_traced"),
     ("attention_backward_dkdv", "attention_backward_dkdv_traced"),
@@ -160,6 +161,33 @@ pub fn full_source(file: &ShaderFile, head_dim: usize) -> String {
 pub struct Kernels {
     pub layouts: HashMap<&'static str, wgpu::BindGroupLayout>,
     pub pipelines: HashMap<&'static str, (usize, wgpu::ComputePipeline)>,
+    /// The module and pipeline layout of the file with traced entries, for
+    /// [`Kernels::build_traced`].
+    traced_from: Option<(wgpu::ShaderModule, wgpu::PipelineLayout)>,
+}
+
+/// One compute pipeline of `module`; `trace` sets the override `TRACE`.
+fn pipeline(
+    device: &wgpu::Device,
+    layout: &wgpu::PipelineLayout,
+    module: &wgpu::ShaderModule,
+    entry: &str,
+    name: &str,
+    trace: bool,
+) -> wgpu::ComputePipeline {
+    let constants: &[(&str, f64)] = if trace { &[("TRACE", 1.0)] } else { &[] };
+    device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some(&format!("tinygpt:pipeline:{name}")),
+        layout: Some(layout),
+        module,
+        entry_point: Some(entry),
+        compilation_options: wgpu::PipelineCompilationOptions {
+            constants,
+            // Every kernel writes workgroup memory before reading it.
+            zero_initialize_workgroup_memory: false,
+        },
+        cache: None,
+    })
 }
 
 impl Kernels {
@@ -167,6 +195,7 @@ impl Kernels {
     pub fn new(device: &wgpu::Device, head_dim: usize) -> Self {
         let mut layouts = HashMap::new();
         let mut pipelines = HashMap::new();
+        let mut traced_from = None;
         for (file_index, file) in SHADERS.iter().enumerate() {
             let entries: Vec<wgpu::BindGroupLayoutEntry> = file
                 .slots
@@ -214,31 +243,36 @@ impl Kernels {
                     wgpu::ShaderRuntimeChecks::unchecked(),
                 )
             };
-            let traced = TRACED.iter().filter(|(e, _)| file.entries.contains(e));
-            let builds = file
-                .entries
-                .iter()
-                .map(|&e| (e, e, false))
-                .chain(traced.map(|&(e, name)| (e, name, true)));
-            for (entry, name, trace) in builds {
-                let constants: &[(&str, f64)] = if trace { &[("TRACE", 1.0)] } else { &[] };
-                let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                    label: Some(&format!("tinygpt:pipeline:{name}")),
-                    layout: Some(&pipeline_layout),
-                    module: &module,
-                    entry_point: Some(entry),
-                    compilation_options: wgpu::PipelineCompilationOptions {
-                        constants,
-                        // Every kernel writes workgroup memory before reading it.
-                        zero_initialize_workgroup_memory: false,
-                    },
-                    cache: None,
-                });
-                pipelines.insert(name, (file_index, pipeline));
+            for entry in file.entries {
+                let p = pipeline(device, &pipeline_layout, &module, entry, entry, false);
+                pipelines.insert(*entry, (file_index, p));
+            }
+            if TRACED.iter().any(|(e, _)| file.entries.contains(e)) {
+                traced_from = Some((module, pipeline_layout));
             }
             layouts.insert(file.name, layout);
         }
-        Self { layouts, pipelines }
+        Self {
+            layouts,
+            pipelines,
+            traced_from,
+        }
+    }
+
+    /// The traced pipelines ([`TRACED`]), by the entry point they trace:
+    /// the same module and layout as the training pipelines, with `TRACE` on.
+    pub fn build_traced(
+        &self,
+        device: &wgpu::Device,
+    ) -> HashMap<&'static str, wgpu::ComputePipeline> {
+        let (module, layout) = self
+            .traced_from
+            .as_ref()
+            .expect("attention.wgsl has traced entries");
+        TRACED
+            .iter()
+            .map(|&(entry, name)| (entry, pipeline(device, layout, module, entry, name, true)))
+            .collect()
     }
 
     pub fn layout_of(&self, entry: &str) -> &wgpu::BindGroupLayout {
