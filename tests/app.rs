@@ -330,7 +330,17 @@ fn decode(path: &std::path::Path) -> (usize, usize, Vec<[u8; 4]>) {
 /// Runs `tinygpt app` with `args` and the screenshot path `shot`; expects
 /// success and returns its JSON line.
 fn run_headless(args: &[&str], shot: &std::path::Path) -> serde_json::Value {
+    run_headless_in(std::path::Path::new("."), args, shot)
+}
+
+/// [`run_headless`] with `dir` as the working directory (where exports go).
+fn run_headless_in(
+    dir: &std::path::Path,
+    args: &[&str],
+    shot: &std::path::Path,
+) -> serde_json::Value {
     let out = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+        .current_dir(dir)
         .args(args)
         .arg("--screenshot")
         .arg(shot)
@@ -843,14 +853,16 @@ fn headless_correctness_scene_compares_every_tensor() {
 /// The Speedup scene measures tiny on both backends from the app (`--bench
 /// tiny`) without blocking a frame: the JSON line lists both measurements
 /// with the fields `tinygpt bench --json` prints, the GPU one with its
-/// ratio over the CPU's; one step of tiny is timed per kernel (`--kernels
-/// tiny`); the curve, the table and the kernel bar are drawn.
+/// ratio over the CPU's; the curve and the table are drawn, and the curve's
+/// PNG export (`--export curve`, what its 📷 button does) writes a PNG of the
+/// curve's size.
 #[test]
 fn headless_speedup_scene_measures_the_curve_in_the_app() {
     let dir = std::env::temp_dir().join(format!("tinygpt-app-speedup-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let shot = dir.join("speedup.png");
-    let r = run_headless(
+    let r = run_headless_in(
+        &dir,
         &[
             "app",
             "--headless",
@@ -858,8 +870,10 @@ fn headless_speedup_scene_measures_the_curve_in_the_app() {
             "speedup",
             "--bench",
             "tiny",
-            "--kernels",
-            "tiny",
+            "--bench-backends",
+            "cpu,gpu",
+            "--export",
+            "curve",
             "--frames",
             "500",
             "--width",
@@ -880,16 +894,6 @@ fn headless_speedup_scene_measures_the_curve_in_the_app() {
             .unwrap_or_else(|| panic!("no tiny {kind}: {line}"))
     };
     let (cpu, gpu) = (of("cpu"), of("gpu"));
-    // Where the step's time goes: every dispatch of the step timed (lavapipe
-    // has timestamp queries), or the CPU's ops with the reason.
-    let k = &s["kernels"];
-    assert_eq!(k["preset"], "tiny", "{line}");
-    let rows = k["rows"].as_array().unwrap();
-    assert!(!rows.is_empty(), "{line}");
-    assert!(rows.iter().all(|r| r[2].as_f64().unwrap() >= 0.0), "{line}");
-    if k["source"] == "cpu_ops" {
-        assert!(k["note"].as_str().unwrap().contains("instead"), "{line}");
-    }
     let ratio = cpu["median_ms"].as_f64().unwrap() / gpu["median_ms"].as_f64().unwrap();
     assert!(
         (gpu["gpu_over_cpu"].as_f64().unwrap() - ratio).abs() < 1e-9 * ratio.max(1.0),
@@ -926,5 +930,136 @@ fn headless_speedup_scene_measures_the_curve_in_the_app() {
         k
     };
     assert_eq!(keys(cpu), keys(&cli), "{line}");
-    assert_regions_drawn(&r, &shot, &["curve", "table", "kernels"], (40, 16), 0.05);
+    assert_regions_drawn(&r, &shot, &["curve", "table"], (40, 16), 0.05);
+    // The PNG export: a file of the curve's size, not blank.
+    let path = r["exports"][0]["path"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no export: {line}"));
+    let (w, h, pixels) = decode(std::path::Path::new(path));
+    let curve = r["regions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "curve")
+        .map(rect_of)
+        .unwrap();
+    assert_eq!((w, h), (curve[2] - curve[0], curve[3] - curve[1]), "{line}");
+    let lit = pixels.iter().filter(|p| not_background(&r)(**p)).count();
+    assert!(
+        lit > pixels.len() / 50,
+        "the exported curve is blank: {line}"
+    );
+}
+
+/// One step of tiny timed per kernel (`--kernels tiny`, lavapipe has
+/// timestamp queries): every family carries the program's FLOPs and bytes,
+/// the adapter's ceilings were measured, each family sits on the roofline
+/// (compute- or memory-bound as its intensity says), and the bar, table and
+/// roofline are drawn.
+#[test]
+fn headless_speedup_kernels_put_each_family_on_the_roofline() {
+    let dir = std::env::temp_dir().join(format!("tinygpt-app-kernels-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let shot = dir.join("kernels.png");
+    let r = run_headless(
+        &[
+            "app",
+            "--headless",
+            "--scene",
+            "speedup",
+            "--kernels",
+            "tiny",
+            "--frames",
+            "200",
+            "--width",
+            "1280",
+            "--height",
+            "720",
+        ],
+        &shot,
+    );
+    let line = r.to_string();
+    let k = &r["speedup"]["kernels"];
+    assert_eq!(k["preset"], "tiny", "{line}");
+    assert!(!k["rows"].as_array().unwrap().is_empty(), "{line}");
+    let families = k["families"].as_array().unwrap();
+    let rows_ms: f64 = k["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["ms"].as_f64().unwrap())
+        .sum();
+    let fam_ms: f64 = families.iter().map(|f| f["ms"].as_f64().unwrap()).sum();
+    assert!((rows_ms - fam_ms).abs() < 1e-9 * rows_ms.max(1.0), "{line}");
+    let linear = families
+        .iter()
+        .find(|f| f["family"] == "fwd linear")
+        .unwrap();
+    assert!(linear["flops"].as_f64().unwrap() > 0.0, "{line}");
+    if k["source"] == "gpu_timestamps" {
+        let c = &k["ceilings"];
+        let (peak, bw) = (
+            c["matmul_tflops"].as_f64().unwrap() * 1e3,
+            c["copy_gbps"].as_f64().unwrap(),
+        );
+        assert!(peak > 0.0 && bw > 0.0, "{line}");
+        for f in families
+            .iter()
+            .filter(|f| f["flops"].as_f64().unwrap() > 0.0)
+        {
+            let i = f["intensity"].as_f64().unwrap();
+            let bound = if i * bw < peak { "memory" } else { "compute" };
+            assert_eq!(f["bound"], bound, "{line}");
+            assert!(
+                (f["attainable_gflops"].as_f64().unwrap() - (i * bw).min(peak)).abs() < 1e-6 * peak,
+                "{line}"
+            );
+        }
+    } else {
+        assert!(k["note"].as_str().unwrap().contains("instead"), "{line}");
+    }
+    assert_regions_drawn(&r, &shot, &["kernels", "roofline"], (40, 16), 0.05);
+}
+
+/// Cancel during a bench of three presets: the app goes on drawing frames,
+/// the bench stops short of its plan with "cancelled", and the run it paused
+/// stays at the step it was paused at.
+#[test]
+fn headless_speedup_cancel_leaves_the_app_and_the_run_alone() {
+    let dir = std::env::temp_dir().join(format!("tinygpt-app-cancel-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let shot = dir.join("cancel.png");
+    let r = run_headless(
+        &[
+            "app",
+            "--headless",
+            "--scene",
+            "speedup",
+            "--train",
+            "--bench",
+            "tiny,small,medium",
+            "--cancel-bench-after",
+            "2",
+            "--frames",
+            "150",
+            "--width",
+            "1280",
+            "--height",
+            "720",
+        ],
+        &shot,
+    );
+    let line = r.to_string();
+    let s = &r["speedup"];
+    assert_eq!(s["running"], false, "{line}");
+    assert_eq!(s["message"], "cancelled", "{line}");
+    assert!(s["results"].as_array().unwrap().len() < 6, "{line}");
+    // Frames kept coming after Cancel: the app did not wait on the bench.
+    assert!(s["frames_since_cancel"].as_u64().unwrap() >= 20, "{line}");
+    // The run was paused (the step in flight then finishes, as Pause
+    // always lets it), not stepped on by the bench, not reset.
+    let at = s["paused_run_at"].as_u64().unwrap();
+    let steps = r["steps"].as_u64().unwrap();
+    assert!(steps == at || steps == at + 1, "{line}");
+    assert_regions_drawn(&r, &shot, &["curve"], (40, 16), 0.05);
 }

@@ -24,6 +24,9 @@ pub struct HeadlessConfig {
     /// Frames per second to pace at, like a display's refresh (0: as fast
     /// as possible, which floods the GPU queue with frames).
     pub fps: f64,
+    /// Before the screenshot, export this region of the scene (or `view`,
+    /// all of it) through the app's PNG export, as its button does.
+    pub export: Option<String>,
 }
 
 /// The offscreen image the cameras render into.
@@ -43,6 +46,8 @@ struct HeadlessState {
     capture_error: Arc<std::sync::Mutex<Option<String>>>,
     /// Distinct pixel hashes of the first heatmap seen over the run.
     heatmap_hashes: Vec<u64>,
+    /// The export of `--export` was asked for.
+    export_asked: bool,
     done: bool,
 }
 
@@ -78,7 +83,11 @@ fn count_frames(
         Res<super::scenes::speedup::SpeedupShown>,
     ),
     cameras: Query<(&Camera, &GlobalTransform), With<SceneCamera>>,
-    mut exit: MessageWriter<AppExit>,
+    (mut exit, mut export, exports): (
+        MessageWriter<AppExit>,
+        MessageWriter<super::export::ExportPng>,
+        Res<super::export::ExportResults>,
+    ),
 ) {
     if state.done {
         return;
@@ -99,6 +108,30 @@ fn count_frames(
         state.heatmap_hashes.push(h.pixel_hash);
     }
     if state.frames < config.frames {
+        return;
+    }
+    if let Some(name) = &config.export
+        && !state.export_asked
+    {
+        state.export_asked = true;
+        let found = step_shown
+            .regions
+            .iter()
+            .chain(&flash_shown.regions)
+            .chain(&correctness_shown.regions)
+            .chain(&speedup_shown.regions)
+            .find(|(n, _)| n == name)
+            .map(|(_, r)| [r.min.x, r.min.y, r.max.x, r.max.y]);
+        if name == "view" || found.is_some() {
+            export.write(super::export::ExportPng {
+                name: format!("{}-{name}", scene.get().key()),
+                rect: found,
+            });
+            return;
+        }
+        *state.capture_error.lock().unwrap() = Some(format!("--export {name}: no such region"));
+    }
+    if state.export_asked && exports.pending > 0 {
         return;
     }
     let capture = state.capture.load(Ordering::Acquire);
@@ -203,6 +236,8 @@ fn count_frames(
     let speedup = (*scene.get() == Scene::Speedup).then(|| {
         serde_json::json!({
             "running": speedup.running(),
+            "frames_since_cancel": speedup.frames_since_cancel,
+            "paused_run_at": speedup.paused_run_at,
             "message": speedup.message,
             "results": speedup.results,
             "kernels": speedup.kernels.as_ref().map(|k| match k {
@@ -261,6 +296,10 @@ fn count_frames(
         "height": config.height,
         "screenshot": config.screenshot.as_ref().map(|p| p.display().to_string()),
         "screenshot_error": state.capture_error.lock().unwrap().clone(),
+        "exports": exports.done.iter().map(|r| match r {
+            Ok(path) => serde_json::json!({ "path": path }),
+            Err(e) => serde_json::json!({ "error": e }),
+        }).collect::<Vec<_>>(),
     });
     println!("{line}");
     let failed = capture == 3;

@@ -8,10 +8,12 @@
 //! and plugin per scene, the shared camera and visual language), [`ui`] (the
 //! panels),
 //! [`sample`] (text generation), [`files`] (corpora, presets, checkpoints in),
+//! [`export`] (the view or a chart out as PNG),
 //! [`headless`] (offscreen runs for checks), and in the browser `web` (the
 //! page: start, files, downloads, the link of [`link`]).
 
 pub mod engine;
+pub mod export;
 pub mod files;
 pub mod graph;
 pub mod headless;
@@ -159,6 +161,7 @@ pub fn build(options: AppOptions) -> App {
         },
         ui::UiPlugin,
         files::FilesPlugin,
+        export::ExportPlugin,
     ))
     .add_systems(PreStartup, spawn_cameras);
     app

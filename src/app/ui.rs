@@ -163,6 +163,7 @@ pub fn draw_ui(
     mut sample: ResMut<SampleState>,
     scene: Res<State<Scene>>,
     mut next_scene: ResMut<NextState<Scene>>,
+    mut export: MessageWriter<super::export::ExportPng>,
 ) -> Result {
     let ctx = contexts.ctx_mut()?;
     let mut root = egui::Ui::new(
@@ -227,6 +228,16 @@ pub fn draw_ui(
                     .clicked()
                 {
                     ui_state.wide = !ui_state.wide;
+                }
+                if ui
+                    .button("📷 PNG")
+                    .on_hover_text("save this view as a PNG (F12)")
+                    .clicked()
+                {
+                    export.write(super::export::ExportPng {
+                        name: current.key().to_string(),
+                        rect: None,
+                    });
                 }
                 ui.weak("wheel: zoom · drag: pan · 0: fit");
             });

@@ -6,6 +6,7 @@ use crate::backend::Backend;
 use crate::data::Corpus;
 use crate::model::config::Config;
 use crate::train::Trainer;
+pub mod kernels;
 pub mod report;
 
 use serde::{Deserialize, Serialize};
@@ -181,7 +182,6 @@ pub fn cpu_backend(config: &Config) -> Box<dyn Backend> {
 pub fn profile_cpu_step(config: &Config, steps: usize) -> Vec<(String, f64)> {
     use crate::backend::Backend;
     use crate::cpu::{CpuBackend, ops::AdamW};
-    use crate::program::Step;
     let program = crate::program::Program::new(config);
     let mut be = CpuBackend::<f32>::new(program.clone());
     be.initialize(42).expect("init matches the program");
@@ -203,11 +203,7 @@ pub fn profile_cpu_step(config: &Config, steps: usize) -> Vec<(String, f64)> {
         be.set_mode(true, 1);
         let mut this: std::collections::BTreeMap<String, f64> = Default::default();
         for step in &program.steps {
-            let key = match step {
-                Step::Forward(i) => format!("fwd {}", program.ops[*i].op.kind_name()),
-                Step::Backward(i) => format!("bwd {}", program.ops[*i].op.kind_name()),
-                other => format!("{other:?}"),
-            };
+            let key = program.family(*step);
             let start = Instant::now();
             be.run(*step, Some(adam));
             *this.entry(key).or_default() += start.elapsed().as_secs_f64() * 1e3;
@@ -439,4 +435,68 @@ pub fn gpu_matmul_tflops(
     run(reps);
     let secs = start.elapsed().as_secs_f64() / reps as f64;
     2.0 * (m * k * n) as f64 / secs / 1e12
+}
+
+/// This adapter's ceilings for the roofline, as our own kernels reach them.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct Ceilings {
+    /// The matmul kernel's best TFLOP/s over the shapes tried.
+    pub matmul_tflops: f64,
+    /// The shape (M×K×N) it reached that at.
+    pub matmul_shape: [usize; 3],
+    /// Device-memory bandwidth of a buffer-to-buffer copy (bytes read plus
+    /// bytes written, per second), GB/s.
+    pub copy_gbps: f64,
+}
+
+/// Measures [`Ceilings`] (blocking: call it on a worker). A small matmul
+/// first; a fast adapter then gets model-sized shapes (nanogpt-char's MLP,
+/// 16384×384×1536) so the ceiling is what the kernel can reach.
+pub fn gpu_ceilings(ctx: &crate::gpu::GpuContext) -> Ceilings {
+    let mut best = (gpu_matmul_tflops(ctx, 512, 512, 512, 3), [512, 512, 512]);
+    if best.0 > 0.5 {
+        for [m, k, n] in [[4096, 1024, 4096], [16384, 384, 1536]] {
+            let t = gpu_matmul_tflops(ctx, m, k, n, 20);
+            if t > best.0 {
+                best = (t, [m, k, n]);
+            }
+        }
+    }
+    Ceilings {
+        matmul_tflops: best.0,
+        matmul_shape: best.1,
+        copy_gbps: gpu_copy_gbps(ctx, 32 << 20),
+    }
+}
+
+/// GB/s of `copy_buffer_to_buffer` of `bytes` (counting the read and the
+/// write), over enough copies in one submit to take about 0.1 s.
+pub fn gpu_copy_gbps(ctx: &crate::gpu::GpuContext, bytes: u64) -> f64 {
+    let device = &ctx.device;
+    let bytes = bytes.min(device.limits().max_buffer_size) & !3;
+    let make = |label: &str| {
+        device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: bytes,
+            usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        })
+    };
+    let (a, b) = (make("copy.src"), make("copy.dst"));
+    let run = |count: usize| {
+        let mut encoder = device.create_command_encoder(&Default::default());
+        for i in 0..count {
+            let (from, to) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+            encoder.copy_buffer_to_buffer(from, 0, to, 0, bytes);
+        }
+        let start = Instant::now();
+        ctx.queue.submit([encoder.finish()]);
+        let _ = device.poll(wgpu::PollType::wait_indefinitely());
+        start.elapsed().as_secs_f64()
+    };
+    run(2);
+    let one = run(1).max(1e-6);
+    let reps = ((0.1 / one) as usize).clamp(2, 500);
+    let secs = run(reps);
+    2.0 * bytes as f64 * reps as f64 / secs / 1e9
 }

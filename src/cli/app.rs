@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use tinygpt::app::headless::HeadlessConfig;
 use tinygpt::app::scenes::Scene;
 use tinygpt::app::training::{CorpusSource, RunSettings};
-use tinygpt::app::{AppOptions, run};
+use tinygpt::app::{AppOptions, build};
 use tinygpt::model::config::{Config, DEFAULT_PRESET};
 
 #[derive(Args, Debug)]
@@ -78,6 +78,19 @@ pub struct AppArgs {
     /// Headless frames per second, like a display's refresh (0: unpaced).
     #[arg(long, default_value_t = 60.0, value_parser = super::non_negative_f32)]
     fps: f32,
+    /// Headless: before the screenshot, save a region of the scene (e.g. the
+    /// Speedup scene's `curve` or `roofline`) or the whole `view` through the
+    /// app's PNG export, into tinygpt-SCENE-REGION.png in the working directory.
+    #[arg(long, value_name = "REGION", requires = "headless")]
+    export: Option<String>,
+    /// The backends `--bench` measures, comma-separated (default: both, but
+    /// not a software-rendering GPU adapter, which also draws the window).
+    #[arg(long, value_delimiter = ',', value_parser = ["cpu", "gpu"], requires = "bench")]
+    bench_backends: Option<Vec<String>>,
+    /// Press the Speedup scene's Cancel this many frames after its bench
+    /// starts (for checks that a cancelled bench leaves the app running).
+    #[arg(long, value_name = "FRAMES", hide = true, requires = "bench")]
+    cancel_bench_after: Option<u32>,
 }
 
 impl AppArgs {
@@ -152,8 +165,9 @@ pub fn run_app(args: AppArgs) -> Result<()> {
         width: args.width,
         height: args.height,
         fps: args.fps as f64,
+        export: args.export.clone(),
     });
-    let exit = run(AppOptions {
+    let mut app = build(AppOptions {
         settings,
         scene: args.scene,
         step_op: args.step_op,
@@ -165,6 +179,18 @@ pub fn run_app(args: AppArgs) -> Result<()> {
         wide: args.wide,
         headless,
     });
+    {
+        let mut view = app
+            .world_mut()
+            .resource_mut::<tinygpt::app::scenes::speedup::SpeedupView>();
+        view.cancel_after_frames = args.cancel_bench_after;
+        if let Some(backends) = &args.bench_backends {
+            view.cpu = backends.iter().any(|b| b == "cpu");
+            view.gpu = backends.iter().any(|b| b == "gpu");
+            view.backends_chosen = true;
+        }
+    }
+    let exit = app.run();
     if exit.is_error() {
         bail!("the app ended with an error (see above)");
     }

@@ -38,7 +38,10 @@ pub struct BenchArgs {
     /// Show where a CPU step's time goes, per op family, instead.
     #[arg(long)]
     ops: bool,
-    /// Time every GPU kernel of one training step (timestamp queries) per preset.
+    /// Time every GPU kernel of one training step (timestamp queries) per
+    /// preset, with each op family's FLOPs, bytes and place on the roofline of
+    /// this adapter (its matmul TFLOP/s and copy GB/s, measured); --json prints
+    /// one object per preset.
     #[arg(long)]
     kernels: bool,
     /// Measure the GPU matmul kernel alone, in TFLOP/s, at M×K×N (e.g. 16384x384x1536).
@@ -112,45 +115,49 @@ pub fn run(args: BenchArgs) -> Result<()> {
             unreachable!()
         };
         for (name, config) in &configs {
-            let mut gpu = tinygpt::gpu::GpuBackend::new(
-                (*ctx).clone(),
-                tinygpt::program::Program::new(config),
-            )?;
-            let corpus = tinygpt::data::Corpus::tiny_shakespeare(config.ctx)?;
-            let batch = tinygpt::data::BatchSampler::new(1).next(&corpus, config.batch, config.ctx);
-            let sp = tinygpt::backend::StepParams {
-                lr: config.lr,
-                adam_t: 1,
-                dropout_seed: 1,
-            };
-            tinygpt::backend::Backend::initialize(&mut gpu, 42)?;
-            gpu.profile_step(&batch, sp); // warm-up
-            let Some(rows) = gpu.profile_step(&batch, sp) else {
-                println!(
-                    "{}: this adapter has no timestamp queries; per-kernel times are not available",
-                    ctx.describe()
-                );
-                return Ok(());
-            };
-            let mut by_kind: std::collections::BTreeMap<(String, &str), (f64, usize)> =
-                Default::default();
-            for (label, entry, ns) in &rows {
-                let e = by_kind.entry((label.clone(), entry)).or_default();
-                e.0 += ns / 1e6;
-                e.1 += 1;
+            let k = tinygpt::bench::kernels::time_step(name, config, [(*ctx).clone()], true)
+                .map_err(anyhow::Error::msg)?;
+            if args.json {
+                println!("{}", serde_json::to_string(&k)?);
+                continue;
             }
-            let total: f64 = by_kind.values().map(|v| v.0).sum();
+            if let Some(note) = &k.note {
+                println!("{note}");
+            }
+            let total = k.total_ms();
             println!(
                 "{name}: {total:.3} ms of kernel time in {} dispatches on {}",
-                rows.len(),
-                ctx.describe()
+                k.rows.len(),
+                k.device
             );
-            let mut sorted: Vec<_> = by_kind.into_iter().collect();
-            sorted.sort_by(|a, b| b.1.0.total_cmp(&a.1.0));
-            for ((label, entry), (ms, count)) in sorted {
+            if let Some(c) = &k.ceilings {
                 println!(
-                    "  {label:<20} {entry:<26} {count:>4}x {ms:>9.4} ms {:>5.1}%",
-                    100.0 * ms / total
+                    "  ceilings: matmul {} (at {}x{}x{}), copy {:.0} GB/s; ridge at {:.1} FLOP/byte",
+                    tinygpt::bench::kernels::human_flops(c.matmul_tflops * 1e3),
+                    c.matmul_shape[0],
+                    c.matmul_shape[1],
+                    c.matmul_shape[2],
+                    c.copy_gbps,
+                    c.matmul_tflops * 1e3 / c.copy_gbps
+                );
+            }
+            println!(
+                "  {:<20} {:>5} {:>9} {:>6} {:>9} {:>10} {:>9} {:>8} {:>7}",
+                "family", "n", "ms", "%", "FLOP/B", "GFLOP/s", "GB/s", "of roof", "bound"
+            );
+            for f in &k.families {
+                println!(
+                    "  {:<20} {:>5} {:>9.4} {:>5.1}% {:>9.2} {:>10.1} {:>9.1} {:>8} {:>7}",
+                    f.family,
+                    f.count,
+                    f.ms,
+                    100.0 * f.ms / total,
+                    f.intensity,
+                    f.gflops,
+                    f.gbps,
+                    f.attainable_gflops
+                        .map_or("-".into(), |a| format!("{:.0}%", 100.0 * f.gflops / a)),
+                    f.bound.as_deref().unwrap_or("-")
                 );
             }
         }

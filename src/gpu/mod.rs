@@ -1085,11 +1085,7 @@ impl GpuBackend {
         let mut labels = Vec::new();
         let mut q = 0u32;
         for (step, dispatches) in &self.steps {
-            let label = match step {
-                Step::Forward(i) => format!("fwd {}", self.program.ops[*i].op.kind_name()),
-                Step::Backward(i) => format!("bwd {}", self.program.ops[*i].op.kind_name()),
-                other => format!("{other:?}"),
-            };
+            let label = self.program.family(*step);
             for d in dispatches {
                 let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                     label: None,

@@ -9,6 +9,8 @@
 //! Shape letters, used in every comment: B batch, T context (time), C width
 //! (`d_model`), H heads, D head_dim = C/H, L layers, V vocab (256), N = B·T rows.
 
+pub mod cost;
+
 use crate::model::config::{Config, VOCAB};
 
 /// Index of a tensor in [`Program::tensors`].
@@ -612,6 +614,16 @@ impl Program {
     /// The attention probe of transformer block `block` (0-based).
     pub fn attention_probe(&self, block: usize) -> Option<Step> {
         self.probes.get(block).copied()
+    }
+
+    /// The op family an entry of the step belongs to, as the kernel timings
+    /// group it: `fwd linear`, `bwd attention`, `ZeroGrads`, `AdamW`, ...
+    pub fn family(&self, step: Step) -> String {
+        match step {
+            Step::Forward(i) => format!("fwd {}", self.ops[i].op.kind_name()),
+            Step::Backward(i) => format!("bwd {}", self.ops[i].op.kind_name()),
+            other => format!("{other:?}"),
+        }
     }
 
     /// Rows of the residual stream, N = B·T.

@@ -3,7 +3,10 @@
 //! measurement, the same JSON fields), the GPU-over-CPU curve growing point
 //! by point against parameter count, with the original TinyGPT's published
 //! curve as a reference. A saved run (`bench.jsonl`) loads for a class with
-//! no GPU; the chart exports as SVG (the report's own, `bench::report::svg`).
+//! no GPU; the chart exports as SVG (the report's own, `bench::report::svg`)
+//! and PNG (the app's [`crate::app::export`]). Its second tab times one
+//! training step per kernel and puts each op family on the roofline of this
+//! adapter ([`crate::bench::kernels`]).
 //!
 //! The measurements run on the async-compute pool (a worker thread
 //! natively), one (preset, backend) after another, the GPU ones on a
@@ -14,6 +17,7 @@
 use super::Scene;
 use crate::app::training::{AppStatus, GpuDevice, Run, RunState};
 use crate::app::ui::UiState;
+use crate::bench::kernels::KernelTimes;
 use crate::bench::{BenchOptions, BenchResult, bench_until, report};
 use crate::model::config::{BUILTIN_PRESETS, Config};
 use bevy::prelude::*;
@@ -41,76 +45,30 @@ struct BenchJob {
     current: String,
 }
 
-/// Where one training step's time goes: per kernel on the GPU (timestamp
-/// queries), or per op on the CPU where the adapter has none.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct KernelTimes {
-    pub preset: String,
-    /// What measured it (the adapter, or the CPU backend).
-    pub device: String,
-    /// `gpu_timestamps` or `cpu_ops`.
-    pub source: &'static str,
-    /// Why the CPU's op times stand in, when they do.
-    pub note: Option<String>,
-    /// (op family, e.g. `fwd linear`; kernel entry point, or "" on the CPU; ms).
-    pub rows: Vec<(String, String, f64)>,
-}
-
-/// Times one step of `preset` per kernel (or per CPU op), blocking: on a
-/// worker. Tries the app's device, then a device of its own (the app's may
-/// have been opened without timestamp queries), then the CPU.
+/// Times one step of `preset` per kernel with the adapter's ceilings,
+/// blocking: on a worker. The app's device first, then one of its own (the
+/// app's may have been opened without timestamp queries), then the CPU.
 fn time_kernels(
     preset: &str,
     app_gpu: Option<crate::gpu::GpuContext>,
 ) -> Result<KernelTimes, String> {
     let config = Config::load(preset).map_err(|e| e.to_string())?;
-    let corpus = crate::data::Corpus::tiny_shakespeare(config.ctx).map_err(|e| e.to_string())?;
-    let batch = crate::data::BatchSampler::new(1).next(&corpus, config.batch, config.ctx);
-    let sp = crate::backend::StepParams {
-        lr: config.lr,
-        adam_t: 1,
-        dropout_seed: 1,
-    };
-    let mut why = None;
     #[cfg(not(target_arch = "wasm32"))]
     let own = || crate::gpu::GpuContext::new_blocking().ok();
     #[cfg(target_arch = "wasm32")]
     let own = || None;
-    for ctx in [app_gpu, own()].into_iter().flatten() {
-        let device = ctx.describe();
-        let mut gpu = crate::gpu::GpuBackend::new(ctx, crate::program::Program::new(&config))
-            .map_err(|e| e.to_string())?;
-        crate::backend::Backend::initialize(&mut gpu, 42).map_err(|e| e.to_string())?;
-        gpu.profile_step(&batch, sp); // warm-up
-        match gpu.profile_step(&batch, sp) {
-            Some(rows) => {
-                return Ok(KernelTimes {
-                    preset: preset.into(),
-                    device,
-                    source: "gpu_timestamps",
-                    note: None,
-                    rows: rows
-                        .into_iter()
-                        .map(|(label, entry, ns)| (label, entry.to_string(), ns / 1e6))
-                        .collect(),
-                });
-            }
-            None => why = Some(format!("{device} has no timestamp queries")),
-        }
-    }
-    Ok(KernelTimes {
-        preset: preset.into(),
-        device: crate::bench::cpu_backend(&config).describe(),
-        source: "cpu_ops",
-        note: Some(format!(
-            "{}: the CPU backend's op times instead",
-            why.unwrap_or_else(|| "no GPU adapter".into())
-        )),
-        rows: crate::bench::profile_cpu_step(&config, 3)
-            .into_iter()
-            .map(|(k, ms)| (k, String::new(), ms))
-            .collect(),
-    })
+    let contexts = app_gpu
+        .into_iter()
+        .chain(std::iter::once_with(own).flatten());
+    crate::bench::kernels::time_step(preset, &config, contexts, true)
+}
+
+/// Which half of the scene shows: the curve, or one step's kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SpeedupTab {
+    #[default]
+    Curve,
+    Kernels,
 }
 
 /// The scene's state and what it measured (headless runs print `results`).
@@ -135,6 +93,23 @@ pub struct SpeedupView {
     pub kernels: Option<Result<KernelTimes, String>>,
     /// Time the kernels as soon as the scene opens (`--kernels`).
     pub kernels_start: bool,
+    pub tab: SpeedupTab,
+    /// Where the curve was last drawn (physical pixels), for its PNG.
+    curve_px: Option<[f32; 4]>,
+    /// The kernel tab's PNG button was pressed.
+    export_kernels: bool,
+    /// Press Cancel this many frames into a bench (`--cancel-bench-after`).
+    pub cancel_after_frames: Option<u32>,
+    /// Frames drawn since the bench started, and since Cancel was pressed.
+    pub bench_frames: u32,
+    pub frames_since_cancel: Option<u32>,
+    /// The run's step when the bench paused it (the bench leaves it there).
+    pub paused_run_at: Option<u64>,
+    /// The CPU/GPU boxes were set by the user or the command line; else the
+    /// first frame leaves a software adapter's GPU box unticked.
+    pub backends_chosen: bool,
+    /// Why the GPU box starts unticked.
+    gpu_note: Option<String>,
 }
 
 impl SpeedupView {
@@ -160,6 +135,7 @@ impl SpeedupView {
         if let Some(p) = preset {
             self.kernels_preset = p.to_string();
             self.kernels_start = true;
+            self.tab = SpeedupTab::Kernels;
         }
         self
     }
@@ -191,6 +167,15 @@ impl Default for SpeedupView {
             kernels_job: None,
             kernels: None,
             kernels_start: false,
+            tab: SpeedupTab::Curve,
+            curve_px: None,
+            export_kernels: false,
+            cancel_after_frames: None,
+            bench_frames: 0,
+            frames_since_cancel: None,
+            paused_run_at: None,
+            backends_chosen: false,
+            gpu_note: None,
         }
     }
 }
@@ -302,6 +287,8 @@ fn start(view: &mut SpeedupView, gpu: &GpuDevice) -> Result<(), String> {
         send(Msg::Finished);
     });
     view.results.clear();
+    view.bench_frames = 0;
+    view.frames_since_cancel = None;
     view.job = Some(BenchJob {
         _task: task,
         inbox,
@@ -321,6 +308,18 @@ fn collect(
     gpu: Res<GpuDevice>,
     mut status: ResMut<AppStatus>,
 ) {
+    if !view.backends_chosen {
+        view.backends_chosen = true;
+        if let Some(ctx) = &gpu.context
+            && crate::backend::software_adapter(ctx).is_some()
+        {
+            view.gpu = false;
+            view.gpu_note = Some(format!(
+                "{} is a software renderer: it draws this window too, so its bench would freeze the picture while it runs (tick GPU to measure it anyway)",
+                ctx.info.name
+            ));
+        }
+    }
     if view.start {
         view.start = false;
         if let Err(e) = start(&mut view, &gpu) {
@@ -342,9 +341,23 @@ fn collect(
         && run.state == RunState::Training
     {
         run.state = RunState::Paused;
+        view.paused_run_at = Some(run.step());
         status.info = Some("training paused while the bench measures".into());
     }
+    if let Some(n) = view.frames_since_cancel.as_mut() {
+        *n += 1;
+    }
+    let view = &mut *view;
     let Some(job) = view.job.as_mut() else { return };
+    view.bench_frames += 1;
+    if view
+        .cancel_after_frames
+        .is_some_and(|n| view.bench_frames >= n)
+        && view.frames_since_cancel.is_none()
+    {
+        job.cancel.store(true, Ordering::Relaxed);
+        view.frames_since_cancel = Some(0);
+    }
     let msgs: Vec<Msg> = std::mem::take(&mut *job.inbox.lock().unwrap());
     let mut finished = false;
     let mut arrived = Vec::new();
@@ -404,6 +417,7 @@ fn draw(
     mut view: ResMut<SpeedupView>,
     gpu: Res<GpuDevice>,
     mut shown: ResMut<SpeedupShown>,
+    mut export: MessageWriter<crate::app::export::ExportPng>,
 ) -> Result {
     let ctx = contexts.ctx_mut()?.clone();
     let Some(area) = ui_state.central_rect(&ctx) else {
@@ -424,16 +438,47 @@ fn draw(
     let mut regions = Vec::new();
     let view = &mut *view;
     ui.label(
-        egui::RichText::new("Why do GPUs win? Training speed, measured on this machine")
+        egui::RichText::new("Why do GPUs win? Measured on this machine")
             .size(20.0)
             .strong(),
     );
+    ui.horizontal_wrapped(|ui| {
+        for (tab, name) in [
+            (SpeedupTab::Curve, "📈 Speedup curve: GPU over CPU"),
+            (
+                SpeedupTab::Kernels,
+                "⏱ Where a step's time goes: kernels and roofline",
+            ),
+        ] {
+            ui.selectable_value(&mut view.tab, tab, egui::RichText::new(name).size(16.0));
+        }
+    });
+    ui.add_space(4.0);
+    if view.tab == SpeedupTab::Kernels {
+        let area = ui.available_rect_before_wrap();
+        let mut kernels_ui = ui.new_child(egui::UiBuilder::new().max_rect(area));
+        kernels_ui.set_clip_rect(area.intersect(body));
+        regions.extend(kernels_view(&mut kernels_ui, view, &gpu));
+        if std::mem::take(&mut view.export_kernels) {
+            let r = area * ctx.pixels_per_point();
+            export.write(crate::app::export::ExportPng {
+                name: "speedup-kernels".into(),
+                rect: Some([r.min.x, r.min.y, r.max.x, r.max.y]),
+            });
+        }
+        shown.regions = regions
+            .into_iter()
+            .map(|(n, r)| (n, r * ctx.pixels_per_point()))
+            .collect();
+        return Ok(());
+    }
     ui.horizontal_wrapped(|ui| {
         ui.label("presets:");
         for (id, on) in &mut view.presets {
             ui.checkbox(on, id.as_str());
         }
     });
+    let mut cancel_pressed = false;
     ui.horizontal_wrapped(|ui| {
         ui.checkbox(&mut view.cpu, "CPU");
         ui.checkbox(&mut view.gpu, "GPU");
@@ -446,6 +491,7 @@ fn draw(
             );
             if ui.button("✖ Cancel").clicked() {
                 job.cancel.store(true, Ordering::Relaxed);
+                cancel_pressed = true;
             }
         } else if ui.button("▶ Measure").clicked()
             && let Err(e) = start(view, &gpu)
@@ -484,7 +530,25 @@ fn draw(
                 Err(e) => e,
             });
         }
+        if ui
+            .button("📷 PNG")
+            .on_hover_text(
+                "the chart as a PNG (tinygpt-speedup-curve.png; a download in the browser)",
+            )
+            .clicked()
+        {
+            export.write(crate::app::export::ExportPng {
+                name: "speedup-curve".into(),
+                rect: view.curve_px,
+            });
+        }
     });
+    if let Some(note) = view.gpu_note.as_ref().filter(|_| !view.gpu) {
+        ui.label(egui::RichText::new(note).size(12.0).weak());
+    }
+    if cancel_pressed {
+        view.frames_since_cancel = Some(0);
+    }
     if let Some(m) = &view.message {
         ui.label(egui::RichText::new(m).color(egui::Color32::from_rgb(240, 190, 80)));
     }
@@ -524,7 +588,7 @@ fn draw(
         .map(|&(_, params, _, speedup)| [(params as f64).log10(), speedup])
         .collect();
     let results = view.results.clone();
-    let plot_h = (ui.available_height() * 0.5).max(160.0);
+    let plot_h = (ui.available_height() * 0.62).max(160.0);
     let response = Plot::new("speedup")
         .height(plot_h)
         .legend(Legend::default().position(egui_plot::Corner::LeftTop))
@@ -587,17 +651,12 @@ fn draw(
             }
         });
     regions.push(("curve".to_string(), response.response.rect));
-    // Below: the table (left) and where a step's time goes (right).
-    let below = ui.available_rect_before_wrap();
-    let mid = below.min.x + below.width() * 0.48;
-    let table_rect = egui::Rect::from_min_max(below.min, egui::pos2(mid - 8.0, below.max.y));
-    let kernels_area = egui::Rect::from_min_max(egui::pos2(mid + 8.0, below.min.y), below.max);
-    let mut table_ui = ui.new_child(egui::UiBuilder::new().max_rect(table_rect));
-    table_ui.set_clip_rect(table_rect.intersect(body));
-    let mut kernels_ui = ui.new_child(egui::UiBuilder::new().max_rect(kernels_area));
-    kernels_ui.set_clip_rect(kernels_area.intersect(body));
-    let kernels_rect = kernels_view(&mut kernels_ui, view, &gpu);
-    regions.push(("kernels".to_string(), kernels_rect));
+    let r = response.response.rect * ctx.pixels_per_point();
+    view.curve_px = Some([r.min.x, r.min.y, r.max.x, r.max.y]);
+    // Below: the table.
+    let mut table_ui =
+        ui.new_child(egui::UiBuilder::new().max_rect(ui.available_rect_before_wrap()));
+    table_ui.set_clip_rect(ui.available_rect_before_wrap().intersect(body));
     let table = egui::ScrollArea::vertical()
         .id_salt("speedup-table-scroll")
         .auto_shrink([false, false])
@@ -679,6 +738,17 @@ fn save(path: &str, results: &[BenchResult]) -> Result<String, String> {
     if results.is_empty() {
         return Err("nothing measured yet".into());
     }
+    #[cfg(target_arch = "wasm32")]
+    {
+        let lines: String = results
+            .iter()
+            .map(|r| serde_json::to_string(r).expect("plain data") + "\n")
+            .collect();
+        crate::app::web::download("bench.jsonl", lines.as_bytes());
+        crate::app::web::download("speedup.svg", report::svg(results).as_bytes());
+        let _ = path;
+        return Ok("speedup.svg (downloads)".into());
+    }
     let path = std::path::Path::new(path.trim());
     let lines: String = results
         .iter()
@@ -705,12 +775,18 @@ const FAMILY_COLOURS: [egui::Color32; 10] = [
     egui::Color32::from_rgb(160, 160, 160),
 ];
 
-/// Where one training step's time goes: the preset, the button, a bar
-/// stacked by op family and its legend. Returns the rectangle it drew in.
-fn kernels_view(ui: &mut egui::Ui, view: &mut SpeedupView, gpu: &GpuDevice) -> egui::Rect {
+/// Where one training step's time goes: the preset and the button, a bar
+/// stacked by op family, the families' table and the roofline. Returns the
+/// rectangles it drew (`kernels`, `roofline`).
+fn kernels_view(
+    ui: &mut egui::Ui,
+    view: &mut SpeedupView,
+    gpu: &GpuDevice,
+) -> Vec<(String, egui::Rect)> {
     let top = ui.cursor().min;
+    let mut regions = Vec::new();
     ui.horizontal_wrapped(|ui| {
-        ui.label(egui::RichText::new("Where one step's time goes:").strong());
+        ui.label(egui::RichText::new("One training step of").size(16.0));
         egui::ComboBox::from_id_salt("kernels-preset")
             .selected_text(&view.kernels_preset)
             .show_ui(ui, |ui| {
@@ -721,109 +797,387 @@ fn kernels_view(ui: &mut egui::Ui, view: &mut SpeedupView, gpu: &GpuDevice) -> e
         let busy = view.running();
         if ui
             .add_enabled(!busy, egui::Button::new("⏱ Time one step"))
-            .on_hover_text("every kernel of one training step, with GPU timestamps (each in a pass of its own)")
+            .on_hover_text("every kernel of one training step, with GPU timestamps (each in a pass of its own), then this adapter's matmul and copy ceilings")
             .clicked()
         {
             view.start_kernels(gpu);
         }
         if view.kernels_job.is_some() {
             ui.spinner();
+            ui.label("timing the kernels, then the ceilings…");
+        }
+        if view.kernels.as_ref().is_some_and(|k| k.is_ok())
+            && ui
+                .button("📷 PNG")
+                .on_hover_text("the bar, the table and the roofline as a PNG")
+                .clicked()
+        {
+            view.export_kernels = true;
         }
     });
-    match &view.kernels {
-        None => {}
+    let k = match &view.kernels {
+        None => {
+            ui.label(
+                egui::RichText::new(
+                    "Press ⏱ to time every kernel of one step on this machine's GPU, and to measure how fast it can multiply (TFLOP/s) and copy (GB/s).",
+                )
+                .weak(),
+            );
+            return vec![(
+                "kernels".into(),
+                egui::Rect::from_min_size(top, egui::vec2(ui.available_width(), 30.0)),
+            )];
+        }
         Some(Err(e)) => {
             ui.colored_label(egui::Color32::from_rgb(255, 110, 100), e);
+            return vec![(
+                "kernels".into(),
+                egui::Rect::from_min_size(top, egui::vec2(ui.available_width(), 30.0)),
+            )];
         }
-        Some(Ok(k)) => {
-            let mut families: Vec<(String, f64, usize)> = Vec::new();
-            for (family, _, ms) in &k.rows {
-                match families.iter_mut().find(|f| &f.0 == family) {
-                    Some(f) => {
-                        f.1 += ms;
-                        f.2 += 1;
-                    }
-                    None => families.push((family.clone(), *ms, 1)),
-                }
-            }
-            families.sort_by(|a, b| b.1.total_cmp(&a.1));
-            let total: f64 = families.iter().map(|f| f.1).sum();
-            let what = match k.source {
-                "gpu_timestamps" => format!(
-                    "{}: {total:.2} ms of kernel time in {} dispatches on {} (each timed in a pass of its own, so more than a step takes)",
-                    k.preset,
-                    k.rows.len(),
-                    k.device
-                ),
-                _ => format!("{}: {total:.2} ms per step on {}", k.preset, k.device),
-            };
-            ui.label(egui::RichText::new(what).size(13.0));
-            if let Some(note) = &k.note {
-                ui.label(
-                    egui::RichText::new(note)
-                        .size(13.0)
-                        .color(egui::Color32::from_rgb(240, 190, 80)),
-                );
-            }
-            let (rect, _) = ui
-                .allocate_exact_size(egui::vec2(ui.available_width(), 28.0), egui::Sense::hover());
-            let mut x = rect.min.x;
-            for (i, (family, ms, _)) in families.iter().enumerate() {
-                let w = rect.width() * (*ms / total.max(1e-12)) as f32;
-                let seg = egui::Rect::from_min_size(
-                    egui::pos2(x, rect.min.y),
-                    egui::vec2(w, rect.height()),
-                );
-                ui.painter()
-                    .rect_filled(seg, 0.0, FAMILY_COLOURS[i % FAMILY_COLOURS.len()]);
-                if let Some(p) = ui.ctx().pointer_hover_pos()
-                    && seg.contains(p)
-                {
-                    egui::Tooltip::always_open(
-                        ui.ctx().clone(),
-                        ui.layer_id(),
-                        egui::Id::new("kernels-hover"),
-                        egui::PopupAnchor::Pointer,
-                    )
-                    .show(|ui| ui.label(format!("{family}: {ms:.3} ms")));
-                }
-                x += w;
-            }
-            egui::ScrollArea::vertical()
-                .id_salt("kernels-legend")
-                .auto_shrink([false, false])
+        Some(Ok(k)) => k.clone(),
+    };
+    let total = k.total_ms();
+    let what = match k.source.as_str() {
+        "gpu_timestamps" => format!(
+            "{}: {total:.2} ms of kernel time in {} dispatches on {} (each timed in a pass of its own, so more than a step takes)",
+            k.preset,
+            k.rows.len(),
+            k.device
+        ),
+        _ => format!("{}: {total:.2} ms per step on {}", k.preset, k.device),
+    };
+    ui.label(egui::RichText::new(what).size(13.0));
+    if let Some(note) = &k.note {
+        ui.label(
+            egui::RichText::new(note)
+                .size(13.0)
+                .color(egui::Color32::from_rgb(240, 190, 80)),
+        );
+    }
+    let colour = |i: usize| FAMILY_COLOURS[i % FAMILY_COLOURS.len()];
+    let (rect, _) =
+        ui.allocate_exact_size(egui::vec2(ui.available_width(), 28.0), egui::Sense::hover());
+    let mut x = rect.min.x;
+    for (i, f) in k.families.iter().enumerate() {
+        let w = rect.width() * (f.ms / total.max(1e-12)) as f32;
+        let seg =
+            egui::Rect::from_min_size(egui::pos2(x, rect.min.y), egui::vec2(w, rect.height()));
+        ui.painter().rect_filled(seg, 0.0, colour(i));
+        let name = ui.painter().layout_no_wrap(
+            f.family.clone(),
+            egui::FontId::proportional(13.0),
+            egui::Color32::from_gray(15),
+        );
+        if name.size().x + 8.0 < w {
+            ui.painter()
+                .galley(seg.center() - name.size() / 2.0, name, egui::Color32::BLACK);
+        }
+        if let Some(p) = ui.ctx().pointer_hover_pos()
+            && seg.contains(p)
+        {
+            egui::Tooltip::always_open(
+                ui.ctx().clone(),
+                ui.layer_id(),
+                egui::Id::new("kernels-hover"),
+                egui::PopupAnchor::Pointer,
+            )
+            .show(|ui| ui.label(format!("{}: {:.3} ms", f.family, f.ms)));
+        }
+        x += w;
+    }
+    ui.add_space(6.0);
+    // Below the bar: the families and the roofline, side by side where
+    // there is room, else the roofline above the (scrolling) table.
+    let below = ui.available_rect_before_wrap();
+    let (table_rect, roof_rect) = if below.width() >= 960.0 {
+        let mid = below.min.x + below.width() * 0.5;
+        (
+            egui::Rect::from_min_max(below.min, egui::pos2(mid - 8.0, below.max.y)),
+            egui::Rect::from_min_max(egui::pos2(mid + 8.0, below.min.y), below.max),
+        )
+    } else {
+        let mid = below.min.y + below.height() * 0.6;
+        (
+            egui::Rect::from_min_max(egui::pos2(below.min.x, mid + 6.0), below.max),
+            egui::Rect::from_min_max(below.min, egui::pos2(below.max.x, mid - 6.0)),
+        )
+    };
+    let mut table_ui = ui.new_child(egui::UiBuilder::new().max_rect(table_rect));
+    table_ui.set_clip_rect(table_rect.intersect(ui.clip_rect()));
+    let gpu_rows = k.source == "gpu_timestamps";
+    let table = egui::ScrollArea::vertical()
+        .id_salt("kernels-legend")
+        .auto_shrink([false, false])
+        .show(&mut table_ui, |ui| {
+            egui::Grid::new("kernels-legend-grid")
+                .striped(true)
+                .spacing(egui::vec2(12.0, 3.0))
                 .show(ui, |ui| {
-                    egui::Grid::new("kernels-legend-grid")
-                        .spacing(egui::vec2(14.0, 2.0))
-                        .show(ui, |ui| {
-                            for (i, (family, ms, count)) in families.iter().enumerate() {
-                                let (sw, _) = ui.allocate_exact_size(
-                                    egui::vec2(12.0, 12.0),
-                                    egui::Sense::hover(),
-                                );
-                                ui.painter().rect_filled(
-                                    sw,
-                                    2.0,
-                                    FAMILY_COLOURS[i % FAMILY_COLOURS.len()],
-                                );
-                                ui.label(family);
-                                ui.label(format!("{ms:.3} ms"));
-                                ui.label(format!("{:.1}%", 100.0 * ms / total.max(1e-12)));
-                                ui.label(if k.source == "gpu_timestamps" {
-                                    format!("{count} dispatches")
-                                } else {
-                                    String::new()
-                                });
-                                ui.end_row();
-                            }
+                    for h in [
+                        "",
+                        "op family",
+                        "ms",
+                        "share",
+                        "FLOP/byte",
+                        "GFLOP/s",
+                        "bound",
+                    ] {
+                        ui.label(egui::RichText::new(h).strong());
+                    }
+                    ui.end_row();
+                    for (i, f) in k.families.iter().enumerate() {
+                        let (sw, _) =
+                            ui.allocate_exact_size(egui::vec2(12.0, 12.0), egui::Sense::hover());
+                        ui.painter().rect_filled(sw, 2.0, colour(i));
+                        ui.label(&f.family).on_hover_text(if gpu_rows {
+                            format!("{} dispatches", f.count)
+                        } else {
+                            String::new()
                         });
-                });
+                        ui.label(format!("{:.3}", f.ms));
+                        ui.label(format!("{:.1}%", 100.0 * f.ms / total.max(1e-12)));
+                        ui.label(if f.flops > 0.0 {
+                            format!("{:.2}", f.intensity)
+                        } else {
+                            "—".into()
+                        });
+                        ui.label(if f.flops > 0.0 {
+                            format!("{:.1}", f.gflops)
+                        } else {
+                            format!("{:.0} GB/s", f.gbps)
+                        });
+                        ui.label(match (&f.bound, f.attainable_gflops) {
+                            (Some(b), Some(a)) if f.flops > 0.0 => {
+                                format!("{b} ({:.0}% of roof)", 100.0 * f.gflops / a)
+                            }
+                            (Some(b), _) => b.clone(),
+                            _ => "—".into(),
+                        });
+                        ui.end_row();
+                    }
+                })
+        });
+    regions.push((
+        "kernels".to_string(),
+        rect.union(table.inner_rect)
+            .union(egui::Rect::from_min_size(top, egui::vec2(1.0, 1.0))),
+    ));
+    let mut roof_ui = ui.new_child(egui::UiBuilder::new().max_rect(roof_rect));
+    roof_ui.set_clip_rect(roof_rect.intersect(ui.clip_rect()));
+    regions.push(("roofline".to_string(), roofline(&mut roof_ui, &k)));
+    regions
+}
+
+/// The roofline: each op family at (FLOPs per byte, GFLOP/s reached), log
+/// on both axes, under the adapter's roof min(matmul peak, intensity × copy
+/// bandwidth). Returns the rectangle it drew in.
+fn roofline(ui: &mut egui::Ui, k: &KernelTimes) -> egui::Rect {
+    match &k.ceilings {
+        Some(c) => {
+            ui.label(
+                egui::RichText::new(format!(
+                    "Roofline of this adapter: matmul {}, copy {:.0} GB/s (measured just now); ridge at {:.1} FLOP/byte",
+                    crate::bench::kernels::human_flops(c.matmul_tflops * 1e3),
+                    c.copy_gbps,
+                    c.matmul_tflops * 1e3 / c.copy_gbps
+                ))
+                .size(13.0),
+            );
+        }
+        None => {
+            ui.label(
+                egui::RichText::new(
+                    "No GPU ceilings here: the CPU's ops are placed by intensity and speed, without a roof.",
+                )
+                .size(13.0)
+                .weak(),
+            );
         }
     }
-    egui::Rect::from_min_max(
-        top,
-        ui.min_rect()
-            .max
-            .max(top + egui::vec2(ui.available_width(), 30.0)),
-    )
+    ui.label(
+        egui::RichText::new(
+            "Below the slanted roof an op waits on memory; under the flat one, on arithmetic. Bytes are each tensor read or written once.",
+        )
+        .size(12.0)
+        .weak(),
+    );
+    let points: Vec<(usize, &crate::bench::kernels::Family)> = k
+        .families
+        .iter()
+        .enumerate()
+        .filter(|(_, f)| f.flops > 0.0 && f.ms > 0.0)
+        .collect();
+    let xs: Vec<f64> = points.iter().map(|(_, f)| f.intensity.log10()).collect();
+    let (mut x0, mut x1) = xs
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
+            (a.min(x), b.max(x))
+        });
+    if let Some(c) = &k.ceilings {
+        let ridge = (c.matmul_tflops * 1e3 / c.copy_gbps).log10();
+        x0 = x0.min(ridge);
+        x1 = x1.max(ridge);
+    }
+    if !x0.is_finite() {
+        (x0, x1) = (-1.0, 2.0);
+    }
+    let (x0, x1) = (x0.floor() - 0.3, x1.ceil() + 0.3);
+    let total = k.total_ms().max(1e-12);
+    // Lines at every decade (labelled) and at 2..9 times it (faint).
+    let decades = |input: egui_plot::GridInput| -> Vec<egui_plot::GridMark> {
+        let (lo, hi) = input.bounds;
+        let mut marks = Vec::new();
+        for d in (lo.floor() as i64)..=(hi.ceil() as i64) {
+            for m in 1..10 {
+                let value = d as f64 + (m as f64).log10();
+                if value >= lo && value <= hi {
+                    marks.push(egui_plot::GridMark {
+                        value,
+                        step_size: if m == 1 { 1.0 } else { 0.1 },
+                    });
+                }
+            }
+        }
+        marks
+    };
+    let decade = |mark: egui_plot::GridMark, _: &std::ops::RangeInclusive<f64>| {
+        if (mark.value - mark.value.round()).abs() > 1e-9 {
+            return String::new();
+        }
+        let v = 10f64.powf(mark.value.round());
+        if v >= 100.0 {
+            format!("{v:.0}")
+        } else if v >= 1.0 {
+            format!("{v:.3}")
+                .trim_end_matches('0')
+                .trim_end_matches('.')
+                .to_string()
+        } else {
+            format!("{v:.2}")
+        }
+    };
+    let names: Vec<(f64, f64, String)> = points
+        .iter()
+        .map(|(_, f)| {
+            (
+                f.intensity.log10(),
+                f.gflops.log10(),
+                format!(
+                    "{}: {:.3} ms, {:.2} FLOP/byte, {:.1} GFLOP/s, {:.0} GB/s{}",
+                    f.family,
+                    f.ms,
+                    f.intensity,
+                    f.gflops,
+                    f.gbps,
+                    f.bound
+                        .as_ref()
+                        .map_or(String::new(), |b| format!(", {b}-bound"))
+                ),
+            )
+        })
+        .collect();
+    let response = Plot::new("roofline")
+        .x_axis_label("FLOPs per byte (log)")
+        .y_axis_label("GFLOP/s (log)")
+        .x_axis_formatter(decade)
+        .y_axis_formatter(decade)
+        .x_grid_spacer(decades)
+        .y_grid_spacer(decades)
+        .include_x(x0)
+        .include_x(x1)
+        .include_y(
+            k.ceilings
+                .as_ref()
+                .map_or(0.0, |c| (c.matmul_tflops * 1e3).log10() + 0.4),
+        )
+        .allow_scroll(false)
+        .label_formatter(move |hover| {
+            let egui_plot::HoverPosition::NearDataPoint { position: p, .. } = hover else {
+                return None;
+            };
+            names
+                .iter()
+                .filter(|(x, y, _)| (x - p.x).abs() < 1e-9 && (y - p.y).abs() < 1e-9)
+                .map(|(_, _, s)| s.clone())
+                .next()
+        })
+        .show(ui, |plot| {
+            if let Some(c) = &k.ceilings {
+                let peak = c.matmul_tflops * 1e3;
+                let roof: Vec<[f64; 2]> = (0..=200)
+                    .map(|i| {
+                        let x = x0 + (x1 - x0) * i as f64 / 200.0;
+                        [x, (10f64.powf(x) * c.copy_gbps).min(peak).log10()]
+                    })
+                    .collect();
+                plot.line(
+                    Line::new("roof", PlotPoints::from(roof))
+                        .color(egui::Color32::from_gray(220))
+                        .width(2.5),
+                );
+                plot.text(
+                    egui_plot::Text::new(
+                        "peak",
+                        egui_plot::PlotPoint::new(x1 - 0.05, peak.log10() + 0.12),
+                        egui::RichText::new(format!(
+                            "matmul {}",
+                            crate::bench::kernels::human_flops(c.matmul_tflops * 1e3)
+                        ))
+                        .size(13.0),
+                    )
+                    .anchor(egui::Align2::RIGHT_BOTTOM)
+                    .color(egui::Color32::from_gray(220)),
+                );
+                let bw_x = x0 + 0.3;
+                plot.text(
+                    egui_plot::Text::new(
+                        "bandwidth",
+                        egui_plot::PlotPoint::new(
+                            bw_x,
+                            (10f64.powf(bw_x) * c.copy_gbps).log10() + 0.1,
+                        ),
+                        egui::RichText::new(format!("copy {:.0} GB/s", c.copy_gbps)).size(13.0),
+                    )
+                    .anchor(egui::Align2::LEFT_BOTTOM)
+                    .color(egui::Color32::from_gray(220)),
+                );
+            }
+            // Labels for the families that take time; a label near one
+            // already placed goes below its point instead of above.
+            let mut placed: Vec<[f64; 2]> = Vec::new();
+            for (i, f) in &points {
+                let share = f.ms / total;
+                if share >= 0.05 {
+                    let at = [f.intensity.log10(), f.gflops.log10()];
+                    let crowded = placed
+                        .iter()
+                        .filter(|p| (p[0] - at[0]).abs() < 0.6 && (p[1] - at[1]).abs() < 0.15)
+                        .count();
+                    placed.push(at);
+                    plot.text(
+                        egui_plot::Text::new(
+                            f.family.clone(),
+                            egui_plot::PlotPoint::new(at[0], at[1]),
+                            egui::RichText::new(format!("  {}", f.family)).size(13.0),
+                        )
+                        .anchor(if crowded % 2 == 0 {
+                            egui::Align2::LEFT_BOTTOM
+                        } else {
+                            egui::Align2::LEFT_TOP
+                        })
+                        .color(FAMILY_COLOURS[i % FAMILY_COLOURS.len()]),
+                    );
+                }
+                plot.points(
+                    Points::new(
+                        f.family.clone(),
+                        PlotPoints::from(vec![[f.intensity.log10(), f.gflops.log10()]]),
+                    )
+                    .color(FAMILY_COLOURS[i % FAMILY_COLOURS.len()])
+                    .radius(3.5 + 10.0 * share.sqrt() as f32),
+                );
+            }
+        });
+    response.response.rect
 }

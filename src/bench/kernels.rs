@@ -1,0 +1,251 @@
+//! Where one training step's time goes: every GPU kernel of the step timed
+//! with timestamp queries (or, where the adapter has none, the CPU backend's
+//! ops), grouped by op family, each family with the FLOPs and compulsory
+//! bytes the program says it does ([`crate::program::cost`]), and the
+//! adapter's ceilings measured by our own kernels ([`super::Ceilings`]):
+//! the data of a roofline. `tinygpt bench --kernels --json` prints it and
+//! the Speedup scene draws it.
+
+use super::Ceilings;
+use crate::backend::{Backend, StepParams};
+use crate::model::config::Config;
+use crate::program::Program;
+use crate::program::cost::Cost;
+use serde::{Deserialize, Serialize};
+
+/// One dispatch of the step (GPU) or one op family (CPU).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct KernelRow {
+    /// The op family, e.g. `fwd linear` ([`Program::family`]).
+    pub family: String,
+    /// The kernel's entry point ("" for the CPU's ops).
+    pub entry: String,
+    pub ms: f64,
+}
+
+/// An op family's time, work and where it sits on the roofline.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Family {
+    pub family: String,
+    pub ms: f64,
+    /// Dispatches (GPU) or entries of the step (CPU) it took.
+    pub count: usize,
+    pub flops: f64,
+    /// Compulsory bytes (f32), see [`crate::program::cost`].
+    pub bytes: f64,
+    /// FLOPs per byte.
+    pub intensity: f64,
+    /// What it reached: GFLOP/s and GB/s of compulsory traffic.
+    pub gflops: f64,
+    pub gbps: f64,
+    /// The roofline's GFLOP/s at this intensity, min(matmul peak,
+    /// intensity × copy bandwidth), when the ceilings were measured.
+    pub attainable_gflops: Option<f64>,
+    /// `compute` when the intensity is past the ridge point, else `memory`.
+    pub bound: Option<String>,
+}
+
+/// One step of a preset, timed.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct KernelTimes {
+    pub preset: String,
+    /// What measured it (the adapter, or the CPU backend).
+    pub device: String,
+    /// `gpu_timestamps` or `cpu_ops`.
+    pub source: String,
+    /// Why the CPU's op times stand in, when they do.
+    pub note: Option<String>,
+    pub rows: Vec<KernelRow>,
+    /// Families, the most time first.
+    pub families: Vec<Family>,
+    pub ceilings: Option<Ceilings>,
+}
+
+impl KernelTimes {
+    /// The kernels' (or ops') time summed, ms.
+    pub fn total_ms(&self) -> f64 {
+        self.rows.iter().map(|r| r.ms).sum()
+    }
+}
+
+/// A rate in GFLOP/s as a person reads it: `3.4 GFLOP/s`, `9.41 TFLOP/s`.
+pub fn human_flops(gflops: f64) -> String {
+    if gflops >= 1000.0 {
+        format!("{:.2} TFLOP/s", gflops / 1e3)
+    } else {
+        format!("{gflops:.1} GFLOP/s")
+    }
+}
+
+/// Groups `rows` by family and puts each on the roofline of `ceilings`.
+pub fn families(program: &Program, rows: &[KernelRow], ceilings: Option<&Ceilings>) -> Vec<Family> {
+    let mut out: Vec<Family> = Vec::new();
+    for r in rows {
+        match out.iter_mut().find(|f| f.family == r.family) {
+            Some(f) => {
+                f.ms += r.ms;
+                f.count += 1;
+            }
+            None => out.push(Family {
+                family: r.family.clone(),
+                ms: r.ms,
+                count: 1,
+                flops: 0.0,
+                bytes: 0.0,
+                intensity: 0.0,
+                gflops: 0.0,
+                gbps: 0.0,
+                attainable_gflops: None,
+                bound: None,
+            }),
+        }
+    }
+    for f in &mut out {
+        let mut cost = Cost::default();
+        for s in &program.steps {
+            if program.family(*s) == f.family {
+                cost += program.cost(*s);
+            }
+        }
+        let secs = (f.ms / 1e3).max(1e-12);
+        f.flops = cost.flops;
+        f.bytes = cost.bytes;
+        f.intensity = cost.intensity();
+        f.gflops = cost.flops / secs / 1e9;
+        f.gbps = cost.bytes / secs / 1e9;
+        if let Some(c) = ceilings {
+            let peak = c.matmul_tflops * 1e3;
+            let roof = f.intensity * c.copy_gbps;
+            f.attainable_gflops = Some(peak.min(roof));
+            f.bound = Some(if roof < peak { "memory" } else { "compute" }.into());
+        }
+    }
+    out.sort_by(|a, b| b.ms.total_cmp(&a.ms));
+    out
+}
+
+/// Times one training step of `config` per kernel, blocking (call it on a
+/// worker). Tries each of `contexts` in turn (the app's device may have been
+/// opened without timestamp queries); with none that has them, times the CPU
+/// backend's ops and says why. `ceilings` also measures the adapter's matmul
+/// TFLOP/s and copy GB/s for the roofline (about a second on a fast GPU).
+pub fn time_step(
+    preset: &str,
+    config: &Config,
+    contexts: impl IntoIterator<Item = crate::gpu::GpuContext>,
+    ceilings: bool,
+) -> Result<KernelTimes, String> {
+    let program = Program::new(config);
+    let corpus = crate::data::Corpus::tiny_shakespeare(config.ctx).map_err(|e| e.to_string())?;
+    let batch = crate::data::BatchSampler::new(1).next(&corpus, config.batch, config.ctx);
+    let sp = StepParams {
+        lr: config.lr,
+        adam_t: 1,
+        dropout_seed: 1,
+    };
+    let mut why = None;
+    for ctx in contexts {
+        let device = ctx.describe();
+        let mut gpu =
+            crate::gpu::GpuBackend::new(ctx.clone(), program.clone()).map_err(|e| e.to_string())?;
+        gpu.initialize(42).map_err(|e| e.to_string())?;
+        gpu.profile_step(&batch, sp); // warm-up
+        match gpu.profile_step(&batch, sp) {
+            Some(timed) => {
+                drop(gpu);
+                let rows: Vec<KernelRow> = timed
+                    .into_iter()
+                    .map(|(family, entry, ns)| KernelRow {
+                        family,
+                        entry: entry.to_string(),
+                        ms: ns / 1e6,
+                    })
+                    .collect();
+                #[cfg(not(target_arch = "wasm32"))]
+                let ceilings = ceilings.then(|| super::gpu_ceilings(&ctx));
+                #[cfg(target_arch = "wasm32")]
+                let ceilings: Option<Ceilings> = None;
+                return Ok(KernelTimes {
+                    preset: preset.into(),
+                    device,
+                    source: "gpu_timestamps".into(),
+                    note: None,
+                    families: families(&program, &rows, ceilings.as_ref()),
+                    rows,
+                    ceilings,
+                });
+            }
+            None => why = Some(format!("{device} has no timestamp queries")),
+        }
+    }
+    let rows: Vec<KernelRow> = super::profile_cpu_step(config, 3)
+        .into_iter()
+        .map(|(family, ms)| KernelRow {
+            family,
+            entry: String::new(),
+            ms,
+        })
+        .collect();
+    Ok(KernelTimes {
+        preset: preset.into(),
+        device: super::cpu_backend(config).describe(),
+        source: "cpu_ops".into(),
+        note: Some(format!(
+            "{}: the CPU backend's op times instead",
+            why.unwrap_or_else(|| "no GPU adapter".into())
+        )),
+        families: families(&program, &rows, None),
+        rows,
+        ceilings: None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Families sum their rows, take the program's costs, and land under
+    /// or over the ridge point as their intensity says.
+    #[test]
+    fn families_put_each_op_on_the_roofline() {
+        let program = Program::new(&Config::load("small").unwrap());
+        let rows = vec![
+            KernelRow {
+                family: "fwd linear".into(),
+                entry: "matmul_nt".into(),
+                ms: 0.25,
+            },
+            KernelRow {
+                family: "fwd linear".into(),
+                entry: "matmul_nt".into(),
+                ms: 0.75,
+            },
+            KernelRow {
+                family: "fwd residual".into(),
+                entry: "residual_forward".into(),
+                ms: 0.5,
+            },
+        ];
+        let ceilings = Ceilings {
+            matmul_tflops: 1.0,
+            matmul_shape: [1, 1, 1],
+            copy_gbps: 100.0,
+        };
+        let f = families(&program, &rows, Some(&ceilings));
+        assert_eq!(f[0].family, "fwd linear");
+        assert_eq!((f[0].ms, f[0].count), (1.0, 2));
+        let linear_flops: f64 = program
+            .steps
+            .iter()
+            .filter(|s| program.family(**s) == "fwd linear")
+            .map(|s| program.cost(*s).flops)
+            .sum();
+        assert_eq!(f[0].flops, linear_flops);
+        assert!((f[0].gflops - linear_flops / 1e-3 / 1e9).abs() < 1e-6 * f[0].gflops);
+        // Ridge at 1000 GFLOP/s ÷ 100 GB/s = 10 FLOP/B: small's linears
+        // (23 FLOP/B) are past it, a residual add (1/12) far below.
+        assert_eq!(f[0].bound.as_deref(), Some("compute"));
+        assert_eq!(f[1].bound.as_deref(), Some("memory"));
+        assert!((f[1].attainable_gflops.unwrap() - f[1].intensity * 100.0).abs() < 1e-9);
+    }
+}
