@@ -28,6 +28,7 @@ pub mod cpu;
 pub mod data;
 pub mod flash;
 pub mod gpu;
+pub mod lesson;
 pub mod model;
 pub mod probe;
 pub mod program;

@@ -1063,3 +1063,91 @@ fn headless_speedup_cancel_leaves_the_app_and_the_run_alone() {
     assert!(steps == at || steps == at + 1, "{line}");
     assert_regions_drawn(&r, &shot, &["curve"], (40, 16), 0.05);
 }
+
+/// The lessons' scene names are the app's scenes.
+#[test]
+fn lesson_scene_names_are_the_app_scenes() {
+    let keys: Vec<&str> = tinygpt::app::scenes::Scene::ALL.map(|s| s.key()).to_vec();
+    assert_eq!(keys, tinygpt::lesson::SCENES.to_vec());
+}
+
+/// Every step of every built-in lesson opens headless (`--lesson NAME
+/// --lesson-step K`): the JSON line says which step of which lesson is on
+/// screen and in which scene, the picture is not blank, and the narration
+/// box is drawn where the line says.
+#[test]
+fn headless_walks_every_step_of_every_lesson() {
+    let dir = std::env::temp_dir().join(format!("tinygpt-app-lessons-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for (name, text) in tinygpt::lesson::BUILTIN_LESSONS {
+        let lesson = tinygpt::lesson::Lesson::parse(name, text).unwrap();
+        for (k, step) in lesson.steps.iter().enumerate() {
+            let shot = dir.join(format!("{name}-{}.png", k + 1));
+            let k1 = (k + 1).to_string();
+            let r = run_headless(
+                &[
+                    "app",
+                    "--headless",
+                    "--lesson",
+                    name,
+                    "--lesson-step",
+                    &k1,
+                    "--frames",
+                    "30",
+                    "--width",
+                    "1280",
+                    "--height",
+                    "720",
+                ],
+                &shot,
+            );
+            let line = r.to_string();
+            assert_eq!(r["lesson"]["name"], *name, "{line}");
+            assert_eq!(r["lesson"]["step"], k + 1, "{line}");
+            assert_eq!(r["lesson"]["step_title"], step.title.as_str(), "{line}");
+            assert_eq!(r["scene"], step.scene.as_str(), "{line}");
+            assert_regions_drawn(&r, &shot, &["narration"], (200, 60), 0.2);
+        }
+    }
+}
+
+/// A bad lesson file is refused with the file, the step and the field, and
+/// the app still opens (the error in its status line).
+#[test]
+fn a_bad_lesson_is_named_and_the_app_still_runs() {
+    let dir = std::env::temp_dir().join(format!("tinygpt-app-bad-lesson-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("bad.ron");
+    let text = tinygpt::lesson::BUILTIN_LESSONS[1].1.replacen(
+        "Head(layer: 0, head: 0)",
+        "Head(layer: 0, head: 99)",
+        1,
+    );
+    std::fs::write(&file, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+        .args([
+            "app",
+            "--headless",
+            "--frames",
+            "10",
+            "--width",
+            "640",
+            "--height",
+            "360",
+            "--lesson",
+        ])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let line = String::from_utf8_lossy(&out.stdout).to_string();
+    let r: serde_json::Value =
+        serde_json::from_str(line.lines().find(|l| l.starts_with('{')).unwrap()).unwrap();
+    assert!(r["lesson"].is_null(), "{line}");
+    let errors = r["errors"].to_string();
+    assert!(
+        errors.contains("bad.ron, step 2 (focus)") && errors.contains("99"),
+        "{line}"
+    );
+}

@@ -83,10 +83,12 @@ fn count_frames(
         Res<super::scenes::speedup::SpeedupShown>,
     ),
     cameras: Query<(&Camera, &GlobalTransform), With<SceneCamera>>,
-    (mut exit, mut export, exports): (
+    (mut exit, mut export, exports, lesson, status): (
         MessageWriter<AppExit>,
         MessageWriter<super::export::ExportPng>,
         Res<super::export::ExportResults>,
+        Res<super::lesson::LessonPlayer>,
+        Res<super::training::AppStatus>,
     ),
 ) {
     if state.done {
@@ -246,6 +248,19 @@ fn count_frames(
             }),
         })
     });
+    if let Some(r) = lesson.narration_rect {
+        regions_px.push(serde_json::json!({ "name": "narration", "rect": [r.min.x.round(), r.min.y.round(), r.max.x.round(), r.max.y.round()] }));
+    }
+    let lesson_line = lesson.lesson.as_ref().map(|(name, l)| {
+        serde_json::json!({
+            "name": name,
+            "title": l.title,
+            "step": lesson.step + 1,
+            "steps": l.steps.len(),
+            "step_title": l.steps[lesson.step].title,
+            "scene": l.steps[lesson.step].scene,
+        })
+    });
     let attention = probes.latest.as_ref().map(|(step, r)| {
         serde_json::json!({
             "step": step,
@@ -291,6 +306,8 @@ fn count_frames(
         "flash": flash,
         "correctness": correctness,
         "speedup": speedup,
+        "lesson": lesson_line,
+        "errors": status.errors,
         "background": [(bg.red * 255.0).round(), (bg.green * 255.0).round(), (bg.blue * 255.0).round()],
         "width": config.width,
         "height": config.height,

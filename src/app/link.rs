@@ -19,6 +19,11 @@ pub struct Link {
     pub backend: Option<BackendChoice>,
     /// Start training at once.
     pub train: bool,
+    /// Presets the Speedup scene measures as soon as it opens (`bench=tiny,small`).
+    pub bench: Option<Vec<String>>,
+    /// A built-in lesson and its step, 0-based (`lesson=attention&step=3`,
+    /// the link counting from 1).
+    pub lesson: Option<(String, usize)>,
 }
 
 /// The fragment's name for a heatmap view.
@@ -38,6 +43,7 @@ impl Link {
     pub fn parse(fragment: &str) -> (Link, Vec<String>) {
         let mut link = Link::default();
         let mut problems = Vec::new();
+        let mut lesson_step = None;
         let fragment = fragment.trim().trim_start_matches('#');
         for pair in fragment.split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -87,10 +93,47 @@ impl Link {
                     "0" | "false" => link.train = false,
                     _ => problems.push(format!("the link's train `{value}` is not 1 or 0")),
                 },
+                "bench" => {
+                    let (known, unknown): (Vec<&str>, Vec<&str>) = value
+                        .split(',')
+                        .filter(|p| !p.is_empty())
+                        .partition(|p| BUILTIN_PRESETS.iter().any(|(id, _)| id == p));
+                    if unknown.is_empty() && !known.is_empty() {
+                        link.bench = Some(known.iter().map(|p| p.to_string()).collect());
+                    } else {
+                        problems.push(format!(
+                            "the link's bench `{value}` is not a list of built-in presets, e.g. bench=tiny,small"
+                        ));
+                    }
+                }
+                "lesson" => {
+                    if crate::lesson::BUILTIN_LESSONS.iter().any(|(n, _)| *n == value) {
+                        let step = link.lesson.as_ref().map_or(0, |l| l.1);
+                        link.lesson = Some((value.to_string(), step));
+                    } else {
+                        let names: Vec<&str> =
+                            crate::lesson::BUILTIN_LESSONS.iter().map(|(n, _)| *n).collect();
+                        problems.push(format!(
+                            "the link's lesson `{value}` is not built in; use one of {}",
+                            names.join(", ")
+                        ));
+                    }
+                }
+                "step" => match value.parse::<usize>() {
+                    Ok(k) if k >= 1 => {
+                        lesson_step = Some(k - 1);
+                    }
+                    _ => problems.push(format!(
+                        "the link's step `{value}` is not a lesson step (1, 2, ...)"
+                    )),
+                },
                 other => problems.push(format!(
-                    "the link's key `{other}` is unknown; the keys are preset, seed, scene, view, backend and train"
+                    "the link's key `{other}` is unknown; the keys are preset, seed, scene, view, backend, train, bench, lesson and step"
                 )),
             }
+        }
+        if let (Some(l), Some(k)) = (link.lesson.as_mut(), lesson_step) {
+            l.1 = k;
         }
         (link, problems)
     }
@@ -118,6 +161,12 @@ impl Link {
         if self.train {
             parts.push("train=1".to_string());
         }
+        if let Some(b) = &self.bench {
+            parts.push(format!("bench={}", b.join(",")));
+        }
+        if let Some((name, step)) = &self.lesson {
+            parts.push(format!("lesson={name}&step={}", step + 1));
+        }
         parts.join("&")
     }
 }
@@ -140,6 +189,8 @@ mod tests {
                     view: Some(view),
                     backend: Some(backend).filter(|b| *b != BackendChoice::Auto),
                     train: view == HeatmapView::AdamM,
+                    bench: (backend == BackendChoice::Cpu)
+                        .then(|| vec!["tiny".into(), "small".into()]),
                 };
                 let (back, problems) = Link::parse(&format!("#{}", link.fragment()));
                 assert!(problems.is_empty(), "{problems:?}");
@@ -158,12 +209,12 @@ mod tests {
     #[test]
     fn each_bad_key_is_named_and_the_rest_still_applies() {
         let (link, problems) = Link::parse(
-            "preset=giant&seed=-3&scene=attentions&view=logits&backend=tpu&train=maybe&colour=red&preset=small&seed=7",
+            "preset=giant&seed=-3&scene=attentions&view=logits&backend=tpu&train=maybe&colour=red&bench=tiny,huge2&preset=small&seed=7",
         );
         assert_eq!(link.preset.as_deref(), Some("small"));
         assert_eq!(link.seed, Some(7));
         assert!(!link.train);
-        assert_eq!(problems.len(), 7, "{problems:?}");
+        assert_eq!(problems.len(), 8, "{problems:?}");
         for (problem, names) in problems.iter().zip([
             "giant",
             "-3",
@@ -172,6 +223,7 @@ mod tests {
             "tpu",
             "maybe",
             "colour",
+            "huge2",
         ]) {
             assert!(problem.contains(names), "{problem}");
         }

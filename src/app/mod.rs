@@ -8,7 +8,7 @@
 //! and plugin per scene, the shared camera and visual language), [`ui`] (the
 //! panels),
 //! [`sample`] (text generation), [`files`] (corpora, presets, checkpoints in),
-//! [`export`] (the view or a chart out as PNG),
+//! [`export`] (the view or a chart out as PNG), [`lesson`] (the lesson player),
 //! [`headless`] (offscreen runs for checks), and in the browser `web` (the
 //! page: start, files, downloads, the link of [`link`]).
 
@@ -18,6 +18,7 @@ pub mod files;
 pub mod graph;
 pub mod headless;
 pub mod heatmap;
+pub mod lesson;
 pub mod link;
 pub mod sample;
 pub mod scenes;
@@ -66,6 +67,8 @@ pub struct AppOptions {
     /// Open in the wide view: no side panels, the scene fills the window
     /// (for a projector; the top bar's "wide view" toggles it).
     pub wide: bool,
+    /// The lesson to play from the start: (its name, the lesson, the step).
+    pub lesson: Option<(String, crate::lesson::Lesson, usize)>,
     /// Run without a window for this many frames (see [`headless`]).
     pub headless: Option<headless::HeadlessConfig>,
 }
@@ -162,8 +165,15 @@ pub fn build(options: AppOptions) -> App {
         ui::UiPlugin,
         files::FilesPlugin,
         export::ExportPlugin,
+        lesson::LessonPlugin,
     ))
     .add_systems(PreStartup, spawn_cameras);
+    if let Some((name, lesson, step)) = options.lesson {
+        app.insert_resource(lesson::LessonPlayer::open(name, lesson, step));
+        // A lesson is for a room: the scene fills the window (the top bar
+        // brings the panels back).
+        app.world_mut().resource_mut::<ui::UiState>().wide = true;
+    }
     app
 }
 

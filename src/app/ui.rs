@@ -239,7 +239,9 @@ pub fn draw_ui(
                         rect: None,
                     });
                 }
-                ui.weak("wheel: zoom · drag: pan · 0: fit");
+                if ui.available_width() > 520.0 {
+                    ui.weak("wheel: zoom · drag: pan · 0: fit");
+                }
             });
         });
     });

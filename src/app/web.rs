@@ -76,10 +76,15 @@ pub fn main() {
         step_op: 0,
         flash_pass: crate::flash::Pass::Forward,
         flash_visit: None,
-        bench: None,
+        bench: link.bench.clone(),
         kernels: None,
         train: link.train,
         wide: false,
+        lesson: link.lesson.as_ref().and_then(|(name, step)| {
+            let lesson = crate::lesson::Lesson::load(name).ok()?;
+            let step = (*step).min(lesson.steps.len() - 1);
+            Some((name.clone(), lesson, step))
+        }),
         headless: None,
     });
     if let Some(view) = link.view {
@@ -165,6 +170,7 @@ fn files_from_page(
 /// Writes the Run panel's preset and seed, the scene and the heatmap view
 /// to the fragment when they change.
 fn keep_link(
+    lesson: Res<super::lesson::LessonPlayer>,
     settings: Res<RunSettings>,
     scene: Res<State<super::scenes::Scene>>,
     snapshots: Res<Snapshots>,
@@ -182,6 +188,12 @@ fn keep_link(
         view: Some(snapshots.view),
         backend: Some(settings.backend).filter(|b| *b != BackendChoice::Auto),
         train: run.is_some_and(|r| r.state == RunState::Training),
+        // A bench runs once, when the link opens; reloading does not repeat it.
+        bench: None,
+        lesson: lesson
+            .lesson
+            .as_ref()
+            .map(|(name, _)| (name.clone(), lesson.step)),
     };
     let fragment = link.fragment();
     if fragment != page.fragment {
@@ -197,6 +209,11 @@ fn report_to_page(
     status: Res<AppStatus>,
     sample: Res<super::sample::SampleState>,
     mut page: ResMut<PageState>,
+    (scene, speedup, correctness): (
+        Res<State<super::scenes::Scene>>,
+        Res<super::scenes::speedup::SpeedupView>,
+        Res<super::scenes::correctness::CorrectnessShown>,
+    ),
 ) {
     page.frames += 1;
     let Some(run) = run else { return };
@@ -218,6 +235,19 @@ fn report_to_page(
         "notice": run.notice,
         "info": status.info,
         "errors": status.errors,
+        "scene": scene.get().key(),
+        "speedup": {
+            "running": speedup.running(),
+            "message": speedup.message,
+            "results": speedup.results.iter().map(|r| serde_json::json!({
+                "preset": r.preset, "backend": r.backend, "median_ms": r.median_ms,
+            })).collect::<Vec<_>>(),
+        },
+        "correctness": {
+            "state": correctness.state,
+            "tensors": correctness.tensors,
+            "max_rel": correctness.max_rel,
+        },
     });
     // Frames change every time; send only when something else did, or
     // once a second.

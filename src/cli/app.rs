@@ -87,6 +87,13 @@ pub struct AppArgs {
     /// not a software-rendering GPU adapter, which also draws the window).
     #[arg(long, value_delimiter = ',', value_parser = ["cpu", "gpu"], requires = "bench")]
     bench_backends: Option<Vec<String>>,
+    /// Play a lesson: a built-in name (tokens, attention, why-gpus-win) or a
+    /// lesson file (`my-lesson.ron`, the format of scenes/*.ron).
+    #[arg(long, value_name = "NAME|FILE.ron")]
+    lesson: Option<String>,
+    /// The lesson's step to open at (1-based).
+    #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..), requires = "lesson")]
+    lesson_step: u32,
     /// Press the Speedup scene's Cancel this many frames after its bench
     /// starts (for checks that a cancelled bench leaves the app running).
     #[arg(long, value_name = "FRAMES", hide = true, requires = "bench")]
@@ -167,6 +174,18 @@ pub fn run_app(args: AppArgs) -> Result<()> {
         fps: args.fps as f64,
         export: args.export.clone(),
     });
+    // A bad lesson is refused with its file, step and field; the app still
+    // opens, with the error in the status line.
+    let (lesson, lesson_error) = match &args.lesson {
+        None => (None, None),
+        Some(name) => match tinygpt::lesson::Lesson::load(name) {
+            Ok(l) => {
+                let k = (args.lesson_step as usize - 1).min(l.steps.len() - 1);
+                (Some((name.clone(), l, k)), None)
+            }
+            Err(e) => (None, Some(e.to_string())),
+        },
+    };
     let mut app = build(AppOptions {
         settings,
         scene: args.scene,
@@ -177,8 +196,14 @@ pub fn run_app(args: AppArgs) -> Result<()> {
         kernels: args.kernels.clone(),
         train: args.train,
         wide: args.wide,
+        lesson,
         headless,
     });
+    if let Some(e) = lesson_error {
+        app.world_mut()
+            .resource_mut::<tinygpt::app::training::AppStatus>()
+            .error(e);
+    }
     {
         let mut view = app
             .world_mut()

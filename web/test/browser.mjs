@@ -1,6 +1,6 @@
 // The browser test of the web build (run by .ci/run under Xvfb):
 // serves web/dist on localhost, opens it in Debian's Chromium (driven by
-// playwright-core), and checks two runs:
+// playwright-core), and checks three runs:
 //
 // 1. WebGPU (SwiftShader's, headed: headless Chromium loses a SwiftShader
 //    WebGPU device once a canvas is presented): the app trains STEPS steps
@@ -10,6 +10,9 @@
 //    checkpoint saved as a download and loaded back through the file input.
 // 2. WebGPU turned off: the page draws through WebGL2, the app trains on the
 //    CPU backend and shows the notice that says why.
+// 3. The scenes that compute in the page: CPU vs GPU compares one step on
+//    the page's CPU and WebGPU; a `bench=tiny` link measures the CPU in the
+//    Speedup scene.
 //
 // Any console error or uncaught exception fails a run. Prints one JSON line
 // per run (times to first frame and first step, steps per second) and saves
@@ -276,12 +279,75 @@ async function runOnce(base, run) {
   return problems;
 }
 
+// The Speedup and CPU-vs-GPU scenes in the page (WebGPU on SwiftShader):
+// the correctness scene compares one step on the page's CPU and its WebGPU
+// for every tensor; a link with bench=tiny measures the CPU in the page's
+// one thread (the GPU box starts off there) and the curve's table fills.
+async function scenesRun(base) {
+  const browser = await chromium.launch({
+    executablePath: chromiumPath,
+    headless: false,
+    args: [...common, ...runs[0].args],
+  });
+  const problems = [];
+  try {
+    for (const [scene, fragment, ready, check] of [
+      [
+        "correctness",
+        "preset=tiny&seed=1337&scene=correctness",
+        (s) => ["done", "failed"].includes(s.correctness?.state),
+        (s) => {
+          if (s.correctness?.state !== "done") return `the comparison did not finish: ${JSON.stringify(s.correctness)}`;
+          if (!(s.correctness.tensors > 0)) return `no tensors compared: ${JSON.stringify(s.correctness)}`;
+          if (!(s.correctness.max_rel < 1e-2)) return `CPU and WebGPU differ: ${JSON.stringify(s.correctness)}`;
+          return null;
+        },
+      ],
+      [
+        "speedup",
+        "preset=tiny&seed=1337&scene=speedup&bench=tiny",
+        (s) => s.speedup && !s.speedup.running && (s.speedup.results.length > 0 || s.speedup.message),
+        (s) => {
+          const cpu = (s.speedup?.results || []).find((r) => r.preset === "tiny" && r.backend === "cpu");
+          if (!cpu || !(cpu.median_ms > 0)) return `no CPU measurement of tiny: ${JSON.stringify(s.speedup)}`;
+          return null;
+        },
+      ],
+    ]) {
+      const page = await browser.newPage({ viewport: { width: 1280, height: 720 } });
+      page.on("pageerror", (e) => problems.push(`${scene}: uncaught: ${e.message}`));
+      await page.goto(`${base}/#${fragment}`);
+      const status = await waitFor(page, ready, TIMEOUT_S);
+      const shotPath = path.join(outDir, `scene-${scene}.png`);
+      fs.mkdirSync(outDir, { recursive: true });
+      const picture = pictureStats(await page.screenshot({ path: shotPath }));
+      console.log(JSON.stringify({ scene, status: status && { scene: status.scene, speedup: status.speedup, correctness: status.correctness, errors: status.errors }, screenshot: picture }));
+      if (!status) problems.push(`${scene}: not ready in ${TIMEOUT_S} s`);
+      else {
+        const why = check(status);
+        if (why) problems.push(`${scene}: ${why}`);
+        if ((status.errors || []).length) problems.push(`${scene}: the app reported errors: ${JSON.stringify(status.errors)}`);
+      }
+      if (!(picture.colours > 100 && picture.nonBackground > 0.2)) problems.push(`${scene}: the screenshot looks blank`);
+      await page.close();
+    }
+  } finally {
+    await browser.close();
+  }
+  return problems;
+}
+
 const server = await serve();
 const base = `http://127.0.0.1:${server.address().port}`;
 let failed = false;
 for (const run of runs) {
   const problems = await runOnce(base, run);
   for (const p of problems) console.error(`[${run.name}] ${p}`);
+  failed ||= problems.length > 0;
+}
+{
+  const problems = await scenesRun(base);
+  for (const p of problems) console.error(`[scenes] ${p}`);
   failed ||= problems.length > 0;
 }
 server.close();

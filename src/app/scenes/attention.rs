@@ -50,7 +50,7 @@ pub struct AttentionView {
     /// looks) instead of P on 0 to 1.
     pub row_normalised: bool,
     /// Set once the prompt has its default (a line of the corpus).
-    prompt_set: bool,
+    pub prompt_set: bool,
 }
 
 impl Default for AttentionView {

@@ -55,12 +55,24 @@ fn time_kernels(
     let config = Config::load(preset).map_err(|e| e.to_string())?;
     #[cfg(not(target_arch = "wasm32"))]
     let own = || crate::gpu::GpuContext::new_blocking().ok();
-    #[cfg(target_arch = "wasm32")]
-    let own = || None;
+    #[cfg(not(target_arch = "wasm32"))]
     let contexts = app_gpu
         .into_iter()
         .chain(std::iter::once_with(own).flatten());
-    crate::bench::kernels::time_step(preset, &config, contexts, true)
+    // In the page, reading timestamps back would wait on the GPU in the
+    // page's one thread: the CPU's op times, with the reason.
+    #[cfg(target_arch = "wasm32")]
+    let contexts = {
+        let _ = app_gpu;
+        std::iter::empty()
+    };
+    let mut times = crate::bench::kernels::time_step(preset, &config, contexts, true)?;
+    if cfg!(target_arch = "wasm32") {
+        times.note = Some(
+            "in the browser, reading GPU timestamps back would wait in the page's one thread: the CPU backend's op times instead".into(),
+        );
+    }
+    Ok(times)
 }
 
 /// Which half of the scene shows: the curve, or one step's kernels.
@@ -310,7 +322,9 @@ fn collect(
 ) {
     if !view.backends_chosen {
         view.backends_chosen = true;
-        if let Some(ctx) = &gpu.context
+        if cfg!(target_arch = "wasm32") {
+            view.gpu = false;
+        } else if let Some(ctx) = &gpu.context
             && crate::backend::software_adapter(ctx).is_some()
         {
             view.gpu = false;
@@ -747,8 +761,15 @@ fn save(path: &str, results: &[BenchResult]) -> Result<String, String> {
         crate::app::web::download("bench.jsonl", lines.as_bytes());
         crate::app::web::download("speedup.svg", report::svg(results).as_bytes());
         let _ = path;
-        return Ok("speedup.svg (downloads)".into());
+        Ok("speedup.svg (downloads)".into())
     }
+    #[cfg(not(target_arch = "wasm32"))]
+    save_files(path, results)
+}
+
+/// [`save`] natively: the two files.
+#[cfg(not(target_arch = "wasm32"))]
+fn save_files(path: &str, results: &[BenchResult]) -> Result<String, String> {
     let path = std::path::Path::new(path.trim());
     let lines: String = results
         .iter()

@@ -1,0 +1,374 @@
+//! The lesson player: walks a [`crate::lesson::Lesson`] step by step over
+//! the live app. Each step switches to its scene, points the scene at its
+//! focus (a head, a position, an op of the step, a tensor's heatmap), does
+//! its action once (train N steps and pause, set the prompt, play the
+//! FlashAttention replay, start a bench) and shows the narration in a box
+//! over the scene, with a predict-then-reveal question where the step has
+//! one. Back / Next buttons, or Page Up / Page Down (a clicker's keys).
+
+use super::scenes::Scene;
+use super::scenes::attention::AttentionView;
+use super::scenes::flash::FlashView;
+use super::scenes::model::{Heatmap, Selection};
+use super::scenes::speedup::{SpeedupTab, SpeedupView};
+use super::scenes::step::StepView;
+use super::training::{AppStatus, Run, RunCommand, RunState};
+use super::ui::UiState;
+use crate::lesson::{Action, Focus, Lesson};
+use bevy::prelude::*;
+use bevy_egui::{EguiContexts, EguiPrimaryContextPass, egui};
+
+/// The lesson being played, if any, and where in it.
+#[derive(Resource, Default)]
+pub struct LessonPlayer {
+    /// The lesson and its name (a built-in name or the file).
+    pub lesson: Option<(String, Lesson)>,
+    /// The step shown (0-based).
+    pub step: usize,
+    /// The step whose scene, focus and action were applied.
+    applied: Option<usize>,
+    /// The focus still waits for its scene's entities (a heatmap).
+    focus_pending: bool,
+    /// Pause the run when it reaches this step (a `Train(n)` action).
+    train_until: Option<u64>,
+    /// The learner's answer to the step's question, once chosen.
+    pub chosen: Option<usize>,
+    /// Where the narration box was drawn (physical pixels), for checks.
+    pub narration_rect: Option<egui::Rect>,
+}
+
+impl LessonPlayer {
+    /// Opens `lesson` at step `step` (0-based, clamped).
+    pub fn open(name: String, lesson: Lesson, step: usize) -> Self {
+        let step = step.min(lesson.steps.len() - 1);
+        Self {
+            lesson: Some((name, lesson)),
+            step,
+            ..Self::default()
+        }
+    }
+
+    fn go(&mut self, step: usize) {
+        if let Some((_, l)) = &self.lesson
+            && step < l.steps.len()
+            && step != self.step
+        {
+            self.step = step;
+            self.chosen = None;
+        }
+    }
+}
+
+pub struct LessonPlugin;
+
+impl Plugin for LessonPlugin {
+    fn build(&self, app: &mut App) {
+        app.init_resource::<LessonPlayer>()
+            .add_systems(
+                Update,
+                (keys, apply_step).chain().in_set(super::AppSystems::Input),
+            )
+            .add_systems(
+                EguiPrimaryContextPass,
+                draw_narration.after(super::ui::draw_ui),
+            );
+    }
+}
+
+/// Page Down / Page Up (what a presenter's clicker sends) step through the
+/// lesson, unless a text field has the keys; the arrows stay the scenes'.
+fn keys(
+    keys: Option<Res<ButtonInput<KeyCode>>>,
+    mut player: ResMut<LessonPlayer>,
+    mut contexts: EguiContexts,
+) {
+    let Some(keys) = keys else { return };
+    if player.lesson.is_none() {
+        return;
+    }
+    if contexts
+        .ctx_mut()
+        .is_ok_and(|ctx| ctx.egui_wants_keyboard_input())
+    {
+        return;
+    }
+    let step = player.step;
+    if keys.just_pressed(KeyCode::PageDown) {
+        player.go(step + 1);
+    }
+    if keys.just_pressed(KeyCode::PageUp) {
+        player.go(step.saturating_sub(1));
+    }
+}
+
+/// Applies the step's scene, focus and action once when it opens; retries
+/// a focus whose entities are not there yet; pauses a `Train(n)` at n.
+#[allow(clippy::too_many_arguments)]
+fn apply_step(
+    mut player: ResMut<LessonPlayer>,
+    mut next_scene: ResMut<NextState<Scene>>,
+    scene: Res<State<Scene>>,
+    run: Option<Res<Run>>,
+    mut commands: MessageWriter<RunCommand>,
+    (mut attention, mut step_view, mut flash, mut speedup): (
+        ResMut<AttentionView>,
+        ResMut<StepView>,
+        ResMut<FlashView>,
+        ResMut<SpeedupView>,
+    ),
+    (heatmaps, mut selection): (Query<(Entity, &Heatmap)>, ResMut<Selection>),
+    mut status: ResMut<AppStatus>,
+) {
+    let player = &mut *player;
+    if let (Some(until), Some(run)) = (player.train_until, &run)
+        && (run.step() >= until || run.state != RunState::Training)
+    {
+        if run.state == RunState::Training {
+            commands.write(RunCommand::Pause);
+        }
+        player.train_until = None;
+    }
+    let Some((_, lesson)) = &player.lesson else {
+        return;
+    };
+    let step = &lesson.steps[player.step];
+    let want = Scene::from_key(&step.scene).expect("lessons are checked against the scene keys");
+    if player.applied != Some(player.step) {
+        player.applied = Some(player.step);
+        player.focus_pending = true;
+        if *scene.get() != want {
+            next_scene.set(want);
+        }
+        match &step.action {
+            None => {}
+            Some(Action::Train(n)) => {
+                if let Some(run) = &run {
+                    player.train_until = Some(run.step() + *n as u64);
+                    if run.state != RunState::Training {
+                        commands.write(RunCommand::Train);
+                    }
+                }
+            }
+            Some(Action::Prompt(text)) => {
+                attention.prompt = text.clone();
+                attention.prompt_set = true;
+                attention.source = super::scenes::attention::SourceKind::Prompt;
+                flash.prompt = text.clone();
+                step_view.prompt = text.clone();
+            }
+            Some(Action::PlayFlash) => {
+                flash.position = 0;
+                flash.phase = 0.0;
+                flash.playing = true;
+            }
+            Some(Action::Bench(presets)) => {
+                for (id, on) in &mut speedup.presets {
+                    *on = presets.contains(id);
+                }
+                speedup.tab = SpeedupTab::Curve;
+                let have = presets
+                    .iter()
+                    .all(|p| speedup.results.iter().any(|r| &r.preset == p));
+                if !have && !speedup.running() {
+                    speedup.start = true;
+                }
+            }
+            Some(Action::Kernels(preset)) => {
+                speedup.tab = SpeedupTab::Kernels;
+                // A step back or forth does not time the same preset again.
+                let have = speedup
+                    .kernels
+                    .as_ref()
+                    .is_some_and(|k| k.as_ref().is_ok_and(|k| &k.preset == preset));
+                if !have && !speedup.running() {
+                    speedup.kernels_preset = preset.clone();
+                    speedup.kernels_start = true;
+                }
+            }
+        }
+    }
+    if !player.focus_pending || *scene.get() != want {
+        return;
+    }
+    player.focus_pending = false;
+    match &step.focus {
+        Focus::Nothing => {
+            if want == Scene::Attention {
+                attention.focus = None;
+            }
+        }
+        Focus::Head { layer, head } => match want {
+            Scene::Attention => attention.focus = Some((*layer, *head)),
+            Scene::Flash => {
+                flash.layer = *layer;
+                flash.head = *head;
+            }
+            _ => {}
+        },
+        Focus::Position(p) => {
+            if want == Scene::Attention {
+                attention.position = Some(*p);
+            }
+        }
+        Focus::Op { label, backward } => {
+            let Some(run) = &run else { return };
+            let program = &run.program;
+            let found = program.steps.iter().position(|s| match s {
+                crate::program::Step::Forward(i) => !backward && &program.ops[*i].label == label,
+                crate::program::Step::Backward(i) => *backward && &program.ops[*i].label == label,
+                _ => false,
+            });
+            match found {
+                Some(i) => step_view.position = i,
+                None => status.error(format!(
+                    "the lesson's op `{label}` is not in this run's program (it was checked against the {} preset)",
+                    lesson.preset
+                )),
+            }
+        }
+        Focus::Tensor(name) | Focus::Layer(name) => {
+            if want == Scene::Model {
+                let param = match &step.focus {
+                    Focus::Tensor(_) => Some(name.as_str()),
+                    _ => None,
+                };
+                let hit = heatmaps.iter().find(|(_, h)| match param {
+                    Some(p) => h.param == p,
+                    None => h.param.starts_with(&format!("transformer.{name}.")),
+                });
+                match hit {
+                    Some((entity, _)) => *selection = Selection(Some(entity), true),
+                    // The scene's heatmaps are spawned a frame later.
+                    None => player.focus_pending = true,
+                }
+            }
+        }
+    }
+}
+
+/// The narration box over the bottom of the scene.
+fn draw_narration(
+    mut contexts: EguiContexts,
+    ui_state: Res<UiState>,
+    mut player: ResMut<LessonPlayer>,
+) -> Result {
+    let ctx = contexts.ctx_mut()?.clone();
+    let Some((name, lesson)) = player.lesson.clone() else {
+        return Ok(());
+    };
+    let Some(area) = ui_state.central_rect(&ctx) else {
+        return Ok(());
+    };
+    let (k, n) = (player.step, lesson.steps.len());
+    let step = &lesson.steps[k];
+    let width = (area.width() - 40.0).min(900.0).max(280.0);
+    let mut go = None;
+    let response = egui::Area::new(egui::Id::new("lesson-narration"))
+        .order(egui::Order::Foreground)
+        .anchor(egui::Align2::CENTER_BOTTOM, egui::vec2(0.0, -16.0))
+        .constrain_to(area)
+        .show(&ctx, |ui| {
+            egui::Frame::new()
+                .fill(egui::Color32::from_rgba_unmultiplied(18, 20, 28, 240))
+                .stroke(egui::Stroke::new(
+                    1.5,
+                    egui::Color32::from_rgb(90, 140, 220),
+                ))
+                .corner_radius(8.0)
+                .inner_margin(14.0)
+                .show(ui, |ui| {
+                    ui.set_width(width);
+                    ui.horizontal(|ui| {
+                        ui.label(
+                            egui::RichText::new(format!(
+                                "{} · step {} of {n}",
+                                lesson.title,
+                                k + 1
+                            ))
+                            .size(14.0)
+                            .color(egui::Color32::from_rgb(140, 180, 240)),
+                        )
+                        .on_hover_text(format!("lesson `{name}`"));
+                    });
+                    ui.add(
+                        egui::ProgressBar::new((k + 1) as f32 / n as f32)
+                            .desired_height(4.0)
+                            .desired_width(width),
+                    );
+                    ui.label(egui::RichText::new(&step.title).size(22.0).strong());
+                    ui.label(egui::RichText::new(&step.narration).size(17.0));
+                    if let Some(q) = &step.question {
+                        ui.add_space(6.0);
+                        ui.label(
+                            egui::RichText::new(format!("Predict: {}", q.ask))
+                                .size(17.0)
+                                .color(egui::Color32::from_rgb(240, 200, 90)),
+                        );
+                        ui.horizontal_wrapped(|ui| {
+                            for (i, c) in q.choices.iter().enumerate() {
+                                let mut text = egui::RichText::new(c).size(16.0);
+                                if let Some(chosen) = player.chosen {
+                                    if i == q.answer {
+                                        text = text
+                                            .color(egui::Color32::from_rgb(110, 220, 130))
+                                            .strong();
+                                    } else if i == chosen {
+                                        text = text.color(egui::Color32::from_rgb(240, 110, 100));
+                                    }
+                                }
+                                if ui.button(text).clicked() && player.chosen.is_none() {
+                                    player.chosen = Some(i);
+                                }
+                            }
+                        });
+                        if let Some(chosen) = player.chosen {
+                            let verdict = if chosen == q.answer {
+                                "Right."
+                            } else {
+                                "Not quite."
+                            };
+                            ui.label(
+                                egui::RichText::new(format!("{verdict} {}", q.why)).size(16.0),
+                            );
+                        }
+                    }
+                    ui.add_space(6.0);
+                    ui.horizontal(|ui| {
+                        if ui
+                            .add_enabled(
+                                k > 0,
+                                egui::Button::new(egui::RichText::new("◀ Back").size(16.0)),
+                            )
+                            .clicked()
+                        {
+                            go = Some(k - 1);
+                        }
+                        if ui
+                            .add_enabled(
+                                k + 1 < n,
+                                egui::Button::new(egui::RichText::new("Next ▶").size(16.0)),
+                            )
+                            .clicked()
+                        {
+                            go = Some(k + 1);
+                        }
+                        ui.weak("Page Up / Page Down");
+                        ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
+                            if ui.button("✕ end lesson").clicked() {
+                                go = Some(usize::MAX);
+                            }
+                        });
+                    });
+                });
+        });
+    match go {
+        Some(usize::MAX) => {
+            *player = LessonPlayer::default();
+            return Ok(());
+        }
+        Some(k) => player.go(k),
+        None => {}
+    }
+    player.narration_rect = Some(response.response.rect * ctx.pixels_per_point());
+    Ok(())
+}

@@ -1,0 +1,383 @@
+//! Lessons: guided tours over the live model, as data (`scenes/*.ron`).
+//!
+//! A lesson is an ordered list of steps; each names a scene, a focus (a
+//! layer, op, tensor, head or position of the program), a few sentences of
+//! narration, an optional action (train some steps, set the prompt, step to
+//! an op, play the FlashAttention replay) and an optional predict-then-
+//! reveal question. Lessons name things by the program's own names
+//! (`h.0.attn.c_attn`, `transformer.wte.weight`), and [`Lesson::check`]
+//! resolves every name against the program of the lesson's preset, so a
+//! lesson that names something that does not exist is refused with the
+//! file, the step and the field. The app's lesson player (`app::lesson`)
+//! drives the scenes from it.
+
+use crate::model::config::{BUILTIN_PRESETS, Config};
+use crate::program::Program;
+use serde::Deserialize;
+
+/// The scene keys a lesson may name (the app's `Scene::key`s; a test in
+/// the app checks the two lists agree).
+pub const SCENES: [&str; 6] = [
+    "model",
+    "attention",
+    "step",
+    "flash",
+    "correctness",
+    "speedup",
+];
+
+/// The lessons shipped in `scenes/`, in teaching order: (name, RON source).
+pub const BUILTIN_LESSONS: &[(&str, &str)] = &[
+    ("tokens", include_str!("../scenes/tokens.ron")),
+    ("attention", include_str!("../scenes/attention.ron")),
+    ("why-gpus-win", include_str!("../scenes/why-gpus-win.ron")),
+];
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Lesson {
+    pub title: String,
+    /// One or two sentences: what the learner will see.
+    pub summary: String,
+    /// The preset the lesson's names are checked against (and the run it
+    /// starts, if the app's run has another): a built-in id.
+    #[serde(default = "default_preset")]
+    pub preset: String,
+    pub steps: Vec<LessonStep>,
+}
+
+fn default_preset() -> String {
+    crate::model::config::DEFAULT_PRESET.to_string()
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LessonStep {
+    /// A scene key ([`SCENES`]).
+    pub scene: String,
+    #[serde(default)]
+    pub focus: Focus,
+    /// A short heading for the narration box.
+    pub title: String,
+    /// What to say: a few sentences for a learner who knows a little Python.
+    pub narration: String,
+    #[serde(default)]
+    pub action: Option<Action>,
+    #[serde(default)]
+    pub question: Option<Question>,
+}
+
+/// What the step points at, by the program's names.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+pub enum Focus {
+    #[default]
+    Nothing,
+    /// A layer: `embeddings`, `h.0` … `h.{L-1}`, `ln_f`, `head`.
+    Layer(String),
+    /// An op by its label (`h.0.attn.c_attn`), in the step's forward pass
+    /// (or its backward with `backward: true`).
+    Op { label: String, backward: bool },
+    /// A tensor by name (`transformer.wte.weight`, `grad.…`).
+    Tensor(String),
+    /// One attention head (0-based layer and head).
+    Head { layer: usize, head: usize },
+    /// A position of the prompt (0-based).
+    Position(usize),
+}
+
+/// Something the step does when it opens.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+pub enum Action {
+    /// Train this many steps on the current run (then pause).
+    Train(u32),
+    /// Put this text in the prompt of the scenes that take one.
+    Prompt(String),
+    /// Play the FlashAttention replay from its first visit.
+    PlayFlash,
+    /// Start the Speedup scene's bench of these presets.
+    Bench(Vec<String>),
+    /// Time one step of this preset per kernel (the roofline).
+    Kernels(String),
+}
+
+/// Predict, then reveal.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Question {
+    pub ask: String,
+    pub choices: Vec<String>,
+    /// Index into `choices`.
+    pub answer: usize,
+    pub why: String,
+}
+
+/// A lesson refused: where and why.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("{file}{}: {message}", match (.step, .field) {
+    (Some(s), Some(f)) => format!(", step {} ({f})", s + 1),
+    (Some(s), None) => format!(", step {}", s + 1),
+    (None, Some(f)) => format!(" ({f})"),
+    (None, None) => String::new(),
+})]
+pub struct LessonError {
+    /// The file (or built-in lesson) it came from.
+    pub file: String,
+    /// 0-based step, when one step is at fault.
+    pub step: Option<usize>,
+    pub field: Option<&'static str>,
+    pub message: String,
+}
+
+impl Lesson {
+    /// Parses and checks a lesson; `file` names it in errors.
+    pub fn parse(file: &str, text: &str) -> Result<Lesson, LessonError> {
+        let lesson: Lesson = ron::from_str(text).map_err(|e| LessonError {
+            file: file.to_string(),
+            step: None,
+            field: None,
+            message: format!("{e} (see scenes/attention.ron for a valid lesson)"),
+        })?;
+        lesson.check(file)?;
+        Ok(lesson)
+    }
+
+    /// A built-in lesson by name, or a `.ron` file by path (natively).
+    pub fn load(name_or_path: &str) -> Result<Lesson, LessonError> {
+        if let Some((name, text)) = BUILTIN_LESSONS.iter().find(|(n, _)| *n == name_or_path) {
+            return Lesson::parse(&format!("scenes/{name}.ron"), text);
+        }
+        if !name_or_path.ends_with(".ron") {
+            let names: Vec<&str> = BUILTIN_LESSONS.iter().map(|(n, _)| *n).collect();
+            return Err(LessonError {
+                file: name_or_path.to_string(),
+                step: None,
+                field: None,
+                message: format!(
+                    "no such lesson; the lessons are {}, or give a .ron file",
+                    names.join(", ")
+                ),
+            });
+        }
+        let text = std::fs::read_to_string(name_or_path).map_err(|e| LessonError {
+            file: name_or_path.to_string(),
+            step: None,
+            field: None,
+            message: format!("cannot read it: {e}"),
+        })?;
+        Lesson::parse(name_or_path, &text)
+    }
+
+    /// Resolves every name the lesson uses against its preset's program.
+    pub fn check(&self, file: &str) -> Result<(), LessonError> {
+        let err = |step: Option<usize>, field: &'static str, message: String| LessonError {
+            file: file.to_string(),
+            step,
+            field: Some(field),
+            message,
+        };
+        if !BUILTIN_PRESETS.iter().any(|(id, _)| *id == self.preset) {
+            return Err(err(
+                None,
+                "preset",
+                format!("`{}` is not a built-in preset", self.preset),
+            ));
+        }
+        if self.steps.is_empty() {
+            return Err(err(
+                None,
+                "steps",
+                "a lesson needs at least one step".into(),
+            ));
+        }
+        let config = Config::load(&self.preset).expect("built-in presets parse (tested)");
+        let program = Program::new(&config);
+        for (i, s) in self.steps.iter().enumerate() {
+            let at = Some(i);
+            if !SCENES.contains(&s.scene.as_str()) {
+                return Err(err(
+                    at,
+                    "scene",
+                    format!(
+                        "`{}` is not a scene; the scenes are {}",
+                        s.scene,
+                        SCENES.join(", ")
+                    ),
+                ));
+            }
+            if s.narration.trim().is_empty() {
+                return Err(err(at, "narration", "the narration is empty".into()));
+            }
+            match &s.focus {
+                Focus::Nothing => {}
+                Focus::Layer(name) => {
+                    if !program.layers.iter().any(|l| &l.name == name) {
+                        let names: Vec<&str> =
+                            program.layers.iter().map(|l| l.name.as_str()).collect();
+                        return Err(err(
+                            at,
+                            "focus",
+                            format!(
+                                "no layer `{name}` in {}; the layers are {}",
+                                self.preset,
+                                names.join(", ")
+                            ),
+                        ));
+                    }
+                }
+                Focus::Op { label, .. } => {
+                    if !program.ops.iter().any(|o| &o.label == label) {
+                        return Err(err(
+                            at,
+                            "focus",
+                            format!(
+                                "no op `{label}` in {} (ops are named like h.0.attn.c_attn)",
+                                self.preset
+                            ),
+                        ));
+                    }
+                }
+                Focus::Tensor(name) => {
+                    if program.tensor_id(name).is_none() {
+                        return Err(err(
+                            at,
+                            "focus",
+                            format!(
+                                "no tensor `{name}` in {} (tensors are named like transformer.wte.weight)",
+                                self.preset
+                            ),
+                        ));
+                    }
+                }
+                Focus::Head { layer, head } => {
+                    if *layer >= config.n_layer || *head >= config.n_head {
+                        return Err(err(
+                            at,
+                            "focus",
+                            format!(
+                                "no head ({layer}, {head}) in {}: it has {} layers of {} heads (0-based)",
+                                self.preset, config.n_layer, config.n_head
+                            ),
+                        ));
+                    }
+                }
+                Focus::Position(p) => {
+                    if *p >= config.ctx {
+                        return Err(err(
+                            at,
+                            "focus",
+                            format!(
+                                "position {p} is past {}'s context of {}",
+                                self.preset, config.ctx
+                            ),
+                        ));
+                    }
+                }
+            }
+            match &s.action {
+                Some(Action::Bench(presets)) => {
+                    if let Some(bad) = presets
+                        .iter()
+                        .find(|p| !BUILTIN_PRESETS.iter().any(|(id, _)| id == p))
+                    {
+                        return Err(err(
+                            at,
+                            "action",
+                            format!("`{bad}` is not a built-in preset"),
+                        ));
+                    }
+                }
+                Some(Action::Kernels(p)) => {
+                    if !BUILTIN_PRESETS.iter().any(|(id, _)| id == p) {
+                        return Err(err(at, "action", format!("`{p}` is not a built-in preset")));
+                    }
+                }
+                Some(Action::Train(0)) => {
+                    return Err(err(at, "action", "Train(0) trains nothing".into()));
+                }
+                _ => {}
+            }
+            if let Some(q) = &s.question
+                && (q.choices.len() < 2 || q.answer >= q.choices.len())
+            {
+                return Err(err(
+                    at,
+                    "question",
+                    format!(
+                        "a question needs two or more choices and an answer among them (answer {} of {})",
+                        q.answer,
+                        q.choices.len()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_lesson_parses_and_resolves() {
+        for (name, text) in BUILTIN_LESSONS {
+            let lesson = Lesson::parse(name, text).unwrap_or_else(|e| panic!("{e}"));
+            assert!(
+                (5..=15).contains(&lesson.steps.len()),
+                "{name}: {} steps",
+                lesson.steps.len()
+            );
+            assert_eq!(Lesson::load(name).unwrap(), lesson);
+        }
+    }
+
+    #[test]
+    fn a_bad_lesson_names_the_file_the_step_and_the_field() {
+        let (tokens, attention) = (BUILTIN_LESSONS[0].1, BUILTIN_LESSONS[1].1);
+        let cases = [
+            (
+                attention,
+                "scene: \"attention\"",
+                "scene: \"attenshun\"",
+                "scene",
+            ),
+            (
+                attention,
+                "Head(layer: 0, head: 0)",
+                "Head(layer: 9, head: 0)",
+                "focus",
+            ),
+            (
+                tokens,
+                "Tensor(\"transformer.wte.weight\")",
+                "Tensor(\"transformer.wte.weights\")",
+                "focus",
+            ),
+            (
+                attention,
+                "label: \"h.0.attn\"",
+                "label: \"h.0.atn\"",
+                "focus",
+            ),
+            (attention, "answer: 1", "answer: 7", "question"),
+        ];
+        let cases = cases.map(|(good, from, to, field)| {
+            let text = good.replacen(from, to, 1);
+            assert_ne!(text, good, "the case for {field} changed nothing");
+            (text, field)
+        });
+        for (text, field) in cases {
+            let e = Lesson::parse("my.ron", &text).unwrap_err();
+            assert_eq!(e.file, "my.ron");
+            assert_eq!(e.field, Some(field), "{e}");
+            let s = e.to_string();
+            assert!(s.starts_with("my.ron, step "), "{s}");
+        }
+        // Not RON at all: the file and the parser's position.
+        let e = Lesson::parse("my.ron", "(title: \"x\", steps: [").unwrap_err();
+        assert!(e.to_string().starts_with("my.ron: "), "{e}");
+        // Unknown lesson names list the real ones.
+        let e = Lesson::load("atention").unwrap_err();
+        assert!(e.to_string().contains("attention"), "{e}");
+    }
+}
