@@ -13,10 +13,9 @@ use super::scenes::model::{Heatmap, Selection};
 use super::scenes::speedup::{SpeedupTab, SpeedupView};
 use super::scenes::step::StepView;
 use super::training::{AppStatus, Run, RunCommand, RunState};
-use super::ui::UiState;
 use crate::lesson::{Action, Focus, Lesson};
 use bevy::prelude::*;
-use bevy_egui::{EguiContexts, EguiPrimaryContextPass, egui};
+use bevy_egui::{EguiContexts, egui};
 
 /// The lesson being played, if any, and where in it.
 #[derive(Resource, Default)]
@@ -63,15 +62,10 @@ pub struct LessonPlugin;
 
 impl Plugin for LessonPlugin {
     fn build(&self, app: &mut App) {
-        app.init_resource::<LessonPlayer>()
-            .add_systems(
-                Update,
-                (keys, apply_step).chain().in_set(super::AppSystems::Input),
-            )
-            .add_systems(
-                EguiPrimaryContextPass,
-                draw_narration.after(super::ui::draw_ui),
-            );
+        app.init_resource::<LessonPlayer>().add_systems(
+            Update,
+            (keys, apply_step).chain().in_set(super::AppSystems::Input),
+        );
     }
 }
 
@@ -246,129 +240,110 @@ fn apply_step(
     }
 }
 
-/// The narration box over the bottom of the scene.
-fn draw_narration(
-    mut contexts: EguiContexts,
-    ui_state: Res<UiState>,
-    mut player: ResMut<LessonPlayer>,
-) -> Result {
-    let ctx = contexts.ctx_mut()?.clone();
+/// The narration panel along the bottom of the window, under the scene
+/// (drawn by `ui::draw_ui` before the scene's area is measured, so the
+/// scene lays out above it).
+pub fn narration_panel(root: &mut egui::Ui, player: &mut LessonPlayer) {
     let Some((name, lesson)) = player.lesson.clone() else {
-        return Ok(());
+        return;
     };
-    let Some(area) = ui_state.central_rect(&ctx) else {
-        return Ok(());
-    };
+    let ppp = root.ctx().pixels_per_point();
     let (k, n) = (player.step, lesson.steps.len());
     let step = &lesson.steps[k];
-    let width = (area.width() - 40.0).min(900.0).max(280.0);
     let mut go = None;
-    let response = egui::Area::new(egui::Id::new("lesson-narration"))
-        .order(egui::Order::Foreground)
-        .anchor(egui::Align2::CENTER_BOTTOM, egui::vec2(0.0, -16.0))
-        .constrain_to(area)
-        .show(&ctx, |ui| {
+    let response = egui::Panel::bottom("lesson")
+        .frame(
             egui::Frame::new()
-                .fill(egui::Color32::from_rgba_unmultiplied(18, 20, 28, 240))
+                .fill(egui::Color32::from_rgb(18, 20, 28))
                 .stroke(egui::Stroke::new(
                     1.5,
                     egui::Color32::from_rgb(90, 140, 220),
                 ))
-                .corner_radius(8.0)
-                .inner_margin(14.0)
-                .show(ui, |ui| {
-                    ui.set_width(width);
-                    ui.horizontal(|ui| {
-                        ui.label(
-                            egui::RichText::new(format!(
-                                "{} · step {} of {n}",
-                                lesson.title,
-                                k + 1
-                            ))
-                            .size(14.0)
-                            .color(egui::Color32::from_rgb(140, 180, 240)),
-                        )
-                        .on_hover_text(format!("lesson `{name}`"));
-                    });
-                    ui.add(
-                        egui::ProgressBar::new((k + 1) as f32 / n as f32)
-                            .desired_height(4.0)
-                            .desired_width(width),
-                    );
-                    ui.label(egui::RichText::new(&step.title).size(22.0).strong());
-                    ui.label(egui::RichText::new(&step.narration).size(17.0));
-                    if let Some(q) = &step.question {
-                        ui.add_space(6.0);
-                        ui.label(
-                            egui::RichText::new(format!("Predict: {}", q.ask))
-                                .size(17.0)
-                                .color(egui::Color32::from_rgb(240, 200, 90)),
-                        );
-                        ui.horizontal_wrapped(|ui| {
-                            for (i, c) in q.choices.iter().enumerate() {
-                                let mut text = egui::RichText::new(c).size(16.0);
-                                if let Some(chosen) = player.chosen {
-                                    if i == q.answer {
-                                        text = text
-                                            .color(egui::Color32::from_rgb(110, 220, 130))
-                                            .strong();
-                                    } else if i == chosen {
-                                        text = text.color(egui::Color32::from_rgb(240, 110, 100));
-                                    }
-                                }
-                                if ui.button(text).clicked() && player.chosen.is_none() {
-                                    player.chosen = Some(i);
-                                }
-                            }
-                        });
+                .inner_margin(egui::Margin::symmetric(18, 10)),
+        )
+        .show(root, |ui| {
+            let width = ui.available_width();
+            ui.horizontal(|ui| {
+                ui.label(
+                    egui::RichText::new(format!("{} · step {} of {n}", lesson.title, k + 1))
+                        .size(14.0)
+                        .color(egui::Color32::from_rgb(140, 180, 240)),
+                )
+                .on_hover_text(format!("lesson `{name}`"));
+            });
+            ui.add(
+                egui::ProgressBar::new((k + 1) as f32 / n as f32)
+                    .desired_height(4.0)
+                    .desired_width(width),
+            );
+            ui.label(egui::RichText::new(&step.title).size(22.0).strong());
+            ui.label(egui::RichText::new(&step.narration).size(17.0));
+            if let Some(q) = &step.question {
+                ui.add_space(6.0);
+                ui.label(
+                    egui::RichText::new(format!("Predict: {}", q.ask))
+                        .size(17.0)
+                        .color(egui::Color32::from_rgb(240, 200, 90)),
+                );
+                ui.horizontal_wrapped(|ui| {
+                    for (i, c) in q.choices.iter().enumerate() {
+                        let mut text = egui::RichText::new(c).size(16.0);
                         if let Some(chosen) = player.chosen {
-                            let verdict = if chosen == q.answer {
-                                "Right."
-                            } else {
-                                "Not quite."
-                            };
-                            ui.label(
-                                egui::RichText::new(format!("{verdict} {}", q.why)).size(16.0),
-                            );
+                            if i == q.answer {
+                                text = text.color(egui::Color32::from_rgb(110, 220, 130)).strong();
+                            } else if i == chosen {
+                                text = text.color(egui::Color32::from_rgb(240, 110, 100));
+                            }
+                        }
+                        if ui.button(text).clicked() && player.chosen.is_none() {
+                            player.chosen = Some(i);
                         }
                     }
-                    ui.add_space(6.0);
-                    ui.horizontal(|ui| {
-                        if ui
-                            .add_enabled(
-                                k > 0,
-                                egui::Button::new(egui::RichText::new("◀ Back").size(16.0)),
-                            )
-                            .clicked()
-                        {
-                            go = Some(k - 1);
-                        }
-                        if ui
-                            .add_enabled(
-                                k + 1 < n,
-                                egui::Button::new(egui::RichText::new("Next ▶").size(16.0)),
-                            )
-                            .clicked()
-                        {
-                            go = Some(k + 1);
-                        }
-                        ui.weak("Page Up / Page Down");
-                        ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
-                            if ui.button("✕ end lesson").clicked() {
-                                go = Some(usize::MAX);
-                            }
-                        });
-                    });
                 });
+                if let Some(chosen) = player.chosen {
+                    let verdict = if chosen == q.answer {
+                        "Right."
+                    } else {
+                        "Not quite."
+                    };
+                    ui.label(egui::RichText::new(format!("{verdict} {}", q.why)).size(16.0));
+                }
+            }
+            ui.add_space(6.0);
+            ui.horizontal(|ui| {
+                if ui
+                    .add_enabled(
+                        k > 0,
+                        egui::Button::new(egui::RichText::new("◀ Back").size(16.0)),
+                    )
+                    .clicked()
+                {
+                    go = Some(k - 1);
+                }
+                if ui
+                    .add_enabled(
+                        k + 1 < n,
+                        egui::Button::new(egui::RichText::new("Next ▶").size(16.0)),
+                    )
+                    .clicked()
+                {
+                    go = Some(k + 1);
+                }
+                ui.weak("Page Up / Page Down");
+                ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
+                    if ui.button("✕ end lesson").clicked() {
+                        go = Some(usize::MAX);
+                    }
+                });
+            });
         });
     match go {
         Some(usize::MAX) => {
             *player = LessonPlayer::default();
-            return Ok(());
+            return;
         }
         Some(k) => player.go(k),
         None => {}
     }
-    player.narration_rect = Some(response.response.rect * ctx.pixels_per_point());
-    Ok(())
+    player.narration_rect = Some(response.response.rect * ppp);
 }

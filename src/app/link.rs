@@ -191,6 +191,7 @@ mod tests {
                     train: view == HeatmapView::AdamM,
                     bench: (backend == BackendChoice::Cpu)
                         .then(|| vec!["tiny".into(), "small".into()]),
+                    lesson: (view == HeatmapView::Weights).then(|| ("attention".into(), 4)),
                 };
                 let (back, problems) = Link::parse(&format!("#{}", link.fragment()));
                 assert!(problems.is_empty(), "{problems:?}");

@@ -164,6 +164,7 @@ pub fn draw_ui(
     scene: Res<State<Scene>>,
     mut next_scene: ResMut<NextState<Scene>>,
     mut export: MessageWriter<super::export::ExportPng>,
+    mut lesson: ResMut<super::lesson::LessonPlayer>,
 ) -> Result {
     let ctx = contexts.ctx_mut()?;
     let mut root = egui::Ui::new(
@@ -202,6 +203,9 @@ pub fn draw_ui(
             status.errors.remove(i);
         }
     });
+
+    // ---- bottom, above the status line: the lesson's narration
+    super::lesson::narration_panel(&mut root, &mut lesson);
 
     // ---- top: the scene switcher
     egui::Panel::top("scene").show(&mut root, |ui| {

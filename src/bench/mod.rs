@@ -444,7 +444,7 @@ pub struct Ceilings {
     pub matmul_tflops: f64,
     /// The shape (M×K×N) it reached that at.
     pub matmul_shape: [usize; 3],
-    /// Device-memory bandwidth of a buffer-to-buffer copy (bytes read plus
+    /// Device-memory bandwidth of a streaming copy kernel (bytes read plus
     /// bytes written, per second), GB/s.
     pub copy_gbps: f64,
 }
@@ -453,41 +453,86 @@ pub struct Ceilings {
 /// first; a fast adapter then gets model-sized shapes (nanogpt-char's MLP,
 /// 16384×384×1536) so the ceiling is what the kernel can reach.
 pub fn gpu_ceilings(ctx: &crate::gpu::GpuContext) -> Ceilings {
+    // The copy first: about half a second of it also wakes the GPU up
+    // from an idle clock before the matmul is timed.
+    let copy_gbps = gpu_copy_gbps(ctx, 128 << 20);
     let mut best = (gpu_matmul_tflops(ctx, 512, 512, 512, 3), [512, 512, 512]);
-    if best.0 > 0.5 {
+    // Past 50 GFLOP/s at 512³ (launch-bound on a big GPU, far beyond a
+    // software adapter) the big shapes are worth their time.
+    if best.0 > 0.05 {
+        // Three tries each: the first can catch the GPU before it clocks up.
         for [m, k, n] in [[4096, 1024, 4096], [16384, 384, 1536]] {
-            let t = gpu_matmul_tflops(ctx, m, k, n, 20);
-            if t > best.0 {
-                best = (t, [m, k, n]);
+            for _ in 0..3 {
+                let t = gpu_matmul_tflops(ctx, m, k, n, 20);
+                if t > best.0 {
+                    best = (t, [m, k, n]);
+                }
             }
         }
     }
     Ceilings {
         matmul_tflops: best.0,
         matmul_shape: best.1,
-        copy_gbps: gpu_copy_gbps(ctx, 32 << 20),
+        copy_gbps,
     }
 }
 
-/// GB/s of `copy_buffer_to_buffer` of `bytes` (counting the read and the
-/// write), over enough copies in one submit to take about 0.1 s.
+/// GB/s of a streaming copy kernel (`shaders/bandwidth.wgsl`) over `bytes`
+/// (counting the read and the write), many dispatches in one pass, about
+/// 0.1 s of them; the best of three after 0.3 s of warm-up.
 pub fn gpu_copy_gbps(ctx: &crate::gpu::GpuContext, bytes: u64) -> f64 {
     let device = &ctx.device;
-    let bytes = bytes.min(device.limits().max_buffer_size) & !3;
+    let limits = device.limits();
+    let bytes = bytes
+        .min(limits.max_storage_buffer_binding_size as u64)
+        .min(limits.max_buffer_size)
+        & !15;
     let make = |label: &str| {
         device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
             size: bytes,
-            usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+            usage: wgpu::BufferUsages::STORAGE,
             mapped_at_creation: false,
         })
     };
-    let (a, b) = (make("copy.src"), make("copy.dst"));
+    let (src, dst) = (make("bandwidth.src"), make("bandwidth.dst"));
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("bandwidth.wgsl"),
+        source: wgpu::ShaderSource::Wgsl(include_str!("../../shaders/bandwidth.wgsl").into()),
+    });
+    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("bandwidth.copy"),
+        layout: None,
+        module: &module,
+        entry_point: Some("copy"),
+        compilation_options: Default::default(),
+        cache: None,
+    });
+    let bind = device.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: None,
+        layout: &pipeline.get_bind_group_layout(0),
+        entries: &[
+            wgpu::BindGroupEntry {
+                binding: 0,
+                resource: src.as_entire_binding(),
+            },
+            wgpu::BindGroupEntry {
+                binding: 1,
+                resource: dst.as_entire_binding(),
+            },
+        ],
+    });
+    let groups =
+        ((bytes / 16).div_ceil(256) as u32).min(limits.max_compute_workgroups_per_dimension);
     let run = |count: usize| {
         let mut encoder = device.create_command_encoder(&Default::default());
-        for i in 0..count {
-            let (from, to) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
-            encoder.copy_buffer_to_buffer(from, 0, to, 0, bytes);
+        {
+            let mut pass = encoder.begin_compute_pass(&Default::default());
+            pass.set_pipeline(&pipeline);
+            pass.set_bind_group(0, &bind, &[]);
+            for _ in 0..count {
+                pass.dispatch_workgroups(groups, 1, 1);
+            }
         }
         let start = Instant::now();
         ctx.queue.submit([encoder.finish()]);
@@ -496,7 +541,12 @@ pub fn gpu_copy_gbps(ctx: &crate::gpu::GpuContext, bytes: u64) -> f64 {
     };
     run(2);
     let one = run(1).max(1e-6);
-    let reps = ((0.1 / one) as usize).clamp(2, 500);
-    let secs = run(reps);
-    2.0 * bytes as f64 * reps as f64 / secs / 1e9
+    let reps = ((0.1 / one) as usize).clamp(2, 2000);
+    // Warm-up: a few hundred ms of copies, so an idle GPU clocks up.
+    for _ in 0..3 {
+        run(reps);
+    }
+    (0..3)
+        .map(|_| 2.0 * bytes as f64 * reps as f64 / run(reps) / 1e9)
+        .fold(0.0, f64::max)
 }

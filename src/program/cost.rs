@@ -3,11 +3,12 @@
 //! shapes. The roofline of the Speedup scene plots them against measured
 //! time and this machine's ceilings.
 //!
-//! The bytes are the *compulsory* traffic in f32: every tensor an entry reads
-//! is read once, every tensor it writes is written once, and a gradient it
-//! accumulates into (`+=`, as every backward does) is read and written. Real
-//! kernels move more (tiles re-read from memory, caches missed), so measured
-//! bandwidth is a lower bound. FLOPs count multiply and add as two; the
+//! The bytes are the *compulsory* traffic in f32, the least any kernel could
+//! move: every tensor an entry reads is read once and every tensor it writes
+//! is written once; a gradient a backward accumulates into (`+=`) counts as
+//! one write, since a kernel that is its only writer may overwrite it. Real
+//! kernels move more (tiles re-read from memory, caches missed, gradients
+//! read back to add to), so the bandwidth shown is a lower bound. FLOPs count multiply and add as two; the
 //! element-wise ops count a fixed number per element, named below.
 
 use super::{Op, Program, Step, TensorKind};
@@ -63,8 +64,9 @@ impl Program {
                     .sum();
                 (0.0, b(grads))
             }
-            // Σg² (two per element), then g ·= factor: read twice, write once.
-            Step::ClipGradNorm => (3.0 * params, b(3.0 * params)),
+            // Σg² (two per element) and g ·= factor: at least one read of
+            // every gradient (a fused kernel scales them as AdamW reads them).
+            Step::ClipGradNorm => (3.0 * params, b(params)),
             // Read p, g, m, v; write p, m, v.
             Step::AdamW => (ADAMW_FLOPS * params, b(7.0 * params)),
             Step::AttentionProbs(_) => (0.0, 0.0),
@@ -107,12 +109,12 @@ impl Program {
                 // Scatter-add into the rows of wte's gradient and into wpe's.
                 Op::Embedding { wpe, out, .. } => {
                     let x = numel(out);
-                    (2.0 * x, b(x + n + 2.0 * x + 2.0 * numel(wpe)))
+                    (2.0 * x, b(x + n + x + numel(wpe)))
                 }
                 Op::LayerNorm { inp, weight, .. } => {
                     let x = numel(inp);
                     let w = numel(weight);
-                    (14.0 * x, b(2.0 * x + 2.0 * n + w + 2.0 * x + 4.0 * w))
+                    (14.0 * x, b(2.0 * x + 2.0 * n + w + x + 2.0 * w))
                 }
                 Op::Linear {
                     in_features: k,
@@ -122,7 +124,7 @@ impl Program {
                     let (k, m) = (k as f64, m as f64);
                     (
                         4.0 * n * k * m + n * m,
-                        b(n * m + n * k + k * m + 2.0 * n * k + 2.0 * k * m + 2.0 * m),
+                        b(n * m + n * k + k * m + n * k + k * m + m),
                     )
                 }
                 Op::Attention { qkv, lse, .. } => {
@@ -131,15 +133,15 @@ impl Program {
                     // S and P recomputed, dV = Pᵀ dO, dP = dO Vᵀ, dQ = dS K, dK = dSᵀ Q.
                     (
                         10.0 * pairs * d + 8.0 * pairs,
-                        b(x + 2.0 * x / 3.0 + numel(lse) + 2.0 * x),
+                        b(x + 2.0 * x / 3.0 + numel(lse) + x),
                     )
                 }
-                Op::Gelu { inp, .. } => (GELU_BACKWARD_FLOPS * numel(inp), b(4.0 * numel(inp))),
-                Op::Residual { out, .. } => (2.0 * numel(out), b(5.0 * numel(out))),
-                Op::Dropout { inp, .. } => (numel(inp), b(3.0 * numel(inp))),
+                Op::Gelu { inp, .. } => (GELU_BACKWARD_FLOPS * numel(inp), b(3.0 * numel(inp))),
+                Op::Residual { out, .. } => (2.0 * numel(out), b(3.0 * numel(out))),
+                Op::Dropout { inp, .. } => (numel(inp), b(2.0 * numel(inp))),
                 Op::TiedHead { inp, wte, out } => (
                     4.0 * numel(inp) * c_vocab(self, wte),
-                    b(numel(out) + numel(inp) + numel(wte) + 2.0 * numel(inp) + 2.0 * numel(wte)),
+                    b(numel(out) + numel(inp) + numel(wte) + numel(inp) + numel(wte)),
                 ),
                 Op::CrossEntropy { logits, .. } => {
                     (4.0 * numel(logits), b(2.0 * numel(logits) + n))

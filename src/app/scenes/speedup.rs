@@ -818,14 +818,14 @@ fn kernels_view(
         let busy = view.running();
         if ui
             .add_enabled(!busy, egui::Button::new("⏱ Time one step"))
-            .on_hover_text("every kernel of one training step, with GPU timestamps (each in a pass of its own), then this adapter's matmul and copy ceilings")
+            .on_hover_text("this adapter's matmul and copy ceilings, then every kernel of one training step with GPU timestamps (each in a pass of its own)")
             .clicked()
         {
             view.start_kernels(gpu);
         }
         if view.kernels_job.is_some() {
             ui.spinner();
-            ui.label("timing the kernels, then the ceilings…");
+            ui.label("measuring this GPU's ceilings, then timing every kernel of the step…");
         }
         if view.kernels.as_ref().is_some_and(|k| k.is_ok())
             && ui
@@ -837,6 +837,12 @@ fn kernels_view(
         }
     });
     let k = match &view.kernels {
+        None if view.kernels_job.is_some() => {
+            return vec![(
+                "kernels".into(),
+                egui::Rect::from_min_size(top, egui::vec2(ui.available_width(), 30.0)),
+            )];
+        }
         None => {
             ui.label(
                 egui::RichText::new(
@@ -1165,7 +1171,7 @@ fn roofline(ui: &mut egui::Ui, k: &KernelTimes) -> egui::Rect {
                 );
             }
             // Labels for the families that take time; a label near one
-            // already placed goes below its point instead of above.
+            // already placed goes to the left of its point instead.
             let mut placed: Vec<[f64; 2]> = Vec::new();
             for (i, f) in &points {
                 let share = f.ms / total;
@@ -1173,20 +1179,20 @@ fn roofline(ui: &mut egui::Ui, k: &KernelTimes) -> egui::Rect {
                     let at = [f.intensity.log10(), f.gflops.log10()];
                     let crowded = placed
                         .iter()
-                        .filter(|p| (p[0] - at[0]).abs() < 0.6 && (p[1] - at[1]).abs() < 0.15)
-                        .count();
+                        .any(|p| (p[0] - at[0]).abs() < 0.8 && (p[1] - at[1]).abs() < 0.2);
                     placed.push(at);
+                    let (text, anchor) = if crowded {
+                        (format!("{}  ", f.family), egui::Align2::RIGHT_CENTER)
+                    } else {
+                        (format!("  {}", f.family), egui::Align2::LEFT_CENTER)
+                    };
                     plot.text(
                         egui_plot::Text::new(
                             f.family.clone(),
                             egui_plot::PlotPoint::new(at[0], at[1]),
-                            egui::RichText::new(format!("  {}", f.family)).size(13.0),
+                            egui::RichText::new(text).size(13.0),
                         )
-                        .anchor(if crowded % 2 == 0 {
-                            egui::Align2::LEFT_BOTTOM
-                        } else {
-                            egui::Align2::LEFT_TOP
-                        })
+                        .anchor(anchor)
                         .color(FAMILY_COLOURS[i % FAMILY_COLOURS.len()]),
                     );
                 }
