@@ -87,6 +87,10 @@ pub struct AppArgs {
     /// not a software-rendering GPU adapter, which also draws the window).
     #[arg(long, value_delimiter = ',', value_parser = ["cpu", "gpu"], requires = "bench")]
     bench_backends: Option<Vec<String>>,
+    /// Seconds of timed steps per `--bench` measurement (default 0.5; the
+    /// scene's slider, 0.5 to 10).
+    #[arg(long, value_name = "S", requires = "bench", value_parser = super::positive_f32)]
+    bench_seconds: Option<f32>,
     /// Play a lesson: a built-in name (tokens, attention, why-gpus-win) or a
     /// lesson file (`my-lesson.ron`, the format of scenes/*.ron).
     #[arg(long, value_name = "NAME|FILE.ron")]
@@ -209,6 +213,9 @@ pub fn run_app(args: AppArgs) -> Result<()> {
             .world_mut()
             .resource_mut::<tinygpt::app::scenes::speedup::SpeedupView>();
         view.cancel_after_frames = args.cancel_bench_after;
+        if let Some(seconds) = args.bench_seconds {
+            view.seconds = (seconds as f64).clamp(0.5, 10.0);
+        }
         if let Some(backends) = &args.bench_backends {
             view.cpu = backends.iter().any(|b| b == "cpu");
             view.gpu = backends.iter().any(|b| b == "gpu");
