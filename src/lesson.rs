@@ -29,7 +29,14 @@ pub const SCENES: [&str; 6] = [
 /// The lessons shipped in `scenes/`, in teaching order: (name, RON source).
 pub const BUILTIN_LESSONS: &[(&str, &str)] = &[
     ("tokens", include_str!("../scenes/tokens.ron")),
+    (
+        "watch-it-learn",
+        include_str!("../scenes/watch-it-learn.ron"),
+    ),
     ("attention", include_str!("../scenes/attention.ron")),
+    ("backprop", include_str!("../scenes/backprop.ron")),
+    ("optimizer", include_str!("../scenes/optimizer.ron")),
+    ("why-flash", include_str!("../scenes/why-flash.ron")),
     ("why-gpus-win", include_str!("../scenes/why-gpus-win.ron")),
 ];
 
@@ -43,6 +50,10 @@ pub struct Lesson {
     /// starts, if the app's run has another): a built-in id.
     #[serde(default = "default_preset")]
     pub preset: String,
+    /// A shipped trained checkpoint (`tiny`, `small`) the lesson opens on,
+    /// of the lesson's preset; none keeps the app's run.
+    #[serde(default)]
+    pub checkpoint: Option<String>,
     pub steps: Vec<LessonStep>,
 }
 
@@ -65,6 +76,10 @@ pub struct LessonStep {
     pub action: Option<Action>,
     #[serde(default)]
     pub question: Option<Question>,
+    /// Show the side panels (the loss chart, the samples) for this step;
+    /// by default a lesson hides them so the scene fills the room's screen.
+    #[serde(default)]
+    pub panels: bool,
 }
 
 /// What the step points at, by the program's names.
@@ -83,7 +98,16 @@ pub enum Focus {
     Head { layer: usize, head: usize },
     /// A position of the prompt (0-based).
     Position(usize),
+    /// A stage of the step that is not an op: `ZeroGrads`, `ClipGradNorm`,
+    /// `AdamW`.
+    Stage(String),
 }
+
+/// The stages [`Focus::Stage`] may name.
+pub const STAGES: [&str; 3] = ["ZeroGrads", "ClipGradNorm", "AdamW"];
+
+/// The heatmap views [`Action::HeatmapView`] may name.
+pub const HEATMAP_VIEWS: [&str; 4] = ["weights", "gradients", "adam-m", "adam-v"];
 
 /// Something the step does when it opens.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -98,6 +122,9 @@ pub enum Action {
     Bench(Vec<String>),
     /// Time one step of this preset per kernel (the roofline).
     Kernels(String),
+    /// Show this in the Model scene's heatmaps: `weights`, `gradients`,
+    /// `adam-m`, `adam-v`.
+    HeatmapView(String),
 }
 
 /// Predict, then reveal.
@@ -182,6 +209,29 @@ impl Lesson {
                 format!("`{}` is not a built-in preset", self.preset),
             ));
         }
+        if let Some(c) = &self.checkpoint {
+            let names: Vec<&str> = crate::model::shipped::SHIPPED.iter().map(|s| s.0).collect();
+            if !names.contains(&c.as_str()) {
+                return Err(err(
+                    None,
+                    "checkpoint",
+                    format!(
+                        "`{c}` is not a shipped checkpoint; they are {}",
+                        names.join(", ")
+                    ),
+                ));
+            }
+            if *c != self.preset {
+                return Err(err(
+                    None,
+                    "checkpoint",
+                    format!(
+                        "the `{c}` checkpoint is not of the lesson's preset `{}`",
+                        self.preset
+                    ),
+                ));
+            }
+        }
         if self.steps.is_empty() {
             return Err(err(
                 None,
@@ -260,6 +310,18 @@ impl Lesson {
                         ));
                     }
                 }
+                Focus::Stage(name) => {
+                    if !STAGES.contains(&name.as_str()) {
+                        return Err(err(
+                            at,
+                            "focus",
+                            format!(
+                                "`{name}` is not a stage; the stages are {}",
+                                STAGES.join(", ")
+                            ),
+                        ));
+                    }
+                }
                 Focus::Position(p) => {
                     if *p >= config.ctx {
                         return Err(err(
@@ -289,6 +351,18 @@ impl Lesson {
                 Some(Action::Kernels(p)) => {
                     if !BUILTIN_PRESETS.iter().any(|(id, _)| id == p) {
                         return Err(err(at, "action", format!("`{p}` is not a built-in preset")));
+                    }
+                }
+                Some(Action::HeatmapView(v)) => {
+                    if !HEATMAP_VIEWS.contains(&v.as_str()) {
+                        return Err(err(
+                            at,
+                            "action",
+                            format!(
+                                "`{v}` is not a heatmap view; they are {}",
+                                HEATMAP_VIEWS.join(", ")
+                            ),
+                        ));
                     }
                 }
                 Some(Action::Train(0)) => {
@@ -333,7 +407,8 @@ mod tests {
 
     #[test]
     fn a_bad_lesson_names_the_file_the_step_and_the_field() {
-        let (tokens, attention) = (BUILTIN_LESSONS[0].1, BUILTIN_LESSONS[1].1);
+        let source = |name: &str| BUILTIN_LESSONS.iter().find(|l| l.0 == name).unwrap().1;
+        let (tokens, attention) = (source("tokens"), source("attention"));
         let cases = [
             (
                 attention,

@@ -1118,11 +1118,12 @@ fn a_bad_lesson_is_named_and_the_app_still_runs() {
     let dir = std::env::temp_dir().join(format!("tinygpt-app-bad-lesson-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("bad.ron");
-    let text = tinygpt::lesson::BUILTIN_LESSONS[1].1.replacen(
-        "Head(layer: 0, head: 0)",
-        "Head(layer: 0, head: 99)",
-        1,
-    );
+    let attention = tinygpt::lesson::BUILTIN_LESSONS
+        .iter()
+        .find(|l| l.0 == "attention")
+        .unwrap()
+        .1;
+    let text = attention.replacen("Head(layer: 0, head: 0)", "Head(layer: 0, head: 99)", 1);
     std::fs::write(&file, text).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
         .args([
@@ -1150,4 +1151,14 @@ fn a_bad_lesson_is_named_and_the_app_still_runs() {
         errors.contains("bad.ron, step 2 (focus)") && errors.contains("99"),
         "{line}"
     );
+}
+
+/// The lessons' heatmap views are the Model scene's.
+#[test]
+fn lesson_heatmap_views_are_the_model_scene_views() {
+    let keys: Vec<&str> = tinygpt::app::training::HeatmapView::ALL
+        .into_iter()
+        .map(tinygpt::app::link::view_key)
+        .collect();
+    assert_eq!(keys, tinygpt::lesson::HEATMAP_VIEWS.to_vec());
 }

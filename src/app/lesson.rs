@@ -32,6 +32,8 @@ pub struct LessonPlayer {
     train_until: Option<u64>,
     /// The learner's answer to the step's question, once chosen.
     pub chosen: Option<usize>,
+    /// The lesson's checkpoint was asked for.
+    checkpoint_loaded: bool,
     /// Where the narration box was drawn (physical pixels), for checks.
     pub narration_rect: Option<egui::Rect>,
 }
@@ -111,7 +113,11 @@ fn apply_step(
         ResMut<SpeedupView>,
     ),
     (heatmaps, mut selection): (Query<(Entity, &Heatmap)>, ResMut<Selection>),
-    mut status: ResMut<AppStatus>,
+    (mut status, mut snapshots, mut ui_state): (
+        ResMut<AppStatus>,
+        ResMut<super::training::Snapshots>,
+        ResMut<super::ui::UiState>,
+    ),
 ) {
     let player = &mut *player;
     if let (Some(until), Some(run)) = (player.train_until, &run)
@@ -125,6 +131,30 @@ fn apply_step(
     let Some((_, lesson)) = &player.lesson else {
         return;
     };
+    // Once the app's first run exists, the lesson's own run replaces it.
+    if !player.checkpoint_loaded && run.is_some() {
+        player.checkpoint_loaded = true;
+        if let Some(name) = &lesson.checkpoint
+            && let Some(bytes) = crate::model::shipped::shipped(name)
+        {
+            commands.write(RunCommand::LoadCheckpoint {
+                name: format!("{name} (shipped)"),
+                bytes: bytes.to_vec(),
+            });
+        } else if lesson.checkpoint.is_none()
+            && run.as_ref().is_some_and(|r| r.preset != lesson.preset)
+            && let Some((_, text)) = crate::model::config::BUILTIN_PRESETS
+                .iter()
+                .find(|(id, _)| *id == lesson.preset)
+        {
+            // A fresh run of the lesson's preset.
+            commands.write(RunCommand::LoadPreset {
+                name: lesson.preset.clone(),
+                text: text.to_string(),
+            });
+            commands.write(RunCommand::NewRun);
+        }
+    }
     let step = &lesson.steps[player.step];
     let want = Scene::from_key(&step.scene).expect("lessons are checked against the scene keys");
     if player.applied != Some(player.step) {
@@ -133,8 +163,17 @@ fn apply_step(
         if *scene.get() != want {
             next_scene.set(want);
         }
+        ui_state.wide = !step.panels;
         match &step.action {
             None => {}
+            Some(Action::HeatmapView(key)) => {
+                if let Some(v) = super::training::HeatmapView::ALL
+                    .into_iter()
+                    .find(|v| super::link::view_key(*v) == key)
+                {
+                    snapshots.set_view(v);
+                }
+            }
             Some(Action::Train(n)) => {
                 if let Some(run) = &run {
                     player.train_until = Some(run.step() + *n as u64);
@@ -204,14 +243,23 @@ fn apply_step(
                 attention.position = Some(*p);
             }
         }
-        Focus::Op { label, backward } => {
+        Focus::Op { .. } | Focus::Stage(_) => {
             let Some(run) = &run else { return };
             let program = &run.program;
-            let found = program.steps.iter().position(|s| match s {
-                crate::program::Step::Forward(i) => !backward && &program.ops[*i].label == label,
-                crate::program::Step::Backward(i) => *backward && &program.ops[*i].label == label,
+            let found = program.steps.iter().position(|s| match (s, &step.focus) {
+                (crate::program::Step::Forward(i), Focus::Op { label, backward }) => {
+                    !backward && &program.ops[*i].label == label
+                }
+                (crate::program::Step::Backward(i), Focus::Op { label, backward }) => {
+                    *backward && &program.ops[*i].label == label
+                }
+                (stage, Focus::Stage(name)) => program.family(*stage) == *name,
                 _ => false,
             });
+            let label = match &step.focus {
+                Focus::Op { label, .. } | Focus::Stage(label) => label.clone(),
+                _ => unreachable!(),
+            };
             match found {
                 Some(i) => step_view.position = i,
                 None => status.error(format!(
@@ -219,6 +267,9 @@ fn apply_step(
                     lesson.preset
                 )),
             }
+        }
+        Focus::Tensor(name) if want == Scene::Step => {
+            step_view.focus = Some(name.clone());
         }
         Focus::Tensor(name) | Focus::Layer(name) => {
             if want == Scene::Model {

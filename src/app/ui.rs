@@ -395,6 +395,21 @@ fn side_panels(
                     super::web::open_file_picker();
                 }
             });
+            ui.horizontal(|ui| {
+                ui.label("trained model:");
+                for (name, command, bytes) in crate::model::shipped::SHIPPED {
+                    if ui
+                        .button(*name)
+                        .on_hover_text(format!("open the shipped {name} checkpoint, trained by `{command}`"))
+                        .clicked()
+                    {
+                        commands.write(RunCommand::LoadCheckpoint {
+                            name: format!("{name} (shipped)"),
+                            bytes: bytes.to_vec(),
+                        });
+                    }
+                }
+            });
             ui.separator();
             ui.strong("Metrics");
             let cfg = run.config();

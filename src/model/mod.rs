@@ -4,3 +4,4 @@
 pub mod checkpoint;
 pub mod config;
 pub mod params;
+pub mod shipped;
