@@ -83,12 +83,13 @@ fn count_frames(
         Res<super::scenes::speedup::SpeedupShown>,
     ),
     cameras: Query<(&Camera, &GlobalTransform), With<SceneCamera>>,
-    (mut exit, mut export, exports, lesson, status): (
+    (mut exit, mut export, exports, lesson, status, ui_state): (
         MessageWriter<AppExit>,
         MessageWriter<super::export::ExportPng>,
         Res<super::export::ExportResults>,
         Res<super::lesson::LessonPlayer>,
         Res<super::training::AppStatus>,
+        Res<super::ui::UiState>,
     ),
 ) {
     if state.done {
@@ -308,6 +309,7 @@ fn count_frames(
         "speedup": speedup,
         "lesson": lesson_line,
         "errors": status.errors,
+        "presenter": ui_state.presenter,
         "background": [(bg.red * 255.0).round(), (bg.green * 255.0).round(), (bg.blue * 255.0).round()],
         "width": config.width,
         "height": config.height,

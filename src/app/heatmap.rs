@@ -126,6 +126,45 @@ const STOPS: [[f32; 3]; 5] = [
     [178.0, 24.0, 43.0],
 ];
 
+/// ColorBrewer PuOr (orange for negative, purple for positive): the
+/// colour-blind-safe choice of the view menu (no red against green, and
+/// distinct in every common colour vision deficiency). sRGB bytes.
+const STOPS_PUOR: [[f32; 3]; 5] = [
+    [179.0, 88.0, 6.0],
+    [253.0, 184.0, 99.0],
+    [247.0, 247.0, 247.0],
+    [178.0, 171.0, 210.0],
+    [84.0, 39.0, 136.0],
+];
+
+/// The diverging palette every heatmap uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Palette {
+    RedBlue,
+    OrangePurple,
+}
+
+static PALETTE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// The palette in use (one for the whole app: the heatmaps and their bars).
+pub fn palette() -> Palette {
+    match PALETTE.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => Palette::OrangePurple,
+        _ => Palette::RedBlue,
+    }
+}
+
+/// Switches the palette; heatmaps take it when they are next coloured.
+pub fn set_palette(p: Palette) {
+    PALETTE.store(
+        match p {
+            Palette::RedBlue => 0,
+            Palette::OrangePurple => 1,
+        },
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
 /// The colour of `v` on the scale [-half_width, +half_width] (sRGB, opaque).
 /// Values beyond the scale take the end colours; NaN is drawn magenta.
 pub fn diverging(v: f32, half_width: f32) -> [u8; 4] {
@@ -137,7 +176,11 @@ pub fn diverging(v: f32, half_width: f32) -> [u8; 4] {
     } else {
         0.0
     };
-    ramp(&STOPS, (t + 1.0) * 0.5)
+    let stops = match palette() {
+        Palette::RedBlue => &STOPS,
+        Palette::OrangePurple => &STOPS_PUOR,
+    };
+    ramp(stops, (t + 1.0) * 0.5)
 }
 
 /// The colour at `u` in 0..=1 along evenly spaced `stops`, linearly

@@ -72,11 +72,13 @@ impl Plugin for LessonPlugin {
 }
 
 /// Page Down / Page Up (what a presenter's clicker sends) step through the
-/// lesson, unless a text field has the keys; the arrows stay the scenes'.
+/// lesson, unless a text field has the keys; in presenter mode the arrows
+/// do too (elsewhere they stay the scenes').
 fn keys(
     keys: Option<Res<ButtonInput<KeyCode>>>,
     mut player: ResMut<LessonPlayer>,
     mut contexts: EguiContexts,
+    ui_state: Res<super::ui::UiState>,
 ) {
     let Some(keys) = keys else { return };
     if player.lesson.is_none() {
@@ -89,10 +91,11 @@ fn keys(
         return;
     }
     let step = player.step;
-    if keys.just_pressed(KeyCode::PageDown) {
+    let arrows = ui_state.presenter;
+    if keys.just_pressed(KeyCode::PageDown) || (arrows && keys.just_pressed(KeyCode::ArrowRight)) {
         player.go(step + 1);
     }
-    if keys.just_pressed(KeyCode::PageUp) {
+    if keys.just_pressed(KeyCode::PageUp) || (arrows && keys.just_pressed(KeyCode::ArrowLeft)) {
         player.go(step.saturating_sub(1));
     }
 }
@@ -294,7 +297,7 @@ fn apply_step(
 /// The narration panel along the bottom of the window, under the scene
 /// (drawn by `ui::draw_ui` before the scene's area is measured, so the
 /// scene lays out above it).
-pub fn narration_panel(root: &mut egui::Ui, player: &mut LessonPlayer) {
+pub fn narration_panel(root: &mut egui::Ui, player: &mut LessonPlayer, ui_presenter: bool) {
     let Some((name, lesson)) = player.lesson.clone() else {
         return;
     };
@@ -380,7 +383,11 @@ pub fn narration_panel(root: &mut egui::Ui, player: &mut LessonPlayer) {
                 {
                     go = Some(k + 1);
                 }
-                ui.weak("Page Up / Page Down");
+                ui.weak(if ui_presenter {
+                    "← → or Page Up / Page Down"
+                } else {
+                    "Page Up / Page Down"
+                });
                 ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
                     if ui.button("✕ end lesson").clicked() {
                         go = Some(usize::MAX);

@@ -28,6 +28,12 @@ pub struct UiState {
     pub central: Option<(u32, u32, u32, u32)>,
     /// The wide view: the side panels hidden, the scene fills the window.
     pub wide: bool,
+    /// Presenter mode: big type, high contrast, the panels hidden, a
+    /// highlight round the pointer, Space for train/pause and the arrows
+    /// for a lesson's steps.
+    pub presenter: bool,
+    /// Animations jump instead of moving (the FlashAttention replay).
+    pub reduced_motion: bool,
 }
 
 impl UiState {
@@ -78,6 +84,8 @@ impl Default for UiState {
             checkpoint_path: super::default_checkpoint_path().display().to_string(),
             central: None,
             wide: false,
+            presenter: false,
+            reduced_motion: false,
         }
     }
 }
@@ -89,7 +97,7 @@ impl Plugin for UiPlugin {
         app.init_resource::<UiState>()
             .add_systems(
                 EguiPrimaryContextPass,
-                (use_label_font, draw_ui, hover_tooltip).chain(),
+                (use_label_font, presenter_mode, draw_ui, hover_tooltip).chain(),
             )
             .add_systems(Update, apply_viewport);
     }
@@ -205,7 +213,7 @@ pub fn draw_ui(
     });
 
     // ---- bottom, above the status line: the lesson's narration
-    super::lesson::narration_panel(&mut root, &mut lesson);
+    super::lesson::narration_panel(&mut root, &mut lesson, ui_state.presenter);
 
     // ---- top: the scene switcher
     egui::Panel::top("scene").show(&mut root, |ui| {
@@ -233,6 +241,28 @@ pub fn draw_ui(
                 {
                     ui_state.wide = !ui_state.wide;
                 }
+                ui.menu_button("👁 view", |ui| {
+                    let was = ui_state.presenter;
+                    ui.checkbox(&mut ui_state.presenter, "presenter mode (F5)")
+                        .on_hover_text("big type, high contrast, panels hidden, the pointer highlighted; Space trains/pauses, ← → step a lesson");
+                    if ui_state.presenter != was {
+                        ui_state.wide = ui_state.presenter;
+                    }
+                    let mut cb = super::heatmap::palette() == super::heatmap::Palette::OrangePurple;
+                    if ui
+                        .checkbox(&mut cb, "colour-blind-safe palette (orange/purple)")
+                        .on_hover_text("heatmaps in ColorBrewer's PuOr instead of RdBu: distinct for red-green colour blindness")
+                        .changed()
+                    {
+                        super::heatmap::set_palette(if cb {
+                            super::heatmap::Palette::OrangePurple
+                        } else {
+                            super::heatmap::Palette::RedBlue
+                        });
+                    }
+                    ui.checkbox(&mut ui_state.reduced_motion, "reduced motion")
+                        .on_hover_text("the FlashAttention replay jumps from visit to visit instead of flying tiles");
+                });
                 if ui
                     .button("📷 PNG")
                     .on_hover_text("save this view as a PNG (F12)")
@@ -548,4 +578,63 @@ fn apply_viewport(ui_state: Res<UiState>, mut cameras: Query<&mut Camera, With<S
             camera.viewport = Some(viewport);
         }
     }
+}
+
+/// Presenter mode's look and keys: big type (egui zoom 1.3) and white text
+/// while it is on; F5 toggles it; Space trains/pauses (the Flash scene keeps
+/// Space for its replay); a ring round the pointer, for a room to follow.
+fn presenter_mode(
+    mut contexts: EguiContexts,
+    mut ui_state: ResMut<UiState>,
+    keys: Option<Res<ButtonInput<KeyCode>>>,
+    run: Option<Res<Run>>,
+    scene: Res<State<Scene>>,
+    mut commands: MessageWriter<RunCommand>,
+    mut applied: Local<Option<bool>>,
+) -> Result {
+    let ctx = contexts.ctx_mut()?;
+    let typing = ctx.egui_wants_keyboard_input();
+    if let Some(keys) = &keys
+        && !typing
+    {
+        if keys.just_pressed(KeyCode::F5) {
+            ui_state.presenter = !ui_state.presenter;
+            ui_state.wide = ui_state.presenter;
+        }
+        if ui_state.presenter
+            && keys.just_pressed(KeyCode::Space)
+            && *scene.get() != Scene::Flash
+            && let Some(run) = &run
+        {
+            commands.write(if run.state == RunState::Training {
+                RunCommand::Pause
+            } else {
+                RunCommand::Train
+            });
+        }
+    }
+    if *applied != Some(ui_state.presenter) {
+        *applied = Some(ui_state.presenter);
+        ctx.set_zoom_factor(if ui_state.presenter { 1.3 } else { 1.0 });
+        ctx.all_styles_mut(|s| {
+            s.visuals.override_text_color = ui_state.presenter.then_some(egui::Color32::WHITE);
+        });
+    }
+    if ui_state.presenter
+        && let Some(p) = ctx.pointer_latest_pos()
+    {
+        ctx.layer_painter(egui::LayerId::new(
+            egui::Order::Tooltip,
+            egui::Id::new("pointer-ring"),
+        ))
+        .circle_stroke(
+            p,
+            22.0,
+            egui::Stroke::new(
+                3.0,
+                egui::Color32::from_rgba_unmultiplied(255, 210, 60, 200),
+            ),
+        );
+    }
+    Ok(())
 }

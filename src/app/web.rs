@@ -209,10 +209,11 @@ fn report_to_page(
     status: Res<AppStatus>,
     sample: Res<super::sample::SampleState>,
     mut page: ResMut<PageState>,
-    (scene, speedup, correctness): (
+    (scene, speedup, correctness, lesson): (
         Res<State<super::scenes::Scene>>,
         Res<super::scenes::speedup::SpeedupView>,
         Res<super::scenes::correctness::CorrectnessShown>,
+        Res<super::lesson::LessonPlayer>,
     ),
 ) {
     page.frames += 1;
@@ -243,6 +244,12 @@ fn report_to_page(
                 "preset": r.preset, "backend": r.backend, "median_ms": r.median_ms,
             })).collect::<Vec<_>>(),
         },
+        "lesson": lesson.lesson.as_ref().map(|(name, l)| serde_json::json!({
+            "name": name,
+            "step": lesson.step + 1,
+            "steps": l.steps.len(),
+            "narration_drawn": lesson.narration_rect.is_some(),
+        })),
         "correctness": {
             "state": correctness.state,
             "tensors": correctness.tensors,

@@ -91,6 +91,14 @@ pub struct AppArgs {
     /// scene's slider, 0.5 to 10).
     #[arg(long, value_name = "S", requires = "bench", value_parser = super::positive_f32)]
     bench_seconds: Option<f32>,
+    /// Presenter mode: big type, high contrast, the panels hidden, the
+    /// pointer ringed; Space trains/pauses, the arrows step a lesson (F5 in
+    /// the app).
+    #[arg(long)]
+    presenter: bool,
+    /// Heatmaps in a colour-blind-safe diverging palette (orange/purple).
+    #[arg(long)]
+    colour_blind: bool,
     /// Play a lesson: a built-in name (tokens, attention, why-gpus-win) or a
     /// lesson file (`my-lesson.ron`, the format of scenes/*.ron).
     #[arg(long, value_name = "NAME|FILE.ron")]
@@ -213,6 +221,18 @@ pub fn run_app(args: AppArgs) -> Result<()> {
             .world_mut()
             .resource_mut::<tinygpt::app::scenes::speedup::SpeedupView>();
         view.cancel_after_frames = args.cancel_bench_after;
+        drop(view);
+        if args.presenter {
+            let mut ui = app.world_mut().resource_mut::<tinygpt::app::ui::UiState>();
+            ui.presenter = true;
+            ui.wide = true;
+        }
+        if args.colour_blind {
+            tinygpt::app::heatmap::set_palette(tinygpt::app::heatmap::Palette::OrangePurple);
+        }
+        let mut view = app
+            .world_mut()
+            .resource_mut::<tinygpt::app::scenes::speedup::SpeedupView>();
         if let Some(seconds) = args.bench_seconds {
             view.seconds = (seconds as f64).clamp(0.5, 10.0);
         }

@@ -11,7 +11,9 @@
 // 2. WebGPU turned off: the page draws through WebGL2, the app trains on the
 //    CPU backend and shows the notice that says why.
 // 3. The scenes that compute in the page: CPU vs GPU compares one step on
-//    the page's CPU and WebGPU; a `bench=tiny` link measures the CPU in the
+//    the page's CPU and WebGPU; a `lesson=why-flash&step=2` link opens that
+//    lesson's step on the shipped small checkpoint (step 1500) in the Flash
+//    scene with its narration; a `bench=tiny` link measures the CPU in the
 //    Speedup scene.
 //
 // Any console error or uncaught exception fails a run. Prints one JSON line
@@ -304,6 +306,15 @@ async function scenesRun(base) {
         },
       ],
       [
+        "lesson",
+        "lesson=why-flash&step=2",
+        (s) => s.lesson?.narration_drawn && s.scene === "flash" && s.step >= 1500,
+        (s) => {
+          if (s.lesson?.name !== "why-flash" || s.lesson?.step !== 2) return `the link's lesson step is not on screen: ${JSON.stringify(s.lesson)}`;
+          return null;
+        },
+      ],
+      [
         "speedup",
         "preset=tiny&seed=1337&scene=speedup&bench=tiny",
         (s) => s.speedup && !s.speedup.running && (s.speedup.results.length > 0 || s.speedup.message),
@@ -321,7 +332,7 @@ async function scenesRun(base) {
       const shotPath = path.join(outDir, `scene-${scene}.png`);
       fs.mkdirSync(outDir, { recursive: true });
       const picture = pictureStats(await page.screenshot({ path: shotPath }));
-      console.log(JSON.stringify({ scene, status: status && { scene: status.scene, speedup: status.speedup, correctness: status.correctness, errors: status.errors }, screenshot: picture }));
+      console.log(JSON.stringify({ scene, status: status && { scene: status.scene, step: status.step, lesson: status.lesson, speedup: status.speedup, correctness: status.correctness, errors: status.errors }, screenshot: picture }));
       if (!status) problems.push(`${scene}: not ready in ${TIMEOUT_S} s`);
       else {
         const why = check(status);

@@ -546,6 +546,8 @@ fn next_byte_window(
         .collect();
     egui::Window::new("Next byte")
         .open(&mut open)
+        // Inside the main view: never over a lesson's narration or a panel.
+        .constrain_to(ui_state.central_rect(ctx).unwrap_or(ctx.content_rect()))
         .pivot(egui::Align2::RIGHT_BOTTOM)
         .current_pos(anchor)
         .resizable(false)

@@ -101,8 +101,15 @@ fn pan_and_zoom(
     bounds: Res<SceneBounds>,
     cameras: Query<&Projection, With<SceneCamera>>,
     mut control: ResMut<ViewControl>,
+    (ui_state, lesson): (
+        Option<Res<crate::app::ui::UiState>>,
+        Option<Res<crate::app::lesson::LessonPlayer>>,
+    ),
 ) {
     let b = bounds.0;
+    // In presenter mode the arrows step the lesson, not the camera.
+    let arrows_taken =
+        ui_state.is_some_and(|u| u.presenter) && lesson.is_some_and(|l| l.lesson.is_some());
     if control.fitted != b {
         *control = ViewControl {
             fitted: b,
@@ -146,7 +153,7 @@ fn pan_and_zoom(
             (KeyCode::ArrowUp, Vec2::new(0.0, step)),
             (KeyCode::ArrowDown, Vec2::new(0.0, -step)),
         ] {
-            if keys.pressed(key) {
+            if keys.pressed(key) && !arrows_taken {
                 next.offset += d * 0.25;
             }
         }

@@ -653,6 +653,8 @@ fn inspector(
     let mut open = true;
     egui::Window::new("Inspector")
         .open(&mut open)
+        // Inside the main view: never over a lesson's narration or a panel.
+        .constrain_to(ui_state.central_rect(ctx).unwrap_or(ctx.content_rect()))
         .pivot(egui::Align2::LEFT_BOTTOM)
         .current_pos(anchor)
         .resizable(false)

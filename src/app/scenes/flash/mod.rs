@@ -388,7 +388,12 @@ fn draw(
         &trace,
         view.pass,
         current,
-        view.phase,
+        // Reduced motion: each visit drawn where it lands, no flight.
+        if ui_state.reduced_motion {
+            1.0
+        } else {
+            view.phase
+        },
         &slots,
         &pictures.textures,
         pointer,
