@@ -2,9 +2,10 @@
 //! the live app. Each step switches to its scene, points the scene at its
 //! focus (a head, a position, an op of the step, a tensor's heatmap), does
 //! its action once (train N steps and pause, set the prompt, play the
-//! FlashAttention replay, start a bench) and shows the narration in a box
-//! over the scene, with a predict-then-reveal question where the step has
-//! one. Back / Next buttons, or Page Up / Page Down (a clicker's keys).
+//! FlashAttention replay, start a bench, switch the heatmaps' view) and
+//! shows the narration in a panel along the bottom, with a predict-then-
+//! reveal question where the step has one. Back / Next buttons, or Page Up
+//! / Page Down (a clicker's keys; the arrows too in presenter mode).
 
 use super::scenes::Scene;
 use super::scenes::attention::AttentionView;
