@@ -307,3 +307,40 @@ fn train_resume_generate_export_and_bench() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Bad inputs found when tried as a new user would (issue 18): each is
+/// refused up front with one line, before a run or an allocation is spent.
+#[test]
+fn folders_huge_counts_and_empty_shapes_are_refused_up_front() {
+    let dir = tmpdir("upfront");
+    let d = dir.to_str().unwrap();
+    let slash = format!("{d}/");
+    // An existing folder, `.`, and a name ending in a slash: no training.
+    for out in [d, ".", slash.as_str()] {
+        fails(
+            &["train", "--preset", "tiny", "--steps", "1", "--out", out],
+            "folder",
+        );
+    }
+    fails(
+        &[
+            "generate",
+            "--checkpoint",
+            "x.safetensors",
+            "--tokens",
+            "18446744073709551615",
+        ],
+        "tokens",
+    );
+    fails(
+        &[
+            "generate",
+            "--checkpoint",
+            "x.safetensors",
+            "--tokens",
+            "1000000000000",
+        ],
+        "tokens",
+    );
+    fails(&["bench", "--matmul", "0x0x0"], "at least 1");
+}

@@ -100,9 +100,28 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let [m, k, n] = dims[..] else {
             anyhow::bail!("--matmul wants MxKxN, e.g. 16384x384x1536")
         };
+        anyhow::ensure!(
+            m > 0 && k > 0 && n > 0,
+            "--matmul {shape}: every dimension must be at least 1, e.g. 16384x384x1536"
+        );
         let Resolved::Gpu(ctx) = resolve(BackendChoice::Gpu)? else {
             unreachable!()
         };
+        // Each operand is one storage buffer: refuse what the adapter
+        // cannot bind (or this machine could not fill) before allocating.
+        let limit = (ctx.device.limits().max_storage_buffer_binding_size as u64)
+            .min(ctx.device.limits().max_buffer_size);
+        let largest = [(m, k), (k, n), (m, n)]
+            .into_iter()
+            .map(|(a, b)| a as u128 * b as u128 * 4)
+            .max()
+            .unwrap_or(0);
+        anyhow::ensure!(
+            largest <= limit as u128,
+            "--matmul {shape}: an operand of {} MB is more than this adapter binds ({} MB); choose smaller dimensions",
+            largest >> 20,
+            limit >> 20
+        );
         let tflops = tinygpt::bench::gpu_matmul_tflops(&ctx, m, k, n, 20);
         println!(
             "matmul_nt {m}x{k}x{n} on {}: {tflops:.2} TFLOP/s",

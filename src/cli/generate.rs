@@ -18,9 +18,9 @@ pub struct GenerateArgs {
     /// Text to continue (bytes beyond the model's context keep only the last ctx).
     #[arg(long, default_value = "")]
     prompt: String,
-    /// Bytes to generate.
-    #[arg(long, value_name = "N", default_value_t = 300)]
-    tokens: usize,
+    /// Bytes to generate (at most a million).
+    #[arg(long, value_name = "N", default_value_t = 300, value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    tokens: u64,
     /// Sampling temperature; 0 always picks the most likely byte.
     #[arg(long, value_name = "T", default_value_t = 0.8, value_parser = non_negative_f32, allow_hyphen_values = true)]
     temperature: f32,
@@ -63,7 +63,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     generate(
         generator.as_mut(),
         args.prompt.as_bytes(),
-        args.tokens,
+        args.tokens as usize,
         &opts,
         |b| {
             pending.push(b);

@@ -367,6 +367,26 @@ pub fn temp_path(path: &Path) -> PathBuf {
 /// Checks up front that a checkpoint can be written at `path`, so a long run
 /// does not find out at its end.
 pub fn check_writable(path: &Path) -> Result<(), CheckpointError> {
+    // A folder (`--out .`, `--out runs/`, an existing directory) passes a
+    // probe of a sibling file but cannot be renamed over: refuse it here,
+    // before a run is spent, not at the save.
+    let names_a_folder = path.as_os_str().is_empty()
+        || path.file_name().is_none()
+        || path
+            .as_os_str()
+            .to_string_lossy()
+            .ends_with(std::path::MAIN_SEPARATOR)
+        || path.as_os_str().to_string_lossy().ends_with('/')
+        || path.is_dir();
+    if names_a_folder {
+        return Err(CheckpointError::Write {
+            path: path.display().to_string(),
+            message: format!(
+                "that is a folder; give a file name, e.g. {}",
+                path.join("tinygpt.safetensors").display()
+            ),
+        });
+    }
     let tmp = temp_path(path);
     std::fs::write(&tmp, b"")
         .and_then(|_| std::fs::remove_file(&tmp))
