@@ -11,7 +11,7 @@
 //! file, the step and the field. The app's lesson player (`app::lesson`)
 //! drives the scenes from it.
 
-use crate::model::config::{BUILTIN_PRESETS, Config};
+use crate::model::config::{Config, is_builtin};
 use crate::program::Program;
 use serde::Deserialize;
 
@@ -202,7 +202,7 @@ impl Lesson {
             field: Some(field),
             message,
         };
-        if !BUILTIN_PRESETS.iter().any(|(id, _)| *id == self.preset) {
+        if !is_builtin(&self.preset) {
             return Err(err(
                 None,
                 "preset",
@@ -335,24 +335,19 @@ impl Lesson {
                     }
                 }
             }
+            let named: &[String] = match &s.action {
+                Some(Action::Bench(presets)) => presets,
+                Some(Action::Kernels(preset)) => std::slice::from_ref(preset),
+                _ => &[],
+            };
+            if let Some(bad) = named.iter().find(|p| !is_builtin(p)) {
+                return Err(err(
+                    at,
+                    "action",
+                    format!("`{bad}` is not a built-in preset"),
+                ));
+            }
             match &s.action {
-                Some(Action::Bench(presets)) => {
-                    if let Some(bad) = presets
-                        .iter()
-                        .find(|p| !BUILTIN_PRESETS.iter().any(|(id, _)| id == p))
-                    {
-                        return Err(err(
-                            at,
-                            "action",
-                            format!("`{bad}` is not a built-in preset"),
-                        ));
-                    }
-                }
-                Some(Action::Kernels(p)) => {
-                    if !BUILTIN_PRESETS.iter().any(|(id, _)| id == p) {
-                        return Err(err(at, "action", format!("`{p}` is not a built-in preset")));
-                    }
-                }
                 Some(Action::HeatmapView(v)) => {
                     if !HEATMAP_VIEWS.contains(&v.as_str()) {
                         return Err(err(

@@ -3,6 +3,8 @@
 //! headless on whatever adapter there is (lavapipe in CI), training, with
 //! its screenshot checked as a picture.
 
+mod common;
+
 use bevy::prelude::*;
 use std::process::Command;
 use tinygpt::app::graph::{Layer, Model, OpEntity, Tensor};
@@ -237,8 +239,7 @@ fn bad_input_shows_an_error_and_loses_nothing() {
 
 #[test]
 fn checkpoints_save_and_load_through_the_app() {
-    let dir = std::env::temp_dir().join(format!("tinygpt-app-ckpt-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch_dir("app-ckpt");
     let path = dir.join("run.safetensors");
     let mut app = app_with("tiny", |s| s.steps = 1000);
     send(&mut app, RunCommand::Step);
@@ -431,8 +432,7 @@ fn assert_regions_drawn(
 
 #[test]
 fn headless_app_trains_on_the_gpu_and_draws_the_layer_stack() {
-    let dir = std::env::temp_dir().join(format!("tinygpt-app-headless-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch_dir("app-headless");
     let shot = dir.join("frame.png");
     let r = run_headless(
         &[
@@ -596,8 +596,7 @@ fn switching_to_attention_while_training_keeps_the_run_bit_identical() {
 /// the line says, in colours that are not the background.
 #[test]
 fn headless_attention_scene_draws_every_map_where_it_says() {
-    let dir = std::env::temp_dir().join(format!("tinygpt-app-attention-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch_dir("app-attention");
     let shot = dir.join("attention.png");
     let r = run_headless(
         &[
@@ -655,8 +654,7 @@ fn headless_attention_scene_draws_every_map_where_it_says() {
 /// kept (the run is still at step 0).
 #[test]
 fn headless_step_scene_shows_the_entry_asked_for() {
-    let dir = std::env::temp_dir().join(format!("tinygpt-app-step-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch_dir("app-step");
     let cfg = Config::load("tiny").unwrap();
     let program = tinygpt::program::Program::new(&cfg);
     let entries = tinygpt::stepthrough::entries(&program);
@@ -737,8 +735,7 @@ fn headless_step_scene_shows_the_entry_asked_for() {
 /// shared memory, tile grid and rows are drawn where the line says.
 #[test]
 fn headless_flash_scene_replays_the_trace_mid_way() {
-    let dir = std::env::temp_dir().join(format!("tinygpt-app-flash-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch_dir("app-flash");
     let cfg = Config::load("small").unwrap();
     let nt = cfg.ctx.div_ceil(tinygpt::gpu::kernels::ATTENTION_TILE);
     for (backend, pass, source) in [
@@ -801,8 +798,7 @@ fn headless_flash_scene_replays_the_trace_mid_way() {
 /// (CPU, GPU, |GPU − CPU|) are drawn where the JSON line says.
 #[test]
 fn headless_correctness_scene_compares_every_tensor() {
-    let dir = std::env::temp_dir().join(format!("tinygpt-app-correct-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch_dir("app-correct");
     let shot = dir.join("correctness.png");
     let r = run_headless(
         &[
@@ -858,8 +854,7 @@ fn headless_correctness_scene_compares_every_tensor() {
 /// curve's size.
 #[test]
 fn headless_speedup_scene_measures_the_curve_in_the_app() {
-    let dir = std::env::temp_dir().join(format!("tinygpt-app-speedup-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch_dir("app-speedup");
     let shot = dir.join("speedup.png");
     let r = run_headless_in(
         &dir,
@@ -958,8 +953,7 @@ fn headless_speedup_scene_measures_the_curve_in_the_app() {
 /// roofline are drawn.
 #[test]
 fn headless_speedup_kernels_put_each_family_on_the_roofline() {
-    let dir = std::env::temp_dir().join(format!("tinygpt-app-kernels-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch_dir("app-kernels");
     let shot = dir.join("kernels.png");
     let r = run_headless(
         &[
@@ -1026,8 +1020,7 @@ fn headless_speedup_kernels_put_each_family_on_the_roofline() {
 /// stays at the step it was paused at.
 #[test]
 fn headless_speedup_cancel_leaves_the_app_and_the_run_alone() {
-    let dir = std::env::temp_dir().join(format!("tinygpt-app-cancel-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch_dir("app-cancel");
     let shot = dir.join("cancel.png");
     let r = run_headless(
         &[
@@ -1077,8 +1070,7 @@ fn lesson_scene_names_are_the_app_scenes() {
 /// box is drawn where the line says.
 #[test]
 fn headless_walks_every_step_of_every_lesson() {
-    let dir = std::env::temp_dir().join(format!("tinygpt-app-lessons-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch_dir("app-lessons");
     for (name, text) in tinygpt::lesson::BUILTIN_LESSONS {
         let lesson = tinygpt::lesson::Lesson::parse(name, text).unwrap();
         for (k, step) in lesson.steps.iter().enumerate() {
@@ -1115,8 +1107,7 @@ fn headless_walks_every_step_of_every_lesson() {
 /// the app still opens (the error in its status line).
 #[test]
 fn a_bad_lesson_is_named_and_the_app_still_runs() {
-    let dir = std::env::temp_dir().join(format!("tinygpt-app-bad-lesson-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch_dir("app-bad-lesson");
     let file = dir.join("bad.ron");
     let attention = tinygpt::lesson::BUILTIN_LESSONS
         .iter()

@@ -2,6 +2,8 @@
 //! one clear line (no panic, no backtrace); good ones train, resume, generate
 //! and benchmark.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
@@ -14,9 +16,7 @@ fn tinygpt(args: &[&str]) -> Output {
 }
 
 fn tmpdir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("tinygpt-cli-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    common::scratch_dir(&format!("cli-{tag}"))
 }
 
 /// Runs, expects failure with a one-line message containing `needle`.

@@ -1,6 +1,8 @@
 //! The shipped checkpoints (`assets/checkpoints/`) are what their commands
 //! make: tiny's command, run here, reproduces its weights bit for bit.
 
+mod common;
+
 use std::process::Command;
 
 /// Tensors of a safetensors file by name, as raw bytes.
@@ -25,8 +27,7 @@ fn the_readme_command_reproduces_the_shipped_tiny_checkpoint() {
         readme.contains(command),
         "the README gives the command: {command}"
     );
-    let dir = std::env::temp_dir().join(format!("tinygpt-shipped-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch_dir("shipped");
     let out = dir.join("tiny.safetensors");
     // The command as the README gives it, with the output moved aside.
     let mut args: Vec<String> = command

@@ -1,6 +1,8 @@
 //! Training behaviour: the overfit gate, determinism, resume, and KV-cache
 //! generation against the full forward pass.
 
+mod common;
+
 use tinygpt::backend::Backend;
 use tinygpt::bench::cpu_backend;
 use tinygpt::cpu::CpuBackend;
@@ -70,8 +72,7 @@ fn resuming_from_a_checkpoint_continues_the_same_run() {
     for _ in 0..4 {
         first.train_step().unwrap();
     }
-    let dir = std::env::temp_dir().join(format!("tinygpt-resume-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::scratch_dir("resume");
     let path = dir.join("run.safetensors");
     first
         .checkpoint(true)

@@ -6,7 +6,7 @@
 
 use super::scenes::Scene;
 use super::training::{BackendChoice, HeatmapView};
-use crate::model::config::BUILTIN_PRESETS;
+use crate::model::config::{BUILTIN_PRESETS, is_builtin};
 
 /// What a link asks for; a key it leaves out keeps the app's default.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -50,7 +50,7 @@ impl Link {
             let value = value.trim();
             match key.trim() {
                 "preset" => {
-                    if BUILTIN_PRESETS.iter().any(|(id, _)| *id == value) {
+                    if is_builtin(value) {
                         link.preset = Some(value.to_string());
                     } else {
                         let ids: Vec<&str> = BUILTIN_PRESETS.iter().map(|(id, _)| *id).collect();
@@ -97,7 +97,7 @@ impl Link {
                     let (known, unknown): (Vec<&str>, Vec<&str>) = value
                         .split(',')
                         .filter(|p| !p.is_empty())
-                        .partition(|p| BUILTIN_PRESETS.iter().any(|(id, _)| id == p));
+                        .partition(|p| is_builtin(p));
                     if unknown.is_empty() && !known.is_empty() {
                         link.bench = Some(known.iter().map(|p| p.to_string()).collect());
                     } else {

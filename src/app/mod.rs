@@ -169,10 +169,9 @@ pub fn build(options: AppOptions) -> App {
     ))
     .add_systems(PreStartup, spawn_cameras);
     if let Some((name, lesson, step)) = options.lesson {
+        // The player hides the side panels for each step that does not ask
+        // for them (a lesson is for a room).
         app.insert_resource(lesson::LessonPlayer::open(name, lesson, step));
-        // A lesson is for a room: the scene fills the window (the top bar
-        // brings the panels back).
-        app.world_mut().resource_mut::<ui::UiState>().wide = true;
     }
     app
 }

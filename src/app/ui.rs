@@ -37,6 +37,13 @@ pub struct UiState {
 }
 
 impl UiState {
+    /// Presenter mode on or off; it hides or brings back the side panels
+    /// with it.
+    pub fn set_presenter(&mut self, on: bool) {
+        self.presenter = on;
+        self.wide = on;
+    }
+
     /// The main view's rectangle in egui points, once laid out.
     pub fn central_rect(&self, ctx: &egui::Context) -> Option<egui::Rect> {
         let ppp = ctx.pixels_per_point();
@@ -242,11 +249,12 @@ pub fn draw_ui(
                     ui_state.wide = !ui_state.wide;
                 }
                 ui.menu_button("👁 view", |ui| {
-                    let was = ui_state.presenter;
-                    ui.checkbox(&mut ui_state.presenter, "presenter mode (F5)")
-                        .on_hover_text("big type, high contrast, panels hidden, the pointer highlighted; Space trains/pauses, ← → step a lesson");
-                    if ui_state.presenter != was {
-                        ui_state.wide = ui_state.presenter;
+                    let mut presenter = ui_state.presenter;
+                    if ui.checkbox(&mut presenter, "presenter mode (F5)")
+                        .on_hover_text("big type, high contrast, panels hidden, the pointer highlighted; Space trains/pauses, ← → step a lesson")
+                        .changed()
+                    {
+                        ui_state.set_presenter(presenter);
                     }
                     let mut cb = super::heatmap::palette() == super::heatmap::Palette::OrangePurple;
                     if ui
@@ -598,8 +606,8 @@ fn presenter_mode(
         && !typing
     {
         if keys.just_pressed(KeyCode::F5) {
-            ui_state.presenter = !ui_state.presenter;
-            ui_state.wide = ui_state.presenter;
+            let on = !ui_state.presenter;
+            ui_state.set_presenter(on);
         }
         if ui_state.presenter
             && keys.just_pressed(KeyCode::Space)

@@ -216,23 +216,19 @@ pub fn run_app(args: AppArgs) -> Result<()> {
             .resource_mut::<tinygpt::app::training::AppStatus>()
             .error(e);
     }
+    if args.presenter {
+        app.world_mut()
+            .resource_mut::<tinygpt::app::ui::UiState>()
+            .set_presenter(true);
+    }
+    if args.colour_blind {
+        tinygpt::app::heatmap::set_palette(tinygpt::app::heatmap::Palette::OrangePurple);
+    }
     {
         let mut view = app
             .world_mut()
             .resource_mut::<tinygpt::app::scenes::speedup::SpeedupView>();
         view.cancel_after_frames = args.cancel_bench_after;
-        drop(view);
-        if args.presenter {
-            let mut ui = app.world_mut().resource_mut::<tinygpt::app::ui::UiState>();
-            ui.presenter = true;
-            ui.wide = true;
-        }
-        if args.colour_blind {
-            tinygpt::app::heatmap::set_palette(tinygpt::app::heatmap::Palette::OrangePurple);
-        }
-        let mut view = app
-            .world_mut()
-            .resource_mut::<tinygpt::app::scenes::speedup::SpeedupView>();
         if let Some(seconds) = args.bench_seconds {
             view.seconds = (seconds as f64).clamp(0.5, 10.0);
         }

@@ -134,6 +134,11 @@ pub const BUILTIN_PRESETS: &[(&str, &str)] = &[
     ),
 ];
 
+/// Whether `id` names a built-in preset.
+pub fn is_builtin(id: &str) -> bool {
+    BUILTIN_PRESETS.iter().any(|(p, _)| *p == id)
+}
+
 /// The preset a run uses when none is named.
 pub const DEFAULT_PRESET: &str = "small";
 

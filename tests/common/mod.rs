@@ -20,6 +20,7 @@ pub fn gpu_context() -> GpuContext {
 
 /// A model of the given shape with the reference training recipe (lr 1e-3,
 /// AdamW 0.9/0.95, weight decay 0.1, clip 1.0) and no evaluation.
+#[allow(dead_code)] // not every test binary uses it
 pub fn config(
     n_layer: usize,
     n_head: usize,
@@ -67,4 +68,13 @@ pub fn json_lines(args: &[&str]) -> Vec<serde_json::Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
+}
+
+/// A fresh folder for this test process's files, `tinygpt-{tag}-{pid}` in
+/// the system's temporary directory.
+#[allow(dead_code)] // not every test binary writes files
+pub fn scratch_dir(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("tinygpt-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
