@@ -1,4 +1,6 @@
 // attention.wgsl — causal multi-head FlashAttention-2, forward and tiled backward.
+// (Causal unless the model's lab turns the mask off: CAUSAL in common.wgsl.
+// Then every tile visits every block, and nothing is skipped.)
 // Neither direction ever holds a T×T matrix: scores live one TILE×TILE tile at
 // a time in workgroup memory, and the backward recomputes P from the saved
 // log-sum-exp, as in Dao (2023), "FlashAttention-2", Algorithms 1 and 2.
@@ -118,6 +120,16 @@ fn rec_header(rec: u32, state: f32, q_tile: u32, k_block: u32, visit: u32) {
     trace[rec + 3u] = f32(visit);
 }
 
+// Whether query i sees key j: j ≤ i under the causal mask, any j < T without it.
+fn sees(i: u32, j: u32) -> bool {
+    return j < at.t && (j <= i || !CAUSAL);
+}
+
+// One past the last key a tile of queries starting at q0 sees.
+fn keys_end(q0: u32) -> u32 {
+    return select(at.t, min(q0 + BR, at.t), CAUSAL);
+}
+
 fn mask(bh: u32, i: u32, j: u32) -> f32 {
     if (step.training != 0u && at.p > 0.0) {
         return dropout_scale(step.dropout_seed, at.stream, (bh * at.t + i) * at.t + j, at.p);
@@ -156,7 +168,7 @@ fn attention_forward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invoca
     for (var u = 0u; u < DPL; u++) { o[u] = 0.0; }
     var m = NEG_FLT_MAX;
     var l = 0.0;
-    let last = min(q0 + BR, at.t);
+    let last = keys_end(q0);
     let trace_on = traced(bh);
     for (var j0 = 0u; j0 < last; j0 += BC) {
         load_rows(0u, b, h, j0, 1u, tid); // K tile
@@ -164,7 +176,7 @@ fn attention_forward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invoca
         workgroupBarrier();
         let j = j0 + lane;
         var sc = NEG_FLT_MAX;
-        if (valid && j <= i) {
+        if (valid && sees(i, j)) {
             var acc = 0.0;
             for (var d = 0u; d < at.d; d++) { acc += qkv[qbase + d] * tile_a[lane * ts() + d]; }
             sc = acc * at.scale;
@@ -180,7 +192,7 @@ fn attention_forward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invoca
         if (valid) {
             var m_tile = m;
             for (var jj = 0u; jj < BC; jj++) {
-                if (j0 + jj <= i) { m_tile = max(m_tile, s_tile[r * BC + jj]); }
+                if (sees(i, j0 + jj)) { m_tile = max(m_tile, s_tile[r * BC + jj]); }
             }
             let alpha = exp(m - m_tile);
             if (trace_on && lane == 0u) {
@@ -192,7 +204,7 @@ fn attention_forward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invoca
             l *= alpha;
             for (var u = 0u; u < DPL; u++) { o[u] *= alpha; }
             for (var jj = 0u; jj < BC; jj++) {
-                if (j0 + jj <= i) {
+                if (sees(i, j0 + jj)) {
                     let pij = exp(s_tile[r * BC + jj] - m_tile);
                     l += pij;
                     let pd = pij * mask(bh, i, j0 + jj);
@@ -254,11 +266,12 @@ fn attention_backward_dkdv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_
     var dv: array<f32, DPL>;
     for (var u = 0u; u < DPL; u++) { dk[u] = 0.0; dv[u] = 0.0; }
     let trace_on = traced(bh);
+    // The query tiles before the diagonal: causality skips them whole.
+    let first = select(0u, j0, CAUSAL);
     if (trace_on && tid == 0u) {
-        // The query tiles before the diagonal: causality skips them whole.
-        for (var qt = 0u; qt < wg.x; qt++) { rec_header(rec_at(1u, wg.x, qt), 2.0, qt, wg.x, 0u); }
+        for (var qt = 0u; qt < first / BR; qt++) { rec_header(rec_at(1u, wg.x, qt), 2.0, qt, wg.x, 0u); }
     }
-    for (var i0 = j0; i0 < at.t; i0 += BR) {
+    for (var i0 = first; i0 < at.t; i0 += BR) {
         load_rows(0u, b, h, i0, 0u, tid); // Q tile
         load_rows(1u, b, h, i0, 3u, tid); // dO tile
         workgroupBarrier();
@@ -266,7 +279,7 @@ fn attention_backward_dkdv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_
         let i = i0 + lane;
         var pd = 0.0;
         var ds = 0.0;
-        if (j < at.t && i < at.t && j <= i) {
+        if (i < at.t && sees(i, j)) {
             var s = 0.0;
             var dp = 0.0;
             for (var d = 0u; d < at.d; d++) {
@@ -283,7 +296,7 @@ fn attention_backward_dkdv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_
         workgroupBarrier();
         let rec = rec_at(1u, wg.x, i0 / BR);
         if (trace_on) {
-            if (tid == 0u) { rec_header(rec, 1.0, i0 / BR, wg.x, (i0 - j0) / BR); }
+            if (tid == 0u) { rec_header(rec, 1.0, i0 / BR, wg.x, (i0 - first) / BR); }
             trace[rec + BLOCK_A + lane * TILE + jj] = pd;
             trace[rec + BLOCK_B + lane * TILE + jj] = ds;
         }
@@ -337,7 +350,7 @@ fn attention_backward_dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_in
 
     var dq: array<f32, DPL>;
     for (var u = 0u; u < DPL; u++) { dq[u] = 0.0; }
-    let last = min(q0 + BR, at.t);
+    let last = keys_end(q0);
     let trace_on = traced(bh);
     for (var j0 = 0u; j0 < last; j0 += BC) {
         load_rows(0u, b, h, j0, 1u, tid); // K tile
@@ -346,7 +359,7 @@ fn attention_backward_dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_in
         let j = j0 + lane;
         var ds = 0.0;
         var pd = 0.0;
-        if (valid && j <= i) {
+        if (valid && sees(i, j)) {
             var s = 0.0;
             var dp = 0.0;
             for (var d = 0u; d < at.d; d++) {

@@ -3,7 +3,8 @@
 // never stores P (attention.wgsl keeps one 16×16 tile of scores at a time);
 // the explainer's Attention scene sees it through this kernel, which computes
 // what the backward pass recomputes:
-//   P[h, i, j] = exp(q_i · k_j · scale − lse[b, h, i])   for j ≤ i, else 0.
+//   P[h, i, j] = exp(q_i · k_j · scale − lse[b, h, i])   for j ≤ i, else 0
+// (every j without the causal mask: CAUSAL in common.wgsl).
 // Training never runs it (it is a probe: `Step::AttentionProbs` in the program).
 //
 // Bindings (group 0):
@@ -40,7 +41,7 @@ fn attention_probs(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocati
     let i = idx / n;
     let j = idx % n;
     var p = 0.0;
-    if (j <= i) {
+    if (j <= i || !CAUSAL) {
         // q_i and k_j of head h in row `win.row` (row stride 3C).
         let q0 = (win.row * at.t + i) * 3u * at.c + h * at.d;
         let k0 = (win.row * at.t + j) * 3u * at.c + at.c + h * at.d;

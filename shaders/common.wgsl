@@ -5,6 +5,12 @@
 // submit); the dropout hash is the same integer function as
 // `src/data/rng.rs::dropout_keep`, so a mask is identical on every backend.
 
+// The lab switches of the model (`Config::lab`), templated in when the kernels
+// are built for it: attention's causal mask and the position embeddings wpe.
+// Both are true in every preset; a "break it" lab turns one off.
+const CAUSAL: bool = {{CAUSAL}};
+const POSITIONS: bool = {{POSITIONS}};
+
 struct StepUniform {
     lr: f32,
     beta1: f32,

@@ -10,6 +10,8 @@
 //   @binding(6) e:       EmbParams
 // Entry points:
 //   embedding_forward       thread per (row, c): out = wte[token] + wpe[row mod T]
+//                           (out = wte[token] without position embeddings: POSITIONS
+//                           in common.wgsl; the plan then skips embedding_backward_wpe)
 //   embedding_backward_wpe  thread per (t, c): dwpe[t] += Σ_b dout[b, t]
 //   embedding_backward_wte  thread per (v, c): dwte[v] += Σ over rows with token v, in row order
 // The backward needs no atomics: each output element has one thread, which
@@ -37,7 +39,9 @@ fn embedding_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num
         let row = i / e.c;
         let col = i % e.c;
         let tok = tokens[row];
-        act[i] = wte[tok * e.c + col] + wpe[(row % e.t) * e.c + col];
+        var x = wte[tok * e.c + col];
+        if (POSITIONS) { x += wpe[(row % e.t) * e.c + col]; }
+        act[i] = x;
     }
 }
 

@@ -38,6 +38,7 @@ pub const BUILTIN_LESSONS: &[(&str, &str)] = &[
     ("optimizer", include_str!("../scenes/optimizer.ron")),
     ("why-flash", include_str!("../scenes/why-flash.ron")),
     ("why-gpus-win", include_str!("../scenes/why-gpus-win.ron")),
+    ("break-it", include_str!("../scenes/break-it.ron")),
 ];
 
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -125,6 +126,27 @@ pub enum Action {
     /// Show this in the Model scene's heatmaps: `weights`, `gradients`,
     /// `adam-m`, `adam-v`.
     HeatmapView(String),
+    /// A "break it" lab: a fresh run of the lesson's preset with these
+    /// switches (both on unless named) and the preset's learning rate times
+    /// `lr_scale` (1 unless named), trained `train` steps, then paused. The
+    /// loss chart keeps the run before it, for comparison.
+    Lab {
+        #[serde(default = "on")]
+        causal_mask: bool,
+        #[serde(default = "on")]
+        position_embeddings: bool,
+        #[serde(default = "one")]
+        lr_scale: f32,
+        train: u32,
+    },
+}
+
+fn on() -> bool {
+    true
+}
+
+fn one() -> f32 {
+    1.0
 }
 
 /// Predict, then reveal.
@@ -360,8 +382,17 @@ impl Lesson {
                         ));
                     }
                 }
-                Some(Action::Train(0)) => {
-                    return Err(err(at, "action", "Train(0) trains nothing".into()));
+                Some(Action::Train(0)) | Some(Action::Lab { train: 0, .. }) => {
+                    return Err(err(at, "action", "train: 0 trains nothing".into()));
+                }
+                Some(Action::Lab { lr_scale, .. })
+                    if !(lr_scale.is_finite() && *lr_scale > 0.0) =>
+                {
+                    return Err(err(
+                        at,
+                        "action",
+                        format!("lr_scale = {lr_scale} must be a finite number > 0"),
+                    ));
                 }
                 _ => {}
             }

@@ -15,7 +15,8 @@
 //!    on either backend. [`stepthrough`]: one training step entry by
 //!    entry, with the tensors each entry reads and writes.
 //! 5. [`train`]: the trainer, learning-rate schedules and text generation.
-//! 6. [`bench`]: the training-speed benchmark.
+//! 6. [`bench`]: the training-speed benchmark; [`chart`]: charts the app
+//!    draws, as SVG and CSV files.
 //! 7. `app` (feature `app`): the Bevy explainer, which mirrors the program
 //!    as entities and trains inside its frame loop.
 
@@ -23,6 +24,7 @@
 pub mod app;
 pub mod backend;
 pub mod bench;
+pub mod chart;
 pub mod correctness;
 pub mod cpu;
 pub mod data;

@@ -35,7 +35,8 @@ pub enum ProbeSource {
 
 impl ProbeRequest {
     /// A probe of `prompt`: its last `ctx` bytes in row 0 of a batch, padded
-    /// with spaces (causal attention: the padding changes nothing before it).
+    /// with spaces (causal attention: the padding changes nothing before it;
+    /// without the mask, the window is all T positions, padding included).
     /// Every block's attention.
     pub fn for_prompt(config: &Config, prompt: &[u8]) -> Result<Self, String> {
         if prompt.is_empty() {
@@ -43,7 +44,13 @@ impl ProbeRequest {
         }
         let (b, t) = (config.batch, config.ctx);
         let prompt = &prompt[prompt.len().saturating_sub(t)..];
-        let n = prompt.len();
+        // Without the causal mask (a lab) every position also sees the
+        // padding after the prompt, so all T are shown.
+        let n = if config.lab.causal_mask {
+            prompt.len()
+        } else {
+            t
+        };
         let mut row: Vec<u32> = prompt.iter().map(|&x| x as u32).collect();
         row.resize(t, b' ' as u32);
         let mut targets: Vec<u32> = row[1..].to_vec();

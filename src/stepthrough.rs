@@ -134,11 +134,17 @@ pub fn entries(program: &Program) -> Vec<Entry> {
 
 fn forward_math(op: &Op) -> String {
     match op {
-        Op::Embedding { .. } => "x[b,t] = wte[token[b,t]] + wpe[t]".into(),
+        Op::Embedding { wpe: Some(_), .. } => "x[b,t] = wte[token[b,t]] + wpe[t]".into(),
+        Op::Embedding { wpe: None, .. } => {
+            "x[b,t] = wte[token[b,t]]   (lab: no position embeddings, so nothing says where a byte is)".into()
+        }
         Op::LayerNorm { .. } => "y = (x − mean(x)) / √(var(x) + 1e-5) · γ + β   (per row)".into(),
         Op::Linear { .. } => "out = inp · Wᵀ + b".into(),
-        Op::Attention { .. } => {
+        Op::Attention { causal: true, .. } => {
             "P = softmax(QKᵀ/√D + causal mask),  y = P·V   (FlashAttention: P is never stored; lse = log Σ exp(row))".into()
+        }
+        Op::Attention { causal: false, .. } => {
+            "P = softmax(QKᵀ/√D),  y = P·V   (lab: no causal mask, so position t also reads t+1, the byte it must predict)".into()
         }
         Op::Gelu { .. } => "y = ½ x (1 + erf(x / √2))".into(),
         Op::Residual { .. } => "out = a + b   (the residual stream)".into(),
@@ -152,7 +158,8 @@ fn forward_math(op: &Op) -> String {
 
 fn backward_math(op: &Op) -> String {
     match op {
-        Op::Embedding { .. } => "dwte[token] += dx,  dwpe[t] += Σ_b dx[b,t]".into(),
+        Op::Embedding { wpe: Some(_), .. } => "dwte[token] += dx,  dwpe[t] += Σ_b dx[b,t]".into(),
+        Op::Embedding { wpe: None, .. } => "dwte[token] += dx   (no position embeddings to train)".into(),
         Op::LayerNorm { .. } => {
             "dx += rstd · (dn − mean(dn) − n · mean(dn · n)),  n = (x − mean)·rstd, dn = dy·γ;  dγ += Σ dy·n,  dβ += Σ dy".into()
         }

@@ -147,6 +147,22 @@ fn every_kernel_matches_the_cpu_with_dropout() {
 }
 
 #[test]
+fn every_kernel_matches_the_cpu_in_the_labs() {
+    // T = 37: three attention tiles, the last ragged; dropout on the
+    // unmasked weights too.
+    for (causal_mask, position_embeddings, dropout) in
+        [(false, true, 0.0), (true, false, 0.0), (false, false, 0.25)]
+    {
+        let mut cfg = config(1, 2, 20, 37, 3, dropout);
+        cfg.lab = tinygpt::model::config::Lab {
+            causal_mask,
+            position_embeddings,
+        };
+        per_op_parity(&cfg);
+    }
+}
+
+#[test]
 fn flash_attention_matches_naive_attention() {
     // (T, head_dim): T = 1, T below / at / above a 16-row tile, D up to 128.
     for (t, d, h) in [
@@ -195,8 +211,13 @@ fn flash_attention_matches_naive_attention() {
 
 /// Same seed, same batches: `steps` training steps on both backends.
 fn whole_step_parity(dropout: f32) {
+    whole_step_parity_in(dropout, Default::default());
+}
+
+fn whole_step_parity_in(dropout: f32, lab: tinygpt::model::config::Lab) {
     let mut cfg = Config::load("tiny").unwrap();
     cfg.dropout = dropout;
+    cfg.lab = lab;
     cfg.eval_interval = 0;
     let corpus = Corpus::tiny_shakespeare(cfg.ctx).unwrap();
     let mut cpu = Trainer::new(
@@ -230,7 +251,21 @@ fn whole_step_parity(dropout: f32) {
         );
     }
     for (pc, pg) in cpu.params().unwrap().iter().zip(gpu.params().unwrap()) {
-        let e = rel_err(&pg.values, &pc.values);
+        let (mut want, mut got) = (pc.values.clone(), pg.values.clone());
+        if pc.name.ends_with("attn.c_attn.bias") {
+            // The key bias adds q_i·b_k to every score of row i: softmax does
+            // not see it, so its gradient is 0 up to rounding, and AdamW turns
+            // that rounding (different on each backend) into steps of up to
+            // lr. Bound those; compare the query and value biases as usual.
+            let c = want.len() / 3;
+            let bound = 20.0 * cfg.lr * 1.01;
+            for (a, b) in want[c..2 * c].iter().zip(&got[c..2 * c]) {
+                assert!((a - b).abs() <= bound, "`{}`: key bias {a} vs {b}", pc.name);
+            }
+            want.drain(c..2 * c);
+            got.drain(c..2 * c);
+        }
+        let e = rel_err(&got, &want);
         assert!(
             e <= 1e-4,
             "dropout {dropout}: `{}` after 20 steps: relative error {e:e}",
@@ -247,6 +282,17 @@ fn twenty_steps_match_the_cpu() {
 #[test]
 fn twenty_steps_match_the_cpu_with_dropout() {
     whole_step_parity(0.2);
+}
+
+#[test]
+fn twenty_steps_match_the_cpu_in_the_labs() {
+    whole_step_parity_in(
+        0.0,
+        tinygpt::model::config::Lab {
+            causal_mask: false,
+            position_embeddings: false,
+        },
+    );
 }
 
 #[test]

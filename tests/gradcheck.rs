@@ -87,12 +87,12 @@ fn embedding_backward() {
         b * t * c,
         |x| {
             let mut out = vec![0.0; b * t * c];
-            ops::embedding_forward(&mut out, &tokens, &x[0], &x[1], t, c);
+            ops::embedding_forward(&mut out, &tokens, &x[0], Some(&x[1]), t, c);
             out
         },
         |x, dout| {
             let (mut dwte, mut dwpe) = (vec![0.0; x[0].len()], vec![0.0; x[1].len()]);
-            ops::embedding_backward(&mut dwte, &mut dwpe, dout, &tokens, t, c);
+            ops::embedding_backward(&mut dwte, Some(&mut dwpe), dout, &tokens, t, c);
             vec![dwte, dwpe]
         },
     );
@@ -153,7 +153,11 @@ fn linear_backward() {
 }
 
 fn attention_case(b: usize, t: usize, c: usize, h: usize, p: f32) {
-    let dims = || AttnDims { b, t, c, h };
+    attention_case_masked(b, t, c, h, p, true);
+}
+
+fn attention_case_masked(b: usize, t: usize, c: usize, h: usize, p: f32, causal: bool) {
+    let dims = || AttnDims { b, t, c, h, causal };
     let mut rng = Rng::new(4);
     let inputs = vec![randn(b * t * 3 * c, &mut rng, 1.0)];
     let fwd = |x: &[Vec<f64>]| {
@@ -162,7 +166,7 @@ fn attention_case(b: usize, t: usize, c: usize, h: usize, p: f32) {
         (out, lse)
     };
     check(
-        &format!("attention b{b} t{t} c{c} h{h} p{p}"),
+        &format!("attention b{b} t{t} c{c} h{h} p{p} causal {causal}"),
         inputs,
         b * t * c,
         |x| fwd(x).0,
@@ -185,6 +189,14 @@ fn attention_backward() {
 #[test]
 fn attention_backward_with_dropout() {
     attention_case(2, 6, 6, 2, 0.3);
+}
+
+#[test]
+fn attention_backward_without_the_causal_mask() {
+    // The "no causal mask" lab: every query sees every key.
+    attention_case_masked(2, 5, 6, 2, 0.0, false);
+    attention_case_masked(1, 7, 6, 3, 0.0, false);
+    attention_case_masked(2, 6, 6, 2, 0.3, false);
 }
 
 #[test]

@@ -1,10 +1,13 @@
-//! Pictures out of the app: the current view, or one part of it (a chart),
-//! as a PNG: natively a file in the working directory, in the browser a
-//! download. F12 or the top bar's 📷 takes the whole view; a scene's own
-//! button sends [`ExportPng`] with the rectangle of its chart.
+//! Pictures and data out of the app: natively a file in the working
+//! directory, in the browser a download.
+//! - [`ExportPng`]: the current view, or one part of it (a chart), as a PNG.
+//!   F12 or the top bar's 📷 takes the whole view; a scene's own button
+//!   sends the rectangle of its chart.
+//! - [`ExportFile`]: bytes a view made itself: the data behind it as JSON
+//!   (the top bar's 💾, F11), a chart as SVG or CSV ([`crate::chart`]).
 //!
-//! The frame only asks for the screenshot; cropping, encoding and writing
-//! run on the IO pool, and the result comes back as a line in the status bar.
+//! The frame only asks; cropping, encoding and writing run on the IO pool,
+//! and the result comes back as a line in the status bar.
 
 use super::headless::HeadlessTarget;
 use super::training::AppStatus;
@@ -19,6 +22,24 @@ use std::sync::{Arc, Mutex};
 pub struct ExportPng {
     pub name: String,
     pub rect: Option<[f32; 4]>,
+}
+
+/// Save these bytes as `tinygpt-{stem}.{ext}` (numbered if taken).
+#[derive(Message, Clone, Debug)]
+pub struct ExportFile {
+    pub stem: String,
+    pub ext: &'static str,
+    pub bytes: Vec<u8>,
+}
+
+impl ExportFile {
+    pub fn new(stem: impl Into<String>, ext: &'static str, bytes: impl Into<Vec<u8>>) -> Self {
+        Self {
+            stem: stem.into(),
+            ext,
+            bytes: bytes.into(),
+        }
+    }
 }
 
 /// What the exports finished with: (Ok(path) | Err(why)), read each frame.
@@ -36,8 +57,9 @@ pub struct ExportPlugin;
 impl Plugin for ExportPlugin {
     fn build(&self, app: &mut App) {
         app.add_message::<ExportPng>()
+            .add_message::<ExportFile>()
             .init_resource::<ExportResults>()
-            .add_systems(Update, (view_key, capture, report).chain());
+            .add_systems(Update, (view_key, capture, write_files, report).chain());
     }
 }
 
@@ -75,11 +97,24 @@ fn capture(
                 IoTaskPool::get()
                     .spawn(async move {
                         let result =
-                            encode(image, req.rect).and_then(|png| deliver(&req.name, png));
+                            encode(image, req.rect).and_then(|png| deliver(&req.name, "png", png));
                         inbox.lock().unwrap().push(result);
                     })
                     .detach();
             });
+    }
+}
+
+fn write_files(mut asked: MessageReader<ExportFile>, mut results: ResMut<ExportResults>) {
+    for req in asked.read() {
+        results.pending += 1;
+        let (inbox, req) = (results.inbox.clone(), req.clone());
+        IoTaskPool::get()
+            .spawn(async move {
+                let result = deliver(&req.stem, req.ext, req.bytes);
+                inbox.lock().unwrap().push(result);
+            })
+            .detach();
     }
 }
 
@@ -109,14 +144,14 @@ fn encode(image: Image, rect: Option<[f32; 4]>) -> Result<Vec<u8>, String> {
     Ok(png)
 }
 
-/// Natively: `tinygpt-{name}.png` in the working directory (numbered when
+/// Natively: `tinygpt-{name}.{ext}` in the working directory (numbered when
 /// taken), written through a temporary file. In the browser: a download.
-fn deliver(name: &str, png: Vec<u8>) -> Result<String, String> {
+fn deliver(name: &str, ext: &str, bytes: Vec<u8>) -> Result<String, String> {
     let stem = format!("tinygpt-{name}");
     #[cfg(target_arch = "wasm32")]
     {
-        let file = format!("{stem}.png");
-        super::web::download(&file, &png);
+        let file = format!("{stem}.{ext}");
+        super::web::download(&file, &bytes);
         Ok(format!("{file} (download)"))
     }
     #[cfg(not(target_arch = "wasm32"))]
@@ -125,20 +160,20 @@ fn deliver(name: &str, png: Vec<u8>) -> Result<String, String> {
         let path = (0..1000)
             .map(|i| {
                 dir.join(if i == 0 {
-                    format!("{stem}.png")
+                    format!("{stem}.{ext}")
                 } else {
-                    format!("{stem}-{i}.png")
+                    format!("{stem}-{i}.{ext}")
                 })
             })
             .find(|p| !p.exists())
             .ok_or_else(|| {
                 format!(
-                    "{stem}.png .. {stem}-999.png all exist in {}",
+                    "{stem}.{ext} .. {stem}-999.{ext} all exist in {}",
                     dir.display()
                 )
             })?;
-        let tmp = path.with_extension("png.tmp");
-        std::fs::write(&tmp, &png)
+        let tmp = path.with_extension(format!("{ext}.tmp"));
+        std::fs::write(&tmp, &bytes)
             .and_then(|()| std::fs::rename(&tmp, &path))
             .map_err(|e| {
                 let _ = std::fs::remove_file(&tmp);
@@ -156,7 +191,7 @@ fn report(mut results: ResMut<ExportResults>, mut status: ResMut<AppStatus>) {
     for r in finished {
         results.pending = results.pending.saturating_sub(1);
         match &r {
-            Ok(path) => status.info = Some(format!("saved the picture: {path}")),
+            Ok(path) => status.info = Some(format!("saved {path}")),
             Err(e) => status.error(e.clone()),
         }
         results.done.push(r);

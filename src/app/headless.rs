@@ -83,6 +83,10 @@ fn count_frames(
         Res<super::scenes::speedup::SpeedupShown>,
     ),
     cameras: Query<(&Camera, &GlobalTransform), With<SceneCamera>>,
+    mut data: (
+        MessageWriter<super::data::ExportData>,
+        MessageWriter<super::data::ExportLossChart>,
+    ),
     (mut exit, mut export, exports, lesson, status, ui_state): (
         MessageWriter<AppExit>,
         MessageWriter<super::export::ExportPng>,
@@ -125,6 +129,14 @@ fn count_frames(
             .chain(&speedup_shown.regions)
             .find(|(n, _)| n == name)
             .map(|(_, r)| [r.min.x, r.min.y, r.max.x, r.max.y]);
+        if name == "data" {
+            data.0.write(super::data::ExportData);
+            return;
+        }
+        if name == "loss-chart" {
+            data.1.write(super::data::ExportLossChart);
+            return;
+        }
         if name == "view" || found.is_some() {
             export.write(super::export::ExportPng {
                 name: format!("{}-{name}", scene.get().key()),

@@ -2,7 +2,8 @@
 //! the live app. Each step switches to its scene, points the scene at its
 //! focus (a head, a position, an op of the step, a tensor's heatmap), does
 //! its action once (train N steps and pause, set the prompt, play the
-//! FlashAttention replay, start a bench, switch the heatmaps' view) and
+//! FlashAttention replay, start a bench, switch the heatmaps' view, start a
+//! "break it" lab run) and
 //! shows the narration in a panel along the bottom, with a predict-then-
 //! reveal question where the step has one. Back / Next buttons, or Page Up
 //! / Page Down (a clicker's keys; the arrows too in presenter mode).
@@ -31,6 +32,9 @@ pub struct LessonPlayer {
     focus_pending: bool,
     /// Pause the run when it reaches this step (a `Train(n)` action).
     train_until: Option<u64>,
+    /// The run has been seen training since `train_until` was set (a lab's
+    /// fresh run starts a frame or two later).
+    training_seen: bool,
     /// The learner's answer to the step's question, once chosen.
     pub chosen: Option<usize>,
     /// The lesson's checkpoint was asked for.
@@ -124,13 +128,16 @@ fn apply_step(
     ),
 ) {
     let player = &mut *player;
-    if let (Some(until), Some(run)) = (player.train_until, &run)
-        && (run.step() >= until || run.state != RunState::Training)
-    {
-        if run.state == RunState::Training {
-            commands.write(RunCommand::Pause);
+    if let (Some(until), Some(run)) = (player.train_until, &run) {
+        let training = run.state == RunState::Training;
+        player.training_seen |= training;
+        if run.step() >= until || (player.training_seen && !training) {
+            if training {
+                commands.write(RunCommand::Pause);
+            }
+            player.train_until = None;
+            player.training_seen = false;
         }
-        player.train_until = None;
     }
     let Some((_, lesson)) = &player.lesson else {
         return;
@@ -181,10 +188,30 @@ fn apply_step(
             Some(Action::Train(n)) => {
                 if let Some(run) = &run {
                     player.train_until = Some(run.step() + *n as u64);
+                    player.training_seen = false;
                     if run.state != RunState::Training {
                         commands.write(RunCommand::Train);
                     }
                 }
+            }
+            Some(Action::Lab {
+                causal_mask,
+                position_embeddings,
+                lr_scale,
+                train,
+            }) => {
+                commands.write(RunCommand::NewLabRun {
+                    preset: lesson.preset.clone(),
+                    lab: crate::model::config::Lab {
+                        causal_mask: *causal_mask,
+                        position_embeddings: *position_embeddings,
+                    },
+                    lr_scale: *lr_scale,
+                });
+                commands.write(RunCommand::Train);
+                // The fresh run counts from step 0.
+                player.train_until = Some(*train as u64);
+                player.training_seen = false;
             }
             Some(Action::Prompt(text)) => {
                 attention.prompt = text.clone();

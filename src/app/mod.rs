@@ -12,6 +12,7 @@
 //! [`headless`] (offscreen runs for checks), and in the browser `web` (the
 //! page: start, files, downloads, the link of [`link`]).
 
+pub mod data;
 pub mod engine;
 pub mod export;
 pub mod files;
@@ -165,6 +166,7 @@ pub fn build(options: AppOptions) -> App {
         ui::UiPlugin,
         files::FilesPlugin,
         export::ExportPlugin,
+        data::DataPlugin,
         lesson::LessonPlugin,
     ))
     .add_systems(PreStartup, spawn_cameras);

@@ -7,7 +7,7 @@ use crate::backend::{Chosen, GpuFallback, choose_backend};
 use crate::data::Corpus;
 use crate::gpu::GpuContext;
 use crate::model::checkpoint::{Checkpoint, OptimizerState, Precision};
-use crate::model::config::Config;
+use crate::model::config::{Config, Lab};
 use crate::model::params::NamedTensor;
 use crate::probe::{ProbeResult, ProbeSource};
 use crate::program::Program;
@@ -72,6 +72,8 @@ pub struct RunSettings {
     pub steps: u64,
     pub seed: u64,
     pub backend: BackendChoice,
+    /// The "break it" switches a new run gets (the preset's by default).
+    pub lab: Lab,
 }
 
 impl RunSettings {
@@ -80,6 +82,7 @@ impl RunSettings {
             preset: preset.to_string(),
             lr: config.lr,
             steps: config.steps,
+            lab: config.lab,
             config,
             corpus: CorpusSource::Builtin,
             seed: 1337,
@@ -92,6 +95,7 @@ impl RunSettings {
         let mut config = self.config.clone();
         config.lr = self.lr;
         config.steps = self.steps;
+        config.lab = self.lab;
         config.validate(&self.preset).map_err(|e| e.to_string())?;
         Ok(config)
     }
@@ -385,6 +389,13 @@ pub enum RunCommand {
         name: String,
         bytes: Vec<u8>,
     },
+    /// A fresh run of a built-in preset with these "break it" switches and
+    /// the preset's learning rate times `lr_scale` (a lesson's lab step).
+    NewLabRun {
+        preset: String,
+        lab: Lab,
+        lr_scale: f32,
+    },
 }
 
 /// Sent when a run is created: views rebuild from its program.
@@ -438,6 +449,7 @@ impl Plugin for TrainingPlugin {
             .add_message::<RunCreated>()
             .init_resource::<AppStatus>()
             .init_resource::<Snapshots>()
+            .init_resource::<EarlierRuns>()
             .init_resource::<TensorWants>()
             .init_resource::<Probes>()
             .init_resource::<FlashTraces>()
@@ -581,6 +593,49 @@ pub fn build_run(
     })
 }
 
+/// The loss curves of the runs before this one (newest last), kept when a
+/// new run replaces them so the loss chart can draw them behind it: an
+/// intact run next to a "break it" lab, lr 3e-4 next to lr 3.
+#[derive(Resource, Default)]
+pub struct EarlierRuns(pub Vec<EarlierRun>);
+
+pub struct EarlierRun {
+    /// e.g. `tiny, lr 3.0e-4, no causal mask`
+    pub label: String,
+    /// (step, train loss), at most [`EarlierRuns::POINTS`] of them.
+    pub loss: Vec<[f64; 2]>,
+}
+
+impl EarlierRuns {
+    /// Runs kept.
+    pub const KEEP: usize = 3;
+    /// Points kept per run.
+    pub const POINTS: usize = 2000;
+
+    /// Keeps `run`'s curve, if it trained at all.
+    fn keep(&mut self, run: &Run, records: &[StepRecord]) {
+        let mut loss: Vec<[f64; 2]> = records
+            .iter()
+            .filter(|r| r.step > 0)
+            .map(|r| [r.step as f64, r.loss as f64])
+            .collect();
+        if loss.len() < 2 {
+            return;
+        }
+        loss.sort_by(|a, b| a[0].total_cmp(&b[0]));
+        let stride = loss.len().div_ceil(Self::POINTS);
+        let loss = loss.into_iter().step_by(stride).collect();
+        let c = run.config();
+        self.0.push(EarlierRun {
+            label: format!("{}, lr {:.1e}, {}", run.preset, c.lr, c.lab.describe()),
+            loss,
+        });
+        if self.0.len() > Self::KEEP {
+            self.0.remove(0);
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn handle_commands(
     mut commands: Commands,
@@ -591,6 +646,7 @@ fn handle_commands(
     mut status: ResMut<AppStatus>,
     mut created: MessageWriter<RunCreated>,
     runs: Query<Entity, With<TrainingRun>>,
+    (records, mut earlier): (Query<&StepRecord>, ResMut<EarlierRuns>),
 ) {
     let Some(mut run) = run else { return };
     for command in reader.read() {
@@ -642,6 +698,24 @@ fn handle_commands(
                     }
                 }
             }
+            RunCommand::NewLabRun {
+                preset,
+                lab,
+                lr_scale,
+            } => match Config::load(&preset) {
+                Err(e) => status.error(format!("the lab could not start: {e}")),
+                Ok(config) => {
+                    *settings = RunSettings {
+                        corpus: settings.corpus.clone(),
+                        seed: settings.seed,
+                        backend: settings.backend,
+                        lr: config.lr * lr_scale,
+                        lab,
+                        ..RunSettings::from_preset(&preset, config)
+                    };
+                    rebuild = Some(None);
+                }
+            },
             RunCommand::LoadPreset { name, text } => match Config::from_ron(&text, &name) {
                 Err(e) => status.error(format!("preset not loaded: {e}")),
                 Ok(config) => {
@@ -689,6 +763,8 @@ fn handle_commands(
                         status.info =
                             Some(format!("resumed at step {} from the checkpoint", ckpt.step));
                     }
+                    let kept: Vec<StepRecord> = records.iter().copied().collect();
+                    earlier.keep(&run, &kept);
                     for e in &runs {
                         commands.entity(e).despawn();
                     }

@@ -180,6 +180,11 @@ pub fn draw_ui(
     mut next_scene: ResMut<NextState<Scene>>,
     mut export: MessageWriter<super::export::ExportPng>,
     mut lesson: ResMut<super::lesson::LessonPlayer>,
+    earlier: Res<super::training::EarlierRuns>,
+    mut data_out: (
+        MessageWriter<super::data::ExportData>,
+        MessageWriter<super::data::ExportLossChart>,
+    ),
 ) -> Result {
     let ctx = contexts.ctx_mut()?;
     let mut root = egui::Ui::new(
@@ -281,6 +286,13 @@ pub fn draw_ui(
                         rect: None,
                     });
                 }
+                if ui
+                    .button("💾 Data")
+                    .on_hover_text("save the numbers behind this view, the run and its loss history as JSON (F11)")
+                    .clicked()
+                {
+                    data_out.0.write(super::data::ExportData);
+                }
                 if ui.available_width() > 520.0 {
                     ui.weak("wheel: zoom · drag: pan · 0: fit");
                 }
@@ -297,8 +309,10 @@ pub fn draw_ui(
             &run,
             &mut status,
             &records,
+            &earlier,
             &mut commands,
             &mut sample,
+            &mut data_out.1,
         );
     }
 
@@ -314,6 +328,32 @@ pub fn draw_ui(
     Ok(())
 }
 
+/// The "break it" labs: switches for the next run (the causal mask, the
+/// position embeddings) and learning rates far from the preset's. Each
+/// takes effect with New run, and the loss chart keeps the run before it
+/// for comparison.
+fn lab_settings(ui: &mut egui::Ui, settings: &mut RunSettings) {
+    egui::CollapsingHeader::new("🔨 Break it (labs)")
+        .default_open(!settings.lab.is_intact())
+        .show(ui, |ui| {
+            ui.checkbox(&mut settings.lab.causal_mask, "causal mask")
+                .on_hover_text("off: position t also sees t+1, the byte it must predict");
+            ui.checkbox(&mut settings.lab.position_embeddings, "position embeddings")
+                .on_hover_text("off: nothing tells the model where a byte is");
+            ui.horizontal_wrapped(|ui| {
+                ui.label("learning rate");
+                let preset = settings.config.lr;
+                for (label, factor) in [("preset", 1.0), ("×10", 10.0), ("×1000", 1e3), ("×10000", 1e4)] {
+                    let lr = preset * factor;
+                    if ui.selectable_label((settings.lr - lr).abs() <= lr * 1e-4, label).on_hover_text(format!("{lr:.1e}")).clicked() {
+                        settings.lr = lr;
+                    }
+                }
+            });
+            ui.small("New run starts a fresh model with these; the loss chart keeps the run before it, dashed.");
+        });
+}
+
 /// The run panel (left) and the loss chart and sampler (right).
 #[allow(clippy::too_many_arguments)]
 #[cfg_attr(target_arch = "wasm32", allow(unused_variables))] // the path box and its errors are native
@@ -324,9 +364,17 @@ fn side_panels(
     run: &Run,
     status: &mut AppStatus,
     records: &Query<&StepRecord>,
+    earlier: &super::training::EarlierRuns,
     commands: &mut MessageWriter<RunCommand>,
     sample: &mut SampleState,
+    loss_out: &mut MessageWriter<super::data::ExportLossChart>,
 ) {
+    let run_label = format!(
+        "{}, lr {:.1e}, {}",
+        run.preset,
+        run.config().lr,
+        run.config().lab.describe()
+    );
     // ---- left: run configuration, controls, metrics
     egui::Panel::left("run").default_size(300.0).show(root, |ui| {
         egui::ScrollArea::vertical().show(ui, |ui| {
@@ -372,7 +420,7 @@ fn side_panels(
             }
             egui::Grid::new("settings").num_columns(2).show(ui, |ui| {
                 ui.label("learning rate");
-                ui.add(egui::DragValue::new(&mut settings.lr).speed(1e-5).range(1e-6..=1.0).max_decimals(6));
+                ui.add(egui::DragValue::new(&mut settings.lr).speed(1e-5).range(1e-6..=10.0).max_decimals(6));
                 ui.end_row();
                 ui.label("steps");
                 ui.add(egui::DragValue::new(&mut settings.steps).speed(10).range(1..=10_000_000));
@@ -388,8 +436,12 @@ fn side_panels(
                 });
                 ui.end_row();
             });
+            lab_settings(ui, settings);
             if ui.button("New run with these settings").clicked() {
                 commands.write(RunCommand::NewRun);
+            }
+            if !run.config().lab.is_intact() {
+                ui.colored_label(egui::Color32::from_rgb(255, 170, 60), format!("this run is a lab: {}", run.config().lab.describe()));
             }
             ui.separator();
             ui.strong("Training");
@@ -487,7 +539,16 @@ fn side_panels(
     egui::Panel::right("charts")
         .default_size(380.0)
         .show(root, |ui| {
-            ui.strong("Loss");
+            ui.horizontal(|ui| {
+                ui.strong("Loss");
+                if ui
+                    .small_button("SVG + CSV")
+                    .on_hover_text("save this chart (with the runs before this one) as tinygpt-loss.svg and its points as tinygpt-loss.csv")
+                    .clicked()
+                {
+                    loss_out.write(super::data::ExportLossChart);
+                }
+            });
             let mut train: Vec<[f64; 2]> = records
                 .iter()
                 .map(|r| [r.step as f64, r.loss as f64])
@@ -511,7 +572,17 @@ fn side_panels(
                         HLine::new("random guessing, ln 256", 256f64.ln())
                             .color(egui::Color32::GRAY),
                     );
-                    plot.line(Line::new("train", PlotPoints::from(train)));
+                    // Earlier runs behind this one, the newest brightest.
+                    let n = earlier.0.len();
+                    for (i, e) in earlier.0.iter().enumerate() {
+                        let shade = (110 + 50 * (i + 3 - n.min(3))) as u8;
+                        plot.line(
+                            Line::new(format!("before: {}", e.label), PlotPoints::from(e.loss.clone()))
+                                .color(egui::Color32::from_gray(shade))
+                                .style(egui_plot::LineStyle::dashed_loose()),
+                        );
+                    }
+                    plot.line(Line::new(format!("train: {}", run_label), PlotPoints::from(train)));
                     plot.line(Line::new("val", PlotPoints::from(val.clone())));
                     plot.points(Points::new("val", PlotPoints::from(val)).radius(3.0));
                 });

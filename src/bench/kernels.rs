@@ -68,6 +68,66 @@ impl KernelTimes {
     }
 }
 
+impl KernelTimes {
+    /// The roofline as a chart file ([`crate::chart`]): the roof of the
+    /// measured ceilings (GFLOP/s against FLOP per byte, log-log) and each
+    /// op family where it ran, labelled with its share of the step.
+    pub fn roofline_chart(&self) -> crate::chart::Chart {
+        use crate::chart::{Chart, Series};
+        const COLOURS: [&str; 8] = [
+            "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#d62728", "#bcbd22", "#17becf", "#8c564b",
+        ];
+        let total = self.total_ms().max(1e-12);
+        let points: Vec<&Family> = self
+            .families
+            .iter()
+            .filter(|f| f.flops > 0.0 && f.ms > 0.0)
+            .collect();
+        let mut series = vec![];
+        if let Some(c) = &self.ceilings {
+            let peak = c.matmul_tflops * 1e3;
+            let ridge = peak / c.copy_gbps;
+            let lo = points.iter().map(|f| f.intensity).fold(ridge, f64::min) / 3.0;
+            let hi = points.iter().map(|f| f.intensity).fold(ridge, f64::max) * 3.0;
+            series.push(
+                Series::line(
+                    format!(
+                        "roof: copy {:.0} GB/s, matmul {}",
+                        c.copy_gbps,
+                        human_flops(peak)
+                    ),
+                    vec![(lo, lo * c.copy_gbps), (ridge, peak), (hi, peak)],
+                    "#444444",
+                )
+                .dashed(),
+            );
+        }
+        for (i, f) in points.iter().enumerate() {
+            series.push(
+                Series::line(
+                    format!("{} ({:.0}% of the step)", f.family, 100.0 * f.ms / total),
+                    vec![(f.intensity, f.gflops)],
+                    COLOURS[i % COLOURS.len()],
+                )
+                .scatter(),
+            );
+        }
+        Chart {
+            title: format!(
+                "Where a {} training step's time goes: the roofline",
+                self.preset
+            ),
+            subtitle: format!("{}; {}", self.device, self.source),
+            x_label: "arithmetic intensity (FLOP per byte, log scale)".into(),
+            y_label: "GFLOP/s reached (log scale)".into(),
+            x_log: true,
+            y_log: true,
+            series,
+            references: vec![],
+        }
+    }
+}
+
 /// A rate in GFLOP/s as a person reads it: `3.4 GFLOP/s`, `9.41 TFLOP/s`.
 pub fn human_flops(gflops: f64) -> String {
     if gflops >= 1000.0 {

@@ -370,7 +370,7 @@ pub fn gpu_matmul_tflops(
     n: usize,
     reps: usize,
 ) -> f64 {
-    let kernels = crate::gpu::kernels::Kernels::new(&ctx.device, 32);
+    let kernels = crate::gpu::kernels::Kernels::new(&ctx.device, 32, Default::default());
     matmul_best_tflops(ctx, &kernels, [m, k, n], reps, 1)
 }
 
@@ -472,7 +472,7 @@ pub fn gpu_ceilings(ctx: &crate::gpu::GpuContext) -> Ceilings {
     // The copy first: about half a second of it also wakes the GPU up
     // from an idle clock before the matmul is timed.
     let copy_gbps = gpu_copy_gbps(ctx, 128 << 20);
-    let kernels = crate::gpu::kernels::Kernels::new(&ctx.device, 32);
+    let kernels = crate::gpu::kernels::Kernels::new(&ctx.device, 32, Default::default());
     let small = [512, 512, 512];
     let mut best = (matmul_best_tflops(ctx, &kernels, small, 3, 1), small);
     // Past 50 GFLOP/s at 512³ (launch-bound on a big GPU, far beyond a

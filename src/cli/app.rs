@@ -23,6 +23,10 @@ pub struct AppArgs {
     /// Peak learning rate (default: the preset's).
     #[arg(long, value_parser = super::positive_f32)]
     lr: Option<f32>,
+    /// A "break it" lab for the run: take parts out of the model
+    /// (comma-separated; the run panel's 🔨 Break it has the same switches).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    lab: Vec<super::LabSwitch>,
     #[arg(long, default_value_t = 1337)]
     seed: u64,
     /// Where to train: auto (the GPU unless its adapter is a software renderer), gpu or cpu.
@@ -80,7 +84,9 @@ pub struct AppArgs {
     fps: f32,
     /// Headless: before the screenshot, save a region of the scene (e.g. the
     /// Speedup scene's `curve` or `roofline`) or the whole `view` through the
-    /// app's PNG export, into tinygpt-SCENE-REGION.png in the working directory.
+    /// app's PNG export, into tinygpt-SCENE-REGION.png in the working directory;
+    /// or `data` (the view's data: tinygpt-SCENE-data.json) or `loss-chart`
+    /// (tinygpt-loss.svg and .csv), as the app's 💾 Data and loss-chart buttons save them.
     #[arg(long, value_name = "REGION", requires = "headless")]
     export: Option<String>,
     /// The backends `--bench` measures, comma-separated (default: both, but
@@ -171,6 +177,7 @@ pub fn run_app(args: AppArgs) -> Result<()> {
     if let Some(lr) = args.lr {
         settings.lr = lr;
     }
+    super::apply_lab(&mut settings.lab, &args.lab);
     settings.seed = args.seed;
     settings.backend = args.backend.into();
     settings.run_config().map_err(anyhow::Error::msg)?;

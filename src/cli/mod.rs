@@ -168,6 +168,25 @@ fn presets() {
 pub use tinygpt::model::config::group_thousands;
 
 /// Parses a number that must be finite and > 0.
+/// A part of the model a "break it" lab takes out (`--lab`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LabSwitch {
+    /// Position t also attends to t + 1, … (the byte it must predict).
+    NoCausalMask,
+    /// No position embeddings: nothing says where a byte is.
+    NoPositionEmbeddings,
+}
+
+/// The lab switches on top of a preset's.
+pub fn apply_lab(lab: &mut tinygpt::model::config::Lab, switches: &[LabSwitch]) {
+    for s in switches {
+        match s {
+            LabSwitch::NoCausalMask => lab.causal_mask = false,
+            LabSwitch::NoPositionEmbeddings => lab.position_embeddings = false,
+        }
+    }
+}
+
 pub fn positive_f32(s: &str) -> Result<f32, String> {
     let v: f32 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
     if v.is_finite() && v > 0.0 {

@@ -34,6 +34,10 @@ pub struct TrainArgs {
     /// Random seed for initialisation, batches and dropout.
     #[arg(long, value_name = "S", default_value_t = 42)]
     seed: u64,
+    /// A "break it" lab: take parts out of the model (comma-separated).
+    /// A checkpoint remembers them, so `--resume` continues the same lab.
+    #[arg(long, value_enum, value_delimiter = ',', conflicts_with = "resume")]
+    lab: Vec<super::LabSwitch>,
     /// Checkpoint to write (default: tinygpt-<preset>.safetensors, or the --resume file).
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
@@ -60,6 +64,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
     if let Some(lr) = args.lr {
         config.lr = lr;
     }
+    super::apply_lab(&mut config.lab, &args.lab);
     config.validate(&format!(
         "preset `{}` with command-line overrides",
         args.preset

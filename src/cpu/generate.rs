@@ -2,6 +2,11 @@
 //! position of work, not a rerun of the whole context. It reuses the kernels
 //! of [`super::ops`] on single rows, and is tested against the full forward
 //! pass of the program (same logits).
+//!
+//! Generation is causal by nature: a new byte is computed from the bytes
+//! before it, which are all there is. A model from the lab without the
+//! causal mask is run the same way (its program with the mask back on), which
+//! is why it fails: it learned to read the byte it was asked for.
 
 use super::ops;
 use crate::model::config::{Config, VOCAB};
@@ -114,9 +119,12 @@ impl Generator {
         let pos = self.len;
         assert!(pos < self.config.ctx, "KV cache is full");
         let tok = token as usize;
-        let mut x: Vec<f32> = (0..c)
-            .map(|i| self.wte[tok * c + i] + self.wpe[pos * c + i])
-            .collect();
+        let mut x: Vec<f32> = self.wte[tok * c..tok * c + c].to_vec();
+        if self.config.lab.position_embeddings {
+            for (x, &p) in x.iter_mut().zip(&self.wpe[pos * c..pos * c + c]) {
+                *x += p;
+            }
+        }
         let mut ln = vec![0.0; c];
         let (mut mean, mut rstd) = ([0.0f32], [0.0f32]);
         for (layer, blk) in self.blocks.iter().enumerate() {

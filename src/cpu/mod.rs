@@ -175,7 +175,11 @@ impl<F: Float> CpuBackend<F> {
             Step::Backward(i) => self.backward_op(i),
             Step::AttentionProbs(i) => {
                 let Op::Attention {
-                    qkv, lse, n_head, ..
+                    qkv,
+                    lse,
+                    n_head,
+                    causal,
+                    ..
                 } = self.program.ops[i].op
                 else {
                     panic!("AttentionProbs({i}) names an op that is not attention");
@@ -186,6 +190,7 @@ impl<F: Float> CpuBackend<F> {
                     t: cfg.ctx,
                     c: cfg.d_model,
                     h: n_head,
+                    causal,
                 };
                 let ProbeWindow { row, n } = self.probe_window;
                 let probs_id = self.program.probs;
@@ -263,7 +268,7 @@ impl<F: Float> CpuBackend<F> {
                     &mut o,
                     &self.tokens,
                     &self.data[wte],
-                    &self.data[wpe],
+                    wpe.map(|wpe| &self.data[wpe][..]),
                     t,
                     c,
                 );
@@ -314,11 +319,18 @@ impl<F: Float> CpuBackend<F> {
                 out,
                 lse,
                 n_head,
+                causal,
                 dropout,
                 stream,
             } => {
                 let (mut o, mut l) = (self.take(out), self.take(lse));
-                let dims = AttnDims { b, t, c, h: n_head };
+                let dims = AttnDims {
+                    b,
+                    t,
+                    c,
+                    h: n_head,
+                    causal,
+                };
                 let seed = self.dropout_seed;
                 ops::attention_forward(
                     &mut o,
@@ -391,10 +403,22 @@ impl<F: Float> CpuBackend<F> {
         let op = self.program.ops[i].op.clone();
         match op {
             Op::Embedding { wte, wpe, out, .. } => {
-                let (gwte, gwpe, gout) = (self.grad_of(wte), self.grad_of(wpe), self.grad_of(out));
-                let (mut dwte, mut dwpe) = (self.take(gwte), self.take(gwpe));
-                ops::embedding_backward(&mut dwte, &mut dwpe, &self.data[gout], &self.tokens, t, c);
-                (self.data[gwte], self.data[gwpe]) = (dwte, dwpe);
+                let (gwte, gout) = (self.grad_of(wte), self.grad_of(out));
+                let gwpe = wpe.map(|wpe| self.grad_of(wpe));
+                let mut dwte = self.take(gwte);
+                let mut dwpe = gwpe.map(|g| self.take(g));
+                ops::embedding_backward(
+                    &mut dwte,
+                    dwpe.as_deref_mut(),
+                    &self.data[gout],
+                    &self.tokens,
+                    t,
+                    c,
+                );
+                self.data[gwte] = dwte;
+                if let (Some(g), Some(d)) = (gwpe, dwpe) {
+                    self.data[g] = d;
+                }
             }
             Op::LayerNorm {
                 inp,
@@ -452,12 +476,19 @@ impl<F: Float> CpuBackend<F> {
                 out,
                 lse,
                 n_head,
+                causal,
                 dropout,
                 stream,
             } => {
                 let (gq, go) = (self.grad_of(qkv), self.grad_of(out));
                 let mut dq = self.take(gq);
-                let dims = AttnDims { b, t, c, h: n_head };
+                let dims = AttnDims {
+                    b,
+                    t,
+                    c,
+                    h: n_head,
+                    causal,
+                };
                 let d = &self.data;
                 ops::attention_backward(
                     &mut dq,

@@ -47,30 +47,31 @@ fn column_sums_into<F: Float>(
 // ---------------------------------------------------------------- embedding
 // out (B,T,C) = wte[tokens] + wpe[t]; tokens (B,T), wte (V,C), wpe (T,C)
 
+/// `wpe` is `None` without position embeddings (a lab): out = wte[tokens].
 pub fn embedding_forward<F: Float>(
     out: &mut [F],
     tokens: &[u32],
     wte: &[F],
-    wpe: &[F],
+    wpe: Option<&[F]>,
     t: usize,
     c: usize,
 ) {
     out.par_chunks_mut(c).enumerate().for_each(|(row, o)| {
         let tok = tokens[row] as usize;
-        let pos = row % t;
-        for ((o, &e), &p) in o
-            .iter_mut()
-            .zip(&wte[tok * c..tok * c + c])
-            .zip(&wpe[pos * c..pos * c + c])
-        {
-            *o = e + p;
+        o.copy_from_slice(&wte[tok * c..tok * c + c]);
+        if let Some(wpe) = wpe {
+            let pos = row % t;
+            for (o, &p) in o.iter_mut().zip(&wpe[pos * c..pos * c + c]) {
+                *o += p;
+            }
         }
     });
 }
 
+/// `dwpe` is `None` without position embeddings (a lab).
 pub fn embedding_backward<F: Float>(
     dwte: &mut [F],
-    dwpe: &mut [F],
+    dwpe: Option<&mut [F]>,
     dout: &[F],
     tokens: &[u32],
     t: usize,
@@ -78,13 +79,15 @@ pub fn embedding_backward<F: Float>(
 ) {
     let rows = tokens.len();
     // dwpe[pos] += Σ_b dout[b, pos]
-    dwpe.par_chunks_mut(c).enumerate().for_each(|(pos, d)| {
-        for row in (pos..rows).step_by(t) {
-            for (d, &g) in d.iter_mut().zip(&dout[row * c..row * c + c]) {
-                *d += g;
+    if let Some(dwpe) = dwpe {
+        dwpe.par_chunks_mut(c).enumerate().for_each(|(pos, d)| {
+            for row in (pos..rows).step_by(t) {
+                for (d, &g) in d.iter_mut().zip(&dout[row * c..row * c + c]) {
+                    *d += g;
+                }
             }
-        }
-    });
+        });
+    }
     // dwte[v] += Σ_{rows with token v} dout[row], rows in order (deterministic).
     let mut rows_of: Vec<Vec<usize>> = vec![Vec::new(); dwte.len() / c];
     for (row, &tok) in tokens.iter().enumerate() {
@@ -363,7 +366,8 @@ pub fn dropout_backward<F: Float>(dinp: &mut [F], dout: &[F], p: f32, seed: u32,
 }
 
 // ---------------------------------------------------------------- attention
-// qkv (B,T,3C) -> out (B,T,C), lse (B,H,T). Per (b, h): S = q·kᵀ/√D (causal),
+// qkv (B,T,3C) -> out (B,T,C), lse (B,H,T). Per (b, h): S = q·kᵀ/√D (causal
+// unless the lab turns the mask off: `AttnDims::causal`),
 // P = softmax(S) = exp(S - lse), out = dropout(P)·v. The backward recomputes P
 // from lse, as FlashAttention-2 does; no T×T tensor outlives one (b, h).
 
@@ -378,9 +382,16 @@ pub struct AttnDims {
     pub t: usize,
     pub c: usize,
     pub h: usize,
+    /// The causal mask (false only in the lab without it).
+    pub causal: bool,
 }
 
 impl AttnDims {
+    /// How many keys query `i` sees: 0..=i under the causal mask, all T without.
+    #[inline]
+    fn keys(&self, i: usize) -> usize {
+        if self.causal { i + 1 } else { self.t }
+    }
     fn d(&self) -> usize {
         self.c / self.h
     }
@@ -396,7 +407,7 @@ impl AttnDims {
     }
 }
 
-/// Computes the causal probability matrix P (T×T, zero above the diagonal) of
+/// Computes the probability matrix P (T×T, zero above the diagonal when causal) of
 /// (b, h) into `p`; when `lse` is given it is filled, else P is recomputed
 /// from the `saved_lse`.
 fn attention_probs<F: Float>(
@@ -429,18 +440,19 @@ fn attention_probs<F: Float>(
     let mut lse = lse;
     for i in 0..t {
         let row = &mut p[i * t..i * t + t];
+        let seen = dims.keys(i);
         let l = match saved_lse {
             Some(s) => s[i],
             None => {
-                let m = row[..=i].iter().copied().fold(F::neg_infinity(), F::max);
-                let sum: F = row[..=i].iter().map(|&s| (s - m).exp()).sum();
+                let m = row[..seen].iter().copied().fold(F::neg_infinity(), F::max);
+                let sum: F = row[..seen].iter().map(|&s| (s - m).exp()).sum();
                 m + sum.ln()
             }
         };
-        for s in row[..=i].iter_mut() {
+        for s in row[..seen].iter_mut() {
             *s = (*s - l).exp();
         }
-        for s in row[i + 1..].iter_mut() {
+        for s in row[seen..].iter_mut() {
             *s = F::zero();
         }
         if let Some(lse) = lse.as_deref_mut() {
@@ -451,7 +463,7 @@ fn attention_probs<F: Float>(
 
 /// The attention weights of batch row `row`, positions `0..n`, recomputed
 /// from q, k and the saved log-sum-exp exactly as the backward pass does
-/// (the same [`attention_probs`]): P (H, n, n), zero above the diagonal.
+/// (the same [`attention_probs`]): P (H, n, n), zero above the diagonal when causal.
 /// qkv (B,T,3C), lse (B,H,T) -> probs (H,n,n) (the first H·n·n values).
 pub fn attention_probs_window<F: Float>(
     probs: &mut [F],
@@ -517,7 +529,7 @@ pub fn attention_forward<F: Float>(
             attention_probs(p, dims, qkv, b, hh, Some(lse_bh), None);
             if drop {
                 for i in 0..t {
-                    for j in 0..=i {
+                    for j in 0..dims.keys(i) {
                         p[i * t + j] *=
                             dropout_scale::<F>(seed, stream, att_index(bh, i, j, t), p_drop);
                     }
@@ -585,7 +597,7 @@ pub fn attention_backward<F: Float>(
             // Pd = P ∘ M (the dropped-out weights the forward actually used)
             for i in 0..t {
                 for j in 0..t {
-                    if drop && j <= i {
+                    if drop && j < dims.keys(i) {
                         mask[i * t + j] =
                             dropout_scale::<F>(seed, stream, att_index(bh, i, j, t), p_drop);
                     }
@@ -628,16 +640,17 @@ pub fn attention_backward<F: Float>(
             );
             // dS = P ∘ (dP − rowsum(P ∘ dP)), dP = dPd ∘ M
             for i in 0..t {
+                let seen = dims.keys(i);
                 let mut dsum = F::zero();
-                for j in 0..=i {
+                for j in 0..seen {
                     let dpij = dp[i * t + j] * mask[i * t + j];
                     dp[i * t + j] = dpij;
                     dsum += p[i * t + j] * dpij;
                 }
-                for j in 0..=i {
+                for j in 0..seen {
                     dp[i * t + j] = p[i * t + j] * (dp[i * t + j] - dsum);
                 }
-                for j in i + 1..t {
+                for j in seen..t {
                     dp[i * t + j] = F::zero();
                 }
             }

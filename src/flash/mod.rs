@@ -131,6 +131,14 @@ impl FlashRequest {
 
     /// Why this request cannot run on `config`'s program, if it cannot.
     pub fn check(&self, config: &Config) -> Result<(), String> {
+        if !config.lab.causal_mask {
+            return Err(
+                "this run is the lab without the causal mask; the FlashAttention replay \
+                 follows the causal kernel, whose skipped blocks are the point: \
+                 turn the mask back on (Reset with the intact model) to replay it"
+                    .into(),
+            );
+        }
         if self.batch.batch != config.batch || self.batch.ctx != config.ctx {
             return Err(format!(
                 "the trace's batch is {}×{}, the model's {}×{}",

@@ -2,7 +2,9 @@
 //! current window (batch 1), reading back the logits of its last position.
 //! It follows the same window rule as the CPU's KV cache, so both compute
 //! the same function; it recomputes the window for each byte instead of
-//! caching keys and values.
+//! caching keys and values. Like the CPU's, it runs with the causal mask on
+//! even for a model from the lab without it: a new byte only has the bytes
+//! before it (see `cpu::generate`).
 
 use super::{GpuBackend, GpuContext, GpuError};
 use crate::backend::Backend;
@@ -21,6 +23,7 @@ impl GpuGenerator {
     pub fn new(ctx: GpuContext, config: &Config, params: &[NamedTensor]) -> Result<Self, GpuError> {
         let mut cfg = config.clone();
         cfg.batch = 1;
+        cfg.lab.causal_mask = true;
         let mut backend = GpuBackend::new(ctx, Program::new(&cfg))?;
         for p in params {
             backend

@@ -6,6 +6,7 @@
 //! are not multiples of any tile. (Checked modules cost up to 40× on
 //! dynamically indexed private arrays: see `docs/performance.md`.)
 
+use crate::model::config::Lab;
 use std::collections::HashMap;
 
 /// How a binding is declared in WGSL.
@@ -147,14 +148,14 @@ pub fn attention_workgroup_bytes(head_dim: usize) -> u64 {
     ((2 * tile * (dmax + 1) + 2 * tile * tile) * 4) as u64
 }
 
-/// The full WGSL source of a file as compiled (common declarations first,
-/// templates filled in).
-pub fn full_source(file: &ShaderFile, head_dim: usize) -> String {
-    let body = file
-        .source
+/// The full WGSL source of a file as compiled for a model with this head
+/// size and lab switches (common declarations first, templates filled in).
+pub fn full_source(file: &ShaderFile, head_dim: usize, lab: Lab) -> String {
+    format!("{COMMON}\n{}", file.source)
         .replace("{{DPL}}", &attention_dims_per_lane(head_dim).to_string())
-        .replace("{{TILE}}", &ATTENTION_TILE.to_string());
-    format!("{COMMON}\n{body}")
+        .replace("{{TILE}}", &ATTENTION_TILE.to_string())
+        .replace("{{CAUSAL}}", &lab.causal_mask.to_string())
+        .replace("{{POSITIONS}}", &lab.position_embeddings.to_string())
 }
 
 /// Compiled pipelines, by entry-point name, and each file's layout.
@@ -191,8 +192,8 @@ fn pipeline(
 }
 
 impl Kernels {
-    /// Compiles every kernel for models with this head size.
-    pub fn new(device: &wgpu::Device, head_dim: usize) -> Self {
+    /// Compiles every kernel for models with this head size and lab switches.
+    pub fn new(device: &wgpu::Device, head_dim: usize, lab: Lab) -> Self {
         let mut layouts = HashMap::new();
         let mut pipelines = HashMap::new();
         let mut traced_from = None;
@@ -231,7 +232,7 @@ impl Kernels {
                 bind_group_layouts: &[Some(&layout)],
                 immediate_size: 0,
             });
-            let source = full_source(file, head_dim);
+            let source = full_source(file, head_dim, lab);
             // SAFETY: every kernel bounds-checks its own indices (see each
             // file's header); the parity tests exercise ragged shapes.
             let module = unsafe {

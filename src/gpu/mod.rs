@@ -232,7 +232,7 @@ impl GpuBackend {
         }
 
         let device = ctx.device.clone();
-        let kernels = Kernels::new(&device, cfg.head_dim());
+        let kernels = Kernels::new(&device, cfg.head_dim(), cfg.lab);
         // Running out of GPU memory is a property of the preset, not a bug:
         // catch it and say so, instead of wgpu's default panic.
         let memory_scope = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);

@@ -239,7 +239,8 @@ pub(super) fn plan_steps(
                     bindings: vec![
                         p(tk),
                         p(wte),
-                        p(wpe),
+                        // Unread without position embeddings (POSITIONS = false).
+                        p(wpe.unwrap_or(wte)),
                         p(out),
                         whole(order_buf, 0),
                         whole(offsets_buf, 0),
@@ -291,6 +292,8 @@ pub(super) fn plan_steps(
                     out_features,
                     false,
                 ),
+                // Causal or not is built into the kernels (`Kernels::new`
+                // templates CAUSAL from the same `Config::lab`).
                 Op::Attention {
                     qkv,
                     out,
@@ -298,6 +301,7 @@ pub(super) fn plan_steps(
                     n_head,
                     dropout,
                     stream,
+                    ..
                 } => vec![Planned {
                     entry: "attention_forward",
                     bindings: vec![
@@ -394,26 +398,25 @@ pub(super) fn plan_steps(
                     let binds = vec![
                         p(tk),
                         g(wte),
-                        g(wpe),
+                        g(wpe.unwrap_or(wte)),
                         g(out),
                         whole(order_buf, 0),
                         whole(offsets_buf, 0),
                         Src::Params,
                     ];
-                    vec![
-                        Planned {
-                            entry: "embedding_backward_wpe",
-                            bindings: binds.clone(),
-                            params: emb_params.clone(),
-                            groups: grid(t * c),
-                        },
-                        Planned {
-                            entry: "embedding_backward_wte",
-                            bindings: binds,
-                            params: emb_params.clone(),
-                            groups: grid(v * c),
-                        },
-                    ]
+                    let wpe_grad = wpe.map(|_| Planned {
+                        entry: "embedding_backward_wpe",
+                        bindings: binds.clone(),
+                        params: emb_params.clone(),
+                        groups: grid(t * c),
+                    });
+                    let wte_grad = Planned {
+                        entry: "embedding_backward_wte",
+                        bindings: binds,
+                        params: emb_params.clone(),
+                        groups: grid(v * c),
+                    };
+                    wpe_grad.into_iter().chain([wte_grad]).collect()
                 }
                 Op::LayerNorm {
                     inp,
@@ -506,6 +509,8 @@ pub(super) fn plan_steps(
                     v.extend(bias_grad(g(out), g(bias), out_features));
                     v
                 }
+                // Causal or not is built into the kernels (`Kernels::new`
+                // templates CAUSAL from the same `Config::lab`).
                 Op::Attention {
                     qkv,
                     out,
@@ -513,6 +518,7 @@ pub(super) fn plan_steps(
                     n_head,
                     dropout,
                     stream,
+                    ..
                 } => {
                     let binds = vec![
                         p(qkv),

@@ -27,6 +27,58 @@ pub enum Schedule {
     },
 }
 
+/// The "break it" labs: parts of the model a lesson can take out, to see
+/// what each one is for. Both are on in every preset; the program honours
+/// them, so the CPU, the GPU and the parity tests all run the broken model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Lab {
+    /// The causal mask: position t attends to positions ≤ t only. Without
+    /// it, training can read the byte it is asked to predict.
+    #[serde(default = "on")]
+    pub causal_mask: bool,
+    /// The position embeddings `wpe`. Without them (and with the mask) a
+    /// position sees the bytes before it as a set: their order is lost.
+    #[serde(default = "on")]
+    pub position_embeddings: bool,
+}
+
+fn on() -> bool {
+    true
+}
+
+impl Default for Lab {
+    fn default() -> Self {
+        Self {
+            causal_mask: true,
+            position_embeddings: true,
+        }
+    }
+}
+
+impl Lab {
+    /// Whether this is the intact model.
+    pub fn is_intact(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// What is taken out, in words ("no causal mask, no position embeddings").
+    pub fn describe(&self) -> String {
+        let mut off = vec![];
+        if !self.causal_mask {
+            off.push("no causal mask");
+        }
+        if !self.position_embeddings {
+            off.push("no position embeddings");
+        }
+        if off.is_empty() {
+            "the intact model".into()
+        } else {
+            off.join(", ")
+        }
+    }
+}
+
 /// Everything that defines a run: the model shape and the training recipe.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -68,6 +120,9 @@ pub struct Config {
     /// Batches averaged for one validation loss.
     #[serde(default = "default_eval_batches")]
     pub eval_batches: usize,
+    /// Parts taken out for a "break it" lab; intact by default.
+    #[serde(default, skip_serializing_if = "Lab::is_intact")]
+    pub lab: Lab,
 }
 
 fn default_schedule() -> Schedule {

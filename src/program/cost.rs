@@ -72,8 +72,9 @@ impl Program {
             Step::AttentionProbs(_) => (0.0, 0.0),
             Step::Forward(i) => match self.ops[i].op {
                 Op::Embedding { wpe, out, .. } => {
-                    let x = numel(out);
-                    (x, b(n + x + numel(wpe) + x))
+                    // One add per element, none without position embeddings.
+                    let (x, pos) = (numel(out), wpe.map_or(0.0, numel));
+                    (if wpe.is_some() { x } else { 0.0 }, b(n + x + pos + x))
                 }
                 Op::LayerNorm { inp, weight, .. } => {
                     let x = numel(inp);
@@ -108,8 +109,8 @@ impl Program {
             Step::Backward(i) => match self.ops[i].op {
                 // Scatter-add into the rows of wte's gradient and into wpe's.
                 Op::Embedding { wpe, out, .. } => {
-                    let x = numel(out);
-                    (2.0 * x, b(x + n + x + numel(wpe)))
+                    let (x, pos) = (numel(out), wpe.map_or(0.0, numel));
+                    (2.0 * x, b(x + n + x + pos))
                 }
                 Op::LayerNorm { inp, weight, .. } => {
                     let x = numel(inp);
@@ -151,14 +152,16 @@ impl Program {
         Cost { flops, bytes }
     }
 
-    /// The score pairs (b, h, i, j ≤ i) causal attention op `i` computes, and D.
+    /// The score pairs (b, h, i, j ≤ i) causal attention op `i` computes
+    /// (every j without the mask), and D.
     fn attention_pairs(&self, i: usize) -> (f64, f64) {
         let c = &self.config;
-        let Op::Attention { n_head, .. } = self.ops[i].op else {
+        let Op::Attention { n_head, causal, .. } = self.ops[i].op else {
             unreachable!("attention_pairs of a non-attention op")
         };
         let t = c.ctx as f64;
-        let pairs = (c.batch * n_head) as f64 * t * (t + 1.0) / 2.0;
+        let per_head = if causal { t * (t + 1.0) / 2.0 } else { t * t };
+        let pairs = (c.batch * n_head) as f64 * per_head;
         (pairs, (c.d_model / n_head) as f64)
     }
 

@@ -64,10 +64,12 @@ impl TensorInfo {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     /// `out[b,t] = wte[tokens[b,t]] + wpe[t]`. tokens (B,T), wte (V,C), wpe (T,C) -> out (B,T,C)
+    /// `wpe` is `None` in the lab without position embeddings: `out = wte[tokens]`
+    /// (the parameter stays in the checkpoint, unread and untrained).
     Embedding {
         tokens: TensorId,
         wte: TensorId,
-        wpe: TensorId,
+        wpe: Option<TensorId>,
         out: TensorId,
     },
     /// Per-row LayerNorm, eps 1e-5. inp (N,C) -> out (N,C), mean (N), rstd (N)
@@ -91,12 +93,15 @@ pub enum Op {
     },
     /// Causal multi-head self-attention on the fused q|k|v projection, scale
     /// 1/√D, dropout `p` on the attention weights (stream `stream`).
+    /// `causal` is false only in the lab without the mask: every position
+    /// then attends to all T positions.
     /// qkv (B,T,3C) -> out (B,T,C), lse (B,H,T) (the log-sum-exp of each score row)
     Attention {
         qkv: TensorId,
         out: TensorId,
         lse: TensorId,
         n_head: usize,
+        causal: bool,
         dropout: f32,
         stream: u32,
     },
@@ -155,7 +160,10 @@ impl Op {
                 wte,
                 wpe,
                 out,
-            } => (vec![tokens, wte, wpe], vec![out]),
+            } => match wpe {
+                Some(wpe) => (vec![tokens, wte, wpe], vec![out]),
+                None => (vec![tokens, wte], vec![out]),
+            },
             Op::LayerNorm {
                 inp,
                 weight,
@@ -211,7 +219,8 @@ pub enum Step {
     /// A probe, not part of the training step (see [`Program::probes`]):
     /// after a forward pass, recompute the attention weights of forward op
     /// `i` (an [`Op::Attention`]) for one batch row from the saved q, k and
-    /// log-sum-exp, `P[h,i,j] = exp(q_i·k_j/√D − lse[h,i])` for j ≤ i, else 0,
+    /// log-sum-exp, `P[h,i,j] = exp(q_i·k_j/√D − lse[h,i])` for j ≤ i, else 0
+    /// (for every j < n without the causal mask),
     /// into [`Program::probs`] as (H, n, n) for the row's first n positions.
     /// FlashAttention never stores P; this is how it is seen. The row and n
     /// are set on the backend before it runs ([`ProbeWindow`]).
@@ -221,7 +230,8 @@ pub enum Step {
 /// Which part of a forward pass a probe looks at: batch row `row`, positions
 /// `0..n` (n ≤ T). Causal attention makes these positions independent of the
 /// row's later bytes, so a prompt of n bytes padded to T shows exactly the
-/// prompt's own attention.
+/// prompt's own attention. (Without the mask the padding is seen too, so a
+/// probe of such a model shows all T positions.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProbeWindow {
     pub row: usize,
@@ -366,7 +376,15 @@ impl Program {
             next_stream: 0,
         };
 
-        g.layer("embeddings", "Token + position embeddings");
+        let lab = config.lab;
+        g.layer(
+            "embeddings",
+            if lab.position_embeddings {
+                "Token + position embeddings"
+            } else {
+                "Token embeddings (lab: no position embeddings)"
+            },
+        );
         let tokens = g.tensor("tokens", &[b, t], TensorKind::Input);
         let targets = g.tensor("targets", &[b, t], TensorKind::Input);
         let wte = g.param("transformer.wte.weight", &[VOCAB, c]);
@@ -377,7 +395,7 @@ impl Program {
             Op::Embedding {
                 tokens,
                 wte,
-                wpe,
+                wpe: lab.position_embeddings.then_some(wpe),
                 out: emb,
             },
         );
@@ -427,6 +445,7 @@ impl Program {
                     out: y,
                     lse,
                     n_head: h,
+                    causal: lab.causal_mask,
                     dropout: p,
                     stream,
                 },

@@ -42,10 +42,29 @@ pub enum TrainError {
         loss: f32,
         grad_norm: f32,
     },
+    #[error(
+        "training blew up at step {step}: the loss is {loss:.1}, more than twice that of guessing \
+         every byte at random (2 × ln 256 = {:.2}); at learning rate {lr:.1e} each update overshoots. \
+         The weights are ruined and were not saved: start again (Reset, or train again) with a lower \
+         learning rate (--lr)",
+        EXPLODED_LOSS
+    )]
+    Exploded { step: u64, loss: f32, lr: f32 },
     #[error("the checkpoint was trained with a different model shape than the one asked for: {0}")]
     Mismatch(String),
     #[error("{0}")]
     Backend(#[from] crate::backend::BackendError),
+}
+
+/// A training loss above this means the run has blown up: twice the loss of
+/// guessing every byte uniformly (ln 256 = 5.55), where a fresh model starts.
+/// No run that is learning comes near it; a learning rate far too high
+/// crosses it in a few steps while every number is still finite.
+pub const EXPLODED_LOSS: f32 = 2.0 * 5.545_177; // 2 · ln 256
+
+/// The error for a step whose loss says the run blew up, if it did.
+fn exploded(step: u64, loss: f32, lr: f32) -> Option<TrainError> {
+    (loss > EXPLODED_LOSS).then_some(TrainError::Exploded { step, loss, lr })
 }
 
 pub struct Trainer {
@@ -310,7 +329,12 @@ impl Trainer {
         self.step += 1;
         self.submitted = self.step;
         let val_loss = (evaluate && self.evaluates_after(self.step)).then(|| self.evaluate());
-        Ok(self.record_step(out, lr, ms, val_loss))
+        let loss = out.loss;
+        let metrics = self.record_step(out, lr, ms, val_loss);
+        match exploded(self.step, loss, lr) {
+            Some(e) => Err(e),
+            None => Ok(metrics),
+        }
     }
 
     /// Adds the step just completed (`self.step`) to the history and returns its metrics.
@@ -407,7 +431,9 @@ impl Trainer {
     /// GPU skips its update): it still counts as a step, is left out of the
     /// history, and comes back as [`TrainError::Diverged`] so the caller can
     /// pause. Steps queued behind it ran normally, each applied only if its
-    /// own loss and gradients were finite.
+    /// own loss and gradients were finite. A step whose loss passed
+    /// [`EXPLODED_LOSS`] joins the history and comes back as
+    /// [`TrainError::Exploded`] the same way.
     #[allow(clippy::result_large_err)] // the submit comes back whole, to try again next frame
     pub fn finish_gpu_steps(
         &mut self,
@@ -459,8 +485,12 @@ impl Trainer {
                 continue;
             }
             let val_loss = if i + 1 == n { flight.eval_loss } else { None };
+            let loss = out.loss;
             let metrics = self.record_step(out, lr, ms, val_loss);
             done.metrics.push(metrics);
+            if let Some(e) = exploded(self.step, loss, lr) {
+                done.diverged.get_or_insert(e);
+            }
         }
         Ok(done)
     }

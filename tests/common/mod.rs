@@ -46,6 +46,7 @@ pub fn config(
         dropout,
         eval_interval: 0,
         eval_batches: 1,
+        lab: Default::default(),
     }
 }
 

@@ -335,6 +335,7 @@ fn layout(
 fn paint(
     probes: Res<Probes>,
     view: Res<AttentionView>,
+    run: Option<Res<Run>>,
     mut cells: Query<&mut AttentionCell>,
     mut images: ResMut<Assets<Image>>,
 ) {
@@ -348,7 +349,8 @@ fn paint(
             continue;
         }
         let p = r.p(cell.k, cell.head);
-        let pixels = colour_attention(p, n, view.row_normalised);
+        let causal = run.as_ref().is_none_or(|r| r.config().lab.causal_mask);
+        let pixels = colour_attention(p, n, view.row_normalised, causal);
         if let Some(mut image) = images.get_mut(&cell.image) {
             image.data = Some(pixels);
         }
@@ -357,18 +359,24 @@ fn paint(
 }
 
 /// RGBA pixels of P (n × n, row i at the top): a sequential colour map on
-/// 0..1 (or on 0..row max), the masked upper triangle in its own flat colour.
-pub fn colour_attention(p: &[f32], n: usize, row_normalised: bool) -> Vec<u8> {
+/// 0..1 (or on 0..row max), the masked upper triangle in its own flat colour
+/// (a model from the lab without the mask has no masked triangle).
+pub fn colour_attention(p: &[f32], n: usize, row_normalised: bool, causal: bool) -> Vec<u8> {
     let mut out = Vec::with_capacity(n * n * 4);
     for i in 0..n {
         let row = &p[i * n..(i + 1) * n];
+        let seen = if causal { i + 1 } else { n };
         let scale = if row_normalised {
-            row[..=i].iter().copied().fold(0.0f32, f32::max).max(1e-12)
+            row[..seen]
+                .iter()
+                .copied()
+                .fold(0.0f32, f32::max)
+                .max(1e-12)
         } else {
             1.0
         };
         for (j, &x) in row.iter().enumerate() {
-            out.extend(if j > i {
+            out.extend(if j >= seen {
                 MASKED
             } else {
                 crate::app::heatmap::sequential(x / scale)
@@ -412,8 +420,10 @@ fn hover(
     cursor: Res<SceneCursor>,
     cells: Query<&AttentionCell>,
     probes: Res<Probes>,
+    run: Option<Res<Run>>,
     mut hover: ResMut<Hover>,
 ) {
+    let causal = run.as_ref().is_none_or(|r| r.config().lab.causal_mask);
     let text = (|| {
         let world = cursor.0?;
         let cell = cells.iter().find(|c| c.rect.contains(world))?;
@@ -422,7 +432,7 @@ fn hover(
         let (i, j) = super::cell_at(cell.rect, world, n, n);
         let p = r.p(cell.k, cell.head)[i * n + j];
         let (qi, kj) = (byte_label(r.tokens[i]), byte_label(r.tokens[j]));
-        Some(if j > i {
+        Some(if j > i && causal {
             format!(
                 "layer {} head {}: query {i} `{qi}` cannot see key {j} `{kj}` (causal mask)",
                 cell.layer, cell.head
@@ -488,7 +498,12 @@ fn toolbar(
     let status = match (&probes.latest, &probes.error) {
         (_, Some(e)) => format!("cannot compute attention: {e}"),
         (Some((step, r)), None) => format!(
-            "P = softmax(QKᵀ/√D + causal mask), {} bytes, from the run's weights after step {step} on {}, recomputed from Q, K and the saved log-sum-exp{}",
+            "P = softmax(QKᵀ/√D{}), {} bytes, from the run's weights after step {step} on {}, recomputed from Q, K and the saved log-sum-exp{}",
+            if run.config().lab.causal_mask {
+                " + causal mask"
+            } else {
+                "; lab: no causal mask, so every query also sees the keys after it"
+            },
             r.n(),
             run.backend_label.split(' ').next().unwrap_or("?"),
             if run.state == RunState::Training {

@@ -186,6 +186,29 @@ unsafe impl Send for CorrectnessView {}
 #[cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
 unsafe impl Sync for CorrectnessView {}
 
+impl CorrectnessView {
+    /// The data behind the view (the app's 💾 Data): every compared tensor's
+    /// difference, and the finite-difference checks made so far.
+    pub fn data_json(&self) -> serde_json::Value {
+        let compared = match &self.job {
+            Some(Job::Done(side)) => serde_json::json!({
+                "step": side.step,
+                "cpu": side.cpu,
+                "gpu": side.gpu,
+                "tensors": side.tensors.iter().map(|c| &c.diff).collect::<Vec<_>>(),
+            }),
+            Some(Job::Failed(e)) => serde_json::json!({ "error": e }),
+            Some(_) => serde_json::json!({ "state": "comparing" }),
+            None => serde_json::Value::Null,
+        };
+        serde_json::json!({
+            "compared": compared,
+            "finite_differences": self.checks,
+            "finite_difference_error": self.fd_error,
+        })
+    }
+}
+
 impl Default for CorrectnessView {
     fn default() -> Self {
         Self {

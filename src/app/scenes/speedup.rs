@@ -467,6 +467,7 @@ fn draw(
     gpu: Res<GpuDevice>,
     mut shown: ResMut<SpeedupShown>,
     mut export: MessageWriter<crate::app::export::ExportPng>,
+    mut files: MessageWriter<crate::app::export::ExportFile>,
 ) -> Result {
     let ctx = contexts.ctx_mut()?.clone();
     let Some(area) = ui_state.central_rect(&ctx) else {
@@ -507,7 +508,7 @@ fn draw(
         let area = ui.available_rect_before_wrap();
         let mut kernels_ui = ui.new_child(egui::UiBuilder::new().max_rect(area));
         kernels_ui.set_clip_rect(area.intersect(body));
-        regions.extend(kernels_view(&mut kernels_ui, view, &gpu));
+        regions.extend(kernels_view(&mut kernels_ui, view, &gpu, &mut files));
         if std::mem::take(&mut view.export_kernels) {
             let r = area * ctx.pixels_per_point();
             export.write(crate::app::export::ExportPng {
@@ -838,6 +839,7 @@ fn kernels_view(
     ui: &mut egui::Ui,
     view: &mut SpeedupView,
     gpu: &GpuDevice,
+    files: &mut MessageWriter<crate::app::export::ExportFile>,
 ) -> Vec<(String, egui::Rect)> {
     let top = ui.cursor().min;
     let mut regions = Vec::new();
@@ -869,6 +871,19 @@ fn kernels_view(
                 .clicked()
         {
             view.export_kernels = true;
+        }
+        if let Some(Ok(k)) = &view.kernels
+            && ui
+                .button("SVG + JSON")
+                .on_hover_text("the roofline as tinygpt-roofline.svg, and every kernel's time as tinygpt-kernels.json")
+                .clicked()
+        {
+            files.write(crate::app::export::ExportFile::new("roofline", "svg", k.roofline_chart().to_svg()));
+            files.write(crate::app::export::ExportFile::new(
+                "kernels",
+                "json",
+                serde_json::to_vec_pretty(k).expect("plain data"),
+            ));
         }
     });
     let k = match &view.kernels {
