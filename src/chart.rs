@@ -304,6 +304,9 @@ fn ticks(lo: f64, hi: f64, log: bool) -> Vec<(f64, String)> {
     let mut out = vec![];
     let mut v = (lo / step).ceil() * step;
     while v <= hi + step * 1e-9 {
+        if v.abs() < step * 1e-9 {
+            v = 0.0; // not -0
+        }
         let label = if step >= 1.0 {
             si(v)
         } else {
@@ -444,5 +447,6 @@ mod tests {
         );
         assert_eq!(si(1_500_000.0), "1.5M");
         assert_eq!(ticks(0.0, 0.5, false)[1].1, "0.1");
+        assert_eq!(ticks(-0.3, 6.0, false)[0].1, "0");
     }
 }

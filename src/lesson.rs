@@ -4,7 +4,8 @@
 //! layer, op, tensor, head or position of the program), a few sentences of
 //! narration, an optional action (train some steps, set the prompt, step to
 //! an op, play the FlashAttention replay) and an optional predict-then-
-//! reveal question. Lessons name things by the program's own names
+//! reveal question, and the "break it" lab run it needs, if any
+//! ([`LabRun`]). Lessons name things by the program's own names
 //! (`h.0.attn.c_attn`, `transformer.wte.weight`), and [`Lesson::check`]
 //! resolves every name against the program of the lesson's preset, so a
 //! lesson that names something that does not exist is refused with the
@@ -77,6 +78,9 @@ pub struct LessonStep {
     pub action: Option<Action>,
     #[serde(default)]
     pub question: Option<Question>,
+    /// The run this step needs (a "break it" lab), if it needs one.
+    #[serde(default)]
+    pub lab: Option<LabRun>,
     /// Show the side panels (the loss chart, the samples) for this step;
     /// by default a lesson hides them so the scene fills the room's screen.
     #[serde(default)]
@@ -126,19 +130,33 @@ pub enum Action {
     /// Show this in the Model scene's heatmaps: `weights`, `gradients`,
     /// `adam-m`, `adam-v`.
     HeatmapView(String),
-    /// A "break it" lab: a fresh run of the lesson's preset with these
-    /// switches (both on unless named) and the preset's learning rate times
-    /// `lr_scale` (1 unless named), trained `train` steps, then paused. The
-    /// loss chart keeps the run before it, for comparison.
-    Lab {
-        #[serde(default = "on")]
-        causal_mask: bool,
-        #[serde(default = "on")]
-        position_embeddings: bool,
-        #[serde(default = "one")]
-        lr_scale: f32,
-        train: u32,
-    },
+}
+
+/// The run a step needs, for the "break it" labs: the lesson's preset with
+/// these switches (both on unless named) and the preset's learning rate
+/// times `lr_scale` (1 unless named), trained to at least step `train`.
+/// If the app's run is not that, a fresh one starts (the loss chart keeps
+/// the run before it, dashed); if it is, it trains on up to `train`. So a
+/// lesson opened at any step shows what its narration says.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LabRun {
+    #[serde(default = "on")]
+    pub causal_mask: bool,
+    #[serde(default = "on")]
+    pub position_embeddings: bool,
+    #[serde(default = "one")]
+    pub lr_scale: f32,
+    pub train: u32,
+}
+
+impl LabRun {
+    pub fn switches(&self) -> crate::model::config::Lab {
+        crate::model::config::Lab {
+            causal_mask: self.causal_mask,
+            position_embeddings: self.position_embeddings,
+        }
+    }
 }
 
 fn on() -> bool {
@@ -382,19 +400,33 @@ impl Lesson {
                         ));
                     }
                 }
-                Some(Action::Train(0)) | Some(Action::Lab { train: 0, .. }) => {
-                    return Err(err(at, "action", "train: 0 trains nothing".into()));
+                Some(Action::Train(0)) => {
+                    return Err(err(at, "action", "Train(0) trains nothing".into()));
                 }
-                Some(Action::Lab { lr_scale, .. })
-                    if !(lr_scale.is_finite() && *lr_scale > 0.0) =>
-                {
+                _ => {}
+            }
+            if let Some(lab) = &s.lab {
+                if lab.train == 0 {
+                    return Err(err(
+                        at,
+                        "lab",
+                        "train: 0; a lab run trains at least one step".into(),
+                    ));
+                }
+                if !(lab.lr_scale.is_finite() && lab.lr_scale > 0.0) {
+                    return Err(err(
+                        at,
+                        "lab",
+                        format!("lr_scale = {} must be a finite number > 0", lab.lr_scale),
+                    ));
+                }
+                if matches!(s.action, Some(Action::Train(_))) {
                     return Err(err(
                         at,
                         "action",
-                        format!("lr_scale = {lr_scale} must be a finite number > 0"),
+                        "a step with a lab trains it to `train`; drop the Train action".into(),
                     ));
                 }
-                _ => {}
             }
             if let Some(q) = &s.question
                 && (q.choices.len() < 2 || q.answer >= q.choices.len())
@@ -429,6 +461,24 @@ mod tests {
             );
             assert_eq!(Lesson::load(name).unwrap(), lesson);
         }
+    }
+
+    #[test]
+    fn the_readmes_example_lesson_parses_and_resolves() {
+        let readme = include_str!("../README.md");
+        let section = &readme[readme
+            .find("### Writing a lesson")
+            .expect("the README says how to write a lesson")..];
+        let start = section.find("```ron\n").expect("with an example") + "```ron\n".len();
+        let example = &section[start..start + section[start..].find("```").unwrap()];
+        let lesson = Lesson::parse("README.md", example).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            lesson
+                .steps
+                .iter()
+                .any(|s| s.lab.is_some() && s.question.is_none())
+        );
+        assert!(lesson.steps.iter().any(|s| s.question.is_some()));
     }
 
     #[test]

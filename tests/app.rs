@@ -1153,3 +1153,101 @@ fn lesson_heatmap_views_are_the_model_scene_views() {
         .collect();
     assert_eq!(keys, tinygpt::lesson::HEATMAP_VIEWS.to_vec());
 }
+
+/// A "break it" lab from the command line trains the broken model in the
+/// app, and the view's data comes out as JSON (the 💾 Data button's file):
+/// the attention without the mask gives weight to keys after the query,
+/// and every row still sums to 1. The loss chart comes out as SVG and CSV
+/// with one row per step it shows.
+#[test]
+fn headless_lab_run_exports_its_data_and_loss_chart() {
+    let dir = common::scratch_dir("app-lab-export");
+    let shot = dir.join("lab.png");
+    let common_args = [
+        "app",
+        "--headless",
+        "--preset",
+        "tiny",
+        "--lab",
+        "no-causal-mask",
+        "--lr",
+        "3e-3",
+        "--train",
+        "--frames",
+        "40",
+        "--width",
+        "960",
+        "--height",
+        "540",
+    ];
+    let mut args = common_args.to_vec();
+    args.extend(["--scene", "attention", "--export", "data"]);
+    let r = run_headless_in(&dir, &args, &shot);
+    let line = r.to_string();
+    assert_eq!(r["lab"], "no causal mask", "{line}");
+    assert!(r["errors"].as_array().unwrap().is_empty(), "{line}");
+    let data: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("tinygpt-attention-data.json")).unwrap())
+            .unwrap();
+    assert_eq!(data["scene"], "attention");
+    assert_eq!(data["run"]["config"]["lab"]["causal_mask"], false, "{data}");
+    let rows = data["view"]["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 2 * 3, "every layer × head");
+    let mut above = 0.0;
+    for row in rows {
+        let p = row["p"].as_array().unwrap();
+        assert_eq!(
+            p.len(),
+            32,
+            "without the mask the probe shows all T positions"
+        );
+        for (i, r) in p.iter().enumerate() {
+            let r: Vec<f64> = r
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap())
+                .collect();
+            assert!(
+                (r.iter().sum::<f64>() - 1.0).abs() < 1e-4,
+                "row {i} sums to 1"
+            );
+            above += r[i + 1..].iter().sum::<f64>();
+        }
+    }
+    assert!(above > 1.0, "weight above the diagonal: {above}");
+    // The file was written a few frames before the run's last line: every
+    // step up to then, in order.
+    let loss = data["loss"].as_array().unwrap();
+    assert!(!loss.is_empty() && loss.len() as u64 <= r["steps"].as_u64().unwrap());
+    for (k, point) in loss.iter().enumerate() {
+        assert_eq!(point["step"], k + 1);
+    }
+
+    let mut args = common_args.to_vec();
+    args.extend(["--export", "loss-chart"]);
+    let r = run_headless_in(&dir, &args, &shot);
+    let exported: Vec<String> = r["exports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            e["path"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{e}"))
+                .to_string()
+        })
+        .collect();
+    assert_eq!(exported.len(), 2, "{r}");
+    let svg = std::fs::read_to_string(dir.join("tinygpt-loss.svg")).unwrap();
+    assert!(
+        svg.contains("no causal mask") && svg.contains("<polyline"),
+        "{svg}"
+    );
+    let csv = std::fs::read_to_string(dir.join("tinygpt-loss.csv")).unwrap();
+    let train_rows = csv.lines().filter(|l| l.starts_with("\"train:")).count();
+    assert!(
+        train_rows > 0 && train_rows as u64 <= r["steps"].as_u64().unwrap(),
+        "{csv}"
+    );
+}

@@ -634,11 +634,14 @@ impl Engine {
                         s.cursor.views.len() < s.target || (s.keep && s.cursor.done())
                     });
                     let remaining = trainer.config.steps.saturating_sub(trainer.step);
-                    let steps = if self.stepping.is_some() || stepping.is_some() {
-                        0
-                    } else {
-                        allowed.min(remaining)
-                    };
+                    // No more steps after one that failed: the caller
+                    // pauses when it reads the error (as on the GPU).
+                    let steps =
+                        if self.stepping.is_some() || stepping.is_some() || out.error.is_some() {
+                            0
+                        } else {
+                            allowed.min(remaining)
+                        };
                     let wanted = self.wanted.take();
                     let (probe, flash) = if self.stepping.is_some() || stepping.is_some() {
                         (None, None)
@@ -733,6 +736,10 @@ async fn cpu_chunk(
         match trainer.train_step() {
             Ok(m) => metrics.push(m),
             Err(e) => {
+                // A step that blew up was taken: its loss goes on the chart.
+                if let TrainError::Exploded { metrics: m, .. } = &e {
+                    metrics.push(*m);
+                }
                 error = Some(e);
                 break;
             }

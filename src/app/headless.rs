@@ -308,6 +308,8 @@ fn count_frames(
         "losses": records.iter().map(|r| r.loss).collect::<Vec<_>>(),
         "val_losses": records.iter().filter_map(|r| r.val_loss.map(|v| [r.step as f32, v])).collect::<Vec<_>>(),
         "backend": run.as_ref().map(|r| r.backend_label.clone()),
+        "lab": run.as_ref().map(|r| r.config().lab.describe()),
+        "lr": run.as_ref().map(|r| r.config().lr),
         "notice": run.as_ref().and_then(|r| r.notice.clone()),
         "heatmap_snapshots": state.heatmap_hashes.len(),
         "heatmap_distinct": distinct,

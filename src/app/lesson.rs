@@ -2,8 +2,9 @@
 //! the live app. Each step switches to its scene, points the scene at its
 //! focus (a head, a position, an op of the step, a tensor's heatmap), does
 //! its action once (train N steps and pause, set the prompt, play the
-//! FlashAttention replay, start a bench, switch the heatmaps' view, start a
-//! "break it" lab run) and
+//! FlashAttention replay, start a bench, switch the heatmaps' view), makes
+//! sure the run is the "break it" lab the step needs (a fresh one, or the
+//! current one trained on to its step) and
 //! shows the narration in a panel along the bottom, with a predict-then-
 //! reveal question where the step has one. Back / Next buttons, or Page Up
 //! / Page Down (a clicker's keys; the arrows too in presenter mode).
@@ -175,6 +176,26 @@ fn apply_step(
             next_scene.set(want);
         }
         ui_state.wide = !step.panels;
+        if let (Some(lab), Some(run)) = (&step.lab, &run) {
+            let preset_lr = crate::model::config::Config::load(&lesson.preset)
+                .map_or(run.config().lr, |c| c.lr);
+            let lr = preset_lr * lab.lr_scale;
+            let is_it = run.preset == lesson.preset
+                && run.config().lab == lab.switches()
+                && (run.config().lr - lr).abs() <= lr * 1e-4;
+            if !is_it {
+                commands.write(RunCommand::NewLabRun {
+                    preset: lesson.preset.clone(),
+                    lab: lab.switches(),
+                    lr_scale: lab.lr_scale,
+                });
+            }
+            if !is_it || run.step() < lab.train as u64 {
+                commands.write(RunCommand::Train);
+                player.train_until = Some(lab.train as u64);
+                player.training_seen = false;
+            }
+        }
         match &step.action {
             None => {}
             Some(Action::HeatmapView(key)) => {
@@ -194,25 +215,7 @@ fn apply_step(
                     }
                 }
             }
-            Some(Action::Lab {
-                causal_mask,
-                position_embeddings,
-                lr_scale,
-                train,
-            }) => {
-                commands.write(RunCommand::NewLabRun {
-                    preset: lesson.preset.clone(),
-                    lab: crate::model::config::Lab {
-                        causal_mask: *causal_mask,
-                        position_embeddings: *position_embeddings,
-                    },
-                    lr_scale: *lr_scale,
-                });
-                commands.write(RunCommand::Train);
-                // The fresh run counts from step 0.
-                player.train_until = Some(*train as u64);
-                player.training_seen = false;
-            }
+
             Some(Action::Prompt(text)) => {
                 attention.prompt = text.clone();
                 attention.prompt_set = true;

@@ -713,6 +713,11 @@ fn handle_commands(
                         lab,
                         ..RunSettings::from_preset(&preset, config)
                     };
+                    status.info = Some(format!(
+                        "lab: a fresh {preset} with {}, learning rate {:.1e}",
+                        lab.describe(),
+                        settings.lr
+                    ));
                     rebuild = Some(None);
                 }
             },

@@ -45,11 +45,17 @@ pub enum TrainError {
     #[error(
         "training blew up at step {step}: the loss is {loss:.1}, more than twice that of guessing \
          every byte at random (2 × ln 256 = {:.2}); at learning rate {lr:.1e} each update overshoots. \
-         The weights are ruined and were not saved: start again (Reset, or train again) with a lower \
-         learning rate (--lr)",
+         The weights are ruined: start again (Reset in the app, or train again) with a lower \
+         learning rate (--lr, or the run panel's learning rate)",
         EXPLODED_LOSS
     )]
-    Exploded { step: u64, loss: f32, lr: f32 },
+    Exploded {
+        step: u64,
+        loss: f32,
+        lr: f32,
+        /// The step's metrics (it was taken and is in the history).
+        metrics: StepMetrics,
+    },
     #[error("the checkpoint was trained with a different model shape than the one asked for: {0}")]
     Mismatch(String),
     #[error("{0}")]
@@ -63,8 +69,13 @@ pub enum TrainError {
 pub const EXPLODED_LOSS: f32 = 2.0 * 5.545_177; // 2 · ln 256
 
 /// The error for a step whose loss says the run blew up, if it did.
-fn exploded(step: u64, loss: f32, lr: f32) -> Option<TrainError> {
-    (loss > EXPLODED_LOSS).then_some(TrainError::Exploded { step, loss, lr })
+fn exploded(m: StepMetrics) -> Option<TrainError> {
+    (m.loss > EXPLODED_LOSS).then_some(TrainError::Exploded {
+        step: m.step,
+        loss: m.loss,
+        lr: m.lr,
+        metrics: m,
+    })
 }
 
 pub struct Trainer {
@@ -329,9 +340,8 @@ impl Trainer {
         self.step += 1;
         self.submitted = self.step;
         let val_loss = (evaluate && self.evaluates_after(self.step)).then(|| self.evaluate());
-        let loss = out.loss;
         let metrics = self.record_step(out, lr, ms, val_loss);
-        match exploded(self.step, loss, lr) {
+        match exploded(metrics) {
             Some(e) => Err(e),
             None => Ok(metrics),
         }
@@ -485,10 +495,9 @@ impl Trainer {
                 continue;
             }
             let val_loss = if i + 1 == n { flight.eval_loss } else { None };
-            let loss = out.loss;
             let metrics = self.record_step(out, lr, ms, val_loss);
             done.metrics.push(metrics);
-            if let Some(e) = exploded(self.step, loss, lr) {
+            if let Some(e) = exploded(metrics) {
                 done.diverged.get_or_insert(e);
             }
         }

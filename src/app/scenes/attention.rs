@@ -515,7 +515,10 @@ fn toolbar(
         (None, None) => "computing the attention weights…".into(),
     };
     egui::Area::new(egui::Id::new("attention-status"))
-        .fixed_pos(at.min + egui::vec2(10.0, 44.0))
+        .fixed_pos(egui::pos2(
+            at.min.x + 10.0,
+            crate::app::ui::toolbar_bottom(ctx, "attention-toolbar", at),
+        ))
         .order(egui::Order::Middle)
         .interactable(false)
         .show(ctx, |ui| {
