@@ -216,7 +216,13 @@ pub fn draw_ui(
                 if ui.small_button("✕").clicked() {
                     dismiss = Some(i);
                 }
-                ui.colored_label(egui::Color32::from_rgb(255, 110, 100), e);
+                // Wrapped: a long error must not widen the panels.
+                ui.add(
+                    egui::Label::new(
+                        egui::RichText::new(e).color(egui::Color32::from_rgb(255, 110, 100)),
+                    )
+                    .wrap(),
+                );
             });
         }
         if let Some(i) = dismiss {
@@ -513,7 +519,9 @@ fn side_panels(
                 row("step", format!("{step} / {}", cfg.steps));
                 if let Some(m) = run.last {
                     row("loss", format!("{:.4}", m.loss));
-                    row("perplexity", format!("{:.2}", (m.loss as f64).exp()));
+                    let ppl = (m.loss as f64).exp();
+                    // A blown-up run's perplexity has 60 digits: keep it one short line.
+                    row("perplexity", if ppl < 1e6 { format!("{ppl:.2}") } else { format!("{ppl:.2e}") });
                     row("learning rate", format!("{:.2e}", m.lr));
                     row("grad norm", format!("{:.3}", m.grad_norm));
                 }
