@@ -19,8 +19,23 @@ anywhere), for two jobs:
        tinygpt eval --checkpoint run.safetensors --dump-logits logits.bin
        python3 tests/reference/tinygpt_torch.py check --checkpoint run.safetensors --logits logits.bin
 
-Needs PyTorch (and nothing else; safetensors files are parsed by hand). CI does
-not run it; the H100 host has PyTorch.
+3. The way out to multi-GPU PyTorch and back: `continue` trains a tinygpt
+   checkpoint on under `torchrun` (DistributedDataParallel, one process per
+   GPU, each rank drawing its own batches) with the same model and AdamW
+   recipe, its moments carried over, and writes a tinygpt checkpoint back
+   (`tinygpt train --resume`, `tinygpt generate` and the app open it).
+   `from-nanogpt` converts nanoGPT's own `ckpt.pt` into a tinygpt checkpoint.
+
+       torchrun --nproc_per_node 2 tests/reference/tinygpt_torch.py continue \
+           --checkpoint small.safetensors --steps 300 --out small-ddp.safetensors
+       python3 tests/reference/tinygpt_torch.py from-nanogpt --ckpt out/ckpt.pt --out nano.safetensors
+
+4. `selftest`: the converter and the checkpoint writer on a model made up on
+   the spot (no files needed); .ci/run runs it where PyTorch is installed.
+
+Needs PyTorch (and nothing else; safetensors files are read and written by
+hand). CI runs only `selftest`, and only where PyTorch is installed; the H100
+host has PyTorch.
 """
 
 import argparse
@@ -35,6 +50,7 @@ import time
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -343,6 +359,300 @@ def check(args):
     sys.exit(0 if ok else 1)
 
 
+# ------------------------------------------ tinygpt checkpoints: out and back
+
+FORMAT = "tinygpt/1"
+TOKENIZER = "bytes-256"
+
+
+def write_safetensors(path, tensors, meta):
+    """Writes `tensors` (name -> tensor, stored as float32) and the string
+    metadata `meta` as safetensors, through a temporary file renamed over
+    `path` (as tinygpt writes checkpoints: an interrupted write loses nothing)."""
+    header = {"__metadata__": meta}
+    blobs, offset = [], 0
+    for name in sorted(tensors):
+        t = tensors[name].detach().to("cpu", torch.float32).contiguous()
+        b = t.numpy().tobytes()
+        header[name] = {"dtype": "F32", "shape": list(t.shape), "data_offsets": [offset, offset + len(b)]}
+        blobs.append(b)
+        offset += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    tmp = Path(f"{path}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+    os.replace(tmp, path)
+
+
+def config_ron(c):
+    """A config dict as the RON tinygpt reads (`Config`, src/model/config.rs)."""
+    s = c["schedule"]
+    sched = "Constant" if s[0] == "Constant" else (
+        f"WarmupCosine(warmup_steps:{int(s[1])},decay_steps:{int(s[2])},min_lr:{float(s[3])!r})")
+    ints = ["n_layer", "n_head", "d_model", "ctx", "batch", "steps"]
+    floats = ["lr", "beta1", "beta2", "eps", "weight_decay", "grad_clip", "dropout"]
+    parts = [f"{k}:{int(c[k])}" for k in ints] + [f"{k}:{float(c[k])!r}" for k in floats]
+    parts += [f"schedule:{sched}", f"eval_interval:{int(c.get('eval_interval', 100))}",
+              f"eval_batches:{int(c.get('eval_batches', 8))}"]
+    return "(" + ",".join(parts) + ")"
+
+
+def checkpoint_meta(config_text, step, seed, history, sampler_state=None):
+    meta = {"format": FORMAT, "config": config_text, "step": str(step), "seed": str(seed),
+            "tokenizer": TOKENIZER, "loss_history": json.dumps(history)}
+    if sampler_state is not None:
+        meta["sampler_state"] = str(sampler_state)
+    return meta
+
+
+def decay_groups(model):
+    """tinygpt's (and nanoGPT's) AdamW groups: weight decay on ≥2-D tensors only."""
+    named = list(model.named_parameters())
+    return [(n, p) for n, p in named if p.dim() >= 2], [(n, p) for n, p in named if p.dim() < 2]
+
+
+def read_tinygpt(path):
+    """A tinygpt checkpoint: (config dict, metadata, params, moments or None)."""
+    tensors, meta = read_safetensors(path)
+    if meta.get("format") != FORMAT:
+        raise SystemExit(f"{path}: not a tinygpt checkpoint (metadata format {meta.get('format')!r}, "
+                         f"want {FORMAT!r}); write one with `tinygpt train --out FILE`")
+    if "lab:" in meta["config"]:
+        raise SystemExit(f"{path}: this run is a 'break it' lab (its config says {meta['config']}); "
+                         "the PyTorch model here is the intact one, so it cannot continue it")
+    c = parse_ron_config(meta["config"])
+    params = {k: v.to(torch.float32) for k, v in tensors.items() if not k.startswith("adam.")}
+    m = {k[len("adam.m."):]: v.to(torch.float32) for k, v in tensors.items() if k.startswith("adam.m.")}
+    v = {k[len("adam.v."):]: v.to(torch.float32) for k, v in tensors.items() if k.startswith("adam.v.")}
+    moments = (m, v) if m and set(m) == set(params) == set(v) else None
+    return c, meta, params, moments
+
+
+def continue_run(args):
+    """Trains a tinygpt checkpoint on under torchrun and writes it back."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    cuda = args.device == "cuda" and torch.cuda.is_available()
+    device = torch.device(f"cuda:{local}" if cuda else "cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    if world > 1:
+        dist.init_process_group("nccl" if cuda else "gloo")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    c, meta, params, moments = read_tinygpt(args.checkpoint)
+    start, seed = int(meta["step"]), int(meta["seed"])
+    model = TinyGPT(c).to(device)
+    model.load_state_dict(params, strict=True)
+    decay, no_decay = decay_groups(model)
+    fused = device.type == "cuda"
+    opt = torch.optim.AdamW(
+        [dict(params=[p for _, p in decay], weight_decay=c["weight_decay"]),
+         dict(params=[p for _, p in no_decay], weight_decay=0.0)],
+        lr=c["lr"], betas=(c["beta1"], c["beta2"]), eps=c["eps"], fused=fused,
+    )
+    if moments is not None:
+        m, v = moments
+        for name, p in model.named_parameters():
+            opt.state[p] = dict(
+                step=torch.tensor(float(start), dtype=torch.float32, device=device if fused else "cpu"),
+                exp_avg=m[name].to(device).clone(), exp_avg_sq=v[name].to(device).clone())
+    elif rank == 0:
+        print(json.dumps(dict(note="the checkpoint has no AdamW moments: they start from zero")), flush=True)
+    net = nn.parallel.DistributedDataParallel(model, device_ids=[local] if cuda else None) if world > 1 else model
+    train, val = corpus(args.corpus)
+    # Rank 0 continues tinygpt's own batch stream; the others draw their own.
+    if rank == 0 and "sampler_state" in meta:
+        rng = Rng(int(meta["sampler_state"]))
+    else:
+        rng = Rng.for_stream(seed, "train-batches" if rank == 0 else f"train-batches-rank{rank}")
+    history = json.loads(meta.get("loss_history", "[]"))
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    b, t = c["batch"], c["ctx"]
+    timed_from, t0 = min(5, args.steps - 1), None
+    for k in range(args.steps):
+        if k == timed_from:
+            sync()
+            t0 = time.perf_counter()
+        it = start + k
+        x, y = sample_batch(train, b, t, rng)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(c, it)
+        _, loss = net(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if c["grad_clip"] > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), c["grad_clip"])
+        opt.step()
+        if (k + 1) % args.log_every == 0 or k + 1 == args.steps:
+            mean = loss.detach().clone()
+            if world > 1:
+                dist.all_reduce(mean)
+                mean /= world
+            mean = mean.item()
+            if not math.isfinite(mean):
+                raise SystemExit(f"the loss is {mean} at step {it + 1}: the run diverged; nothing was written")
+            history.append(dict(step=it + 1, loss=mean))
+            if rank == 0:
+                print(json.dumps(dict(step=it + 1, loss=mean)), flush=True)
+    sync()
+    elapsed = time.perf_counter() - t0 if t0 is not None else float("nan")
+    timed = args.steps - timed_from
+    end = start + args.steps
+    if rank == 0:
+        # Validation loss on tinygpt's own fixed windows (`validation_batches`).
+        vr = Rng.for_stream(seed, "val-batches")
+        model.eval()
+        with torch.no_grad():
+            losses = [model(*(z.to(device) for z in sample_batch(val, b, t, vr)))[1].item()
+                      for _ in range(c["eval_batches"])]
+        val_loss = sum(losses) / len(losses)
+        history[-1]["val_loss"] = val_loss
+        tensors = {n: p for n, p in model.named_parameters()}
+        for n, p in model.named_parameters():
+            st = opt.state[p]
+            tensors[f"adam.m.{n}"] = st["exp_avg"]
+            tensors[f"adam.v.{n}"] = st["exp_avg_sq"]
+        config_text = re.sub(r"([(,]\s*)steps\s*:\s*\d+", lambda mm: f"{mm.group(1)}steps:{max(end, c['steps'])}",
+                             meta["config"], count=1)
+        write_safetensors(args.out, tensors, checkpoint_meta(config_text, end, seed, history, rng.state))
+        dev = torch.cuda.get_device_name(device) if cuda else "cpu"
+        print(json.dumps(dict(
+            done=end, from_step=start, gpus=world, device=f"torch {torch.__version__} ({dev})",
+            val_loss=val_loss, steps_timed=timed, ms_per_step=elapsed * 1e3 / timed,
+            tokens_per_s=world * b * t * timed / elapsed, out=str(args.out))), flush=True)
+    if world > 1:
+        dist.destroy_process_group()
+
+
+def nanogpt_to_tinygpt(ckpt, seed=1337, source="ckpt.pt"):
+    """nanoGPT's checkpoint dict (`model`, `model_args`, `config`, `iter_num`,
+    `optimizer`) as (config RON, tensors, step), or SystemExit saying what
+    tinygpt cannot represent."""
+    margs = ckpt.get("model_args")
+    sd = ckpt.get("model")
+    if margs is None or sd is None:
+        raise SystemExit(f"{source}: no `model_args` or `model`: this is not a nanoGPT checkpoint "
+                         "(nanoGPT's train.py writes out_dir/ckpt.pt)")
+    sd = {k.removeprefix("_orig_mod."): v for k, v in sd.items()}
+    vocab = margs.get("vocab_size")
+    if vocab != VOCAB:
+        raise SystemExit(f"{source}: the model's vocabulary has {vocab} tokens; tinygpt's is the 256 byte "
+                         "values, so its embeddings cannot be mapped (train nanoGPT with vocab_size = 256 "
+                         "on bytes)")
+    if not margs.get("bias", True):
+        raise SystemExit(f"{source}: the model has no biases (bias = False); tinygpt's Linear and "
+                         "LayerNorm layers have them (train nanoGPT with bias = True)")
+    head, wte = sd.get("lm_head.weight"), sd.get("transformer.wte.weight")
+    if head is not None and wte is not None and not torch.equal(head, wte):
+        raise SystemExit(f"{source}: the LM head is not tied to the token embedding; tinygpt's head is "
+                         "wte itself")
+    cfg = ckpt.get("config") or {}
+    c = dict(n_layer=margs["n_layer"], n_head=margs["n_head"], d_model=margs["n_embd"], ctx=margs["block_size"],
+             batch=cfg.get("batch_size", 12), steps=max(int(ckpt.get("iter_num", 0)), 1),
+             lr=cfg.get("learning_rate", 6e-4), beta1=cfg.get("beta1", 0.9), beta2=cfg.get("beta2", 0.95),
+             eps=1e-8, weight_decay=cfg.get("weight_decay", 0.1), grad_clip=cfg.get("grad_clip", 1.0),
+             dropout=margs.get("dropout", 0.0))
+    if c["d_model"] % c["n_head"] or c["d_model"] // c["n_head"] > 128:
+        raise SystemExit(f"{source}: head size {c['d_model']}/{c['n_head']} must be a whole number ≤ 128 "
+                         "(the largest tinygpt's attention kernels take)")
+    if cfg.get("decay_lr", False):
+        c["schedule"] = ("WarmupCosine", cfg.get("warmup_iters", 0), cfg.get("lr_decay_iters", c["steps"]),
+                         cfg.get("min_lr", c["lr"] / 10))
+    else:
+        c["schedule"] = ("Constant",)
+    model = TinyGPT(c)
+    tensors = {}
+    for n, p in model.named_parameters():
+        if n not in sd:
+            raise SystemExit(f"{source}: tensor `{n}` is missing")
+        if tuple(sd[n].shape) != tuple(p.shape):
+            raise SystemExit(f"{source}: tensor `{n}` has shape {tuple(sd[n].shape)}, want {tuple(p.shape)}")
+        tensors[n] = sd[n].to(torch.float32)
+    extra = [k for k in sd if k not in tensors and k != "lm_head.weight" and not k.endswith(".attn.bias")]
+    if extra:
+        raise SystemExit(f"{source}: tensors tinygpt does not have: {extra[:5]}")
+    # AdamW's moments, in nanoGPT's group order (≥2-D tensors, then the rest).
+    state = (ckpt.get("optimizer") or {}).get("state", {})
+    decay, no_decay = decay_groups(model)
+    order = [n for n, _ in decay] + [n for n, _ in no_decay]
+    if len(state) == len(order) and all("exp_avg" in state[i] for i in range(len(order))):
+        for i, n in enumerate(order):
+            tensors[f"adam.m.{n}"] = state[i]["exp_avg"].to(torch.float32)
+            tensors[f"adam.v.{n}"] = state[i]["exp_avg_sq"].to(torch.float32)
+    return config_ron(c), tensors, c["steps"]
+
+
+def from_nanogpt(args):
+    try:
+        ckpt = torch.load(args.ckpt, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - say what failed, whatever it was
+        raise SystemExit(f"{args.ckpt}: cannot read it as a PyTorch checkpoint: {e}")
+    config_text, tensors, step = nanogpt_to_tinygpt(ckpt, args.seed, args.ckpt)
+    write_safetensors(args.out, tensors, checkpoint_meta(config_text, step, args.seed, []))
+    moments = any(k.startswith("adam.") for k in tensors)
+    print(json.dumps(dict(out=str(args.out), step=step, config=config_text, moments=moments)))
+
+
+def selftest(args):
+    """The converter and the writer on a nanoGPT checkpoint made up here."""
+    torch.manual_seed(0)
+    c = dict(n_layer=1, n_head=2, d_model=32, ctx=16, dropout=0.0)
+    model = TinyGPT(c)
+    decay, no_decay = decay_groups(model)
+    opt = torch.optim.AdamW([dict(params=[p for _, p in decay], weight_decay=0.1),
+                             dict(params=[p for _, p in no_decay], weight_decay=0.0)], lr=1e-3)
+    x = torch.randint(0, VOCAB, (2, 16))
+    for _ in range(3):
+        opt.zero_grad()
+        model(x, x)[1].backward()
+        opt.step()
+    sd = {f"_orig_mod.{k}": v.clone() for k, v in model.state_dict().items()}
+    sd["_orig_mod.lm_head.weight"] = sd["_orig_mod.transformer.wte.weight"]
+    sd["_orig_mod.transformer.h.0.attn.bias"] = torch.tril(torch.ones(16, 16)).view(1, 1, 16, 16)
+    margs = dict(n_layer=1, n_head=2, n_embd=32, block_size=16, bias=True, vocab_size=VOCAB, dropout=0.0)
+    ckpt = dict(model=sd, model_args=margs, optimizer=opt.state_dict(), iter_num=3,
+                config=dict(batch_size=4, learning_rate=1e-3, decay_lr=True, warmup_iters=1,
+                            lr_decay_iters=10, min_lr=1e-4))
+    config_text, tensors, step = nanogpt_to_tinygpt(ckpt)
+    assert step == 3 and "WarmupCosine(warmup_steps:1,decay_steps:10" in config_text, config_text
+    back = parse_ron_config(config_text)
+    assert (back["n_layer"], back["n_head"], back["d_model"], back["ctx"], back["batch"]) == (1, 2, 32, 16, 4)
+    for n, p in model.named_parameters():
+        assert torch.equal(tensors[n], p.detach()), n
+        assert torch.equal(tensors[f"adam.m.{n}"], opt.state[p]["exp_avg"]), n
+        assert torch.equal(tensors[f"adam.v.{n}"], opt.state[p]["exp_avg_sq"]), n
+    out = Path(args.out)
+    write_safetensors(out, tensors, checkpoint_meta(config_text, step, 1337, []))
+    read, meta = read_safetensors(out)
+    assert meta["format"] == FORMAT and meta["config"] == config_text and meta["step"] == "3"
+    assert set(read) == set(tensors) and all(torch.equal(read[k].to(torch.float32), tensors[k]) for k in read)
+    refusals = [
+        (dict(margs, vocab_size=50304), "vocabulary has 50304 tokens"),
+        (dict(margs, bias=False), "no biases"),
+    ]
+    for bad_args, want in refusals:
+        try:
+            nanogpt_to_tinygpt(dict(ckpt, model_args=bad_args))
+            raise AssertionError(f"not refused: {want}")
+        except SystemExit as e:
+            assert want in str(e), e
+    untied = dict(sd)
+    untied["_orig_mod.lm_head.weight"] = torch.zeros_like(sd["_orig_mod.lm_head.weight"])
+    try:
+        nanogpt_to_tinygpt(dict(ckpt, model=untied))
+        raise AssertionError("an untied head was not refused")
+    except SystemExit as e:
+        assert "not tied" in str(e), e
+    print(json.dumps(dict(selftest="ok", out=str(out), tensors=len(tensors))))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -358,8 +668,24 @@ def main():
     k.add_argument("--checkpoint", required=True)
     k.add_argument("--logits", required=True, help="file written by `tinygpt eval --dump-logits`")
     k.add_argument("--corpus", default=None)
+    r = sub.add_parser("continue", help="train a tinygpt checkpoint on (under torchrun) and write it back")
+    r.add_argument("--checkpoint", required=True)
+    r.add_argument("--steps", type=int, required=True, help="optimizer steps to take")
+    r.add_argument("--out", required=True, help="the tinygpt checkpoint to write")
+    r.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    r.add_argument("--corpus", default=None)
+    r.add_argument("--log-every", type=int, default=50)
+    n = sub.add_parser("from-nanogpt", help="convert nanoGPT's ckpt.pt into a tinygpt checkpoint")
+    n.add_argument("--ckpt", required=True)
+    n.add_argument("--out", required=True)
+    n.add_argument("--seed", type=int, default=1337, help="the seed tinygpt's batches continue from")
+    t = sub.add_parser("selftest", help="check the converter and the checkpoint writer")
+    t.add_argument("--out", default="/tmp/tinygpt-selftest.safetensors")
     args = ap.parse_args()
-    bench(args) if args.cmd == "bench" else check(args)
+    if args.cmd == "continue" and args.steps < 1:
+        raise SystemExit("--steps must be at least 1")
+    dict(bench=bench, check=check, selftest=selftest, **{"continue": continue_run, "from-nanogpt": from_nanogpt})[
+        args.cmd](args)
 
 
 if __name__ == "__main__":
