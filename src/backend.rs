@@ -212,6 +212,46 @@ pub fn software_adapter(ctx: &crate::gpu::GpuContext) -> Option<String> {
     })
 }
 
+/// Bytes the CPU backend holds for `program`: every tensor in f32
+/// (weights, gradients, both AdamW moments, activations, saved values).
+pub fn cpu_bytes(program: &Program) -> u64 {
+    program.tensors.iter().map(|t| t.numel() as u64 * 4).sum()
+}
+
+/// All the memory this machine has (Linux: MemTotal + SwapTotal from
+/// /proc/meminfo), if it can tell. Not what is free now: caches give way,
+/// and some hosts report a total that grows as it is used.
+pub fn host_memory_total() -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let kb = |key: &str| -> Option<u64> {
+            let line = info.lines().find(|l| l.starts_with(key))?;
+            line.split_whitespace().nth(1)?.parse().ok()
+        };
+        Some((kb("MemTotal:")? + kb("SwapTotal:").unwrap_or(0)) * 1024)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
+    }
+}
+
+/// Refuses, before anything is allocated, a program the CPU backend could
+/// not hold in this machine's memory, with both numbers.
+pub fn check_host_memory(program: &Program) -> Result<(), String> {
+    let need = cpu_bytes(program);
+    match host_memory_total() {
+        Some(have) if need > have => Err(format!(
+            "the CPU backend needs {} MB for this preset (weights, gradients, AdamW moments and \
+             activations) and this machine has {} MB of memory; choose a smaller preset",
+            need >> 20,
+            have >> 20
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// The one place the backend of a run is chosen (the CLI and the app call
 /// it). `gpu` is the adapter's context, or why there is none. A software
 /// adapter (lavapipe, SwiftShader) runs the kernels about a thousand times
@@ -223,9 +263,18 @@ pub fn choose_backend(
     program: Program,
     fallback: GpuFallback,
 ) -> Result<Chosen, String> {
-    let cpu = |notice: Option<String>| Chosen {
-        backend: Box::new(crate::cpu::CpuBackend::<f32>::new(program.clone())),
-        notice,
+    let cpu_fits = check_host_memory(&program);
+    let cpu = |notice: Option<String>| -> Result<Chosen, String> {
+        cpu_fits.clone()?;
+        Ok(Chosen {
+            backend: Box::new(crate::cpu::CpuBackend::<f32>::new(program.clone())),
+            notice,
+        })
+    };
+    // What to suggest when the GPU cannot run it.
+    let instead = match &cpu_fits {
+        Ok(()) => "use --backend cpu or a smaller preset".to_string(),
+        Err(e) => format!("the CPU cannot hold it either ({e})"),
     };
     let fallback = if choice == BackendChoice::Auto {
         GpuFallback::ToCpu
@@ -233,15 +282,16 @@ pub fn choose_backend(
         fallback
     };
     match (choice, gpu) {
-        (BackendChoice::Cpu, _) => Ok(cpu(None)),
+        (BackendChoice::Cpu, _) => cpu(None),
         (_, Err(why)) => match fallback {
-            GpuFallback::ToCpu => Ok(cpu(Some(format!(
-                "{why}: the run trains on the CPU (slower)"
-            )))),
-            GpuFallback::Refuse => Err(format!("{why}; use --backend cpu")),
+            GpuFallback::ToCpu => cpu(Some(format!("{why}: the run trains on the CPU (slower)"))),
+            GpuFallback::Refuse => Err(match &cpu_fits {
+                Ok(()) => format!("{why}; use --backend cpu"),
+                Err(e) => format!("{why}; and the CPU cannot hold this preset either ({e})"),
+            }),
         },
         (BackendChoice::Auto, Ok(ctx)) if software_adapter(ctx).is_some() => {
-            Ok(cpu(software_adapter(ctx)))
+            cpu(software_adapter(ctx))
         }
         (_, Ok(ctx)) => match crate::gpu::GpuBackend::new(ctx.clone(), program.clone()) {
             Ok(b) => Ok(Chosen {
@@ -254,15 +304,16 @@ pub fn choose_backend(
                 }),
             }),
             Err(e) => match fallback {
-                GpuFallback::ToCpu => Ok(cpu(Some(format!(
+                GpuFallback::ToCpu => cpu(Some(format!(
                     "the GPU cannot run this preset, so it trains on the CPU instead{}: {e}",
                     if cfg!(target_arch = "wasm32") {
                         " (in one thread: much slower; a smaller preset trains on the GPU)"
                     } else {
                         ""
                     }
-                )))),
-                GpuFallback::Refuse => Err(format!("{e}; use --backend cpu or a smaller preset")),
+                )))
+                .map_err(|cpu_e| format!("{e}; and the CPU cannot hold it either ({cpu_e})")),
+                GpuFallback::Refuse => Err(format!("{e}; {instead}")),
             },
         },
     }

@@ -34,7 +34,8 @@ pub fn command_for(name: &str, bytes: Vec<u8>) -> Result<RunCommand, String> {
 
 /// Reads a file from disk into the command for it.
 pub fn load_path(path: &Path) -> Result<RunCommand, String> {
-    let bytes = std::fs::read(path)
+    // The largest thing dropped is a checkpoint: behemoth's with AdamW is 5.7 GB.
+    let bytes = crate::data::read_file(path, 8 << 30)
         .map_err(|e| format!("cannot read {}: {e}; check the path", path.display()))?;
     command_for(&path.display().to_string(), bytes)
 }

@@ -1,6 +1,6 @@
 //! `tinygpt app` (and `tinygpt` alone): the explainer, in a window or headless.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::Args;
 use std::path::PathBuf;
 use tinygpt::app::headless::HeadlessConfig;
@@ -159,9 +159,13 @@ pub fn run_app(args: AppArgs) -> Result<()> {
     let config = Config::load(&args.preset)?;
     let mut settings = RunSettings::from_preset(&args.preset, config);
     if let Some(path) = &args.corpus {
-        let bytes = std::fs::read(path).with_context(|| {
-            format!("cannot read the corpus {}; check the path", path.display())
-        })?;
+        let bytes =
+            tinygpt::data::read_file(path, tinygpt::data::MAX_CORPUS_BYTES).map_err(|e| {
+                anyhow::anyhow!(
+                    "cannot read the corpus {}: {e}; give a text file with --corpus",
+                    path.display()
+                )
+            })?;
         let source = CorpusSource::Bytes {
             name: path.display().to_string(),
             bytes: bytes.into(),

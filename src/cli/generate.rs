@@ -54,8 +54,17 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         }
     };
     let stdout = std::io::stdout();
+    // To a terminal, control bytes are shown, not sent; to a file or a
+    // pipe, the text goes out as generated.
+    let shown = |t: &str| -> String {
+        if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+            super::printable(t)
+        } else {
+            t.to_string()
+        }
+    };
     let mut out = stdout.lock();
-    out.write_all(args.prompt.as_bytes())?;
+    out.write_all(shown(&args.prompt).as_bytes())?;
     // Bytes are streamed as soon as they form valid UTF-8; invalid sequences
     // are shown as U+FFFD, never a panic.
     let mut pending: Vec<u8> = Vec::new();
@@ -73,7 +82,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
                 Err(e) => e.valid_up_to(), // incomplete: wait for more bytes
             };
             if flush_upto > 0 {
-                let text = String::from_utf8_lossy(&pending[..flush_upto]).into_owned();
+                let text = shown(&String::from_utf8_lossy(&pending[..flush_upto]));
                 pending.drain(..flush_upto);
                 if let Err(e) = out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
                     io_error.get_or_insert(e);
@@ -82,7 +91,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         },
     );
     if !pending.is_empty() {
-        out.write_all(String::from_utf8_lossy(&pending).as_bytes())?;
+        out.write_all(shown(&String::from_utf8_lossy(&pending)).as_bytes())?;
     }
     if let Some(e) = io_error
         && e.kind() != std::io::ErrorKind::BrokenPipe

@@ -168,6 +168,22 @@ fn presets() {
 pub use tinygpt::model::config::group_thousands;
 
 /// Parses a number that must be finite and > 0.
+/// Text safe for a terminal: control characters (NUL, BEL, ESC, …, and the
+/// C1 range) shown as their Unicode pictures (␀ ␇ ␛) or U+FFFD, never sent
+/// raw, so a sample of a model trained on a binary file cannot ring the bell
+/// or reprogram the terminal. Newlines and tabs stay.
+pub fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            '\n' | '\t' => c,
+            '\u{0}'..='\u{1f}' => char::from_u32(0x2400 + c as u32).unwrap_or('\u{fffd}'),
+            '\u{7f}' => '\u{2421}',
+            '\u{80}'..='\u{9f}' => '\u{fffd}',
+            c => c,
+        })
+        .collect()
+}
+
 /// A part of the model a "break it" lab takes out (`--lab`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum LabSwitch {

@@ -1,5 +1,5 @@
 //! `tinygpt train`: a progress bar (or JSON lines), periodic validation,
-//! and a checkpoint at the end or on Ctrl-C.
+//! and a checkpoint at the end, on Ctrl-C or on SIGTERM (a scheduler's stop).
 
 use super::{BackendChoice, positive_f32};
 use anyhow::{Context, Result, bail};
@@ -17,7 +17,8 @@ use tinygpt::train::{TrainError, Trainer};
 #[derive(clap::Args)]
 pub struct TrainArgs {
     /// Model size: a built-in preset (see `tinygpt presets`) or a .ron file.
-    #[arg(long, default_value = DEFAULT_PRESET)]
+    /// (Not with --resume: the checkpoint holds its own model.)
+    #[arg(long, default_value = DEFAULT_PRESET, conflicts_with = "resume")]
     preset: String,
     /// Where to compute.
     #[arg(long, value_enum, default_value = "auto")]
@@ -91,6 +92,18 @@ pub fn run(args: TrainArgs) -> Result<()> {
     let resolved = super::backend::resolve(args.backend)?;
     let backend = super::backend::build(&resolved, args.backend, &config)?;
     let description = backend.describe();
+    if let Some(ck) = &resumed
+        && ck.optimizer.is_none()
+    {
+        eprintln!(
+            "note: {} holds no AdamW moments (an f16 export keeps only the weights): they start \
+             from zero, so the first steps move the weights more than the run would have",
+            args.resume
+                .as_deref()
+                .unwrap_or(std::path::Path::new("?"))
+                .display()
+        );
+    }
     let mut trainer = match &resumed {
         Some(ck) => Trainer::resume(backend, corpus, ck)?,
         None => Trainer::new(backend, corpus, args.seed)?,
@@ -106,7 +119,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
     {
         let flag = interrupted.clone();
         ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst))
-            .context("cannot install the Ctrl-C handler")?;
+            .context("cannot install the Ctrl-C/SIGTERM handler")?;
     }
     if !args.json {
         eprintln!(
@@ -199,7 +212,10 @@ pub fn run(args: TrainArgs) -> Result<()> {
             &SampleOptions::default(),
             |_| {},
         );
-        eprintln!("sample:\n{}", String::from_utf8_lossy(&text));
+        eprintln!(
+            "sample:\n{}",
+            super::printable(&String::from_utf8_lossy(&text))
+        );
     }
     Ok(())
 }

@@ -44,6 +44,38 @@ pub enum CorpusError {
     },
 }
 
+/// The largest corpus file read (1 GiB): it is held in memory, with its
+/// split.
+pub const MAX_CORPUS_BYTES: u64 = 1 << 30;
+
+/// Reads a whole file a user named, refusing up front what would hang or
+/// exhaust memory: anything but a regular file (a folder, a device such as
+/// /dev/zero, a pipe), and a file over `limit` bytes (also one that grows
+/// past it while read). The error says which, without the path.
+pub fn read_file(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("it is not a regular file (a folder, a device or a pipe)".into());
+    }
+    if meta.len() > limit {
+        return Err(format!(
+            "it is {} MB, more than the {} MB this reads (it is held in memory)",
+            meta.len() >> 20,
+            limit >> 20
+        ));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    if bytes.len() as u64 > limit {
+        return Err(format!("it grew past {} MB while it was read", limit >> 20));
+    }
+    Ok(bytes)
+}
+
 /// A tokenized corpus split into contiguous train (first 90%) and
 /// validation (last 10%) parts.
 #[derive(Clone, Debug)]
@@ -84,10 +116,13 @@ impl Corpus {
     }
 
     /// Reads any file as bytes.
+    /// Reads a corpus file: a regular file of at most [`MAX_CORPUS_BYTES`]
+    /// (a device such as /dev/zero, or a file too big to hold in memory, is
+    /// refused before it is read).
     pub fn from_file(path: &Path, ctx: usize) -> Result<Self, CorpusError> {
-        let bytes = std::fs::read(path).map_err(|e| CorpusError::Io {
+        let bytes = read_file(path, MAX_CORPUS_BYTES).map_err(|message| CorpusError::Io {
             path: path.display().to_string(),
-            message: e.to_string(),
+            message,
         })?;
         Self::from_bytes(&path.display().to_string(), &bytes, ctx)
     }

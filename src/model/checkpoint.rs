@@ -194,10 +194,12 @@ impl Checkpoint {
     }
 
     pub fn load(path: &Path) -> Result<Self, CheckpointError> {
-        let bytes = std::fs::read(path).map_err(|e| CheckpointError::Io {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })?;
+        // A device or a pipe is refused before it is read (`--checkpoint /dev/zero`).
+        let bytes =
+            crate::data::read_file(path, 64 << 30).map_err(|message| CheckpointError::Io {
+                path: path.display().to_string(),
+                message,
+            })?;
         Self::from_bytes(&bytes, &path.display().to_string())
     }
 

@@ -194,6 +194,13 @@ pub fn is_builtin(id: &str) -> bool {
     BUILTIN_PRESETS.iter().any(|(p, _)| *p == id)
 }
 
+/// The most transformer blocks a config may have.
+pub const MAX_LAYERS: usize = 1024;
+/// The most parameters a config may have: the flat f32 buffer of the
+/// weights (and each of the gradients and AdamW moments) stays within 4 GiB,
+/// about the most one wgpu storage binding takes, and 32-bit byte offsets.
+pub const MAX_PARAMS: usize = u32::MAX as usize / 4;
+
 /// The preset a run uses when none is named.
 pub const DEFAULT_PRESET: &str = "small";
 
@@ -329,6 +336,26 @@ impl Config {
                     format!("decay_steps = {decay_steps} must be >= warmup_steps = {warmup_steps}"),
                 ));
             }
+        }
+        // A model no machine holds is refused before anything is built (the
+        // program alone would take minutes and gigabytes to describe it).
+        if self.n_layer > MAX_LAYERS {
+            return Err(rule(
+                "n_layer",
+                format!("= {} is more than {MAX_LAYERS} layers", self.n_layer),
+            ));
+        }
+        let c = self.d_model as u128;
+        let params =
+            256 * c + self.ctx as u128 * c + 2 * c + self.n_layer as u128 * (12 * c * c + 13 * c);
+        if params > MAX_PARAMS as u128 {
+            return Err(rule(
+                "d_model",
+                format!(
+                    "and n_layer give {params} parameters, more than the {MAX_PARAMS} (4 GB of f32 \
+                     weights, 16 GB with gradients and AdamW) the backends take"
+                ),
+            ));
         }
         // Flattened indices are u32 on the GPU and in the dropout hash.
         let biggest =

@@ -1,0 +1,276 @@
+//! The catalogue of faults and bad input (issue 18): each row is something a
+//! user can do by mistake, what they type, and the words of the message that
+//! must come back. Every row runs the real command line: it must fail with
+//! that message, quickly, without a panic and without writing anything.
+//! (More cases, older than this file, are in `tests/cli.rs` and
+//! `tests/checkpoint.rs`; the app's are in `tests/app.rs`.)
+//!
+//! Then the faults that need a running process: SIGTERM mid-run, a sample of
+//! a model trained on binary bytes, resuming an export without AdamW state.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// A preset with these lines in place of tiny's shape.
+fn preset(dir: &Path, name: &str, shape: &str) -> String {
+    let text = include_str!("../presets/tiny.ron")
+        .replace("n_layer: 2,", "")
+        .replace("n_head: 3,", "")
+        .replace("d_model: 48,", "")
+        .replace("ctx: 32,", "")
+        .replace("batch: 16,", "")
+        .replacen('(', &format!("({shape},"), 1);
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn every_bad_input_in_the_catalogue_is_refused_with_its_reason() {
+    let dir = common::scratch_dir("faults");
+    let shipped = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/assets/checkpoints/tiny.safetensors"
+    );
+    let deep = preset(
+        &dir,
+        "deep.ron",
+        "n_layer: 2000, n_head: 1, d_model: 8, ctx: 8, batch: 1",
+    );
+    let wide = preset(
+        &dir,
+        "wide.ron",
+        "n_layer: 100, n_head: 64, d_model: 8192, ctx: 8, batch: 1",
+    );
+    // Within every per-tensor limit, but 5 TB of activations: no machine has it.
+    let giant = preset(
+        &dir,
+        "giant.ron",
+        "n_layer: 1024, n_head: 1, d_model: 64, ctx: 1024, batch: 1024",
+    );
+    let out = dir.join("never.safetensors");
+    let out = out.to_str().unwrap();
+    let catalogue: &[(&str, Vec<&str>, &[&str])] = &[
+        (
+            "resuming with another preset (the checkpoint holds its model)",
+            vec![
+                "train", "--resume", shipped, "--preset", "small", "--out", out,
+            ],
+            &["--preset", "--resume", "cannot be used with"],
+        ),
+        (
+            "a device as the corpus",
+            vec![
+                "train",
+                "--preset",
+                "tiny",
+                "--corpus",
+                "/dev/zero",
+                "--out",
+                out,
+            ],
+            &["/dev/zero", "not a regular file"],
+        ),
+        (
+            "a folder as the corpus",
+            vec![
+                "train", "--preset", "tiny", "--corpus", "/tmp", "--out", out,
+            ],
+            &["not a regular file"],
+        ),
+        (
+            "a device as the checkpoint",
+            vec!["generate", "--checkpoint", "/dev/zero"],
+            &["/dev/zero", "not a regular file"],
+        ),
+        (
+            "two thousand layers",
+            vec!["train", "--preset", &deep, "--out", out],
+            &["n_layer", "more than 1024 layers"],
+        ),
+        (
+            "80 billion parameters",
+            vec!["train", "--preset", &wide, "--out", out],
+            &["d_model", "parameters, more than"],
+        ),
+        (
+            "more memory than the machine has, on the CPU",
+            vec![
+                "train",
+                "--preset",
+                &giant,
+                "--backend",
+                "cpu",
+                "--out",
+                out,
+            ],
+            &["the CPU backend needs", "MB of memory", "smaller preset"],
+        ),
+        (
+            "a folder as the output",
+            vec!["train", "--preset", "tiny", "--steps", "1", "--out", "/tmp"],
+            &["folder"],
+        ),
+        (
+            "a trillion tokens",
+            vec![
+                "generate",
+                "--checkpoint",
+                shipped,
+                "--tokens",
+                "1000000000000",
+            ],
+            &["--tokens"],
+        ),
+        (
+            "a lab while resuming (the checkpoint holds its own)",
+            vec![
+                "train",
+                "--resume",
+                shipped,
+                "--lab",
+                "no-causal-mask",
+                "--out",
+                out,
+            ],
+            &["--lab", "cannot be used with"],
+        ),
+    ];
+    for (what, args, words) in catalogue {
+        let run = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert!(!run.status.success(), "{what}: accepted\n{stderr}");
+        assert!(!stderr.contains("panicked"), "{what}: a panic\n{stderr}");
+        for w in *words {
+            assert!(stderr.contains(w), "{what}: no `{w}` in\n{stderr}");
+        }
+        assert!(!Path::new(out).exists(), "{what}: wrote {out}");
+    }
+}
+
+/// SIGTERM (what a scheduler or `systemctl stop` sends) saves the run as
+/// Ctrl-C does. The test waits for the run's own first step line, not a
+/// timer.
+#[cfg(unix)]
+#[test]
+fn sigterm_mid_run_saves_the_checkpoint() {
+    let dir = common::scratch_dir("faults-sigterm");
+    let out = dir.join("stopped.safetensors");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+        .args([
+            "train",
+            "--preset",
+            "tiny",
+            "--backend",
+            "cpu",
+            "--steps",
+            "1000000",
+            "--json",
+            "--out",
+        ])
+        .arg(&out)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.contains("\"step\":1"), "{first}");
+    let pid = child.id() as i32;
+    // SAFETY: a plain kill(2) of the child we spawned.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    // Read on to the end, so a full pipe never holds the child up.
+    for line in lines {
+        line.unwrap();
+    }
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("checkpoint saved"), "{stderr}");
+    let ckpt = tinygpt::model::checkpoint::Checkpoint::load(&out).unwrap();
+    assert!(ckpt.step >= 1 && ckpt.optimizer.is_some());
+}
+
+/// A model trained on binary bytes writes binary bytes; the terminal gets
+/// their pictures (␀ ␇ ␛), never the raw control codes.
+#[test]
+fn a_sample_of_binary_bytes_sends_no_control_codes() {
+    let dir = common::scratch_dir("faults-binary");
+    let corpus = dir.join("binary.bin");
+    std::fs::write(
+        &corpus,
+        (0..200_000u32)
+            .map(|i| (i * 7 % 256) as u8)
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let run = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+        .args([
+            "train",
+            "--preset",
+            "tiny",
+            "--backend",
+            "cpu",
+            "--steps",
+            "3",
+            "--corpus",
+        ])
+        .arg(&corpus)
+        .arg("--out")
+        .arg(dir.join("binary.safetensors"))
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let sample = String::from_utf8_lossy(&run.stderr);
+    let sample = &sample[sample.find("sample:").expect("a sample is printed")..];
+    let raw: Vec<char> = sample
+        .chars()
+        .filter(|&c| (c.is_control() && c != '\n' && c != '\t'))
+        .collect();
+    assert!(
+        raw.is_empty(),
+        "raw control characters {raw:?} in\n{sample}"
+    );
+}
+
+/// Resuming an f16 export (weights only) says that AdamW starts over.
+#[test]
+fn resuming_an_export_without_adamw_state_says_so() {
+    let dir = common::scratch_dir("faults-export");
+    let export = dir.join("tiny-f16.safetensors");
+    let shipped = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/assets/checkpoints/tiny.safetensors"
+    );
+    let run = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+        .args(["export", "--checkpoint", shipped, "--out"])
+        .arg(&export)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let run = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+        .args(["train", "--backend", "cpu", "--steps", "2001", "--resume"])
+        .arg(&export)
+        .arg("--out")
+        .arg(dir.join("resumed.safetensors"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "{stderr}");
+    assert!(stderr.contains("no AdamW moments"), "{stderr}");
+}
