@@ -236,7 +236,7 @@ fn a_sample_of_binary_bytes_sends_no_control_codes() {
     let sample = &sample[sample.find("sample:").expect("a sample is printed")..];
     let raw: Vec<char> = sample
         .chars()
-        .filter(|&c| (c.is_control() && c != '\n' && c != '\t'))
+        .filter(|&c| c.is_control() && c != '\n' && c != '\t')
         .collect();
     assert!(
         raw.is_empty(),

@@ -105,7 +105,8 @@ pub enum Op {
         dropout: f32,
         stream: u32,
     },
-    /// GELU, exact erf form. inp (N,F) -> out (N,F)
+    /// GELU, the erf form `½x(1 + erf(x/√2))` (f32 backends: erf by
+    /// Abramowitz & Stegun 7.1.26, |error| ≤ 1.5e-7). inp (N,F) -> out (N,F)
     Gelu { inp: TensorId, out: TensorId },
     /// Residual connection `out = a + b`. (B,T,C)
     Residual {
