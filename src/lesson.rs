@@ -484,7 +484,8 @@ mod tests {
     #[test]
     fn a_bad_lesson_names_the_file_the_step_and_the_field() {
         let source = |name: &str| BUILTIN_LESSONS.iter().find(|l| l.0 == name).unwrap().1;
-        let (tokens, attention) = (source("tokens"), source("attention"));
+        let (tokens, attention, break_it) =
+            (source("tokens"), source("attention"), source("break-it"));
         let cases = [
             (
                 attention,
@@ -511,6 +512,8 @@ mod tests {
                 "focus",
             ),
             (attention, "answer: 1", "answer: 7", "question"),
+            (break_it, "lr_scale: 10000.0", "lr_scale: -1.0", "lab"),
+            (break_it, "train: 50", "train: 0", "lab"),
         ];
         let cases = cases.map(|(good, from, to, field)| {
             let text = good.replacen(from, to, 1);

@@ -402,3 +402,60 @@ fn f32_backend_agrees_with_f64() {
         assert!(e < 1e-5, "{name}: f32 vs f64: {e:e}");
     }
 }
+
+/// AdamW against its formula, written out here step by step from the paper
+/// (Loshchilov & Hutter, "Decoupled Weight Decay Regularization", Alg. 2, as
+/// PyTorch implements it), in f64, over three steps with and without decay:
+/// m ← β1·m + (1−β1)·g, v ← β2·v + (1−β2)·g², m̂ = m/(1−β1ᵗ), v̂ = v/(1−β2ᵗ),
+/// p ← p·(1 − lr·λ) − lr·m̂/(√v̂ + ε).
+#[test]
+fn adamw_follows_its_formula() {
+    let mut rng = Rng::new(21);
+    let n = 257;
+    for decay in [true, false] {
+        let mut p = randn(n, &mut rng, 1.0);
+        let (mut m, mut v) = (vec![0.0f64; n], vec![0.0f64; n]);
+        let (mut p_ref, mut m_ref, mut v_ref) = (p.clone(), m.clone(), v.clone());
+        // The hyperparameters as the f32 the optimizer is given.
+        let [lr, b1, b2, eps, wd] = [1e-2f32, 0.9, 0.95, 1e-8, 0.1].map(f64::from);
+        for t in 1..=3u64 {
+            let g = randn(n, &mut rng, 0.5);
+            ops::adamw_update(
+                &mut p,
+                &mut m,
+                &mut v,
+                &g,
+                ops::AdamW {
+                    lr: lr as f32,
+                    beta1: b1 as f32,
+                    beta2: b2 as f32,
+                    eps: eps as f32,
+                    weight_decay: wd as f32,
+                    t,
+                },
+                decay,
+            );
+            for i in 0..n {
+                m_ref[i] = b1 * m_ref[i] + (1.0 - b1) * g[i];
+                v_ref[i] = b2 * v_ref[i] + (1.0 - b2) * g[i] * g[i];
+                let m_hat = m_ref[i] / (1.0 - b1.powi(t as i32));
+                let v_hat = v_ref[i] / (1.0 - b2.powi(t as i32));
+                let lambda = if decay { wd } else { 0.0 };
+                p_ref[i] = p_ref[i] * (1.0 - lr * lambda) - lr * m_hat / (v_hat.sqrt() + eps);
+            }
+        }
+        // The same arithmetic in f64: equal up to its rounding.
+        for i in 0..n {
+            for (name, got, want) in [
+                ("p", p[i], p_ref[i]),
+                ("m", m[i], m_ref[i]),
+                ("v", v[i], v_ref[i]),
+            ] {
+                assert!(
+                    (got - want).abs() <= 1e-12 * want.abs().max(1e-3),
+                    "decay {decay}, {name}[{i}]: {got} vs {want}"
+                );
+            }
+        }
+    }
+}

@@ -215,7 +215,6 @@ fn apply_step(
                     }
                 }
             }
-
             Some(Action::Prompt(text)) => {
                 attention.prompt = text.clone();
                 attention.prompt_set = true;

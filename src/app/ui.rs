@@ -338,7 +338,11 @@ pub fn draw_ui(
 /// position embeddings) and learning rates far from the preset's. Each
 /// takes effect with New run, and the loss chart keeps the run before it
 /// for comparison.
-fn lab_settings(ui: &mut egui::Ui, settings: &mut RunSettings) {
+fn lab_settings(
+    ui: &mut egui::Ui,
+    settings: &mut RunSettings,
+    commands: &mut MessageWriter<RunCommand>,
+) {
     egui::CollapsingHeader::new("🔨 Break it (labs)")
         .default_open(!settings.lab.is_intact())
         .show(ui, |ui| {
@@ -356,7 +360,10 @@ fn lab_settings(ui: &mut egui::Ui, settings: &mut RunSettings) {
                     }
                 }
             });
-            ui.small("New run starts a fresh model with these; the loss chart keeps the run before it, dashed.");
+            if ui.button("New lab run").on_hover_text("a fresh model with these switches and learning rate (New run above does the same)").clicked() {
+                commands.write(RunCommand::NewRun);
+            }
+            ui.small("The loss chart keeps the run before it, dashed.");
         });
 }
 
@@ -442,12 +449,8 @@ fn side_panels(
                 });
                 ui.end_row();
             });
-            lab_settings(ui, settings);
             if ui.button("New run with these settings").clicked() {
                 commands.write(RunCommand::NewRun);
-            }
-            if !run.config().lab.is_intact() {
-                ui.colored_label(egui::Color32::from_rgb(255, 170, 60), format!("this run is a lab: {}", run.config().lab.describe()));
             }
             ui.separator();
             ui.strong("Training");
@@ -506,6 +509,11 @@ fn side_panels(
                     }
                 }
             });
+            // Below the controls the browser test clicks by position.
+            lab_settings(ui, settings, commands);
+            if !run.config().lab.is_intact() {
+                ui.colored_label(egui::Color32::from_rgb(255, 170, 60), format!("this run is a lab: {}", run.config().lab.describe()));
+            }
             ui.separator();
             ui.strong("Metrics");
             let cfg = run.config();

@@ -1,5 +1,7 @@
 //! Incremental inference on the CPU with a KV cache: each new token costs one
-//! position of work, not a rerun of the whole context. It reuses the kernels
+//! position of work, not a rerun of the whole context, until the window is
+//! full; then `train::sample` primes it again with the last ctx/2 bytes, so
+//! over a long sample a byte costs about two positions. It reuses the kernels
 //! of [`super::ops`] on single rows, and is tested against the full forward
 //! pass of the program (same logits).
 //!

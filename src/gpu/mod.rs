@@ -7,8 +7,11 @@
 //! step as a list of dispatches per program step, each with its bind group.
 //! A training step then writes the batch and one small uniform block, records
 //! every dispatch into one command encoder, submits once, and reads back 8
-//! bytes (loss and gradient norm). No buffer is created after construction
-//! (`buffers_created` counts them; a test checks).
+//! bytes (loss and gradient norm). The tensors' buffers are all made here;
+//! what is made later is made once and reused: the staging buffers of
+//! readbacks (grown when a larger read comes), the ring of several steps
+//! per submit, the Flash trace's. `buffers_created` counts them all; a test
+//! checks that training steps after the first create none.
 
 pub mod context;
 mod flash;
