@@ -211,28 +211,20 @@ fn a_sample_of_binary_bytes_sends_no_control_codes() {
             .collect::<Vec<_>>(),
     )
     .unwrap();
-    let run = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
-        .args([
-            "train",
-            "--preset",
-            "tiny",
-            "--backend",
-            "cpu",
-            "--steps",
-            "3",
-            "--corpus",
-        ])
-        .arg(&corpus)
-        .arg("--out")
-        .arg(dir.join("binary.safetensors"))
-        .output()
-        .unwrap();
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let sample = String::from_utf8_lossy(&run.stderr);
+    let out = dir.join("binary.safetensors");
+    let (_, sample) = common::tinygpt(&[
+        "train",
+        "--preset",
+        "tiny",
+        "--backend",
+        "cpu",
+        "--steps",
+        "3",
+        "--corpus",
+        corpus.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     let sample = &sample[sample.find("sample:").expect("a sample is printed")..];
     let raw: Vec<char> = sample
         .chars()
@@ -253,24 +245,24 @@ fn resuming_an_export_without_adamw_state_says_so() {
         env!("CARGO_MANIFEST_DIR"),
         "/assets/checkpoints/tiny.safetensors"
     );
-    let run = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
-        .args(["export", "--checkpoint", shipped, "--out"])
-        .arg(&export)
-        .output()
-        .unwrap();
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let run = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
-        .args(["train", "--backend", "cpu", "--steps", "2001", "--resume"])
-        .arg(&export)
-        .arg("--out")
-        .arg(dir.join("resumed.safetensors"))
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(run.status.success(), "{stderr}");
+    let resumed = dir.join("resumed.safetensors");
+    common::tinygpt(&[
+        "export",
+        "--checkpoint",
+        shipped,
+        "--out",
+        export.to_str().unwrap(),
+    ]);
+    let (_, stderr) = common::tinygpt(&[
+        "train",
+        "--backend",
+        "cpu",
+        "--steps",
+        "2001",
+        "--resume",
+        export.to_str().unwrap(),
+        "--out",
+        resumed.to_str().unwrap(),
+    ]);
     assert!(stderr.contains("no AdamW moments"), "{stderr}");
 }

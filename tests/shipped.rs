@@ -3,8 +3,6 @@
 
 mod common;
 
-use std::process::Command;
-
 /// Tensors of a safetensors file by name, as raw bytes.
 fn tensors(bytes: &[u8]) -> Vec<(String, Vec<u8>)> {
     let st = safetensors::SafeTensors::deserialize(bytes).unwrap();
@@ -37,15 +35,7 @@ fn the_readme_command_reproduces_the_shipped_tiny_checkpoint() {
         .collect();
     let at = args.iter().position(|a| a == "--out").unwrap();
     args[at + 1] = out.display().to_string();
-    let run = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
-        .args(&args)
-        .output()
-        .unwrap();
-    assert!(
-        run.status.success(),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    common::tinygpt(&args);
     let made = tensors(&std::fs::read(&out).unwrap());
     let kept = tensors(shipped);
     assert_eq!(made.len(), kept.len());

@@ -12,27 +12,15 @@
 
 mod common;
 
+use common::tinygpt;
+
 use std::path::PathBuf;
-use std::process::Command;
 use tinygpt::model::checkpoint::Checkpoint;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name)
-}
-
-fn tinygpt(args: &[&str]) -> (String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
-        .args(args)
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    );
-    assert!(out.status.success(), "tinygpt {}: {stderr}", args.join(" "));
-    (stdout, stderr)
 }
 
 #[test]

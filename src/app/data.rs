@@ -112,10 +112,7 @@ impl ViewData<'_, '_> {
             Scene::Correctness => self.correctness.data_json(),
             Scene::Speedup => json!({
                 "results": self.speedup.results,
-                "kernels": self.speedup.kernels.as_ref().map(|k| match k {
-                    Ok(k) => serde_json::to_value(k).expect("plain data"),
-                    Err(e) => json!({ "error": e }),
-                }),
+                "kernels": self.speedup.kernels_json(),
             }),
         };
         json!({
@@ -178,14 +175,7 @@ impl ViewData<'_, '_> {
             .iter()
             .filter_map(|r| Some((r.step as f64, r.val_loss? as f64)))
             .collect();
-        let label = self.run.as_ref().map_or(String::new(), |r| {
-            format!(
-                "{}, lr {:.1e}, {}",
-                r.preset,
-                r.config().lr,
-                r.config().lab.describe()
-            )
-        });
+        let label = self.run.as_ref().map_or(String::new(), |r| r.label());
         let greys = ["#bbbbbb", "#999999", "#666666"];
         let mut series: Vec<Series> = self
             .earlier

@@ -255,10 +255,7 @@ fn count_frames(
             "paused_run_at": speedup.paused_run_at,
             "message": speedup.message,
             "results": speedup.results,
-            "kernels": speedup.kernels.as_ref().map(|k| match k {
-                Ok(k) => serde_json::to_value(k).expect("plain data"),
-                Err(e) => serde_json::json!({ "error": e }),
-            }),
+            "kernels": speedup.kernels_json(),
         })
     });
     if let Some(r) = lesson.narration_rect {

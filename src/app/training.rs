@@ -149,6 +149,12 @@ impl Run {
         &self.program.config
     }
 
+    /// The run as the loss chart names it: `tiny, lr 3.0e-4, no causal mask`.
+    pub fn label(&self) -> String {
+        let c = self.config();
+        format!("{}, lr {:.1e}, {}", self.preset, c.lr, c.lab.describe())
+    }
+
     pub fn step(&self) -> u64 {
         self.last.map_or(0, |m| m.step).max(self.engine.step())
     }
@@ -625,9 +631,8 @@ impl EarlierRuns {
         loss.sort_by(|a, b| a[0].total_cmp(&b[0]));
         let stride = loss.len().div_ceil(Self::POINTS);
         let loss = loss.into_iter().step_by(stride).collect();
-        let c = run.config();
         self.0.push(EarlierRun {
-            label: format!("{}, lr {:.1e}, {}", run.preset, c.lr, c.lab.describe()),
+            label: run.label(),
             loss,
         });
         if self.0.len() > Self::KEEP {

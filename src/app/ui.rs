@@ -382,12 +382,7 @@ fn side_panels(
     sample: &mut SampleState,
     loss_out: &mut MessageWriter<super::data::ExportLossChart>,
 ) {
-    let run_label = format!(
-        "{}, lr {:.1e}, {}",
-        run.preset,
-        run.config().lr,
-        run.config().lab.describe()
-    );
+    let run_label = run.label();
     // ---- left: run configuration, controls, metrics
     egui::Panel::left("run").default_size(300.0).show(root, |ui| {
         egui::ScrollArea::vertical().show(ui, |ui| {

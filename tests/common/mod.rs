@@ -50,22 +50,33 @@ pub fn config(
     }
 }
 
-/// Runs `tinygpt ARGS`, asserts it succeeded, and parses each line of its
-/// standard output as JSON (the `--json` commands).
+/// Runs `tinygpt ARGS`, asserts it succeeded (its standard error in the
+/// message otherwise), and returns its standard output and error.
 #[allow(dead_code)] // not every test binary runs the command line
-pub fn json_lines(args: &[&str]) -> Vec<serde_json::Value> {
+pub fn tinygpt<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> (String, String) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_tinygpt"))
         .args(args)
         .output()
         .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let shown: Vec<_> = args.iter().map(|a| a.as_ref().to_string_lossy()).collect();
     assert!(
         out.status.success(),
-        "tinygpt {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
+        "tinygpt {}: {stderr}",
+        shown.join(" ")
     );
-    String::from_utf8(out.stdout)
-        .unwrap()
+    (
+        String::from_utf8(out.stdout).expect("tinygpt writes UTF-8"),
+        stderr,
+    )
+}
+
+/// Runs `tinygpt ARGS`, asserts it succeeded, and parses each line of its
+/// standard output as JSON (the `--json` commands).
+#[allow(dead_code)] // not every test binary runs the command line
+pub fn json_lines(args: &[&str]) -> Vec<serde_json::Value> {
+    tinygpt(args)
+        .0
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()

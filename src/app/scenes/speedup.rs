@@ -126,6 +126,16 @@ pub struct SpeedupView {
 }
 
 impl SpeedupView {
+    /// The kernel view's data as JSON (`tinygpt bench --kernels --json`'s
+    /// object, or its error; null before a measurement).
+    pub fn kernels_json(&self) -> serde_json::Value {
+        match &self.kernels {
+            Some(Ok(k)) => serde_json::to_value(k).expect("plain data"),
+            Some(Err(e)) => serde_json::json!({ "error": e }),
+            None => serde_json::Value::Null,
+        }
+    }
+
     /// Measures `presets` (the command line's `--bench`) as soon as the scene opens.
     pub fn starting(presets: Option<&[String]>) -> Self {
         let mut view = Self::default();
