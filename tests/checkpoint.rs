@@ -86,7 +86,7 @@ fn f16_export_loads_as_weights_only() {
 }
 
 #[test]
-fn a_failed_save_keeps_the_previous_checkpoint() {
+fn a_refused_save_keeps_the_previous_checkpoint() {
     let ck = trained_checkpoint();
     let dir = tmpdir("atomic");
     let path = dir.join("c.safetensors");

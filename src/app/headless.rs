@@ -86,6 +86,7 @@ fn count_frames(
     mut data: (
         MessageWriter<super::data::ExportData>,
         MessageWriter<super::data::ExportLossChart>,
+        MessageWriter<super::training::RunCommand>,
     ),
     (mut exit, mut export, exports, lesson, status, ui_state): (
         MessageWriter<AppExit>,
@@ -137,6 +138,13 @@ fn count_frames(
             data.1.write(super::data::ExportLossChart);
             return;
         }
+        if name == "checkpoint" {
+            // As the run panel's Save button does, to its path.
+            data.2.write(super::training::RunCommand::SaveCheckpoint(
+                ui_state.checkpoint_path.trim().into(),
+            ));
+            return;
+        }
         if name == "view" || found.is_some() {
             export.write(super::export::ExportPng {
                 name: format!("{}-{name}", scene.get().key()),
@@ -146,7 +154,7 @@ fn count_frames(
         }
         *state.capture_error.lock().unwrap() = Some(format!("--export {name}: no such region"));
     }
-    if state.export_asked && exports.pending > 0 {
+    if state.export_asked && (exports.pending > 0 || run.as_ref().is_some_and(|r| r.saving())) {
         return;
     }
     let capture = state.capture.load(Ordering::Acquire);

@@ -142,9 +142,21 @@ pub struct Run {
     pub generation: u64,
     pending_save: Option<(PathBuf, bool)>,
     save_requested: bool,
+    /// A checkpoint being written on its own thread: where its outcome
+    /// arrives (where it went, or why it failed).
+    saving: Option<SaveInFlight>,
 }
 
+/// The outcome of a checkpoint save that runs off the frame thread (a save
+/// of xl writes 77 MB and waits for the disk).
+type SaveInFlight = std::sync::Arc<std::sync::Mutex<Option<Result<String, String>>>>;
+
 impl Run {
+    /// A checkpoint save is waiting for its snapshot or being written.
+    pub fn saving(&self) -> bool {
+        self.pending_save.is_some() || self.saving.is_some()
+    }
+
     pub fn config(&self) -> &Config {
         &self.program.config
     }
@@ -596,6 +608,7 @@ pub fn build_run(
         generation,
         pending_save: None,
         save_requested: false,
+        saving: None,
     })
 }
 
@@ -745,7 +758,9 @@ fn handle_commands(
                 } else {
                     crate::model::checkpoint::check_writable(&path)
                 };
-                if let Err(e) = writable {
+                if run.saving.is_some() {
+                    status.error("a checkpoint is still being written; save again when it is done");
+                } else if let Err(e) = writable {
                     status.error(format!("checkpoint not saved: {e}"));
                 } else {
                     let resume = run.state == RunState::Training;
@@ -875,16 +890,9 @@ fn pump_training(
             run.pending_save = None;
             run.save_requested = false;
             match save_checkpoint(run, &snapshot, &path) {
-                Ok(name) => {
-                    status.info = Some(format!(
-                        "checkpoint {} {name} at step {}",
-                        if cfg!(target_arch = "wasm32") {
-                            "downloaded as"
-                        } else {
-                            "saved to"
-                        },
-                        snapshot.step
-                    ))
+                Ok(saving) => {
+                    status.info = Some(format!("saving the checkpoint of step {}…", snapshot.step));
+                    run.saving = Some(saving);
                 }
                 Err(e) => status.error(format!("checkpoint not saved: {e}")),
             }
@@ -894,6 +902,19 @@ fn pump_training(
         }
         snapshots.latest = Some(snapshot);
         snapshots.version += 1;
+    }
+    // The save's thread reports where the checkpoint went (the run trains on
+    // meanwhile: the checkpoint holds its own copy of the snapshot).
+    let finished = run
+        .saving
+        .as_ref()
+        .and_then(|slot| slot.lock().ok().and_then(|mut s| s.take()));
+    if let Some(outcome) = finished {
+        run.saving = None;
+        match outcome {
+            Ok(message) => status.info = Some(message),
+            Err(e) => status.error(format!("checkpoint not saved: {e}")),
+        }
     }
     // A pending save waits until nothing is in flight, then reads everything.
     if run.pending_save.is_some() && !run.save_requested && !run.engine.busy() {
@@ -950,14 +971,15 @@ fn pump_training(
     }
 }
 
-/// Writes the run's checkpoint (with AdamW's moments) from a full snapshot;
-/// in the browser, offers it as a download named after the preset and the
-/// snapshot's step (`path` is unused there). Returns where it went.
+/// Writes the run's checkpoint (with AdamW's moments) from a full snapshot
+/// on a thread of its own; in the browser, offers it as a download named
+/// after the preset and the snapshot's step (`path` is unused there).
+/// Returns where the outcome will arrive.
 fn save_checkpoint(
     run: &mut Run,
     snapshot: &Snapshot,
     path: &std::path::Path,
-) -> Result<String, String> {
+) -> Result<SaveInFlight, String> {
     let program = &run.program;
     let take = |prefix: &str| -> Result<Vec<NamedTensor>, String> {
         program
@@ -984,25 +1006,40 @@ fn save_checkpoint(
     };
     let trainer = run.engine.idle_trainer().ok_or("the run was busy")?;
     let checkpoint = trainer.checkpoint_from(params, Some(optimizer));
+    let slot = SaveInFlight::default();
+    let step = snapshot.step;
     #[cfg(not(target_arch = "wasm32"))]
     {
-        checkpoint
-            .save(path, Precision::F32)
-            .map_err(|e| e.to_string())?;
-        Ok(path.display().to_string())
+        let (path, done) = (path.to_path_buf(), slot.clone());
+        std::thread::Builder::new()
+            .name("tinygpt-save".into())
+            .spawn(move || {
+                let outcome = checkpoint
+                    .save(&path, Precision::F32)
+                    .map(|()| format!("checkpoint saved to {} at step {step}", path.display()))
+                    .map_err(|e| e.to_string());
+                if let Ok(mut s) = done.lock() {
+                    *s = Some(outcome);
+                }
+            })
+            .map_err(|e| format!("cannot start the save: {e}"))?;
     }
     #[cfg(target_arch = "wasm32")]
     {
+        // A download: the browser writes the file, off this thread.
         let _ = path;
         let name = format!(
             "tinygpt-{}-step{}.safetensors",
             run.preset.replace(['/', '\\', '.'], "_"),
-            snapshot.step
+            step
         );
         let bytes = checkpoint
             .to_bytes(Precision::F32, &name)
             .map_err(|e| e.to_string())?;
         super::web::download(&name, &bytes);
-        Ok(name)
+        *slot.lock().unwrap() = Some(Ok(format!(
+            "checkpoint downloaded as {name} at step {step}"
+        )));
     }
+    Ok(slot)
 }

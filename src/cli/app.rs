@@ -86,7 +86,8 @@ pub struct AppArgs {
     /// Speedup scene's `curve` or `roofline`) or the whole `view` through the
     /// app's PNG export, into tinygpt-SCENE-REGION.png in the working directory;
     /// or `data` (the view's data: tinygpt-SCENE-data.json) or `loss-chart`
-    /// (tinygpt-loss.svg and .csv), as the app's 💾 Data and loss-chart buttons save them.
+    /// (tinygpt-loss.svg and .csv), as the app's 💾 Data and loss-chart buttons save them,
+    /// or `checkpoint` (the run, as Save checkpoint saves it: tinygpt-app.safetensors).
     #[arg(long, value_name = "REGION", requires = "headless")]
     export: Option<String>,
     /// The backends `--bench` measures, comma-separated (default: both, but

@@ -220,7 +220,41 @@ pub fn run(args: TrainArgs) -> Result<()> {
     Ok(())
 }
 
+/// Saves the run to `out`; when that fails (a full disk, a folder gone),
+/// the weights are not lost: they go to a rescue file in the temporary
+/// folder or the home folder, and the error says where.
 fn save(trainer: &mut Trainer, out: &std::path::Path) -> Result<()> {
-    trainer.checkpoint(true)?.save(out, Precision::F32)?;
-    Ok(())
+    let checkpoint = trainer.checkpoint(true)?;
+    let Err(error) = checkpoint.save(out, Precision::F32) else {
+        return Ok(());
+    };
+    let stem = out
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "tinygpt".into());
+    let name = format!(
+        "{stem}-rescued-step{}-{}.safetensors",
+        checkpoint.step,
+        std::process::id()
+    );
+    let folders = [Some(std::env::temp_dir()), std::env::home_dir()];
+    for folder in folders.into_iter().flatten() {
+        let rescue = folder.join(&name);
+        // Straight to the file: no test's injected fault applies here.
+        if checkpoint
+            .save_observed(&rescue, Precision::F32, &mut |_| Ok(()))
+            .is_ok()
+        {
+            anyhow::bail!(
+                "{error}\nthe trained weights (step {}) are not lost: they were saved to {} \
+                 (move the file where you want it; `tinygpt train --resume {}` continues the run)",
+                checkpoint.step,
+                rescue.display(),
+                rescue.display()
+            );
+        }
+    }
+    anyhow::bail!(
+        "{error}\nand no rescue file could be written in the temporary or the home folder either"
+    )
 }

@@ -15,8 +15,9 @@ use super::config::Config;
 use super::params::NamedTensor;
 use crate::data::tokenizer;
 use crate::program::Program;
-use safetensors::tensor::{Dtype, SafeTensors, TensorView};
+use safetensors::tensor::{Dtype, Metadata, SafeTensors, TensorInfo};
 use serde::{Deserialize, Serialize};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -75,50 +76,112 @@ pub enum CheckpointError {
 }
 
 impl Checkpoint {
-    /// Writes the checkpoint atomically (temporary file, then rename).
+    /// Writes the checkpoint atomically: a temporary file beside the target,
+    /// flushed to disk, renamed over the target, and the folder flushed. A
+    /// save killed at any point leaves the old file or the new one, never a
+    /// torn one (`tests/save_kill.rs` kills it at every [`SaveStage`]).
+    /// Temporary files that killed saves left beside the target are removed.
+    ///
+    /// For those tests, two environment variables act at the N-th stage
+    /// (counting from 0): `TINYGPT_TEST_SAVE_PAUSE=N` prints
+    /// `tinygpt: save paused at stage N (...)` to stderr and waits forever
+    /// (for a SIGKILL), `TINYGPT_TEST_SAVE_FAIL=N` fails the save there as a
+    /// full disk would.
     pub fn save(&self, path: &Path, precision: Precision) -> Result<(), CheckpointError> {
+        let number = |name| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+        };
+        let (pause, fail) = (
+            number("TINYGPT_TEST_SAVE_PAUSE"),
+            number("TINYGPT_TEST_SAVE_FAIL"),
+        );
+        let mut index = 0;
+        self.save_observed(path, precision, &mut |stage| {
+            let this = index;
+            index += 1;
+            if pause == Some(this) {
+                eprintln!("tinygpt: save paused at stage {this} ({stage:?})");
+                loop {
+                    std::thread::park();
+                }
+            }
+            if fail == Some(this) {
+                return Err(std::io::Error::other(format!(
+                    "no space left on device (injected by TINYGPT_TEST_SAVE_FAIL at {stage:?})"
+                )));
+            }
+            Ok(())
+        })
+    }
+
+    /// [`Checkpoint::save`], calling `observe` after each stage; an error
+    /// from it fails the save there (the tests' way to inject a fault).
+    pub fn save_observed(
+        &self,
+        path: &Path,
+        precision: Precision,
+        observe: &mut dyn FnMut(SaveStage) -> std::io::Result<()>,
+    ) -> Result<(), CheckpointError> {
         let werr = |message: String| CheckpointError::Write {
             path: path.display().to_string(),
             message,
         };
+        let file = self.file(precision, &path.display().to_string())?;
+        remove_stale_temp_files(path);
         let tmp = temp_path(path);
-        let result = self
-            .serialize_with(precision, &path.display().to_string(), |views, meta| {
-                safetensors::tensor::serialize_to_file(views, meta, &tmp)
-            })
-            .and_then(|_| {
-                std::fs::File::open(&tmp)
-                    .and_then(|f| f.sync_all())
-                    .and_then(|_| readable_by_all(&tmp))
-                    .and_then(|_| std::fs::rename(&tmp, path))
-                    .map_err(|e| werr(e.to_string()))
-            });
-        if result.is_err() {
+        let result = (|| {
+            let mut out = std::fs::File::create(&tmp)?;
+            observe(SaveStage::Created)?;
+            file.write_to(&mut out, observe)?;
+            out.sync_all()?;
+            drop(out);
+            readable_by_all(&tmp)?;
+            observe(SaveStage::Synced)?;
+            std::fs::rename(&tmp, path)?;
+            // The rename itself reaches the disk with its folder.
+            #[cfg(unix)]
+            if let Some(dir) = path.parent() {
+                let dir = if dir.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    dir
+                };
+                std::fs::File::open(dir)?.sync_all()?;
+            }
+            observe(SaveStage::Renamed)
+        })();
+        if let Err(e) = result {
+            // Nothing to clean once the rename happened (the file is the new one).
             let _ = std::fs::remove_file(&tmp);
+            return Err(werr(e.to_string()));
         }
-        result
+        Ok(())
     }
 
     /// The checkpoint as a safetensors file's bytes (what [`Checkpoint::save`]
     /// writes; the browser build offers them as a download). `name` is the
     /// file the bytes are for, for errors.
     pub fn to_bytes(&self, precision: Precision, name: &str) -> Result<Vec<u8>, CheckpointError> {
-        self.serialize_with(precision, name, |views, meta| {
-            safetensors::tensor::serialize(views, meta)
-        })
+        let file = self.file(precision, name)?;
+        let mut bytes = Vec::with_capacity(file.len() as usize);
+        file.write_to(&mut bytes, &mut |_| Ok(()))
+            .map_err(|e| CheckpointError::Write {
+                path: name.to_string(),
+                message: e.to_string(),
+            })?;
+        Ok(bytes)
     }
 
-    /// Checks the tensors, builds the safetensors views and metadata, and
-    /// hands them to `write` (to a file, streamed, or to bytes in memory).
-    fn serialize_with<R>(
+    /// Checks the tensors and lays out the safetensors file: its header
+    /// (safetensors' own metadata type) and the tensors' bytes, borrowed
+    /// where they are already little-endian f32.
+    fn file(
         &self,
         precision: Precision,
         name: &str,
-        write: impl FnOnce(
-            Vec<(String, TensorView)>,
-            Option<HashMap<String, String>>,
-        ) -> Result<R, safetensors::SafeTensorError>,
-    ) -> Result<R, CheckpointError> {
+    ) -> Result<SafetensorsFile<'_>, CheckpointError> {
         let werr = |message: String| CheckpointError::Write {
             path: name.to_string(),
             message,
@@ -148,41 +211,52 @@ impl Checkpoint {
             serde_json::to_string(&self.loss_history).map_err(|e| werr(e.to_string()))?,
         );
 
-        let (dtype, bytes): (Dtype, Vec<Vec<u8>>) = match precision {
-            Precision::F32 => (
-                Dtype::F32,
-                self.all_tensors()
-                    .map(|t| bytemuck::cast_slice(&t.values).to_vec())
-                    .collect(),
-            ),
-            Precision::F16 => (
-                Dtype::F16,
-                self.params
-                    .iter()
-                    .map(|t| {
+        let (dtype, tensors): (Dtype, Vec<&NamedTensor>) = match precision {
+            Precision::F32 => (Dtype::F32, self.all_tensors().collect()),
+            Precision::F16 => (Dtype::F16, self.params.iter().collect()),
+        };
+        let mut tensors: Vec<(&NamedTensor, Cow<'_, [u8]>)> = tensors
+            .into_iter()
+            .map(|t| {
+                let bytes = match precision {
+                    Precision::F32 if cfg!(target_endian = "little") => {
+                        Cow::Borrowed(bytemuck::cast_slice(&t.values))
+                    }
+                    Precision::F32 => {
+                        Cow::Owned(t.values.iter().flat_map(|x| x.to_le_bytes()).collect())
+                    }
+                    Precision::F16 => Cow::Owned(
                         t.values
                             .iter()
                             .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
-                            .collect()
-                    })
-                    .collect(),
-            ),
-        };
-        let tensors: Vec<&NamedTensor> = match precision {
-            Precision::F32 => self.all_tensors().collect(),
-            Precision::F16 => self.params.iter().collect(),
-        };
-        let views: Vec<(String, TensorView)> = tensors
-            .iter()
-            .zip(&bytes)
-            .map(|(t, b)| {
-                Ok((
-                    t.name.clone(),
-                    TensorView::new(dtype, t.shape.clone(), b).map_err(|e| werr(e.to_string()))?,
-                ))
+                            .collect(),
+                    ),
+                };
+                (t, bytes)
             })
-            .collect::<Result<_, CheckpointError>>()?;
-        write(views, Some(meta)).map_err(|e| werr(e.to_string()))
+            .collect();
+        // safetensors' order: by name within one dtype.
+        tensors.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+        let mut offset = 0;
+        let infos = tensors
+            .iter()
+            .map(|(t, bytes)| {
+                let info = TensorInfo {
+                    dtype,
+                    shape: t.shape.clone(),
+                    data_offsets: (offset, offset + bytes.len()),
+                };
+                offset += bytes.len();
+                (t.name.clone(), info)
+            })
+            .collect();
+        let metadata = Metadata::new(Some(meta), infos).map_err(|e| werr(e.to_string()))?;
+        let mut header = serde_json::to_vec(&metadata).map_err(|e| werr(e.to_string()))?;
+        header.resize(header.len().next_multiple_of(8), b' ');
+        Ok(SafetensorsFile {
+            header,
+            data: tensors.into_iter().map(|(_, b)| b).collect(),
+        })
     }
 
     fn all_tensors(&self) -> impl Iterator<Item = &NamedTensor> {
@@ -364,6 +438,102 @@ pub fn temp_path(path: &Path) -> PathBuf {
         .unwrap_or_default();
     name.push(format!(".tmp-{}", std::process::id()));
     path.with_file_name(name)
+}
+
+/// Where a save has got to (see [`Checkpoint::save_observed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SaveStage {
+    /// The temporary file exists beside the target, empty.
+    Created,
+    /// `written` of the file's `total` bytes are in the temporary file
+    /// (after each 1 MiB and at the end).
+    Writing { written: u64, total: u64 },
+    /// The temporary file is complete and on disk; the target is untouched.
+    Synced,
+    /// The temporary file has replaced the target.
+    Renamed,
+}
+
+/// A safetensors file laid out for writing: `u64` header length, the JSON
+/// header (padded to 8 bytes), then each tensor's bytes in header order.
+struct SafetensorsFile<'a> {
+    header: Vec<u8>,
+    data: Vec<Cow<'a, [u8]>>,
+}
+
+impl SafetensorsFile<'_> {
+    const CHUNK: usize = 1 << 20;
+
+    fn len(&self) -> u64 {
+        8 + self.header.len() as u64 + self.data.iter().map(|d| d.len() as u64).sum::<u64>()
+    }
+
+    fn write_to(
+        &self,
+        out: &mut impl std::io::Write,
+        observe: &mut dyn FnMut(SaveStage) -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
+        use std::io::Write;
+        let total = self.len();
+        let mut out = std::io::BufWriter::with_capacity(Self::CHUNK, out);
+        out.write_all(&(self.header.len() as u64).to_le_bytes())?;
+        out.write_all(&self.header)?;
+        let mut written = 8 + self.header.len() as u64;
+        let mut reported = 0;
+        for chunk in self.data.iter().flat_map(|d| d.chunks(Self::CHUNK)) {
+            out.write_all(chunk)?;
+            written += chunk.len() as u64;
+            if written - reported >= Self::CHUNK as u64 {
+                out.flush()?;
+                observe(SaveStage::Writing { written, total })?;
+                reported = written;
+            }
+        }
+        out.flush()?;
+        if reported != written {
+            observe(SaveStage::Writing { written, total })?;
+        }
+        Ok(())
+    }
+}
+
+/// Removes the temporary files that saves to `path` left when they were
+/// killed (`NAME.tmp-PID` of a process that no longer runs).
+fn remove_stale_temp_files(path: &Path) {
+    #[cfg(unix)]
+    {
+        let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+            return;
+        };
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        let prefix = format!("{}.tmp-", name.to_string_lossy());
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let file = entry.file_name();
+            let Some(pid) = file
+                .to_str()
+                .and_then(|f| f.strip_prefix(&prefix))
+                .and_then(|p| p.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            // kill(pid, 0) fails with ESRCH when no such process exists.
+            let gone = pid != std::process::id() as i32
+                && unsafe { libc::kill(pid, 0) } == -1
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+            if gone {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
 }
 
 /// Checks up front that a checkpoint can be written at `path`, so a long run

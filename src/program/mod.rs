@@ -280,6 +280,9 @@ struct Builder {
     ops: Vec<OpNode>,
     layer: usize,
     next_stream: u32,
+    /// Every tensor name so far (a linear scan made a 1000-layer program
+    /// take seconds to build: the fuzzer's first finding).
+    names: std::collections::HashSet<String>,
 }
 
 impl Builder {
@@ -292,10 +295,7 @@ impl Builder {
     }
 
     fn tensor(&mut self, name: &str, shape: &[usize], kind: TensorKind) -> TensorId {
-        assert!(
-            !self.tensors.iter().any(|t| t.name == name),
-            "duplicate tensor {name}"
-        );
+        assert!(self.names.insert(name.into()), "duplicate tensor {name}");
         self.tensors.push(TensorInfo {
             name: name.into(),
             shape: shape.to_vec(),
@@ -375,6 +375,7 @@ impl Program {
             ops: vec![],
             layer: 0,
             next_stream: 0,
+            names: Default::default(),
         };
 
         let lab = config.lab;
