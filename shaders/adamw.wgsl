@@ -9,15 +9,19 @@
 //   @binding(2) m:        array<f32>  first moments
 //   @binding(3) v:        array<f32>  second moments
 //   @binding(4) stats:    array<f32>  [loss, grad_norm, clip_scale, sum_squares]
-//   @binding(5) partials: array<f32>  one partial sum of squares per workgroup
+//   @binding(5) partials: array<f32>  one partial sum of squares per workgroup, then
+//                                     [total groups] the halt flag: 1 once a step's loss
+//                                     or norm was not finite; only the host clears it
 //   @binding(6) op:       OptParams   chunk length and its offset in the flat buffer
 //   @binding(7) step:     StepUniform lr, betas, eps, weight decay, bias corrections, clip
 // Entry points:
 //   sum_squares_partial  group per CHUNK elements: partials[first_group + g] = Σ grad²
-//   grad_norm_final      one group: stats[1] = √Σ partials (in order), stats[2] = clip scale
+//   grad_norm_final      one group: stats[1] = √Σ partials (in order), stats[2] = clip scale,
+//                        stats[3] = Σ grad² (−1: the step is discarded, the halt flag was set)
 //   adamw_update         thread per element: PyTorch's AdamW on the clipped gradient; does
 //                        nothing when the loss or the norm is not finite (a diverged step
-//                        leaves the model as it was)
+//                        leaves the model as it was), nor in any step queued after one
+//                        until the host clears the halt flag
 // Workgroup: 256 threads; fixed reduction trees (deterministic).
 
 struct OptParams {
@@ -25,7 +29,8 @@ struct OptParams {
     n: u32,
     // flat index of the chunk's first element
     offset: u32,
-    // partial sums written before this chunk (sum_squares_partial) or in all (final)
+    // partial sums written before this chunk (sum_squares_partial) or in all
+    // (grad_norm_final, adamw_update: where the halt flag is)
     first_group: u32,
     _pad: u32,
 }
@@ -84,15 +89,19 @@ fn grad_norm_final(@builtin(local_invocation_id) lid: vec3<u32>) {
         if (step.grad_clip > 0.0 && is_finite(norm)) {
             scale = min(1.0, step.grad_clip / (norm + 1e-6));
         }
+        let halted = partials[op.first_group] != 0.0;
+        if (!(is_finite(stats[0]) && is_finite(norm))) {
+            partials[op.first_group] = 1.0;
+        }
         stats[1] = norm;
         stats[2] = scale;
-        stats[3] = total;
+        stats[3] = select(total, -1.0, halted);
     }
 }
 
 @compute @workgroup_size(256)
 fn adamw_update(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
-    if (!(is_finite(stats[0]) && is_finite(stats[1]))) { return; }
+    if (partials[op.first_group] != 0.0 || !(is_finite(stats[0]) && is_finite(stats[1]))) { return; }
     let scale = stats[2];
     for (var i = gid.x; i < op.n; i += nwg.x * WG) {
         let g = grads[i] * scale;

@@ -301,7 +301,49 @@ pub struct EntryView {
     pub scalars: Vec<(String, f64)>,
 }
 
+/// Where a diverged step first produced a value that is not finite.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct NonFinite {
+    /// The entry's label, e.g. `h.1.mlp.c_fc` or `h.0.attn backward`.
+    pub op: String,
+    pub phase: Phase,
+    /// The tensor it wrote that holds NaN or ±inf.
+    pub tensor: String,
+}
+
+impl std::fmt::Display for NonFinite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "`{}` ({} pass), in what it wrote to `{}`",
+            self.op,
+            self.phase.key(),
+            self.tensor
+        )
+    }
+}
+
 impl EntryView {
+    /// The first tensor this entry wrote that holds a value that is not
+    /// finite (its statistics are then not finite: NaN and ±inf propagate
+    /// into the sum of squares).
+    pub fn first_non_finite(&self) -> Option<NonFinite> {
+        self.tensors
+            .iter()
+            .filter(|t| {
+                matches!(
+                    t.role,
+                    Role::Output | Role::Saved | Role::Grad | Role::Clipped
+                )
+            })
+            .find(|t| !(t.stats.l2.is_finite() && t.stats.mean.is_finite()))
+            .map(|t| NonFinite {
+                op: self.entry.label.clone(),
+                phase: self.entry.phase,
+                tensor: t.name.clone(),
+            })
+    }
+
     /// The JSON object `tinygpt step --json` prints for this entry.
     pub fn to_json(&self, program: &Program) -> serde_json::Value {
         let main = self

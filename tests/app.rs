@@ -1251,3 +1251,55 @@ fn headless_lab_run_exports_its_data_and_loss_chart() {
         "{csv}"
     );
 }
+
+/// A learning rate that diverges (issue 18): on both backends the app
+/// pauses at the last good step, says so, and names the first op whose
+/// output went non-finite (the step run again op by op, off the frame).
+#[test]
+fn headless_divergence_pauses_at_the_last_good_step_and_names_the_op() {
+    let dir = common::scratch_dir("app-diverge");
+    let mut named = Vec::new();
+    for backend in ["cpu", "gpu"] {
+        let shot = dir.join(format!("{backend}.png"));
+        let r = run_headless(
+            &[
+                "app",
+                "--headless",
+                "--frames",
+                "200",
+                "--fps",
+                "0",
+                "--preset",
+                "tiny",
+                "--lr",
+                "1e10",
+                "--train",
+                "--backend",
+                backend,
+                "--width",
+                "640",
+                "--height",
+                "360",
+            ],
+            &shot,
+        );
+        let errors: Vec<&str> = r["errors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e.as_str().unwrap())
+            .collect();
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains("training diverged") && e.contains("back at step")),
+            "{backend}: {errors:?}"
+        );
+        let op = errors
+            .iter()
+            .find_map(|e| e.split("came out of ").nth(1))
+            .unwrap_or_else(|| panic!("{backend}: no op named: {errors:?}"));
+        named.push(op.to_string());
+    }
+    assert_eq!(named[0], named[1], "both backends name the same op");
+}

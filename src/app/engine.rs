@@ -53,6 +53,9 @@ pub struct Stepping {
     pub target: usize,
     /// Keep the step in the run once every entry has run.
     pub keep: bool,
+    /// Run again after a diverged step, to find the first op whose output
+    /// is not finite ([`Pumped::diagnosis`]); left as soon as it is found.
+    pub diagnose: bool,
 }
 
 /// Tensors read back at one step: name → values.
@@ -94,6 +97,9 @@ pub struct Pumped {
     pub probe: Option<(u64, Result<ProbeResult, String>)>,
     /// A FlashAttention trace that came back, likewise.
     pub flash: Option<(u64, Result<FlashTrace, String>)>,
+    /// After a diverged step, that step run again op by op: the first op
+    /// whose output was not finite (None: every output was finite).
+    pub diagnosis: Option<Option<crate::stepthrough::NonFinite>>,
 }
 
 /// A CPU chunk's result: the trainer comes back with it.
@@ -159,6 +165,8 @@ pub struct Engine {
     pub stepping_error: Option<String>,
     /// Counts step-throughs begun (views cache their pictures per one).
     pub stepping_generation: u64,
+    /// The step-through wanted is the diagnosis of a diverged step.
+    diagnose_next: bool,
     /// When training in this engine started and how many steps it did since.
     pub started: Option<Instant>,
     pub steps_since_start: u64,
@@ -202,6 +210,7 @@ impl Engine {
             stepping_wanted: None,
             stepping_error: None,
             stepping_generation: 0,
+            diagnose_next: false,
             started: None,
             steps_since_start: 0,
         }
@@ -365,6 +374,27 @@ impl Engine {
         self.stepping_end = true;
     }
 
+    /// After a pump: a diverged step is run again op by op (the
+    /// step-through, on this backend, without blocking a frame); once an
+    /// entry's output is not finite, or every entry has run, the diagnosis
+    /// is reported and the step-through left (the run is untouched).
+    fn diagnose(&mut self, out: &mut Pumped) {
+        if matches!(out.error, Some(TrainError::Diverged { .. })) {
+            self.end_stepping();
+            self.stepping_wanted = Some(StepSource::NextBatch);
+            self.diagnose_next = true;
+        }
+        let Some(s) = self.stepping.as_mut().filter(|s| s.diagnose) else {
+            return;
+        };
+        let found = s.cursor.views.iter().find_map(|v| v.first_non_finite());
+        if found.is_some() || s.cursor.done() {
+            out.diagnosis = Some(found);
+            s.diagnose = false;
+            self.end_stepping();
+        }
+    }
+
     /// Moves the work along without waiting: collects what has finished and,
     /// while `allowed` more steps may start, starts some.
     pub fn pump(&mut self, allowed: u64) -> Pumped {
@@ -416,10 +446,12 @@ impl Engine {
                     match trainer.begin_step(source) {
                         Ok(cursor) => {
                             self.stepping_generation += 1;
+                            let diagnose = std::mem::take(&mut self.diagnose_next);
                             self.stepping = Some(Stepping {
+                                target: if diagnose { cursor.entries.len() } else { 0 },
                                 cursor,
-                                target: 0,
                                 keep: false,
+                                diagnose,
                             })
                         }
                         Err(e) => self.stepping_error = Some(e),
@@ -621,10 +653,12 @@ impl Engine {
                         match trainer.begin_step(source) {
                             Ok(cursor) => {
                                 self.stepping_generation += 1;
+                                let diagnose = std::mem::take(&mut self.diagnose_next);
                                 self.stepping = Some(Stepping {
+                                    target: if diagnose { cursor.entries.len() } else { 0 },
                                     cursor,
-                                    target: 0,
                                     keep: false,
+                                    diagnose,
                                 })
                             }
                             Err(e) => self.stepping_error = Some(e),
@@ -690,6 +724,7 @@ impl Engine {
         if let Some(m) = out.metrics.last() {
             self.step = self.step.max(m.step);
         }
+        self.diagnose(&mut out);
         out
     }
 }

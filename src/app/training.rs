@@ -11,7 +11,7 @@ use crate::model::config::{Config, Lab};
 use crate::model::params::NamedTensor;
 use crate::probe::{ProbeResult, ProbeSource};
 use crate::program::Program;
-use crate::train::{StepMetrics, Trainer};
+use crate::train::{StepMetrics, TrainError, Trainer};
 use bevy::prelude::*;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -830,7 +830,22 @@ fn pump_training(
     }
     if let Some(e) = pumped.error {
         run.state = RunState::Diverged;
-        status.error(format!("training paused: {e}"));
+        let back = if matches!(e, TrainError::Diverged { .. }) {
+            format!(
+                ". The run is back at step {}, its last good step (the steps queued behind were discarded); \
+                 lower the learning rate (New run) or press Train to try again. Finding the op where it began…",
+                run.engine.step()
+            )
+        } else {
+            String::new()
+        };
+        status.error(format!("training paused: {e}{back}"));
+    }
+    if let Some(found) = pumped.diagnosis {
+        status.error(match found {
+            Some(at) => format!("the diverged step, run again op by op: the first value that is not finite came out of {at}"),
+            None => "the diverged step, run again op by op: every output was finite this time".to_string(),
+        });
     }
     if run.engine.step() >= run.config().steps
         && run.state == RunState::Training

@@ -160,6 +160,16 @@ pub fn run(args: TrainArgs) -> Result<()> {
             Ok(m) => m,
             Err(e @ TrainError::Diverged { .. }) => {
                 bar.abandon();
+                // Run the step again op by op, to say where it went wrong.
+                match trainer.find_first_non_finite() {
+                    Ok(Some(at)) => {
+                        eprintln!("the first value that is not finite came out of {at}")
+                    }
+                    Ok(None) => eprintln!(
+                        "run again op by op, every output of the step was finite (a value that overflows only sometimes?)"
+                    ),
+                    Err(err) => eprintln!("could not run the step again op by op: {err}"),
+                }
                 if trainer.step > 0 {
                     save(&mut trainer, &out)?;
                     eprintln!(

@@ -63,6 +63,10 @@ pub struct GpuBackend {
     step_uniform: wgpu::Buffer,
     stats: usize,
     stats_staging: wgpu::Buffer,
+    /// The halt flag (a buffer and a byte offset): set by the GPU when a
+    /// step's loss or norm is not finite, it stops every update queued after
+    /// that step until [`GpuBackend::clear_halt`].
+    halt_flag: (usize, u64),
     staging: readback::StagingPool,
     /// Staging for [`GpuBackend::submit_steps`]: batches and uniforms of the
     /// steps in one submit (created on first use, grown only when a bigger
@@ -352,7 +356,12 @@ impl GpuBackend {
             .map(|s| (s, max_chunk.min(flat_len - s)))
             .collect();
         let norm_groups: usize = chunks.iter().map(|(_, n)| n.div_ceil(NORM_CHUNK)).sum();
-        let partials = alloc.storage(&device, "scratch.norm_partials", norm_groups as u64 * 4);
+        // One partial sum per workgroup of the norm, then the halt flag (adamw.wgsl).
+        let partials = alloc.storage(
+            &device,
+            "scratch.norm_partials",
+            (norm_groups as u64 + 1) * 4,
+        );
 
         let scratch = plan::Scratch {
             flat: [flat_params, flat_grads, flat_m, flat_v],
@@ -513,6 +522,7 @@ impl GpuBackend {
             step_uniform,
             stats,
             stats_staging,
+            halt_flag: (partials, norm_groups as u64 * 4),
             staging: readback::StagingPool::default(),
             ring: None,
             tokens,
@@ -826,6 +836,16 @@ impl GpuBackend {
         Ok((losses.iter().sum::<f64>() / losses.len().max(1) as f64) as f32)
     }
 
+    /// Lets updates run again after a diverged step (the trainer has gone
+    /// back to the last good step). Ordered after everything submitted
+    /// before: the steps queued behind the diverged one stay discarded.
+    pub fn clear_halt(&mut self) {
+        let (buffer, offset) = self.halt_flag;
+        self.ctx
+            .queue
+            .write_buffer(&self.buffers[buffer], offset, bytemuck::bytes_of(&0f32));
+    }
+
     /// The outcomes of submitted steps, in order, if they have finished.
     pub fn try_finish_steps(
         &mut self,
@@ -837,7 +857,8 @@ impl GpuBackend {
             .map(|s| StepOutcome {
                 loss: s[0],
                 grad_norm: s[1],
-                applied: s[0].is_finite() && s[1].is_finite(),
+                // Σ grad² is −1 in a step discarded behind a diverged one.
+                applied: s[0].is_finite() && s[1].is_finite() && s[3] >= 0.0,
             })
             .collect())
     }
@@ -1165,11 +1186,11 @@ impl Backend for GpuBackend {
             true,
             self.steps.iter().map(|(_, d)| d.as_slice()),
         );
-        let [loss, grad_norm, _, _] = self.submit_and_read_stats(encoder);
+        let [loss, grad_norm, _, sum_squares] = self.submit_and_read_stats(encoder);
         StepOutcome {
             loss,
             grad_norm,
-            applied: loss.is_finite() && grad_norm.is_finite(),
+            applied: loss.is_finite() && grad_norm.is_finite() && sum_squares >= 0.0,
         }
     }
 

@@ -668,19 +668,26 @@ pub(super) fn plan_steps(
                 ));
                 v
             }
-            Step::AdamW => chunks
-                .iter()
-                .map(|&(start, len)| {
-                    opt_plan(
-                        "adamw_update",
-                        &chunks_srcs(flat_params, flat_grads, flat_m, flat_v, start, len),
-                        whole(stats, 16),
-                        whole(partials, 0),
-                        [len as u32, start as u32, 0, 0],
-                        grid(len),
-                    )
-                })
-                .collect(),
+            Step::AdamW => {
+                // The halt flag follows the partial sums (see adamw.wgsl).
+                let halt = chunks
+                    .iter()
+                    .map(|&(_, len)| len.div_ceil(NORM_CHUNK))
+                    .sum::<usize>();
+                chunks
+                    .iter()
+                    .map(|&(start, len)| {
+                        opt_plan(
+                            "adamw_update",
+                            &chunks_srcs(flat_params, flat_grads, flat_m, flat_v, start, len),
+                            whole(stats, 16),
+                            whole(partials, 0),
+                            [len as u32, start as u32, halt as u32, 0],
+                            grid(len),
+                        )
+                    })
+                    .collect()
+            }
         };
         planned_steps.push((*step, plans));
     }

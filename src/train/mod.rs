@@ -92,6 +92,9 @@ pub struct Trainer {
     submitted: u64,
     /// When the GPU last finished steps (for ms/step while pipelined).
     last_finish: Option<Instant>,
+    /// Counts the returns to a last good step: steps submitted before one
+    /// are discarded when they are collected.
+    epoch: u64,
 }
 
 /// Training steps submitted to the GPU and not yet collected (see
@@ -104,6 +107,11 @@ pub struct StepsInFlight {
     eval_loss: Option<f32>,
     outcomes: Option<Vec<crate::backend::StepOutcome>>,
     lrs: Vec<f32>,
+    /// The batch sampler's state before each step's batch was drawn (to go
+    /// back to, if that step diverges).
+    sampler_before: Vec<u64>,
+    /// [`Trainer::epoch`] when submitted.
+    epoch: u64,
     submitted_at: Instant,
 }
 
@@ -182,6 +190,9 @@ impl StepCursor {
 pub struct GpuStepsDone {
     pub metrics: Vec<StepMetrics>,
     pub diverged: Option<TrainError>,
+    /// Steps that ran queued behind a diverged one, whose updates the GPU
+    /// skipped (the run went back to the step before the divergence).
+    pub discarded: usize,
 }
 
 impl StepsInFlight {
@@ -217,6 +228,7 @@ impl Trainer {
             val_batches,
             submitted: 0,
             last_finish: None,
+            epoch: 0,
         })
     }
 
@@ -267,6 +279,7 @@ impl Trainer {
             val_batches,
             submitted: ckpt.step,
             last_finish: None,
+            epoch: 0,
         })
     }
 
@@ -301,9 +314,54 @@ impl Trainer {
 
     /// One optimizer step on the next batch; evaluates the validation loss
     /// when the step lands on the evaluation interval or is the run's last.
+    ///
+    /// A step whose loss or gradients are not finite is not applied: the run
+    /// stays at its last good step ([`TrainError::Diverged`]), with the batch
+    /// sampler back where it was, so [`Trainer::find_first_non_finite`] can
+    /// run that step again op by op.
     pub fn train_step(&mut self) -> Result<StepMetrics, TrainError> {
+        let before = self.sampler_state();
         let batch = self.next_batch();
-        self.train_on(&batch)
+        let result = self.train_on(&batch);
+        if let Err(TrainError::Diverged { .. }) = &result {
+            self.go_back_to_last_good(before);
+        }
+        result
+    }
+
+    /// After a diverged step: the run stays at its last good step (the
+    /// backend did not apply the update), the batch sampler goes back to
+    /// `sampler_state`, the steps still in flight are discarded, and the
+    /// GPU lets updates run again.
+    fn go_back_to_last_good(&mut self, sampler_state: u64) {
+        self.sampler.rng = crate::data::rng::Rng::new(sampler_state);
+        self.submitted = self.step;
+        self.epoch += 1;
+        if let Some(gpu) = self.backend.as_gpu() {
+            gpu.clear_halt();
+        }
+    }
+
+    /// Runs the run's next step again entry by entry (the step-through's
+    /// program, on this backend) and names the first entry whose output is
+    /// not finite: after [`TrainError::Diverged`], where the divergence
+    /// began. None if every entry's output was finite. The run is left as
+    /// it was.
+    pub fn find_first_non_finite(
+        &mut self,
+    ) -> Result<Option<crate::stepthrough::NonFinite>, crate::backend::BackendError> {
+        let mut cursor = self
+            .begin_step(StepSource::NextBatch)
+            .map_err(crate::backend::BackendError::BadProbe)?;
+        let mut found = None;
+        while let Some(view) = self.step_entry(&mut cursor)? {
+            if let Some(bad) = view.first_non_finite() {
+                found = Some(bad);
+                break;
+            }
+        }
+        self.abandon_step(cursor);
+        Ok(found)
     }
 
     /// One optimizer step on a given batch (the overfit gate uses a fixed one).
@@ -414,7 +472,13 @@ impl Trainer {
         let params: Vec<StepParams> = (first..first + n)
             .map(|done| self.step_params(done))
             .collect();
-        let batches: Vec<Batch> = (0..n).map(|_| self.next_batch()).collect();
+        let mut sampler_before = Vec::with_capacity(n as usize);
+        let batches: Vec<Batch> = (0..n)
+            .map(|_| {
+                sampler_before.push(self.sampler_state());
+                self.next_batch()
+            })
+            .collect();
         let evaluate = self.evaluates_after(first + n);
         let val_batches = std::mem::take(&mut self.val_batches);
         let gpu = self.backend.as_gpu().expect("checked above");
@@ -428,6 +492,8 @@ impl Trainer {
             eval_loss: None,
             outcomes: None,
             lrs: params.iter().map(|p| p.lr).collect(),
+            sampler_before,
+            epoch: self.epoch,
             submitted_at: Instant::now(),
         })
     }
@@ -438,10 +504,12 @@ impl Trainer {
     /// and the previous collection, shared out evenly.
     ///
     /// A step whose loss or gradients were not finite was not applied (the
-    /// GPU skips its update): it still counts as a step, is left out of the
-    /// history, and comes back as [`TrainError::Diverged`] so the caller can
-    /// pause. Steps queued behind it ran normally, each applied only if its
-    /// own loss and gradients were finite. A step whose loss passed
+    /// GPU skips its update) and comes back as [`TrainError::Diverged`] so
+    /// the caller can pause: the run goes back to its last good step, the
+    /// step before (as [`Trainer::train_step`] does). The steps queued behind
+    /// it, in this submit and in any other still in flight, ran with their
+    /// updates skipped (the GPU's halt flag) and are discarded when
+    /// collected. A step whose loss passed
     /// [`EXPLODED_LOSS`] joins the history and comes back as
     /// [`TrainError::Exploded`] the same way.
     #[allow(clippy::result_large_err)] // the submit comes back whole, to try again next frame
@@ -484,16 +552,23 @@ impl Trainer {
         let n = outcomes.len();
         let ms = now.duration_since(since).as_secs_f64() * 1e3 / n.max(1) as f64;
         let mut done = GpuStepsDone::default();
+        if flight.epoch != self.epoch {
+            // Submitted before the run went back to a last good step.
+            done.discarded = n;
+            return Ok(done);
+        }
         for (i, (out, lr)) in outcomes.into_iter().zip(flight.lrs).enumerate() {
-            self.step += 1;
             if !out.applied {
-                done.diverged.get_or_insert(TrainError::Diverged {
-                    step: self.step,
+                done.diverged = Some(TrainError::Diverged {
+                    step: self.step + 1,
                     loss: out.loss,
                     grad_norm: out.grad_norm,
                 });
-                continue;
+                done.discarded = n - i - 1;
+                self.go_back_to_last_good(flight.sampler_before[i]);
+                break;
             }
+            self.step += 1;
             let val_loss = if i + 1 == n { flight.eval_loss } else { None };
             let metrics = self.record_step(out, lr, ms, val_loss);
             done.metrics.push(metrics);
@@ -589,6 +664,7 @@ impl Trainer {
             cursor.done() && cursor.source == StepSource::NextBatch && cursor.run_step == self.step,
             "only a whole step of the run's next batch, begun at this step, can be kept"
         );
+        let before = self.sampler_state();
         let batch = self.next_batch();
         debug_assert_eq!(batch, cursor.batch);
         self.backend.discard_stash();
@@ -599,7 +675,11 @@ impl Trainer {
             applied: cursor.loss().is_some_and(f64::is_finite)
                 && cursor.grad_norm().is_some_and(f64::is_finite),
         };
-        self.complete_step(out, cursor.params.lr, cursor.exec_ms, evaluate)
+        let result = self.complete_step(out, cursor.params.lr, cursor.exec_ms, evaluate);
+        if let Err(TrainError::Diverged { .. }) = &result {
+            self.go_back_to_last_good(before);
+        }
+        result
     }
 
     /// Leaves a stepped-through step without keeping it: the weights and
