@@ -5,7 +5,7 @@
 //! (More cases, older than this file, are in `tests/cli.rs` and
 //! `tests/checkpoint.rs`; the app's are in `tests/app.rs`.)
 //!
-//! Then the faults that need a running process: SIGTERM mid-run, a sample of
+//! Then the faults that need a running process: Ctrl-C and SIGTERM mid-run, a sample of
 //! a model trained on binary bytes, resuming an export without AdamW state.
 
 mod common;
@@ -154,13 +154,20 @@ fn every_bad_input_in_the_catalogue_is_refused_with_its_reason() {
     }
 }
 
-/// SIGTERM (what a scheduler or `systemctl stop` sends) saves the run as
-/// Ctrl-C does. The test waits for the run's own first step line, not a
-/// timer.
+/// Ctrl-C (SIGINT) and SIGTERM (what a scheduler or `systemctl stop`
+/// sends) save the run. The test waits for the run's own first step line,
+/// not a timer.
 #[cfg(unix)]
 #[test]
-fn sigterm_mid_run_saves_the_checkpoint() {
-    let dir = common::scratch_dir("faults-sigterm");
+fn ctrl_c_and_sigterm_mid_run_save_the_checkpoint() {
+    for (signal, name) in [(libc::SIGINT, "sigint"), (libc::SIGTERM, "sigterm")] {
+        stop_mid_run_with(signal, name);
+    }
+}
+
+#[cfg(unix)]
+fn stop_mid_run_with(signal: i32, name: &str) {
+    let dir = common::scratch_dir(&format!("faults-{name}"));
     let out = dir.join("stopped.safetensors");
     let mut child = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
         .args([
@@ -184,7 +191,7 @@ fn sigterm_mid_run_saves_the_checkpoint() {
     assert!(first.contains("\"step\":1"), "{first}");
     let pid = child.id() as i32;
     // SAFETY: a plain kill(2) of the child we spawned.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
     // Read on to the end, so a full pipe never holds the child up.
     for line in lines {
         line.unwrap();
@@ -192,7 +199,7 @@ fn sigterm_mid_run_saves_the_checkpoint() {
     let status = child.wait().unwrap();
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
-    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert_eq!(status.code(), Some(130), "{name}: {stderr}");
     assert!(stderr.contains("checkpoint saved"), "{stderr}");
     let ckpt = tinygpt::model::checkpoint::Checkpoint::load(&out).unwrap();
     assert!(ckpt.step >= 1 && ckpt.optimizer.is_some());
