@@ -273,3 +273,51 @@ fn resuming_an_export_without_adamw_state_says_so() {
     ]);
     assert!(stderr.contains("no AdamW moments"), "{stderr}");
 }
+
+/// A GPU lost mid-run (a driver reset; here the device destroyed after
+/// step 5, on lavapipe): no panic, the weights last read back are saved,
+/// the message says so, and the run resumes from them on the CPU.
+#[test]
+fn a_lost_gpu_saves_the_weights_it_read_back() {
+    let dir = common::scratch_dir("faults-lost-gpu");
+    let out = dir.join("lost.safetensors");
+    let run = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+        .args([
+            "train",
+            "--preset",
+            "tiny",
+            "--backend",
+            "gpu",
+            "--steps",
+            "50",
+            "--out",
+        ])
+        .arg(&out)
+        .env("TINYGPT_TEST_LOSE_GPU_AFTER", "5")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success(), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(stderr.contains("the GPU was lost (Destroyed)"), "{stderr}");
+    assert!(stderr.contains("read back from the GPU"), "{stderr}");
+    let ckpt = tinygpt::model::checkpoint::Checkpoint::load(&out).unwrap();
+    assert!(
+        ckpt.step <= 5 && ckpt.optimizer.is_some(),
+        "step {}",
+        ckpt.step
+    );
+    let out_arg = out.display().to_string();
+    let resumed = dir.join("resumed.safetensors").display().to_string();
+    common::tinygpt(&[
+        "train",
+        "--resume",
+        &out_arg,
+        "--backend",
+        "cpu",
+        "--steps",
+        "8",
+        "--out",
+        &resumed,
+    ]);
+}

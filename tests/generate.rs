@@ -65,7 +65,8 @@ fn run(generator: &mut dyn NextToken, prompt: &[u8]) -> (Vec<u8>, Vec<(Vec<u8>, 
 
 #[test]
 fn generators_match_the_forward_pass_before_and_after_the_cache_reprimes() {
-    let ck = Checkpoint::from_bytes(tinygpt::model::shipped::shipped("tiny").unwrap(), "tiny").unwrap();
+    let ck =
+        Checkpoint::from_bytes(tinygpt::model::shipped::shipped("tiny").unwrap(), "tiny").unwrap();
     let mut cfg = ck.config.clone();
     cfg.batch = 1;
     let ctx = cfg.ctx;
@@ -96,7 +97,10 @@ fn generators_match_the_forward_pass_before_and_after_the_cache_reprimes() {
         assert_eq!(text.len(), 3 * ctx);
         assert_eq!(seen.len(), 3 * ctx + 1);
         // The window filled and was primed again, more than once.
-        let reprimes = seen.windows(2).filter(|w| w[1].0.len() <= w[0].0.len()).count();
+        let reprimes = seen
+            .windows(2)
+            .filter(|w| w[1].0.len() <= w[0].0.len())
+            .count();
         assert!(reprimes >= 3, "{name}: {reprimes} re-primes");
         assert!(seen.iter().any(|(w, _)| w.len() == ctx));
         for (i, (window, logits)) in seen.iter().enumerate() {

@@ -57,7 +57,10 @@ fn norm_clip_and_adamw_kernels_match_the_cpu_one_by_one() {
                 (t.name.clone(), normal(&mut rng, n, 0.1)),
                 (program.tensors[t.grad.unwrap()].name.clone(), grad),
                 (program.tensors[m].name.clone(), normal(&mut rng, n, 1e-3)),
-                (program.tensors[v].name.clone(), normal(&mut rng, n, 1e-3).iter().map(|x| x * x).collect()),
+                (
+                    program.tensors[v].name.clone(),
+                    normal(&mut rng, n, 1e-3).iter().map(|x| x * x).collect(),
+                ),
             ];
             for (name, vals) in &values {
                 cpu.write(name, vals).unwrap();
@@ -73,14 +76,37 @@ fn norm_clip_and_adamw_kernels_match_the_cpu_one_by_one() {
         // The norm and the clip.
         cpu.run_entries(clip..clip + 1);
         gpu.run_entries(clip..clip + 1);
-        let (s_cpu, s_gpu) = (cpu.read("step.stats").unwrap(), gpu.read("step.stats").unwrap());
+        let (s_cpu, s_gpu) = (
+            cpu.read("step.stats").unwrap(),
+            gpu.read("step.stats").unwrap(),
+        );
         let norm = norm_sq.sqrt() as f32;
-        assert!((s_cpu[1] - norm).abs() <= 1e-5 * norm, "cpu norm {} vs {norm}", s_cpu[1]);
-        assert!((s_gpu[1] - norm).abs() <= 1e-5 * norm, "gpu norm {} vs {norm}", s_gpu[1]);
+        assert!(
+            (s_cpu[1] - norm).abs() <= 1e-5 * norm,
+            "cpu norm {} vs {norm}",
+            s_cpu[1]
+        );
+        assert!(
+            (s_gpu[1] - norm).abs() <= 1e-5 * norm,
+            "gpu norm {} vs {norm}",
+            s_gpu[1]
+        );
         let scale = (1.0 / (norm + 1e-6)).min(1.0);
-        assert!((s_gpu[2] - scale).abs() <= 1e-5 * scale, "gpu clip scale {} vs {scale}", s_gpu[2]);
-        assert!((s_cpu[2] - scale).abs() <= 1e-5 * scale, "cpu clip scale {} vs {scale}", s_cpu[2]);
-        assert_eq!(scale < 1.0, grad_scale == 1.0, "the clip is active exactly in the large case");
+        assert!(
+            (s_gpu[2] - scale).abs() <= 1e-5 * scale,
+            "gpu clip scale {} vs {scale}",
+            s_gpu[2]
+        );
+        assert!(
+            (s_cpu[2] - scale).abs() <= 1e-5 * scale,
+            "cpu clip scale {} vs {scale}",
+            s_cpu[2]
+        );
+        assert_eq!(
+            scale < 1.0,
+            grad_scale == 1.0,
+            "the clip is active exactly in the large case"
+        );
 
         // AdamW (the GPU clips inside its update; the CPU clipped in place).
         cpu.run_entries(adamw..adamw + 1);

@@ -145,7 +145,25 @@ pub fn run(args: TrainArgs) -> Result<()> {
     );
     bar.set_position(trainer.step);
     let mut last_val = None;
+    // On the GPU, a copy of the run on the host, refreshed every half
+    // minute: what is saved if the device is lost (its memory goes with it).
+    let mut last_read: Option<(tinygpt::model::checkpoint::Checkpoint, std::time::Instant)> = None;
+    let lose_gpu_after: Option<u64> = std::env::var("TINYGPT_TEST_LOSE_GPU_AFTER")
+        .ok()
+        .and_then(|v| v.parse().ok());
     while trainer.step < config.steps {
+        if trainer.backend.as_gpu().is_some()
+            && last_read
+                .as_ref()
+                .is_none_or(|(_, at)| at.elapsed().as_secs() >= 30)
+        {
+            last_read = Some((trainer.checkpoint(true)?, std::time::Instant::now()));
+        }
+        if lose_gpu_after == Some(trainer.step)
+            && let Some(gpu) = trainer.backend.as_gpu()
+        {
+            gpu.destroy_device();
+        }
         if interrupted.load(Ordering::SeqCst) {
             bar.abandon();
             save(&mut trainer, &out)?;
@@ -175,6 +193,20 @@ pub fn run(args: TrainArgs) -> Result<()> {
                     eprintln!(
                         "the last good weights (step {}) are saved in {}",
                         trainer.step,
+                        out.display()
+                    );
+                }
+                return Err(e.into());
+            }
+            Err(e @ TrainError::DeviceLost(_)) => {
+                bar.abandon();
+                if let Some((checkpoint, at)) = last_read {
+                    let (step, ago) = (checkpoint.step, at.elapsed().as_secs());
+                    checkpoint.save(&out, Precision::F32)?;
+                    eprintln!(
+                        "the weights of step {step}, read back from the GPU {ago} s before it was lost, are saved in {} \
+                         (continue with `tinygpt train --resume {} --backend cpu`, or on the GPU once it is back)",
+                        out.display(),
                         out.display()
                     );
                 }

@@ -10,6 +10,9 @@ pub struct GpuContext {
     pub queue: wgpu::Queue,
     pub info: wgpu::AdapterInfo,
     pub limits: wgpu::Limits,
+    /// Why the device was lost (a driver reset, `destroy`), once it was;
+    /// set by wgpu's device-lost callback on a device this program opened.
+    pub lost: std::sync::Arc<std::sync::Mutex<Option<String>>>,
 }
 
 impl fmt::Debug for GpuContext {
@@ -86,12 +89,38 @@ impl GpuContext {
                 message: e.to_string(),
             })?;
         let limits = device.limits();
+        let lost: std::sync::Arc<std::sync::Mutex<Option<String>>> = Default::default();
+        let flag = lost.clone();
+        device.set_device_lost_callback(move |reason, message| {
+            if let Ok(mut lost) = flag.lock() {
+                lost.get_or_insert(if message.is_empty() {
+                    format!("{reason:?}")
+                } else {
+                    format!("{reason:?}: {message}")
+                });
+            }
+        });
+        // Errors on a lost device are expected (every command fails); the
+        // trainer reads `lost` and stops. Any other error is a bug: loud.
+        let flag = lost.clone();
+        device.on_uncaptured_error(std::sync::Arc::new(move |error: wgpu::Error| {
+            let lost = flag.lock().map(|l| l.is_some()).unwrap_or(false);
+            if !lost {
+                panic!("wgpu error: {error}");
+            }
+        }));
         Ok(Self {
             device,
             queue,
             info,
             limits,
+            lost,
         })
+    }
+
+    /// Why the device was lost, if it was.
+    pub fn lost(&self) -> Option<String> {
+        self.lost.lock().ok().and_then(|l| l.clone())
     }
 
     /// Opens a device and blocks until it is ready (not for the browser).
@@ -108,6 +137,7 @@ impl GpuContext {
             queue,
             info,
             limits,
+            lost: Default::default(),
         }
     }
 

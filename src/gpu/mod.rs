@@ -917,16 +917,34 @@ impl GpuBackend {
             *flag.lock().unwrap() = Some(r)
         });
         loop {
-            let _ = self.ctx.device.poll(wgpu::PollType::wait_indefinitely());
+            let polled = self.ctx.device.poll(wgpu::PollType::wait_indefinitely());
             if done.lock().unwrap().is_some() {
                 break;
             }
+            if polled.is_err() || self.ctx.lost().is_some() {
+                // A lost device: NaN where the values would be; the
+                // trainer sees `lost` and stops before it uses them.
+                return bytemuck::cast_slice(&vec![f32::NAN; size as usize / 4]).to_vec();
+            }
         }
         let result = done.lock().unwrap().take().unwrap();
-        result.expect("mapping a readback buffer failed");
+        if result.is_err() {
+            return bytemuck::cast_slice(&vec![f32::NAN; size as usize / 4]).to_vec();
+        }
         let out = slice.get_mapped_range().to_vec();
         buffer.unmap();
         out
+    }
+
+    /// Why the device was lost, if it was (a device this program opened).
+    pub fn device_lost(&self) -> Option<String> {
+        self.ctx.lost()
+    }
+
+    /// Destroys the device, as a driver reset would lose it (the tests of
+    /// a lost GPU).
+    pub fn destroy_device(&self) {
+        self.ctx.device.destroy();
     }
 
     /// Starts reading a tensor back without waiting: the data arrives once

@@ -58,6 +58,11 @@ pub enum TrainError {
     },
     #[error("the checkpoint was trained with a different model shape than the one asked for: {0}")]
     Mismatch(String),
+    #[error(
+        "the GPU was lost ({0}): a driver reset, the GPU unplugged or put to sleep; \
+         the step was not taken"
+    )]
+    DeviceLost(String),
     #[error("{0}")]
     Backend(#[from] crate::backend::BackendError),
 }
@@ -374,6 +379,9 @@ impl Trainer {
         let lr = params.lr;
         let start = Instant::now();
         let out = self.backend.train_step(batch, params);
+        if let Some(why) = self.backend.as_gpu().and_then(|g| g.device_lost()) {
+            return Err(TrainError::DeviceLost(why));
+        }
         let ms = start.elapsed().as_secs_f64() * 1e3;
         self.complete_step(out, lr, ms, true)
     }
