@@ -222,6 +222,17 @@ impl Engine {
 
     /// The trainer, when no work holds it (nothing in flight, no CPU chunk
     /// running, no snapshot being read).
+    /// The trainer, even with steps in flight (the GPU engine always holds
+    /// it); None while a CPU chunk has it.
+    pub fn trainer(&mut self) -> Option<&mut Trainer> {
+        self.trainer.as_mut().map(SyncCell::get)
+    }
+
+    /// Whether the run trains on the GPU.
+    pub fn on_gpu(&self) -> bool {
+        matches!(self.kind, Kind::Gpu { .. })
+    }
+
     pub fn idle_trainer(&mut self) -> Option<&mut Trainer> {
         if self.busy() {
             return None;

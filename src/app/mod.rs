@@ -13,6 +13,7 @@
 //! page: start, files, downloads, the link of [`link`]).
 
 pub mod data;
+pub mod device_lost;
 pub mod engine;
 pub mod export;
 pub mod files;
@@ -165,6 +166,7 @@ pub fn build(options: AppOptions) -> App {
         },
         ui::UiPlugin,
         files::FilesPlugin,
+        device_lost::DeviceLostPlugin,
         export::ExportPlugin,
         data::DataPlugin,
         lesson::LessonPlugin,

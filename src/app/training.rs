@@ -145,7 +145,17 @@ pub struct Run {
     /// A checkpoint being written on its own thread: where its outcome
     /// arrives (where it went, or why it failed).
     saving: Option<SaveInFlight>,
+    /// On the GPU: the run as last read back to the host (every
+    /// [`RECOVERY_INTERVAL_S`]), what training goes on from on the CPU if
+    /// the device is lost.
+    pub recovery: Option<Checkpoint>,
+    /// When the last recovery read was asked for, and whether it is out.
+    recovery_asked: Option<Instant>,
+    recovery_out: bool,
 }
+
+/// Seconds between the host copies of a GPU run ([`Run::recovery`]).
+pub const RECOVERY_INTERVAL_S: f64 = 30.0;
 
 /// The outcome of a checkpoint save that runs off the frame thread (a save
 /// of xl writes 77 MB and waits for the disk).
@@ -414,6 +424,9 @@ pub enum RunCommand {
         lab: Lab,
         lr_scale: f32,
     },
+    /// The GPU was lost (the reason): the run goes on on the CPU from its
+    /// last host copy ([`Run::recovery`]), training if it was.
+    FallBackToCpu(String),
 }
 
 /// Sent when a run is created: views rebuild from its program.
@@ -609,6 +622,9 @@ pub fn build_run(
         pending_save: None,
         save_requested: false,
         saving: None,
+        recovery: None,
+        recovery_asked: None,
+        recovery_out: false,
     })
 }
 
@@ -670,6 +686,7 @@ fn handle_commands(
     for command in reader.read() {
         let fresh = run.step() == 0 && !run.engine.busy();
         let mut rebuild: Option<Option<Checkpoint>> = None;
+        let mut train_on = false;
         match command.clone() {
             RunCommand::Train => {
                 if matches!(run.state, RunState::Finished) {
@@ -777,16 +794,36 @@ fn handle_commands(
                     Ok(ckpt) => rebuild = Some(Some(ckpt)),
                 }
             }
+            RunCommand::FallBackToCpu(reason) => {
+                settings.backend = BackendChoice::Cpu;
+                train_on = run.state == RunState::Training;
+                let lost_steps = run.step() - run.recovery.as_ref().map_or(0, |c| c.step);
+                status.error(match &run.recovery {
+                    Some(c) => format!(
+                        "the GPU was lost ({reason}); the run goes on on the CPU from step {}, \
+                         its last copy read back from the GPU ({lost_steps} steps since are lost)",
+                        c.step
+                    ),
+                    None => format!(
+                        "the GPU was lost ({reason}) before a copy of the run was read back; \
+                         a fresh run starts on the CPU"
+                    ),
+                });
+                rebuild = Some(run.recovery.clone());
+            }
         }
         if let Some(resume) = rebuild {
             match build_run(&settings, &gpu, resume.as_ref(), run.generation + 1) {
                 Err(e) => status.error(format!(
                     "the new run could not start, the current one is kept: {e}"
                 )),
-                Ok(new_run) => {
+                Ok(mut new_run) => {
                     if let Some(ckpt) = &resume {
                         status.info =
                             Some(format!("resumed at step {} from the checkpoint", ckpt.step));
+                    }
+                    if train_on {
+                        new_run.state = RunState::Training;
                     }
                     let kept: Vec<StepRecord> = records.iter().copied().collect();
                     earlier.keep(&run, &kept);
@@ -915,6 +952,13 @@ fn pump_training(
                 run.state = RunState::Training;
             }
         }
+        if run.recovery_out {
+            run.recovery_out = false;
+            match checkpoint_of(run, &snapshot) {
+                Ok(checkpoint) => run.recovery = Some(checkpoint),
+                Err(e) => warn!("no host copy of the run: {e}"),
+            }
+        }
         snapshots.latest = Some(snapshot);
         snapshots.version += 1;
     }
@@ -953,11 +997,38 @@ fn pump_training(
     // What every view wants, each tensor once; big ones are read less
     // often: about 25 MB/s of readback at most (each snapshot is copied on
     // the frame thread).
-    let names: Vec<String> = wants
+    let mut names: Vec<String> = wants
         .union()
         .into_iter()
         .filter(|n| run.program.tensor_id(n).is_some())
         .collect();
+    // On the GPU, every half minute of training the snapshot also reads the
+    // whole run (weights and moments): the copy a lost device leaves.
+    let recovery_due = run.engine.on_gpu()
+        && run.state == RunState::Training
+        && run.step() > 0
+        && run
+            .recovery_asked
+            .is_none_or(|t| t.elapsed().as_secs_f64() >= RECOVERY_INTERVAL_S);
+    if recovery_due && run.engine.snapshot_pending() {
+        // The heatmaps wait until the copy has been asked for.
+        return;
+    }
+    if recovery_due {
+        for id in run.program.params() {
+            let n = &run.program.tensors[id].name;
+            for name in [n.clone(), format!("adam.m.{n}"), format!("adam.v.{n}")] {
+                if !names.contains(&name) {
+                    names.push(name);
+                }
+            }
+        }
+        run.engine.request_snapshot(names);
+        run.recovery_asked = Some(Instant::now());
+        run.recovery_out = true;
+        snapshots.last_request = Some(Instant::now());
+        return;
+    }
     if names.is_empty() {
         return;
     }
@@ -986,15 +1057,9 @@ fn pump_training(
     }
 }
 
-/// Writes the run's checkpoint (with AdamW's moments) from a full snapshot
-/// on a thread of its own; in the browser, offers it as a download named
-/// after the preset and the snapshot's step (`path` is unused there).
-/// Returns where the outcome will arrive.
-fn save_checkpoint(
-    run: &mut Run,
-    snapshot: &Snapshot,
-    path: &std::path::Path,
-) -> Result<SaveInFlight, String> {
+/// The run as a checkpoint (with AdamW's moments) from a full snapshot, at
+/// the snapshot's step.
+fn checkpoint_of(run: &mut Run, snapshot: &Snapshot) -> Result<Checkpoint, String> {
     let program = &run.program;
     let take = |prefix: &str| -> Result<Vec<NamedTensor>, String> {
         program
@@ -1005,6 +1070,7 @@ fn save_checkpoint(
                 let values = snapshot
                     .tensors
                     .get(&name)
+                    .filter(|v| v.len() == t.numel())
                     .ok_or(format!("`{name}` was not read back"))?;
                 Ok(NamedTensor {
                     name,
@@ -1019,8 +1085,24 @@ fn save_checkpoint(
         m: take("adam.m.")?,
         v: take("adam.v.")?,
     };
-    let trainer = run.engine.idle_trainer().ok_or("the run was busy")?;
-    let checkpoint = trainer.checkpoint_from(params, Some(optimizer));
+    let trainer = run.engine.trainer().ok_or("the run was busy")?;
+    let mut checkpoint = trainer.checkpoint_from(params, Some(optimizer));
+    // Steps may have been trained since the read (on the GPU, in flight).
+    checkpoint.step = snapshot.step;
+    checkpoint.loss_history.retain(|p| p.step <= snapshot.step);
+    Ok(checkpoint)
+}
+
+/// Writes the run's checkpoint (with AdamW's moments) from a full snapshot
+/// on a thread of its own; in the browser, offers it as a download named
+/// after the preset and the snapshot's step (`path` is unused there).
+/// Returns where the outcome will arrive.
+fn save_checkpoint(
+    run: &mut Run,
+    snapshot: &Snapshot,
+    path: &std::path::Path,
+) -> Result<SaveInFlight, String> {
+    let checkpoint = checkpoint_of(run, snapshot)?;
     let slot = SaveInFlight::default();
     let step = snapshot.step;
     #[cfg(not(target_arch = "wasm32"))]

@@ -929,6 +929,10 @@ impl GpuBackend {
         }
         let result = done.lock().unwrap().take().unwrap();
         if result.is_err() {
+            buffer.unmap();
+            if let Ok(mut lost) = self.ctx.lost.lock() {
+                lost.get_or_insert_with(|| "a readback failed: the device was lost".into());
+            }
             return bytemuck::cast_slice(&vec![f32::NAN; size as usize / 4]).to_vec();
         }
         let out = slice.get_mapped_range().to_vec();
@@ -1010,6 +1014,11 @@ impl GpuBackend {
             return Err(handle);
         };
         let buffer = self.staging.buffer(handle.slot);
+        // Mapped just before the device went: its buffers are gone.
+        let result = result.and_then(|()| match self.ctx.lost() {
+            Some(_) => Err(wgpu::BufferAsyncError),
+            None => Ok(()),
+        });
         let values = match result {
             Ok(()) => {
                 // One copy, straight out of the mapped range.
@@ -1027,8 +1036,15 @@ impl GpuBackend {
                 buffer.unmap();
                 values
             }
-            // The device was lost; nothing was mapped.
-            Err(_) => Vec::new(),
+            // The device was lost; nothing was mapped. (Unmapping resets the
+            // buffer's map state, so the slot can be used again.)
+            Err(_) => {
+                buffer.unmap();
+                if let Ok(mut lost) = self.ctx.lost.lock() {
+                    lost.get_or_insert_with(|| "a readback failed: the device was lost".into());
+                }
+                Vec::new()
+            }
         };
         self.staging.release(handle.slot);
         Ok(values)

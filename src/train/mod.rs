@@ -470,7 +470,12 @@ impl Trainer {
     pub fn submit_gpu_steps(&mut self, n: usize) -> Option<StepsInFlight> {
         let remaining = self.config.steps.saturating_sub(self.submitted);
         let mut n = (n as u64).min(remaining);
-        if n == 0 || self.backend.as_gpu().is_none() {
+        if n == 0
+            || self
+                .backend
+                .as_gpu()
+                .is_none_or(|g| g.device_lost().is_some())
+        {
             return None;
         }
         if let Some(k) = (1..=n).find(|k| self.evaluates_after(self.submitted + k)) {

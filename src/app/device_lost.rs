@@ -1,0 +1,142 @@
+//! A lost GPU in the app: a driver reset, or in the browser a tab put to
+//! sleep or `GPUDevice.destroy()`. Bevy reports it to its
+//! `RenderErrorHandler`; this one has the renderer start again on a new
+//! device, and the run go on on the CPU from its last host copy
+//! ([`Run::recovery`], read back every half minute of GPU training), its
+//! loss history kept, the reason in the status line.
+
+use super::training::{GpuDevice, Run, RunCommand};
+use bevy::prelude::*;
+use bevy::render::error_handler::{ErrorType, RenderError, RenderErrorHandler, RenderErrorPolicy};
+
+/// Why the GPU was lost, until the run has moved to the CPU; and whether a
+/// render error is being let pass for a frame (see [`on_render_error`]).
+#[derive(Resource, Default)]
+pub struct GpuLost(pub Option<String>, LossState);
+
+/// Where the app is with render errors.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LossState {
+    #[default]
+    None,
+    /// An error came: is it a device loss? One frame to tell.
+    Waiting,
+    /// The device was lost and the renderer started again.
+    Recovered,
+}
+
+pub struct DeviceLostPlugin;
+
+impl Plugin for DeviceLostPlugin {
+    fn build(&self, app: &mut App) {
+        app.init_resource::<GpuLost>()
+            .insert_resource(RenderErrorHandler(on_render_error))
+            .add_systems(Update, (lose_the_gpu_for_tests, fall_back_to_cpu).chain());
+    }
+}
+
+/// A lost device: note it for [`fall_back_to_cpu`] and start the renderer
+/// again. A destroyed device reports itself lost only once its queue has
+/// drained, so the errors of the commands that hit it come first: the
+/// first other error is let pass for a frame, to see whether the loss
+/// follows. Any other error after that quits, as Bevy's own handler does
+/// (it would repeat every frame).
+fn on_render_error(
+    error: &RenderError,
+    main: &mut World,
+    _render: &mut World,
+) -> RenderErrorPolicy {
+    // The training backend's own evidence: a readback failed, or the
+    // device was destroyed on purpose.
+    let known = main
+        .get_resource::<GpuDevice>()
+        .and_then(|g| g.context.as_ref())
+        .and_then(|ctx| ctx.lost());
+    let mut lost = main.get_resource_or_insert_with(GpuLost::default);
+    if error.ty == ErrorType::DeviceLost || known.is_some() {
+        lost.0 = Some(
+            if !error.description.is_empty() && error.ty == ErrorType::DeviceLost {
+                error.description.clone()
+            } else {
+                known.unwrap_or_else(|| "the device was lost".to_string())
+            },
+        );
+        lost.1 = LossState::Recovered;
+        let reason = lost.0.clone();
+        // The GPU run's backend shares this flag: it stops submitting.
+        if let Some(ctx) = &main.resource::<GpuDevice>().context
+            && let Ok(mut flag) = ctx.lost.lock()
+        {
+            flag.get_or_insert(reason.unwrap_or_default());
+        }
+        #[cfg(target_arch = "wasm32")]
+        let creation = super::web::render_creation();
+        #[cfg(not(target_arch = "wasm32"))]
+        let creation = bevy::render::settings::RenderCreation::default();
+        return RenderErrorPolicy::Recover(creation);
+    }
+    match lost.1 {
+        LossState::None => {
+            lost.1 = LossState::Waiting;
+            warn!(
+                "a render error ({:?}); waiting a frame for a device loss: {}",
+                error.ty, error.description
+            );
+            RenderErrorPolicy::Ignore
+        }
+        // Resources made on the lost device still report errors.
+        LossState::Recovered => RenderErrorPolicy::Ignore,
+        LossState::Waiting => {
+            error!(
+                "quitting: a render error ({:?}): {}",
+                error.ty, error.description
+            );
+            main.write_message(AppExit::error());
+            RenderErrorPolicy::StopRendering
+        }
+    }
+}
+
+/// Moves a GPU run to the CPU once the device is lost; the app takes the
+/// renderer's new device for later GPU runs.
+fn fall_back_to_cpu(
+    mut lost: ResMut<GpuLost>,
+    mut gpu: ResMut<GpuDevice>,
+    run: Option<Res<Run>>,
+    mut commands: MessageWriter<RunCommand>,
+) {
+    let Some(reason) = lost.0.take() else {
+        return;
+    };
+    gpu.context = None;
+    if run.is_some_and(|r| r.engine.on_gpu()) {
+        commands.write(RunCommand::FallBackToCpu(reason));
+    }
+}
+
+/// `TINYGPT_TEST_LOSE_GPU_AFTER=N` destroys the GPU device once a GPU run
+/// has done N steps and has a host copy: the tests' way to lose it, as a
+/// driver reset would.
+fn lose_the_gpu_for_tests(
+    gpu: Res<GpuDevice>,
+    run: Option<Res<Run>>,
+    mut after: Local<Option<Option<u64>>>,
+) {
+    let wanted = *after.get_or_insert_with(|| {
+        std::env::var("TINYGPT_TEST_LOSE_GPU_AFTER")
+            .ok()
+            .and_then(|v| v.parse().ok())
+    });
+    if let (Some(n), Some(run), Some(ctx)) = (wanted, run, &gpu.context)
+        && run.engine.on_gpu()
+        && run.step() >= n
+        && run.recovery.is_some()
+    {
+        // As a driver's reset would, the loss is known at once.
+        if let Ok(mut flag) = ctx.lost.lock() {
+            flag.get_or_insert("destroyed by TINYGPT_TEST_LOSE_GPU_AFTER".into());
+        }
+        ctx.device.destroy();
+        *after = Some(None);
+    }
+}
