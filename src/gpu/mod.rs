@@ -17,6 +17,7 @@ pub mod context;
 mod flash;
 pub mod generate;
 pub mod kernels;
+pub mod params;
 mod plan;
 pub mod readback;
 
@@ -27,6 +28,7 @@ use crate::probe::{ProbeRequest, ProbeResult};
 use crate::program::{Op, ProbeWindow, Program, Step, TensorId, TensorKind};
 pub use context::{GpuContext, GpuError};
 use kernels::{Kernels, Slot};
+use params::WgslMirror;
 pub use plan::split_k;
 use plan::{NORM_CHUNK, Place, ROWS_PER_CHUNK, Src, words};
 use std::sync::{Arc, Mutex};
@@ -603,24 +605,21 @@ impl GpuBackend {
         };
         let bc1 = (1.0 - (cfg.beta1 as f64).powi(t as i32)) as f32;
         let bc2 = (1.0 - (cfg.beta2 as f64).powi(t as i32)) as f32;
-        let f = [
+        params::StepUniform {
             lr,
-            cfg.beta1,
-            cfg.beta2,
-            cfg.eps,
-            cfg.weight_decay,
-            bc1,
-            bc2,
-            cfg.grad_clip,
-        ];
-        let mut bytes: Vec<u8> = bytemuck::cast_slice(&f).to_vec();
-        bytes.extend(words(&[
-            seed,
+            beta1: cfg.beta1,
+            beta2: cfg.beta2,
+            eps: cfg.eps,
+            weight_decay: cfg.weight_decay,
+            bias_correction1: bc1,
+            bias_correction2: bc2,
+            grad_clip: cfg.grad_clip,
+            dropout_seed: seed,
             training,
-            self.decay_end,
-            self.program.rows() as u32,
-        ]));
-        bytes
+            decay_end: self.decay_end,
+            n_rows: self.program.rows() as u32,
+        }
+        .bytes()
     }
 
     fn write_step_uniform(&self, sp: Option<StepParams>) {
@@ -756,7 +755,12 @@ impl GpuBackend {
         self.ctx.queue.write_buffer(
             &self.probe_window,
             0,
-            &plan::words(&[row as u32, n as u32, 0, 0]),
+            &params::ProbeWindow {
+                row: row as u32,
+                n: n as u32,
+                ..Default::default()
+            }
+            .bytes(),
         );
         let total = request.result_len(cfg.n_head) as u64 * 4;
         let (slot, created) = self.staging.acquire(&self.ctx.device, total);

@@ -4,6 +4,9 @@
 //! groups once; nothing here touches the device.
 
 use super::kernels::ATTENTION_TILE;
+use super::params::{
+    AttnParams, CeParams, EmbParams, EwParams, LnParams, MatmulParams, OptParams, WgslMirror,
+};
 use crate::model::config::VOCAB;
 use crate::program::{Op, Program, Step, TensorId};
 
@@ -129,11 +132,17 @@ pub(super) fn plan_steps(
               acc: bool| {
         let flags = if acc { 1 } else { 0 } | if bias.is_some() { 2 } else { 0 };
         let (splits, k_split) = split_k(m, k, n);
-        let params = [
-            words(&[m as u32, k as u32, n as u32, flags]),
-            words(&[1f32.to_bits(), k_split as u32, splits as u32, 0]),
-        ]
-        .concat();
+        let params = MatmulParams {
+            m: m as u32,
+            k: k as u32,
+            n: n as u32,
+            flags,
+            alpha: 1.0,
+            k_split: k_split as u32,
+            splits: splits as u32,
+            ..Default::default()
+        }
+        .bytes();
         let tiles = [n.div_ceil(64) as u32, m.div_ceil(64) as u32, splits as u32];
         if splits == 1 {
             return vec![Planned {
@@ -169,21 +178,26 @@ pub(super) fn plan_steps(
         |entry: &'static str, dst: Src, x: Src, y: Src, n: usize, stream: u32, prob: f32| Planned {
             entry,
             bindings: vec![dst, x, y, Src::Params, Src::Step],
-            params: words(&[n as u32, stream, prob.to_bits(), 0]),
+            params: EwParams {
+                n: n as u32,
+                stream,
+                p: prob,
+                ..Default::default()
+            }
+            .bytes(),
             groups: grid(n),
         };
     let chunks_n = rows.div_ceil(ROWS_PER_CHUNK);
     let ln_params = |rows: usize, width: usize, stride: usize, offset: usize| {
-        words(&[
-            rows as u32,
-            width as u32,
-            chunks_n as u32,
-            stride as u32,
-            offset as u32,
-            0,
-            0,
-            0,
-        ])
+        LnParams {
+            rows: rows as u32,
+            c: width as u32,
+            chunks: chunks_n as u32,
+            part_stride: stride as u32,
+            part_offset: offset as u32,
+            ..Default::default()
+        }
+        .bytes()
     };
     let column_sum = |dst: Src, width: usize, stride: usize, offset: usize| Planned {
         entry: "column_sums_final",
@@ -220,8 +234,19 @@ pub(super) fn plan_steps(
             column_sum(dbias, width, width, 0),
         ]
     };
-    let emb_params = words(&[rows as u32, t as u32, c as u32, v as u32]);
-    let ce_params = words(&[rows as u32, v as u32, 0, 0]);
+    let emb_params = EmbParams {
+        rows: rows as u32,
+        t: t as u32,
+        c: c as u32,
+        vocab: v as u32,
+    }
+    .bytes();
+    let ce_params = CeParams {
+        rows: rows as u32,
+        vocab: v as u32,
+        ..Default::default()
+    }
+    .bytes();
 
     let mut planned_steps: Vec<(Step, Vec<Planned>)> = Vec::new();
     // The training step, then the probes (which training never runs).
@@ -704,16 +729,17 @@ pub(super) fn attn_params(
     dropout: f32,
 ) -> Vec<u8> {
     let d = cfg.d_model / n_head;
-    words(&[
-        batch as u32,
-        cfg.ctx as u32,
-        cfg.d_model as u32,
-        n_head as u32,
-        d as u32,
+    AttnParams {
+        b: batch as u32,
+        t: cfg.ctx as u32,
+        c: cfg.d_model as u32,
+        h: n_head as u32,
+        d: d as u32,
         stream,
-        dropout.to_bits(),
-        (1.0 / (d as f32).sqrt()).to_bits(),
-    ])
+        p: dropout,
+        scale: 1.0 / (d as f32).sqrt(),
+    }
+    .bytes()
 }
 
 fn chunks_srcs(
@@ -753,7 +779,13 @@ fn opt_plan(
             Src::Params,
             Src::Step,
         ],
-        params: words(&op),
+        params: OptParams {
+            n: op[0],
+            offset: op[1],
+            first_group: op[2],
+            _pad: op[3],
+        }
+        .bytes(),
         groups,
     }
 }
