@@ -92,45 +92,216 @@ pub(super) struct Scratch {
     pub(super) offsets: usize,
 }
 
-/// Every dispatch of the step, per entry of `program.steps`.
+/// Every dispatch of the step, per entry of `program.steps`, then of the
+/// probes (which training never runs).
 pub(super) fn plan_steps(
     program: &Program,
     places: &[Option<Place>],
     scratch: &Scratch,
 ) -> Vec<(Step, Vec<Planned>)> {
-    let cfg = &program.config;
-    let rows = program.rows();
-    let Scratch {
-        flat: [flat_params, flat_grads, flat_m, flat_v],
-        ref chunks,
-        stats,
-        partials,
-        part,
-        delta,
-        split: split_scratch,
-        order: order_buf,
-        offsets: offsets_buf,
-    } = *scratch;
-    let p = |id: TensorId| Src::At(places[id].unwrap());
-    let g = |id: TensorId| Src::At(places[program.tensors[id].grad.unwrap()].unwrap());
-    let whole = |buffer: usize, bytes: u64| {
+    let planner = Planner::new(program, places, scratch);
+    program
+        .steps
+        .iter()
+        .chain(&program.probes)
+        .map(|step| (*step, planner.step(*step)))
+        .collect()
+}
+
+/// What planning one entry needs: the program, where its tensors live, the
+/// scratch buffers, and the shapes every kernel shares. Each op has its
+/// forward and backward side by side below (llm.c's order), so a fusion
+/// changes one pair.
+struct Planner<'a> {
+    program: &'a Program,
+    places: &'a [Option<Place>],
+    scratch: &'a Scratch,
+    /// B·T.
+    rows: usize,
+    /// Row chunks of the column sums (`ROWS_PER_CHUNK` rows each).
+    chunks_n: usize,
+}
+
+impl<'a> Planner<'a> {
+    fn new(program: &'a Program, places: &'a [Option<Place>], scratch: &'a Scratch) -> Self {
+        let rows = program.rows();
+        Self {
+            program,
+            places,
+            scratch,
+            rows,
+            chunks_n: rows.div_ceil(ROWS_PER_CHUNK),
+        }
+    }
+
+    fn step(&self, step: Step) -> Vec<Planned> {
+        match step {
+            Step::ZeroGrads => vec![],
+            Step::Forward(i) => self.forward(&self.program.ops[i].op),
+            Step::Backward(i) => self.backward(&self.program.ops[i].op),
+            Step::AttentionProbs(i) => match self.program.ops[i].op {
+                Op::Attention {
+                    qkv,
+                    lse,
+                    n_head,
+                    dropout,
+                    stream,
+                    ..
+                } => self.attention_probs(qkv, lse, n_head, dropout, stream),
+                _ => panic!("AttentionProbs({i}) names an op that is not attention"),
+            },
+            Step::ClipGradNorm => self.clip_grad_norm(),
+            Step::AdamW => self.adamw(),
+        }
+    }
+
+    fn forward(&self, op: &Op) -> Vec<Planned> {
+        match *op {
+            Op::Embedding {
+                tokens,
+                wte,
+                wpe,
+                out,
+            } => self.embedding_forward(tokens, wte, wpe, out),
+            Op::LayerNorm {
+                inp,
+                weight,
+                bias,
+                out,
+                mean,
+                rstd,
+            } => self.layernorm_forward(inp, weight, bias, out, mean, rstd),
+            Op::Linear {
+                inp,
+                weight,
+                bias,
+                out,
+                in_features,
+                out_features,
+            } => self.linear_forward(inp, weight, bias, out, in_features, out_features),
+            Op::Attention {
+                qkv,
+                out,
+                lse,
+                n_head,
+                dropout,
+                stream,
+                ..
+            } => self.attention_forward(qkv, out, lse, n_head, dropout, stream),
+            Op::Gelu { inp, out } => self.gelu_forward(inp, out),
+            Op::Residual { a, b, out } => self.residual_forward(a, b, out),
+            Op::Dropout {
+                inp,
+                out,
+                p,
+                stream,
+            } => self.dropout_forward(inp, out, p, stream),
+            Op::TiedHead { inp, wte, out } => self.tied_head_forward(inp, wte, out),
+            Op::CrossEntropy {
+                logits,
+                targets,
+                losses,
+            } => self.cross_entropy_forward(logits, targets, losses),
+        }
+    }
+
+    fn backward(&self, op: &Op) -> Vec<Planned> {
+        match *op {
+            Op::Embedding {
+                tokens,
+                wte,
+                wpe,
+                out,
+            } => self.embedding_backward(tokens, wte, wpe, out),
+            Op::LayerNorm {
+                inp,
+                weight,
+                bias,
+                out,
+                mean,
+                rstd,
+            } => self.layernorm_backward(inp, weight, bias, out, mean, rstd),
+            Op::Linear {
+                inp,
+                weight,
+                bias,
+                out,
+                in_features,
+                out_features,
+            } => self.linear_backward(inp, weight, bias, out, in_features, out_features),
+            Op::Attention {
+                qkv,
+                out,
+                lse,
+                n_head,
+                dropout,
+                stream,
+                ..
+            } => self.attention_backward(qkv, out, lse, n_head, dropout, stream),
+            Op::Gelu { inp, out } => self.gelu_backward(inp, out),
+            Op::Residual { a, b, out } => self.residual_backward(a, b, out),
+            Op::Dropout {
+                inp,
+                out,
+                p,
+                stream,
+            } => self.dropout_backward(inp, out, p, stream),
+            Op::TiedHead { inp, wte, out } => self.tied_head_backward(inp, wte, out),
+            Op::CrossEntropy {
+                logits,
+                targets,
+                losses,
+            } => self.cross_entropy_backward(logits, targets, losses),
+        }
+    }
+
+    // --- where things are ---------------------------------------------------
+
+    /// A tensor.
+    fn p(&self, id: TensorId) -> Src {
+        Src::At(self.places[id].unwrap())
+    }
+
+    /// A tensor's gradient.
+    fn g(&self, id: TensorId) -> Src {
+        Src::At(self.places[self.program.tensors[id].grad.unwrap()].unwrap())
+    }
+
+    /// A whole buffer (`bytes` 0: all of it).
+    fn whole(&self, buffer: usize, bytes: u64) -> Src {
         Src::At(Place {
             buffer,
             offset: 0,
             size: bytes,
         })
-    };
-    let (b, t, c, v) = (cfg.batch, cfg.ctx, cfg.d_model, VOCAB);
-    let mm = |entry: &'static str,
-              a: Src,
-              bm: Src,
-              out: Src,
-              bias: Option<Src>,
-              m: usize,
-              k: usize,
-              n: usize,
-              acc: bool| {
-        let flags = if acc { 1 } else { 0 } | if bias.is_some() { 2 } else { 0 };
+    }
+
+    fn numel(&self, id: TensorId) -> usize {
+        self.program.tensors[id].numel()
+    }
+
+    fn cfg(&self) -> &crate::model::config::Config {
+        &self.program.config
+    }
+
+    // --- shared kernels -----------------------------------------------------
+
+    /// C (m, n) = A · B in the layout of `entry`, optionally plus a bias and
+    /// accumulated into C; split-K (partials, then a reduce) where it pays.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul(
+        &self,
+        entry: &'static str,
+        a: Src,
+        b: Src,
+        out: Src,
+        bias: Option<Src>,
+        m: usize,
+        k: usize,
+        n: usize,
+        accumulate: bool,
+    ) -> Vec<Planned> {
+        let flags = if accumulate { 1 } else { 0 } | if bias.is_some() { 2 } else { 0 };
         let (splits, k_split) = split_k(m, k, n);
         let params = MatmulParams {
             m: m as u32,
@@ -147,16 +318,16 @@ pub(super) fn plan_steps(
         if splits == 1 {
             return vec![Planned {
                 entry,
-                bindings: vec![a, bm, out, bias.unwrap_or(Src::DummyRo), Src::Params],
+                bindings: vec![a, b, out, bias.unwrap_or(Src::DummyRo), Src::Params],
                 params,
                 groups: tiles,
             }];
         }
-        let scratch = whole(split_scratch, 0);
+        let scratch = self.whole(self.scratch.split, 0);
         vec![
             Planned {
                 entry,
-                bindings: vec![a, bm, scratch, Src::DummyRo, Src::Params],
+                bindings: vec![a, b, scratch, Src::DummyRo, Src::Params],
                 params: params.clone(),
                 groups: tiles,
             },
@@ -173,48 +344,50 @@ pub(super) fn plan_steps(
                 groups: grid(m * n),
             },
         ]
-    };
-    let ew =
-        |entry: &'static str, dst: Src, x: Src, y: Src, n: usize, stream: u32, prob: f32| Planned {
+    }
+
+    /// One elementwise.wgsl dispatch over `n` elements.
+    #[allow(clippy::too_many_arguments)]
+    fn elementwise(
+        &self,
+        entry: &'static str,
+        dst: Src,
+        x: Src,
+        y: Src,
+        n: usize,
+        stream: u32,
+        p: f32,
+    ) -> Planned {
+        Planned {
             entry,
             bindings: vec![dst, x, y, Src::Params, Src::Step],
             params: EwParams {
                 n: n as u32,
                 stream,
-                p: prob,
+                p,
                 ..Default::default()
             }
             .bytes(),
             groups: grid(n),
-        };
-    let chunks_n = rows.div_ceil(ROWS_PER_CHUNK);
-    let ln_params = |rows: usize, width: usize, stride: usize, offset: usize| {
+        }
+    }
+
+    fn ln_params(&self, width: usize, part_stride: usize, part_offset: usize) -> Vec<u8> {
         LnParams {
-            rows: rows as u32,
+            rows: self.rows as u32,
             c: width as u32,
-            chunks: chunks_n as u32,
-            part_stride: stride as u32,
-            part_offset: offset as u32,
+            chunks: self.chunks_n as u32,
+            part_stride: part_stride as u32,
+            part_offset: part_offset as u32,
             ..Default::default()
         }
         .bytes()
-    };
-    let column_sum = |dst: Src, width: usize, stride: usize, offset: usize| Planned {
-        entry: "column_sums_final",
-        bindings: vec![
-            Src::DummyRo,
-            Src::DummyRo,
-            dst,
-            Src::DummyRw,
-            Src::DummyRw,
-            Src::DummyRo,
-            whole(part, 0),
-            Src::Params,
-        ],
-        params: ln_params(rows, width, stride, offset),
-        groups: [width.div_ceil(64) as u32, 1, 1],
-    };
-    let bias_grad = |dout: Src, dbias: Src, width: usize| {
+    }
+
+    /// A bias's gradient: partial column sums of dout per row chunk, then
+    /// their sum.
+    fn bias_grad(&self, dout: Src, dbias: Src, width: usize) -> Vec<Planned> {
+        let part = self.whole(self.scratch.part, 0);
         vec![
             Planned {
                 entry: "bias_grad_part",
@@ -225,499 +398,649 @@ pub(super) fn plan_steps(
                     Src::DummyRw,
                     Src::DummyRw,
                     dout,
-                    whole(part, 0),
+                    part,
                     Src::Params,
                 ],
-                params: ln_params(rows, width, width, 0),
-                groups: [chunks_n as u32, 1, 1],
+                params: self.ln_params(width, width, 0),
+                groups: [self.chunks_n as u32, 1, 1],
             },
-            column_sum(dbias, width, width, 0),
-        ]
-    };
-    let emb_params = EmbParams {
-        rows: rows as u32,
-        t: t as u32,
-        c: c as u32,
-        vocab: v as u32,
-    }
-    .bytes();
-    let ce_params = CeParams {
-        rows: rows as u32,
-        vocab: v as u32,
-        ..Default::default()
-    }
-    .bytes();
-
-    let mut planned_steps: Vec<(Step, Vec<Planned>)> = Vec::new();
-    // The training step, then the probes (which training never runs).
-    for step in program.steps.iter().chain(&program.probes) {
-        let plans: Vec<Planned> = match *step {
-            Step::ZeroGrads => vec![],
-            Step::Forward(i) => match program.ops[i].op {
-                Op::Embedding {
-                    tokens: tk,
-                    wte,
-                    wpe,
-                    out,
-                } => vec![Planned {
-                    entry: "embedding_forward",
-                    bindings: vec![
-                        p(tk),
-                        p(wte),
-                        // Unread without position embeddings (POSITIONS = false).
-                        p(wpe.unwrap_or(wte)),
-                        p(out),
-                        whole(order_buf, 0),
-                        whole(offsets_buf, 0),
-                        Src::Params,
-                    ],
-                    params: emb_params.clone(),
-                    groups: grid(rows * c),
-                }],
-                Op::LayerNorm {
-                    inp,
-                    weight,
-                    bias,
-                    out,
-                    mean,
-                    rstd,
-                } => {
-                    let width = program.tensors[inp].shape.last().copied().unwrap();
-                    vec![Planned {
-                        entry: "layernorm_forward",
-                        bindings: vec![
-                            p(inp),
-                            p(weight),
-                            p(out),
-                            p(mean),
-                            p(rstd),
-                            p(bias),
-                            Src::DummyRw,
-                            Src::Params,
-                        ],
-                        params: ln_params(rows, width, 0, 0),
-                        groups: per_row(rows),
-                    }]
-                }
-                Op::Linear {
-                    inp,
-                    weight,
-                    bias,
-                    out,
-                    in_features,
-                    out_features,
-                } => mm(
-                    "matmul_nt",
-                    p(inp),
-                    p(weight),
-                    p(out),
-                    Some(p(bias)),
-                    rows,
-                    in_features,
-                    out_features,
-                    false,
-                ),
-                // Causal or not is built into the kernels (`Kernels::new`
-                // templates CAUSAL from the same `Config::lab`).
-                Op::Attention {
-                    qkv,
-                    out,
-                    lse,
-                    n_head,
-                    dropout,
-                    stream,
-                    ..
-                } => vec![Planned {
-                    entry: "attention_forward",
-                    bindings: vec![
-                        p(qkv),
-                        p(out),
-                        p(lse),
-                        Src::DummyRo,
-                        Src::DummyRw,
-                        Src::DummyRw,
-                        Src::Params,
-                        Src::Step,
-                        Src::DummyRw, // trace: only traced pipelines write it
-                    ],
-                    params: attn_params(cfg, cfg.batch, n_head, stream, dropout),
-                    groups: [t.div_ceil(ATTENTION_TILE) as u32, (b * n_head) as u32, 1],
-                }],
-                Op::Gelu { inp, out } => vec![ew(
-                    "gelu_forward",
-                    p(out),
-                    p(inp),
+            Planned {
+                entry: "column_sums_final",
+                bindings: vec![
+                    Src::DummyRo,
+                    Src::DummyRo,
+                    dbias,
                     Src::DummyRw,
-                    program.tensors[out].numel(),
-                    0,
-                    0.0,
-                )],
-                Op::Residual { a, b: bb, out } => vec![ew(
-                    "residual_forward",
-                    p(out),
-                    p(a),
-                    p(bb),
-                    program.tensors[out].numel(),
-                    0,
-                    0.0,
-                )],
-                Op::Dropout {
-                    inp,
-                    out,
-                    p: prob,
-                    stream,
-                } => {
-                    vec![ew(
-                        "dropout_forward",
-                        p(out),
-                        p(inp),
-                        Src::DummyRw,
-                        program.tensors[out].numel(),
-                        stream,
-                        prob,
-                    )]
-                }
-                Op::TiedHead { inp, wte, out } => {
-                    mm("matmul_nt", p(inp), p(wte), p(out), None, rows, c, v, false)
-                }
-                Op::CrossEntropy {
-                    logits,
-                    targets: tg,
-                    losses,
-                } => vec![
-                    Planned {
-                        entry: "cross_entropy_forward",
-                        bindings: vec![
-                            p(logits),
-                            p(tg),
-                            p(losses),
-                            Src::DummyRw,
-                            whole(stats, 16),
-                            Src::Params,
-                        ],
-                        params: ce_params.clone(),
-                        groups: per_row(rows),
-                    },
-                    Planned {
-                        entry: "loss_mean",
-                        bindings: vec![
-                            Src::DummyRo,
-                            Src::DummyRo,
-                            p(losses),
-                            Src::DummyRw,
-                            whole(stats, 16),
-                            Src::Params,
-                        ],
-                        params: ce_params.clone(),
-                        groups: [1, 1, 1],
-                    },
+                    Src::DummyRw,
+                    Src::DummyRo,
+                    part,
+                    Src::Params,
                 ],
+                params: self.ln_params(width, width, 0),
+                groups: [width.div_ceil(64) as u32, 1, 1],
             },
-            Step::Backward(i) => match program.ops[i].op {
-                Op::Embedding {
-                    tokens: tk,
-                    wte,
-                    wpe,
-                    out,
-                } => {
-                    let binds = vec![
-                        p(tk),
-                        g(wte),
-                        g(wpe.unwrap_or(wte)),
-                        g(out),
-                        whole(order_buf, 0),
-                        whole(offsets_buf, 0),
-                        Src::Params,
-                    ];
-                    let wpe_grad = wpe.map(|_| Planned {
-                        entry: "embedding_backward_wpe",
-                        bindings: binds.clone(),
-                        params: emb_params.clone(),
-                        groups: grid(t * c),
-                    });
-                    let wte_grad = Planned {
-                        entry: "embedding_backward_wte",
-                        bindings: binds,
-                        params: emb_params.clone(),
-                        groups: grid(v * c),
-                    };
-                    wpe_grad.into_iter().chain([wte_grad]).collect()
-                }
-                Op::LayerNorm {
-                    inp,
-                    weight,
-                    bias,
-                    out,
-                    mean,
-                    rstd,
-                } => {
-                    let width = program.tensors[inp].shape.last().copied().unwrap();
-                    vec![
-                        Planned {
-                            entry: "layernorm_backward_dx",
-                            bindings: vec![
-                                p(inp),
-                                p(weight),
-                                g(inp),
-                                p(mean),
-                                p(rstd),
-                                g(out),
-                                Src::DummyRw,
-                                Src::Params,
-                            ],
-                            params: ln_params(rows, width, 0, 0),
-                            groups: per_row(rows),
-                        },
-                        Planned {
-                            entry: "layernorm_backward_part",
-                            bindings: vec![
-                                p(inp),
-                                p(weight),
-                                Src::DummyRw,
-                                p(mean),
-                                p(rstd),
-                                g(out),
-                                whole(part, 0),
-                                Src::Params,
-                            ],
-                            params: ln_params(rows, width, 0, 0),
-                            groups: [chunks_n as u32, 1, 1],
-                        },
-                        Planned {
-                            entry: "layernorm_params_final",
-                            // dweight in the `out` slot, dbias in the `mean` slot
-                            bindings: vec![
-                                Src::DummyRo,
-                                Src::DummyRo,
-                                g(weight),
-                                g(bias),
-                                Src::DummyRw,
-                                Src::DummyRo,
-                                whole(part, 0),
-                                Src::Params,
-                            ],
-                            params: ln_params(rows, width, 2 * width, 0),
-                            groups: [width.div_ceil(64) as u32, 1, 1],
-                        },
-                    ]
-                }
-                Op::Linear {
-                    inp,
-                    weight,
-                    bias,
-                    out,
-                    in_features,
-                    out_features,
-                } => {
-                    let mut v = mm(
-                        "matmul_nn",
-                        g(out),
-                        p(weight),
-                        g(inp),
-                        None,
-                        rows,
-                        out_features,
-                        in_features,
-                        true,
-                    );
-                    v.extend(mm(
-                        "matmul_tn",
-                        g(out),
-                        p(inp),
-                        g(weight),
-                        None,
-                        out_features,
-                        rows,
-                        in_features,
-                        true,
-                    ));
-                    v.extend(bias_grad(g(out), g(bias), out_features));
-                    v
-                }
-                // Causal or not is built into the kernels (`Kernels::new`
-                // templates CAUSAL from the same `Config::lab`).
-                Op::Attention {
-                    qkv,
-                    out,
-                    lse,
-                    n_head,
-                    dropout,
-                    stream,
-                    ..
-                } => {
-                    let binds = vec![
-                        p(qkv),
-                        p(out),
-                        p(lse),
-                        g(out),
-                        g(qkv),
-                        whole(delta, 0),
-                        Src::Params,
-                        Src::Step,
-                        Src::DummyRw, // trace: only traced pipelines write it
-                    ];
-                    let params = attn_params(cfg, cfg.batch, n_head, stream, dropout);
-                    let tiles = [t.div_ceil(ATTENTION_TILE) as u32, (b * n_head) as u32, 1];
-                    vec![
-                        Planned {
-                            entry: "attention_backward_delta",
-                            bindings: binds.clone(),
-                            params: params.clone(),
-                            groups: grid(b * n_head * t),
-                        },
-                        Planned {
-                            entry: "attention_backward_dkdv",
-                            bindings: binds.clone(),
-                            params: params.clone(),
-                            groups: tiles,
-                        },
-                        Planned {
-                            entry: "attention_backward_dq",
-                            bindings: binds,
-                            params,
-                            groups: tiles,
-                        },
-                    ]
-                }
-                Op::Gelu { inp, out } => vec![ew(
-                    "gelu_backward",
-                    g(inp),
-                    g(out),
-                    p(inp),
-                    program.tensors[out].numel(),
-                    0,
-                    0.0,
-                )],
-                Op::Residual { a, b: bb, out } => {
-                    // One dispatch adds dout to both inputs' gradients (the
-                    // second rides in the `y` slot, read-write in accumulate2).
-                    vec![ew(
-                        "accumulate2",
-                        g(a),
-                        g(out),
-                        g(bb),
-                        program.tensors[out].numel(),
-                        0,
-                        0.0,
-                    )]
-                }
-                Op::Dropout {
-                    inp,
-                    out,
-                    p: prob,
-                    stream,
-                } => {
-                    vec![ew(
-                        "dropout_backward",
-                        g(inp),
-                        g(out),
-                        Src::DummyRw,
-                        program.tensors[out].numel(),
-                        stream,
-                        prob,
-                    )]
-                }
-                Op::TiedHead { inp, wte, out } => {
-                    let mut d = mm("matmul_nn", g(out), p(wte), g(inp), None, rows, v, c, true);
-                    d.extend(mm(
-                        "matmul_tn",
-                        g(out),
-                        p(inp),
-                        g(wte),
-                        None,
-                        v,
-                        rows,
-                        c,
-                        true,
-                    ));
-                    d
-                }
-                Op::CrossEntropy {
-                    logits,
-                    targets: tg,
-                    losses,
-                } => vec![Planned {
-                    entry: "cross_entropy_backward",
-                    bindings: vec![
-                        p(logits),
-                        p(tg),
-                        p(losses),
-                        g(logits),
-                        whole(stats, 16),
-                        Src::Params,
-                    ],
-                    params: ce_params.clone(),
-                    groups: per_row(rows),
-                }],
-            },
-            Step::AttentionProbs(i) => match program.ops[i].op {
-                Op::Attention {
-                    qkv,
-                    lse,
-                    n_head,
-                    dropout,
-                    stream,
-                    ..
-                } => vec![Planned {
-                    entry: "attention_probs",
-                    bindings: vec![p(qkv), p(lse), p(program.probs), Src::Params, Src::Window],
-                    params: attn_params(cfg, cfg.batch, n_head, stream, dropout),
-                    // Covers n = T; threads past n·n return.
-                    groups: [(t * t).div_ceil(256) as u32, n_head as u32, 1],
-                }],
-                _ => panic!("AttentionProbs({i}) names an op that is not attention"),
-            },
-            Step::ClipGradNorm => {
-                let mut v = Vec::new();
-                let mut first = 0usize;
-                for &(start, len) in chunks {
-                    let groups = len.div_ceil(NORM_CHUNK);
-                    v.push(opt_plan(
-                        "sum_squares_partial",
-                        &chunks_srcs(flat_params, flat_grads, flat_m, flat_v, start, len),
-                        whole(stats, 16),
-                        whole(partials, 0),
-                        [len as u32, start as u32, first as u32, 0],
-                        [groups.min(65535) as u32, groups.div_ceil(65535) as u32, 1],
-                    ));
-                    first += groups;
-                }
-                let (s0, l0) = chunks[0];
-                v.push(opt_plan(
-                    "grad_norm_final",
-                    &chunks_srcs(flat_params, flat_grads, flat_m, flat_v, s0, l0),
-                    whole(stats, 16),
-                    whole(partials, 0),
-                    [0, 0, first as u32, 0],
-                    [1, 1, 1],
-                ));
-                v
-            }
-            Step::AdamW => {
-                // The halt flag follows the partial sums (see adamw.wgsl).
-                let halt = chunks
-                    .iter()
-                    .map(|&(_, len)| len.div_ceil(NORM_CHUNK))
-                    .sum::<usize>();
-                chunks
-                    .iter()
-                    .map(|&(start, len)| {
-                        opt_plan(
-                            "adamw_update",
-                            &chunks_srcs(flat_params, flat_grads, flat_m, flat_v, start, len),
-                            whole(stats, 16),
-                            whole(partials, 0),
-                            [len as u32, start as u32, halt as u32, 0],
-                            grid(len),
-                        )
-                    })
-                    .collect()
-            }
-        };
-        planned_steps.push((*step, plans));
+        ]
     }
 
-    planned_steps
+    fn emb_params(&self) -> Vec<u8> {
+        let cfg = self.cfg();
+        EmbParams {
+            rows: self.rows as u32,
+            t: cfg.ctx as u32,
+            c: cfg.d_model as u32,
+            vocab: VOCAB as u32,
+        }
+        .bytes()
+    }
+
+    fn ce_params(&self) -> Vec<u8> {
+        CeParams {
+            rows: self.rows as u32,
+            vocab: VOCAB as u32,
+            ..Default::default()
+        }
+        .bytes()
+    }
+
+    // --- embedding ----------------------------------------------------------
+
+    fn embedding_bindings(&self, tokens: Src, wte: Src, wpe: Src, out: Src) -> Vec<Src> {
+        vec![
+            tokens,
+            wte,
+            wpe,
+            out,
+            self.whole(self.scratch.order, 0),
+            self.whole(self.scratch.offsets, 0),
+            Src::Params,
+        ]
+    }
+
+    fn embedding_forward(
+        &self,
+        tokens: TensorId,
+        wte: TensorId,
+        wpe: Option<TensorId>,
+        out: TensorId,
+    ) -> Vec<Planned> {
+        vec![Planned {
+            entry: "embedding_forward",
+            // wpe is unread without position embeddings (POSITIONS = false).
+            bindings: self.embedding_bindings(
+                self.p(tokens),
+                self.p(wte),
+                self.p(wpe.unwrap_or(wte)),
+                self.p(out),
+            ),
+            params: self.emb_params(),
+            groups: grid(self.rows * self.cfg().d_model),
+        }]
+    }
+
+    fn embedding_backward(
+        &self,
+        tokens: TensorId,
+        wte: TensorId,
+        wpe: Option<TensorId>,
+        out: TensorId,
+    ) -> Vec<Planned> {
+        let c = self.cfg().d_model;
+        let binds = self.embedding_bindings(
+            self.p(tokens),
+            self.g(wte),
+            self.g(wpe.unwrap_or(wte)),
+            self.g(out),
+        );
+        let wpe_grad = wpe.map(|_| Planned {
+            entry: "embedding_backward_wpe",
+            bindings: binds.clone(),
+            params: self.emb_params(),
+            groups: grid(self.cfg().ctx * c),
+        });
+        let wte_grad = Planned {
+            entry: "embedding_backward_wte",
+            bindings: binds,
+            params: self.emb_params(),
+            groups: grid(VOCAB * c),
+        };
+        wpe_grad.into_iter().chain([wte_grad]).collect()
+    }
+
+    // --- layernorm ----------------------------------------------------------
+
+    fn width(&self, id: TensorId) -> usize {
+        self.program.tensors[id].shape.last().copied().unwrap()
+    }
+
+    fn layernorm_forward(
+        &self,
+        inp: TensorId,
+        weight: TensorId,
+        bias: TensorId,
+        out: TensorId,
+        mean: TensorId,
+        rstd: TensorId,
+    ) -> Vec<Planned> {
+        vec![Planned {
+            entry: "layernorm_forward",
+            bindings: vec![
+                self.p(inp),
+                self.p(weight),
+                self.p(out),
+                self.p(mean),
+                self.p(rstd),
+                self.p(bias),
+                Src::DummyRw,
+                Src::Params,
+            ],
+            params: self.ln_params(self.width(inp), 0, 0),
+            groups: per_row(self.rows),
+        }]
+    }
+
+    fn layernorm_backward(
+        &self,
+        inp: TensorId,
+        weight: TensorId,
+        bias: TensorId,
+        out: TensorId,
+        mean: TensorId,
+        rstd: TensorId,
+    ) -> Vec<Planned> {
+        let width = self.width(inp);
+        let part = self.whole(self.scratch.part, 0);
+        vec![
+            Planned {
+                entry: "layernorm_backward_dx",
+                bindings: vec![
+                    self.p(inp),
+                    self.p(weight),
+                    self.g(inp),
+                    self.p(mean),
+                    self.p(rstd),
+                    self.g(out),
+                    Src::DummyRw,
+                    Src::Params,
+                ],
+                params: self.ln_params(width, 0, 0),
+                groups: per_row(self.rows),
+            },
+            Planned {
+                entry: "layernorm_backward_part",
+                bindings: vec![
+                    self.p(inp),
+                    self.p(weight),
+                    Src::DummyRw,
+                    self.p(mean),
+                    self.p(rstd),
+                    self.g(out),
+                    part,
+                    Src::Params,
+                ],
+                params: self.ln_params(width, 0, 0),
+                groups: [self.chunks_n as u32, 1, 1],
+            },
+            Planned {
+                entry: "layernorm_params_final",
+                // dweight in the `out` slot, dbias in the `mean` slot
+                bindings: vec![
+                    Src::DummyRo,
+                    Src::DummyRo,
+                    self.g(weight),
+                    self.g(bias),
+                    Src::DummyRw,
+                    Src::DummyRo,
+                    part,
+                    Src::Params,
+                ],
+                params: self.ln_params(width, 2 * width, 0),
+                groups: [width.div_ceil(64) as u32, 1, 1],
+            },
+        ]
+    }
+
+    // --- linear (matmul + bias) ---------------------------------------------
+
+    fn linear_forward(
+        &self,
+        inp: TensorId,
+        weight: TensorId,
+        bias: TensorId,
+        out: TensorId,
+        in_features: usize,
+        out_features: usize,
+    ) -> Vec<Planned> {
+        let (x, w, y) = (self.p(inp), self.p(weight), self.p(out));
+        self.matmul(
+            "matmul_nt",
+            x,
+            w,
+            y,
+            Some(self.p(bias)),
+            self.rows,
+            in_features,
+            out_features,
+            false,
+        )
+    }
+
+    fn linear_backward(
+        &self,
+        inp: TensorId,
+        weight: TensorId,
+        bias: TensorId,
+        out: TensorId,
+        in_features: usize,
+        out_features: usize,
+    ) -> Vec<Planned> {
+        let rows = self.rows;
+        let mut v = self.matmul(
+            "matmul_nn",
+            self.g(out),
+            self.p(weight),
+            self.g(inp),
+            None,
+            rows,
+            out_features,
+            in_features,
+            true,
+        );
+        v.extend(self.matmul(
+            "matmul_tn",
+            self.g(out),
+            self.p(inp),
+            self.g(weight),
+            None,
+            out_features,
+            rows,
+            in_features,
+            true,
+        ));
+        v.extend(self.bias_grad(self.g(out), self.g(bias), out_features));
+        v
+    }
+
+    // --- attention (causal or not is built into the kernels: `Kernels::new`
+    // templates CAUSAL from the same `Config::lab`) ---------------------------
+
+    fn attention_tiles(&self, n_head: usize) -> [u32; 3] {
+        let cfg = self.cfg();
+        [
+            cfg.ctx.div_ceil(ATTENTION_TILE) as u32,
+            (cfg.batch * n_head) as u32,
+            1,
+        ]
+    }
+
+    fn attention_forward(
+        &self,
+        qkv: TensorId,
+        out: TensorId,
+        lse: TensorId,
+        n_head: usize,
+        dropout: f32,
+        stream: u32,
+    ) -> Vec<Planned> {
+        vec![Planned {
+            entry: "attention_forward",
+            bindings: vec![
+                self.p(qkv),
+                self.p(out),
+                self.p(lse),
+                Src::DummyRo,
+                Src::DummyRw,
+                Src::DummyRw,
+                Src::Params,
+                Src::Step,
+                Src::DummyRw, // trace: only traced pipelines write it
+            ],
+            params: attn_params(self.cfg(), self.cfg().batch, n_head, stream, dropout),
+            groups: self.attention_tiles(n_head),
+        }]
+    }
+
+    fn attention_backward(
+        &self,
+        qkv: TensorId,
+        out: TensorId,
+        lse: TensorId,
+        n_head: usize,
+        dropout: f32,
+        stream: u32,
+    ) -> Vec<Planned> {
+        let cfg = self.cfg();
+        let binds = vec![
+            self.p(qkv),
+            self.p(out),
+            self.p(lse),
+            self.g(out),
+            self.g(qkv),
+            self.whole(self.scratch.delta, 0),
+            Src::Params,
+            Src::Step,
+            Src::DummyRw, // trace: only traced pipelines write it
+        ];
+        let params = attn_params(cfg, cfg.batch, n_head, stream, dropout);
+        let tiles = self.attention_tiles(n_head);
+        vec![
+            Planned {
+                entry: "attention_backward_delta",
+                bindings: binds.clone(),
+                params: params.clone(),
+                groups: grid(cfg.batch * n_head * cfg.ctx),
+            },
+            Planned {
+                entry: "attention_backward_dkdv",
+                bindings: binds.clone(),
+                params: params.clone(),
+                groups: tiles,
+            },
+            Planned {
+                entry: "attention_backward_dq",
+                bindings: binds,
+                params,
+                groups: tiles,
+            },
+        ]
+    }
+
+    /// The probe: every head's P (H, n, n) of one batch row.
+    fn attention_probs(
+        &self,
+        qkv: TensorId,
+        lse: TensorId,
+        n_head: usize,
+        dropout: f32,
+        stream: u32,
+    ) -> Vec<Planned> {
+        let t = self.cfg().ctx;
+        vec![Planned {
+            entry: "attention_probs",
+            bindings: vec![
+                self.p(qkv),
+                self.p(lse),
+                self.p(self.program.probs),
+                Src::Params,
+                Src::Window,
+            ],
+            params: attn_params(self.cfg(), self.cfg().batch, n_head, stream, dropout),
+            // Covers n = T; threads past n·n return.
+            groups: [(t * t).div_ceil(256) as u32, n_head as u32, 1],
+        }]
+    }
+
+    // --- GELU -----------------------------------------------------------------
+
+    fn gelu_forward(&self, inp: TensorId, out: TensorId) -> Vec<Planned> {
+        vec![self.elementwise(
+            "gelu_forward",
+            self.p(out),
+            self.p(inp),
+            Src::DummyRw,
+            self.numel(out),
+            0,
+            0.0,
+        )]
+    }
+
+    fn gelu_backward(&self, inp: TensorId, out: TensorId) -> Vec<Planned> {
+        vec![self.elementwise(
+            "gelu_backward",
+            self.g(inp),
+            self.g(out),
+            self.p(inp),
+            self.numel(out),
+            0,
+            0.0,
+        )]
+    }
+
+    // --- residual ---------------------------------------------------------------
+
+    fn residual_forward(&self, a: TensorId, b: TensorId, out: TensorId) -> Vec<Planned> {
+        vec![self.elementwise(
+            "residual_forward",
+            self.p(out),
+            self.p(a),
+            self.p(b),
+            self.numel(out),
+            0,
+            0.0,
+        )]
+    }
+
+    /// One dispatch adds dout to both inputs' gradients (the second rides in
+    /// the `y` slot, read-write in accumulate2).
+    fn residual_backward(&self, a: TensorId, b: TensorId, out: TensorId) -> Vec<Planned> {
+        vec![self.elementwise(
+            "accumulate2",
+            self.g(a),
+            self.g(out),
+            self.g(b),
+            self.numel(out),
+            0,
+            0.0,
+        )]
+    }
+
+    // --- dropout ----------------------------------------------------------------
+
+    fn dropout_forward(&self, inp: TensorId, out: TensorId, p: f32, stream: u32) -> Vec<Planned> {
+        vec![self.elementwise(
+            "dropout_forward",
+            self.p(out),
+            self.p(inp),
+            Src::DummyRw,
+            self.numel(out),
+            stream,
+            p,
+        )]
+    }
+
+    fn dropout_backward(&self, inp: TensorId, out: TensorId, p: f32, stream: u32) -> Vec<Planned> {
+        vec![self.elementwise(
+            "dropout_backward",
+            self.g(inp),
+            self.g(out),
+            Src::DummyRw,
+            self.numel(out),
+            stream,
+            p,
+        )]
+    }
+
+    // --- the LM head, tied to wte ---------------------------------------------
+
+    fn tied_head_forward(&self, inp: TensorId, wte: TensorId, out: TensorId) -> Vec<Planned> {
+        let c = self.cfg().d_model;
+        self.matmul(
+            "matmul_nt",
+            self.p(inp),
+            self.p(wte),
+            self.p(out),
+            None,
+            self.rows,
+            c,
+            VOCAB,
+            false,
+        )
+    }
+
+    fn tied_head_backward(&self, inp: TensorId, wte: TensorId, out: TensorId) -> Vec<Planned> {
+        let (rows, c) = (self.rows, self.cfg().d_model);
+        let mut d = self.matmul(
+            "matmul_nn",
+            self.g(out),
+            self.p(wte),
+            self.g(inp),
+            None,
+            rows,
+            VOCAB,
+            c,
+            true,
+        );
+        d.extend(self.matmul(
+            "matmul_tn",
+            self.g(out),
+            self.p(inp),
+            self.g(wte),
+            None,
+            VOCAB,
+            rows,
+            c,
+            true,
+        ));
+        d
+    }
+
+    // --- cross-entropy ----------------------------------------------------------
+
+    fn cross_entropy_forward(
+        &self,
+        logits: TensorId,
+        targets: TensorId,
+        losses: TensorId,
+    ) -> Vec<Planned> {
+        let stats = self.whole(self.scratch.stats, 16);
+        vec![
+            Planned {
+                entry: "cross_entropy_forward",
+                bindings: vec![
+                    self.p(logits),
+                    self.p(targets),
+                    self.p(losses),
+                    Src::DummyRw,
+                    stats,
+                    Src::Params,
+                ],
+                params: self.ce_params(),
+                groups: per_row(self.rows),
+            },
+            Planned {
+                entry: "loss_mean",
+                bindings: vec![
+                    Src::DummyRo,
+                    Src::DummyRo,
+                    self.p(losses),
+                    Src::DummyRw,
+                    stats,
+                    Src::Params,
+                ],
+                params: self.ce_params(),
+                groups: [1, 1, 1],
+            },
+        ]
+    }
+
+    fn cross_entropy_backward(
+        &self,
+        logits: TensorId,
+        targets: TensorId,
+        losses: TensorId,
+    ) -> Vec<Planned> {
+        vec![Planned {
+            entry: "cross_entropy_backward",
+            bindings: vec![
+                self.p(logits),
+                self.p(targets),
+                self.p(losses),
+                self.g(logits),
+                self.whole(self.scratch.stats, 16),
+                Src::Params,
+            ],
+            params: self.ce_params(),
+            groups: per_row(self.rows),
+        }]
+    }
+
+    // --- the optimizer ------------------------------------------------------------
+
+    /// One chunk of the flat buffers, with the stats and the partial sums.
+    fn optimizer(
+        &self,
+        entry: &'static str,
+        start: usize,
+        len: usize,
+        op: OptParams,
+        groups: [u32; 3],
+    ) -> Planned {
+        let [params, grads, m, v] = self.scratch.flat;
+        let chunk = [params, grads, m, v].map(|buffer| {
+            Src::At(Place {
+                buffer,
+                offset: start as u64 * 4,
+                size: len as u64 * 4,
+            })
+        });
+        Planned {
+            entry,
+            bindings: vec![
+                chunk[0],
+                chunk[1],
+                chunk[2],
+                chunk[3],
+                self.whole(self.scratch.stats, 16),
+                self.whole(self.scratch.partials, 0),
+                Src::Params,
+                Src::Step,
+            ],
+            params: op.bytes(),
+            groups,
+        }
+    }
+
+    /// Partial sums of squares per chunk, then the norm and the clip factor.
+    fn clip_grad_norm(&self) -> Vec<Planned> {
+        let mut v = Vec::new();
+        let mut first = 0usize;
+        for &(start, len) in &self.scratch.chunks {
+            let groups = len.div_ceil(NORM_CHUNK);
+            let op = OptParams {
+                n: len as u32,
+                offset: start as u32,
+                first_group: first as u32,
+                ..Default::default()
+            };
+            v.push(self.optimizer(
+                "sum_squares_partial",
+                start,
+                len,
+                op,
+                [groups.min(65535) as u32, groups.div_ceil(65535) as u32, 1],
+            ));
+            first += groups;
+        }
+        let (s0, l0) = self.scratch.chunks[0];
+        let op = OptParams {
+            first_group: first as u32,
+            ..Default::default()
+        };
+        v.push(self.optimizer("grad_norm_final", s0, l0, op, [1, 1, 1]));
+        v
+    }
+
+    fn adamw(&self) -> Vec<Planned> {
+        // The halt flag follows the partial sums (see adamw.wgsl).
+        let halt: usize = self
+            .scratch
+            .chunks
+            .iter()
+            .map(|&(_, len)| len.div_ceil(NORM_CHUNK))
+            .sum();
+        self.scratch
+            .chunks
+            .iter()
+            .map(|&(start, len)| {
+                let op = OptParams {
+                    n: len as u32,
+                    offset: start as u32,
+                    first_group: halt as u32,
+                    ..Default::default()
+                };
+                self.optimizer("adamw_update", start, len, op, grid(len))
+            })
+            .collect()
+    }
 }
 
 /// `AttnParams` (common.wgsl) of an attention op over `batch` rows.
@@ -740,52 +1063,4 @@ pub(super) fn attn_params(
         scale: 1.0 / (d as f32).sqrt(),
     }
     .bytes()
-}
-
-fn chunks_srcs(
-    params: usize,
-    grads: usize,
-    m: usize,
-    v: usize,
-    start: usize,
-    len: usize,
-) -> [Src; 4] {
-    [params, grads, m, v].map(|buffer| {
-        Src::At(Place {
-            buffer,
-            offset: start as u64 * 4,
-            size: len as u64 * 4,
-        })
-    })
-}
-
-fn opt_plan(
-    entry: &'static str,
-    flat: &[Src; 4],
-    stats: Src,
-    partials: Src,
-    op: [u32; 4],
-    groups: [u32; 3],
-) -> Planned {
-    Planned {
-        entry,
-        bindings: vec![
-            flat[0],
-            flat[1],
-            flat[2],
-            flat[3],
-            stats,
-            partials,
-            Src::Params,
-            Src::Step,
-        ],
-        params: OptParams {
-            n: op[0],
-            offset: op[1],
-            first_group: op[2],
-            _pad: op[3],
-        }
-        .bytes(),
-        groups,
-    }
 }
