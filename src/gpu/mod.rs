@@ -130,6 +130,195 @@ impl Allocator {
     }
 }
 
+/// Refuses, before any allocation, a program this adapter cannot run: a
+/// tensor larger than one binding, attention tiles larger than workgroup
+/// memory, too few threads or storage buffers per kernel.
+fn check_limits(
+    program: &Program,
+    limits: &wgpu::Limits,
+    refuse: &dyn Fn(String, &'static str, u64, u64) -> GpuError,
+) -> Result<(), GpuError> {
+    let cfg = &program.config;
+    let largest = program
+        .tensors
+        .iter()
+        .map(|t| t.numel() as u64 * 4)
+        .max()
+        .unwrap_or(0);
+    if largest > limits.max_storage_buffer_binding_size {
+        let name = program
+            .tensors
+            .iter()
+            .max_by_key(|t| t.numel())
+            .unwrap()
+            .name
+            .clone();
+        return Err(refuse(
+            format!("tensor `{name}`"),
+            "max_storage_buffer_binding_size",
+            largest,
+            limits.max_storage_buffer_binding_size,
+        ));
+    }
+    let attn_bytes = kernels::attention_workgroup_bytes(cfg.head_dim());
+    if attn_bytes > limits.max_compute_workgroup_storage_size as u64 {
+        return Err(refuse(
+            format!("attention with head_dim {}", cfg.head_dim()),
+            "max_compute_workgroup_storage_size",
+            attn_bytes,
+            limits.max_compute_workgroup_storage_size as u64,
+        ));
+    }
+    if limits.max_compute_invocations_per_workgroup < 256
+        || limits.max_compute_workgroup_size_x < 256
+    {
+        return Err(refuse(
+            "256-thread workgroups".into(),
+            "max_compute_invocations_per_workgroup",
+            256,
+            limits.max_compute_invocations_per_workgroup as u64,
+        ));
+    }
+    if limits.max_storage_buffers_per_shader_stage < 8 {
+        return Err(refuse(
+            "8 storage buffers per kernel".into(),
+            "max_storage_buffers_per_shader_stage",
+            8,
+            limits.max_storage_buffers_per_shader_stage as u64,
+        ));
+    }
+    Ok(())
+}
+
+/// Where each parameter sits in the flat buffers (weights, gradients and
+/// moments share it): decayed tensors first, each aligned for a binding.
+struct FlatLayout {
+    /// In floats, by tensor id (parameters only).
+    offsets: Vec<usize>,
+    /// Floats in all, aligned.
+    len: usize,
+    /// Where the decayed tensors end (AdamW decays before it).
+    decay_end: usize,
+}
+
+impl FlatLayout {
+    fn new(program: &Program, align_floats: usize) -> Self {
+        let params: Vec<TensorId> = program.params().collect();
+        let mut order: Vec<TensorId> = params
+            .iter()
+            .copied()
+            .filter(|&p| program.decays(p))
+            .collect();
+        let decayed = order.len();
+        order.extend(params.iter().copied().filter(|&p| !program.decays(p)));
+        let mut offsets = vec![0usize; program.tensors.len()];
+        let mut len = 0usize;
+        let mut decay_end = 0usize;
+        for (i, &p) in order.iter().enumerate() {
+            len = len.next_multiple_of(align_floats);
+            offsets[p] = len;
+            len += program.tensors[p].numel();
+            if i + 1 == decayed {
+                decay_end = len;
+            }
+        }
+        Self {
+            offsets,
+            len: len.next_multiple_of(align_floats),
+            decay_end,
+        }
+    }
+}
+
+/// Turns planned dispatches into bind groups over the allocated buffers.
+struct Binder<'a> {
+    device: &'a wgpu::Device,
+    kernels: &'a Kernels,
+    buffers: &'a [wgpu::Buffer],
+    uniforms: &'a wgpu::Buffer,
+    step_uniform: &'a wgpu::Buffer,
+    probe_window: &'a wgpu::Buffer,
+    dummy_ro: usize,
+    dummy_rw: usize,
+    /// Each unused writable binding gets its own slot of `dummy_rw`.
+    dummy_stride: u64,
+}
+
+impl Binder<'_> {
+    /// `plan`'s bind group, its uniform block at `uniform_offset`.
+    fn dispatch(&self, plan: &plan::Planned, uniform_offset: u64) -> Dispatch {
+        let slots = self.kernels.slots_of(plan.entry);
+        assert_eq!(
+            slots.len(),
+            plan.bindings.len(),
+            "{}: binding count",
+            plan.entry
+        );
+        let entries: Vec<wgpu::BindGroupEntry> = plan
+            .bindings
+            .iter()
+            .zip(slots)
+            .enumerate()
+            .map(|(i, (src, slot))| {
+                let binding = match *src {
+                    Src::At(place) => wgpu::BufferBinding {
+                        buffer: &self.buffers[place.buffer],
+                        offset: place.offset,
+                        size: if place.size == 0 {
+                            None
+                        } else {
+                            wgpu::BufferSize::new(place.size)
+                        },
+                    },
+                    Src::DummyRo => wgpu::BufferBinding {
+                        buffer: &self.buffers[self.dummy_ro],
+                        offset: 0,
+                        size: None,
+                    },
+                    Src::DummyRw => wgpu::BufferBinding {
+                        buffer: &self.buffers[self.dummy_rw],
+                        offset: i as u64 * self.dummy_stride,
+                        size: wgpu::BufferSize::new(16),
+                    },
+                    Src::Params => wgpu::BufferBinding {
+                        buffer: self.uniforms,
+                        offset: uniform_offset,
+                        size: wgpu::BufferSize::new(plan.params.len() as u64),
+                    },
+                    Src::Step => wgpu::BufferBinding {
+                        buffer: self.step_uniform,
+                        offset: 0,
+                        size: None,
+                    },
+                    Src::Window => wgpu::BufferBinding {
+                        buffer: self.probe_window,
+                        offset: 0,
+                        size: None,
+                    },
+                };
+                debug_assert!(
+                    matches!(src, Src::Params | Src::Step | Src::Window)
+                        == (*slot == Slot::Uniform)
+                );
+                wgpu::BindGroupEntry {
+                    binding: i as u32,
+                    resource: wgpu::BindingResource::Buffer(binding),
+                }
+            })
+            .collect();
+        let bind_group = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(&format!("tinygpt:bind:{}", plan.entry)),
+            layout: self.kernels.layout_of(plan.entry),
+            entries: &entries,
+        });
+        Dispatch {
+            entry: plan.entry,
+            bind_group,
+            groups: plan.groups,
+        }
+    }
+}
+
 impl GpuBackend {
     /// Builds the backend for `program` on `ctx`, or says which adapter limit
     /// the preset exceeds.
@@ -150,77 +339,15 @@ impl GpuBackend {
         };
 
         // --- limits, before any allocation
+        check_limits(&program, &limits, &refuse)?;
         let align_floats = (limits.min_storage_buffer_offset_alignment.max(256) / 4) as usize;
-        let largest = program
-            .tensors
-            .iter()
-            .map(|t| t.numel() as u64 * 4)
-            .max()
-            .unwrap_or(0);
-        if largest > limits.max_storage_buffer_binding_size {
-            let name = program
-                .tensors
-                .iter()
-                .max_by_key(|t| t.numel())
-                .unwrap()
-                .name
-                .clone();
-            return Err(refuse(
-                format!("tensor `{name}`"),
-                "max_storage_buffer_binding_size",
-                largest,
-                limits.max_storage_buffer_binding_size,
-            ));
-        }
-        let attn_bytes = kernels::attention_workgroup_bytes(cfg.head_dim());
-        if attn_bytes > limits.max_compute_workgroup_storage_size as u64 {
-            return Err(refuse(
-                format!("attention with head_dim {}", cfg.head_dim()),
-                "max_compute_workgroup_storage_size",
-                attn_bytes,
-                limits.max_compute_workgroup_storage_size as u64,
-            ));
-        }
-        if limits.max_compute_invocations_per_workgroup < 256
-            || limits.max_compute_workgroup_size_x < 256
-        {
-            return Err(refuse(
-                "256-thread workgroups".into(),
-                "max_compute_invocations_per_workgroup",
-                256,
-                limits.max_compute_invocations_per_workgroup as u64,
-            ));
-        }
-        if limits.max_storage_buffers_per_shader_stage < 8 {
-            return Err(refuse(
-                "8 storage buffers per kernel".into(),
-                "max_storage_buffers_per_shader_stage",
-                8,
-                limits.max_storage_buffers_per_shader_stage as u64,
-            ));
-        }
 
         // --- flat parameter layout: decayed tensors first
-        let params: Vec<TensorId> = program.params().collect();
-        let mut order: Vec<TensorId> = params
-            .iter()
-            .copied()
-            .filter(|&p| program.decays(p))
-            .collect();
-        let decayed = order.len();
-        order.extend(params.iter().copied().filter(|&p| !program.decays(p)));
-        let mut flat_offsets = vec![0usize; program.tensors.len()];
-        let mut flat_len = 0usize;
-        let mut decay_end = 0usize;
-        for (i, &p) in order.iter().enumerate() {
-            flat_len = flat_len.next_multiple_of(align_floats);
-            flat_offsets[p] = flat_len;
-            flat_len += program.tensors[p].numel();
-            if i + 1 == decayed {
-                decay_end = flat_len;
-            }
-        }
-        let flat_len = flat_len.next_multiple_of(align_floats);
+        let FlatLayout {
+            offsets: flat_offsets,
+            len: flat_len,
+            decay_end,
+        } = FlatLayout::new(&program, align_floats);
         if flat_len as u64 * 4 > limits.max_buffer_size {
             return Err(refuse(
                 "the flat parameter buffer".into(),
@@ -239,6 +366,7 @@ impl GpuBackend {
                 ));
             }
         }
+        let params: Vec<TensorId> = program.params().collect();
 
         let device = ctx.device.clone();
         let kernels = Kernels::new(&device, cfg.head_dim(), cfg.lab);
@@ -428,84 +556,24 @@ impl GpuBackend {
         #[cfg(target_arch = "wasm32")]
         drop(memory_scope); // the browser reports it asynchronously, to the console
         let buffers = alloc.buffers;
+        let binder = Binder {
+            device: &device,
+            kernels: &kernels,
+            buffers: &buffers,
+            uniforms: &uniforms,
+            step_uniform: &step_uniform,
+            probe_window: &probe_window,
+            dummy_ro,
+            dummy_rw,
+            dummy_stride,
+        };
         let mut next_uniform = uniform_offsets.into_iter();
         let (steps, probes): (Vec<_>, Vec<_>) = planned_steps
             .into_iter()
             .map(|(step, plans)| {
                 let dispatches = plans
                     .into_iter()
-                    .map(|plan| {
-                        let uoff = next_uniform.next().unwrap() as u64;
-                        let slots = kernels.slots_of(plan.entry);
-                        assert_eq!(
-                            slots.len(),
-                            plan.bindings.len(),
-                            "{}: binding count",
-                            plan.entry
-                        );
-                        let entries: Vec<wgpu::BindGroupEntry> = plan
-                            .bindings
-                            .iter()
-                            .zip(slots)
-                            .enumerate()
-                            .map(|(i, (src, slot))| {
-                                let binding = match *src {
-                                    Src::At(place) => wgpu::BufferBinding {
-                                        buffer: &buffers[place.buffer],
-                                        offset: place.offset,
-                                        size: if place.size == 0 {
-                                            None
-                                        } else {
-                                            wgpu::BufferSize::new(place.size)
-                                        },
-                                    },
-                                    Src::DummyRo => wgpu::BufferBinding {
-                                        buffer: &buffers[dummy_ro],
-                                        offset: 0,
-                                        size: None,
-                                    },
-                                    Src::DummyRw => wgpu::BufferBinding {
-                                        buffer: &buffers[dummy_rw],
-                                        offset: i as u64 * dummy_stride,
-                                        size: wgpu::BufferSize::new(16),
-                                    },
-                                    Src::Params => wgpu::BufferBinding {
-                                        buffer: &uniforms,
-                                        offset: uoff,
-                                        size: wgpu::BufferSize::new(plan.params.len() as u64),
-                                    },
-                                    Src::Step => wgpu::BufferBinding {
-                                        buffer: &step_uniform,
-                                        offset: 0,
-                                        size: None,
-                                    },
-                                    Src::Window => wgpu::BufferBinding {
-                                        buffer: &probe_window,
-                                        offset: 0,
-                                        size: None,
-                                    },
-                                };
-                                debug_assert!(
-                                    matches!(src, Src::Params | Src::Step | Src::Window)
-                                        == (*slot == Slot::Uniform)
-                                );
-                                wgpu::BindGroupEntry {
-                                    binding: i as u32,
-                                    resource: wgpu::BindingResource::Buffer(binding),
-                                }
-                            })
-                            .collect();
-                        let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
-                            label: Some(&format!("tinygpt:bind:{}", plan.entry)),
-                            layout: kernels.layout_of(plan.entry),
-                            entries: &entries,
-                        });
-                        Dispatch {
-                            entry: plan.entry,
-                            bind_group,
-                            groups: plan.groups,
-                        }
-                    })
+                    .map(|plan| binder.dispatch(&plan, next_uniform.next().unwrap() as u64))
                     .collect();
                 (step, dispatches)
             })
