@@ -29,6 +29,27 @@ fn preset(dir: &Path) -> String {
     path.display().to_string()
 }
 
+/// The wide preset in `dir` and a checkpoint of it trained 2 steps, with
+/// its bytes: the old checkpoint a save goes over.
+fn trained(dir: &Path) -> (String, std::path::PathBuf, Vec<u8>) {
+    let preset = preset(dir);
+    let target = dir.join("run.safetensors");
+    let target_arg = target.display().to_string();
+    common::tinygpt(&[
+        "train",
+        "--preset",
+        &preset,
+        "--steps",
+        "2",
+        "--backend",
+        "cpu",
+        "--out",
+        &target_arg,
+    ]);
+    let old = std::fs::read(&target).unwrap();
+    (preset, target, old)
+}
+
 /// Temporary files left in `dir`.
 fn temp_files(dir: &Path) -> Vec<String> {
     std::fs::read_dir(dir)
@@ -95,21 +116,8 @@ fn kill_at_every_stage(make: impl Fn() -> Command, target: &Path, old: &[u8]) ->
 #[test]
 fn a_save_killed_at_any_stage_leaves_the_old_or_the_new_checkpoint() {
     let dir = common::scratch_dir("save-kill");
-    let preset = preset(&dir);
-    let target = dir.join("run.safetensors");
+    let (preset, target, old) = trained(&dir);
     let target_arg = target.display().to_string();
-    common::tinygpt(&[
-        "train",
-        "--preset",
-        &preset,
-        "--steps",
-        "2",
-        "--backend",
-        "cpu",
-        "--out",
-        &target_arg,
-    ]);
-    let old = std::fs::read(&target).unwrap();
     assert!(
         old.len() > 4 << 20,
         "{} bytes: the save has several pieces",
@@ -231,21 +239,8 @@ fn a_failed_save_keeps_the_previous_checkpoint_at_every_stage() {
 #[test]
 fn a_run_whose_save_fails_keeps_its_weights_in_a_rescue_file() {
     let dir = common::scratch_dir("save-rescue");
-    let preset = preset(&dir);
-    let target = dir.join("run.safetensors");
+    let (preset, target, old) = trained(&dir);
     let target_arg = target.display().to_string();
-    common::tinygpt(&[
-        "train",
-        "--preset",
-        &preset,
-        "--steps",
-        "2",
-        "--backend",
-        "cpu",
-        "--out",
-        &target_arg,
-    ]);
-    let old = std::fs::read(&target).unwrap();
     // The disk "fills" at the save's first piece of data.
     let out = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
         .args([

@@ -137,8 +137,8 @@ impl<'a> Planner<'a> {
     fn step(&self, step: Step) -> Vec<Planned> {
         match step {
             Step::ZeroGrads => vec![],
-            Step::Forward(i) => self.forward(&self.program.ops[i].op),
-            Step::Backward(i) => self.backward(&self.program.ops[i].op),
+            Step::Forward(i) => self.op(&self.program.ops[i].op, false),
+            Step::Backward(i) => self.op(&self.program.ops[i].op, true),
             Step::AttentionProbs(i) => match self.program.ops[i].op {
                 Op::Attention {
                     qkv,
@@ -155,64 +155,23 @@ impl<'a> Planner<'a> {
         }
     }
 
-    fn forward(&self, op: &Op) -> Vec<Planned> {
-        match *op {
-            Op::Embedding {
-                tokens,
-                wte,
-                wpe,
-                out,
-            } => self.embedding_forward(tokens, wte, wpe, out),
-            Op::LayerNorm {
-                inp,
-                weight,
-                bias,
-                out,
-                mean,
-                rstd,
-            } => self.layernorm_forward(inp, weight, bias, out, mean, rstd),
-            Op::Linear {
-                inp,
-                weight,
-                bias,
-                out,
-                in_features,
-                out_features,
-            } => self.linear_forward(inp, weight, bias, out, in_features, out_features),
-            Op::Attention {
-                qkv,
-                out,
-                lse,
-                n_head,
-                dropout,
-                stream,
-                ..
-            } => self.attention_forward(qkv, out, lse, n_head, dropout, stream),
-            Op::Gelu { inp, out } => self.gelu_forward(inp, out),
-            Op::Residual { a, b, out } => self.residual_forward(a, b, out),
-            Op::Dropout {
-                inp,
-                out,
-                p,
-                stream,
-            } => self.dropout_forward(inp, out, p, stream),
-            Op::TiedHead { inp, wte, out } => self.tied_head_forward(inp, wte, out),
-            Op::CrossEntropy {
-                logits,
-                targets,
-                losses,
-            } => self.cross_entropy_forward(logits, targets, losses),
+    /// An op's dispatches in one pass: its forward, or its backward.
+    fn op(&self, op: &Op, backward: bool) -> Vec<Planned> {
+        // Each arm picks one of a pair of methods below.
+        macro_rules! pass {
+            ($forward:ident, $backward:ident ($($arg:expr),*)) => {
+                if backward { self.$backward($($arg),*) } else { self.$forward($($arg),*) }
+            };
         }
-    }
-
-    fn backward(&self, op: &Op) -> Vec<Planned> {
         match *op {
             Op::Embedding {
                 tokens,
                 wte,
                 wpe,
                 out,
-            } => self.embedding_backward(tokens, wte, wpe, out),
+            } => {
+                pass!(embedding_forward, embedding_backward(tokens, wte, wpe, out))
+            }
             Op::LayerNorm {
                 inp,
                 weight,
@@ -220,7 +179,12 @@ impl<'a> Planner<'a> {
                 out,
                 mean,
                 rstd,
-            } => self.layernorm_backward(inp, weight, bias, out, mean, rstd),
+            } => {
+                pass!(
+                    layernorm_forward,
+                    layernorm_backward(inp, weight, bias, out, mean, rstd)
+                )
+            }
             Op::Linear {
                 inp,
                 weight,
@@ -228,7 +192,12 @@ impl<'a> Planner<'a> {
                 out,
                 in_features,
                 out_features,
-            } => self.linear_backward(inp, weight, bias, out, in_features, out_features),
+            } => {
+                pass!(
+                    linear_forward,
+                    linear_backward(inp, weight, bias, out, in_features, out_features)
+                )
+            }
             Op::Attention {
                 qkv,
                 out,
@@ -237,21 +206,35 @@ impl<'a> Planner<'a> {
                 dropout,
                 stream,
                 ..
-            } => self.attention_backward(qkv, out, lse, n_head, dropout, stream),
-            Op::Gelu { inp, out } => self.gelu_backward(inp, out),
-            Op::Residual { a, b, out } => self.residual_backward(a, b, out),
+            } => {
+                pass!(
+                    attention_forward,
+                    attention_backward(qkv, out, lse, n_head, dropout, stream)
+                )
+            }
+            Op::Gelu { inp, out } => pass!(gelu_forward, gelu_backward(inp, out)),
+            Op::Residual { a, b, out } => pass!(residual_forward, residual_backward(a, b, out)),
             Op::Dropout {
                 inp,
                 out,
                 p,
                 stream,
-            } => self.dropout_backward(inp, out, p, stream),
-            Op::TiedHead { inp, wte, out } => self.tied_head_backward(inp, wte, out),
+            } => {
+                pass!(dropout_forward, dropout_backward(inp, out, p, stream))
+            }
+            Op::TiedHead { inp, wte, out } => {
+                pass!(tied_head_forward, tied_head_backward(inp, wte, out))
+            }
             Op::CrossEntropy {
                 logits,
                 targets,
                 losses,
-            } => self.cross_entropy_backward(logits, targets, losses),
+            } => {
+                pass!(
+                    cross_entropy_forward,
+                    cross_entropy_backward(logits, targets, losses)
+                )
+            }
         }
     }
 
