@@ -1266,7 +1266,7 @@ fn headless_divergence_pauses_at_the_last_good_step_and_names_the_op() {
                 "app",
                 "--headless",
                 "--frames",
-                "200",
+                "600",
                 "--fps",
                 "0",
                 "--preset",
