@@ -7,6 +7,7 @@
 #   bash bench/vs-pytorch.sh                       # GPU vs CUDA eager + torch.compile, every preset
 #   bash bench/vs-pytorch.sh --device cpu --threads 16 --presets small,medium,large,xl
 #   bash bench/vs-pytorch.sh --presets tiny,small --runs 5 --no-compile --out bench-out
+#   bash bench/vs-pytorch.sh --compile-runs 1      # torch.compile (slow to compile) in the first run only
 #
 # Needs the release binary (built here if missing) and python3 with torch.
 # Writes DIR/vs-pytorch.jsonl (every measurement) and DIR/vs-pytorch.md (the
@@ -18,6 +19,7 @@ presets="tiny,small,medium,large,xl,huge,massive,mega,nanogpt-char"
 device="gpu"
 runs=3
 compile=1
+compile_runs=""
 threads=""
 out="bench-vs-pytorch"
 seconds=3
@@ -30,7 +32,8 @@ while [ $# -gt 0 ]; do
         --seconds) seconds="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
         --no-compile) compile=0; shift ;;
-        -h|--help) sed -n '2,15p' "$0"; exit 0 ;;
+        --compile-runs) compile_runs="$2"; shift 2 ;;
+        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
         *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -63,7 +66,7 @@ for run in $(seq 1 "$runs"); do
     "$tinygpt" "${ours_threads[@]}" bench --backend "$device" --presets "$presets" --seconds "$seconds" --json >> "$log"
     echo "run $run of $runs: PyTorch eager ($torch_device)" >&2
     "${torch_cmd[@]}" bench --device "$torch_device" --presets "$presets" --seconds "$seconds" "${torch_threads[@]}" >> "$log"
-    if [ "$compile" = 1 ] && [ "$torch_device" = cuda ]; then
+    if [ "$compile" = 1 ] && [ "$torch_device" = cuda ] && [ "$run" -le "${compile_runs:-$runs}" ]; then
         echo "run $run of $runs: torch.compile ($torch_device)" >&2
         "${torch_cmd[@]}" bench --device "$torch_device" --presets "$presets" --seconds "$seconds" --compile >> "$log"
     fi

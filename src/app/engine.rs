@@ -167,9 +167,12 @@ pub struct Engine {
     pub stepping_generation: u64,
     /// The step-through wanted is the diagnosis of a diverged step.
     diagnose_next: bool,
-    /// When training in this engine started and how many steps it did since.
+    /// When training in this engine started, how many steps it did since,
+    /// and when the last of them came back (a run that has finished stops
+    /// the clock there).
     pub started: Option<Instant>,
     pub steps_since_start: u64,
+    pub last_step_at: Option<Instant>,
 }
 
 // SAFETY: in the browser (wasm32 without atomics) the app has one thread,
@@ -213,6 +216,7 @@ impl Engine {
             diagnose_next: false,
             started: None,
             steps_since_start: 0,
+            last_step_at: None,
         }
     }
 
@@ -732,6 +736,9 @@ impl Engine {
             };
         }
         self.steps_since_start += out.metrics.len() as u64;
+        if !out.metrics.is_empty() {
+            self.last_step_at = Some(Instant::now());
+        }
         if let Some(m) = out.metrics.last() {
             self.step = self.step.max(m.step);
         }

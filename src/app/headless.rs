@@ -290,10 +290,10 @@ fn count_frames(
     });
     let bg = BACKGROUND.to_srgba();
     let (steps, ms_per_step) = run.as_ref().map_or((0, None), |r| {
-        let ms = r
-            .engine
-            .started
-            .map(|t| t.elapsed().as_secs_f64() * 1e3 / r.engine.steps_since_start.max(1) as f64);
+        let e = &r.engine;
+        let ms = e.started.zip(e.last_step_at).map(|(t0, t1)| {
+            t1.duration_since(t0).as_secs_f64() * 1e3 / e.steps_since_start.max(1) as f64
+        });
         (r.step(), ms)
     });
     let distinct = {

@@ -135,6 +135,15 @@ pub struct EvalArgs {
     /// Also write the logits, (batch, ctx, 256) little-endian f32, to this file.
     #[arg(long, value_name = "FILE")]
     dump_logits: Option<PathBuf>,
+    /// Also write the gradients of the batch's loss (before clipping), as
+    /// f32 safetensors named `grad.NAME`, to this file (dropout off).
+    #[arg(long, value_name = "FILE")]
+    dump_grads: Option<PathBuf>,
+    /// Also take one training step on the batch (clipping and AdamW at the
+    /// checkpoint's next learning rate, from its moments), dropout off, and
+    /// write the checkpoint after it to this file.
+    #[arg(long, value_name = "FILE")]
+    dump_step: Option<PathBuf>,
     /// Where to compute.
     #[arg(long, value_enum, default_value = "cpu")]
     backend: BackendChoice,
@@ -146,7 +155,18 @@ pub struct EvalArgs {
 /// same batch and compare.
 pub fn eval(args: EvalArgs) -> Result<()> {
     let ck = Checkpoint::load(&args.checkpoint)?;
-    let config = ck.config.clone();
+    let mut config = ck.config.clone();
+    let dumps_step = args.dump_grads.is_some() || args.dump_step.is_some();
+    if dumps_step {
+        // The oracle compares one deterministic step.
+        config.dropout = 0.0;
+    }
+    for path in [&args.dump_logits, &args.dump_grads, &args.dump_step]
+        .into_iter()
+        .flatten()
+    {
+        check_writable(path)?;
+    }
     let corpus = match &args.corpus {
         Some(p) => tinygpt::data::Corpus::from_file(p, config.ctx)?,
         None => tinygpt::data::Corpus::tiny_shakespeare(config.ctx)?,
@@ -177,6 +197,9 @@ pub fn eval(args: EvalArgs) -> Result<()> {
         std::fs::write(path, bytemuck::cast_slice::<f32, u8>(&logits))
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
+    if dumps_step {
+        one_step(&mut *backend, &ck, &batch, &args)?;
+    }
     let line = serde_json::json!({
         "loss": loss,
         "batch": b,
@@ -186,5 +209,98 @@ pub fn eval(args: EvalArgs) -> Result<()> {
         "backend": backend.describe(),
     });
     println!("{line}");
+    Ok(())
+}
+
+/// `eval --dump-grads/--dump-step`: the checkpoint's next training step on
+/// the eval batch, run as the program's entries: up to the clip, the
+/// gradients are read; the rest (clip, AdamW) then updates the weights,
+/// which are written as a checkpoint one step on. The float64 oracle
+/// (`tests/reference/tinygpt_torch.py check --grads --step`) redoes both.
+fn one_step(
+    backend: &mut dyn tinygpt::backend::Backend,
+    ck: &Checkpoint,
+    batch: &tinygpt::data::Batch,
+    args: &EvalArgs,
+) -> Result<()> {
+    use tinygpt::model::checkpoint::OptimizerState;
+    use tinygpt::model::params::NamedTensor;
+    use tinygpt::program::Step;
+    if let Some(opt) = &ck.optimizer {
+        for t in opt.m.iter().chain(&opt.v) {
+            backend.write(&t.name, &t.values)?;
+        }
+    } else {
+        eprintln!("note: the checkpoint has no AdamW moments; the step starts them from zero");
+    }
+    let params = tinygpt::backend::StepParams {
+        lr: tinygpt::train::schedule::learning_rate(&ck.config, ck.step),
+        adam_t: ck.step + 1,
+        dropout_seed: 0,
+    };
+    let steps = &backend.program().steps;
+    let (n, clip) = (
+        steps.len(),
+        steps
+            .iter()
+            .position(|s| matches!(s, Step::ClipGradNorm))
+            .context("the program has no gradient clipping step")?,
+    );
+    backend.load_step(batch, Some(params));
+    backend.run_entries(0..clip);
+    let names: Vec<(String, Vec<usize>)> = ck
+        .params
+        .iter()
+        .map(|p| (p.name.clone(), p.shape.clone()))
+        .collect();
+    if let Some(path) = &args.dump_grads {
+        let mut grads = Vec::with_capacity(names.len());
+        for (name, shape) in &names {
+            grads.push((
+                format!("grad.{name}"),
+                shape.clone(),
+                backend.read(&format!("grad.{name}"))?,
+            ));
+        }
+        let views = grads
+            .iter()
+            .map(|(name, shape, values)| {
+                let view = safetensors::tensor::TensorView::new(
+                    safetensors::Dtype::F32,
+                    shape.clone(),
+                    bytemuck::cast_slice(values),
+                )?;
+                Ok((name.clone(), view))
+            })
+            .collect::<Result<Vec<_>, safetensors::SafeTensorError>>()?;
+        safetensors::serialize_to_file(views, None, path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    backend.run_entries(clip..n);
+    if let Some(path) = &args.dump_step {
+        let mut read = |prefix: &str| -> Result<Vec<NamedTensor>> {
+            names
+                .iter()
+                .map(|(name, shape)| {
+                    let name = format!("{prefix}{name}");
+                    Ok(NamedTensor {
+                        values: backend.read(&name)?,
+                        name,
+                        shape: shape.clone(),
+                    })
+                })
+                .collect()
+        };
+        let after = Checkpoint {
+            params: read("")?,
+            optimizer: Some(OptimizerState {
+                m: read("adam.m.")?,
+                v: read("adam.v.")?,
+            }),
+            step: ck.step + 1,
+            ..ck.clone()
+        };
+        after.save(path, Precision::F32)?;
+    }
     Ok(())
 }

@@ -354,9 +354,114 @@ def check(args):
     ours_loss = F.cross_entropy(ours.view(-1, VOCAB), y.view(-1)).item()
     loss_err = abs(ours_loss - loss.item()) / abs(loss.item())
     ok = logits_err <= 1e-5 and loss_err <= 1e-5
-    print(json.dumps(dict(logits_rel_err=logits_err, loss_torch=loss.item(), loss_tinygpt_logits=ours_loss,
-                          loss_rel_err=loss_err, tolerance=1e-5, ok=ok)))
+    report = dict(logits_rel_err=logits_err, loss_torch=loss.item(), loss_tinygpt_logits=ours_loss,
+                  loss_rel_err=loss_err, tolerance=1e-5)
+    if args.grads or args.step:
+        ok = check_step(args, c, meta, tensors, model, x, y, report) and ok
+    report["ok"] = ok
+    print(json.dumps(report))
     sys.exit(0 if ok else 1)
+
+
+def rel_err(ours, ref):
+    """‖ours − ref‖ / ‖ref‖ (the absolute error where ref is zero)."""
+    diff = (ours - ref).norm().item()
+    norm = ref.norm().item()
+    return diff / norm if norm > 0 else diff
+
+
+def worst(errors):
+    name = max(errors, key=errors.get)
+    return dict(worst=name, rel_err=errors[name], tensors=len(errors))
+
+
+def key_bias(name, t):
+    """The key third of a c_attn bias, or None. Its gradient is zero in exact
+    arithmetic: softmax ignores a shift shared by one query's scores, and
+    q·b_k shifts them all alike. So in f32 it is rounding noise, and AdamW
+    (m̂/√v̂ of noise is of order 1) turns that noise into updates of order
+    lr, different in any two implementations: the AdamW comparison leaves it
+    out and reports it alone."""
+    if name.endswith("attn.c_attn.bias"):
+        d = t.shape[0] // 3
+        return t[d: 2 * d]
+    return None
+
+
+def without_key_bias(name, t):
+    if name.endswith("attn.c_attn.bias"):
+        d = t.shape[0] // 3
+        return torch.cat([t[:d], t[2 * d:]])
+    return t
+
+
+def check_step(args, c, meta, tensors, model, x, y, report):
+    """The checkpoint's next step on the same batch, in float64: the
+    gradients (before clipping) against `tinygpt eval --dump-grads`, then
+    clipping and torch's AdamW (an implementation independent of ours, with
+    the checkpoint's moments and step) against `--dump-step`'s weights and
+    moments. Tolerances: f32 against float64; ours are stored in f32, so the
+    reference's weights are rounded to f32 before the update is compared."""
+    ok = True
+    model.train()  # dropout is 0: training mode only matters for bookkeeping
+    model.zero_grad(set_to_none=True)
+    _, loss = model(x, y)
+    loss.backward()
+    named = dict(model.named_parameters())
+    if args.grads:
+        ours, _ = read_safetensors(args.grads)
+        errors = {n: rel_err(ours[f"grad.{n}"], p.grad) for n, p in named.items()}
+        # The global norm tells whether small tensors' relative errors matter.
+        total = math.sqrt(sum((ours[f"grad.{n}"] - p.grad).pow(2).sum().item() for n, p in named.items()))
+        norm = math.sqrt(sum(p.grad.pow(2).sum().item() for p in named.values()))
+        keys = [(key_bias(n, ours[f"grad.{n}"]), key_bias(n, p.grad)) for n, p in named.items()
+                if key_bias(n, p.grad) is not None]
+        report["grads"] = dict(worst(errors), global_rel_err=total / norm, grad_norm=norm, tolerance=1e-4,
+                               key_bias_max_abs=dict(ours=max(o.abs().max().item() for o, _ in keys),
+                                                     torch=max(t.abs().max().item() for _, t in keys)))
+        ok = ok and total / norm <= 1e-4 and max(errors.values()) <= 1e-3
+    if args.step:
+        step = int(meta["step"])
+        if c["grad_clip"] > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), c["grad_clip"])
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        no_decay = [p for p in model.parameters() if p.dim() < 2]
+        opt = torch.optim.AdamW(
+            [dict(params=decay, weight_decay=c["weight_decay"]), dict(params=no_decay, weight_decay=0.0)],
+            lr=lr_at(c, step), betas=(c["beta1"], c["beta2"]), eps=c["eps"], foreach=False,
+        )
+        # The checkpoint's moments, or zeros (as tinygpt starts them) at its step.
+        has_moments = all(f"adam.m.{n}" in tensors for n in named)
+        for n, p in named.items():
+            m = tensors[f"adam.m.{n}"].clone() if has_moments else torch.zeros_like(p)
+            v = tensors[f"adam.v.{n}"].clone() if has_moments else torch.zeros_like(p)
+            opt.state[p] = dict(step=torch.tensor(float(step), dtype=torch.float64), exp_avg=m, exp_avg_sq=v)
+        before = {n: p.detach().clone() for n, p in named.items()}
+        opt.step()
+        after, after_meta = read_safetensors(args.step)
+        if int(after_meta["step"]) != step + 1:
+            raise SystemExit(f"{args.step}: step {after_meta['step']}, want {step + 1}")
+        ref = {n: p.detach().to(torch.float32).to(torch.float64) for n, p in named.items()}
+        cut = without_key_bias
+        # The update itself (after − before), the weights and the moments, per tensor.
+        updates = {n: rel_err(cut(n, after[n] - before[n]), cut(n, ref[n] - before[n])) for n in named}
+        weights = {n: rel_err(cut(n, after[n]), cut(n, ref[n])) for n in named}
+        m_err = {n: rel_err(cut(n, after[f"adam.m.{n}"]), cut(n, opt.state[p]["exp_avg"])) for n, p in named.items()}
+        v_err = {n: rel_err(cut(n, after[f"adam.v.{n}"]), cut(n, opt.state[p]["exp_avg_sq"]))
+                 for n, p in named.items()}
+        key_updates = [key_bias(n, after[n] - before[n]).abs().max().item() for n in named
+                       if key_bias(n, before[n]) is not None]
+        # From zero moments the step is about lr·sign(g) wherever |g| ≫ eps, so
+        # elements whose gradient is within f32 rounding of zero flip: the
+        # update and the weights get looser bounds there (the moments do not).
+        tol_update, tol_weights = (1e-3, 1e-6) if has_moments else (2e-2, 1e-4)
+        report["adamw"] = dict(step=step + 1, lr=lr_at(c, step), moments_from_checkpoint=has_moments,
+                               weights=worst(weights), update=worst(updates), m=worst(m_err), v=worst(v_err),
+                               key_bias_update_max_abs=max(key_updates),
+                               tolerance=dict(weights=tol_weights, update=tol_update, moments=1e-3))
+        ok = ok and max(weights.values()) <= tol_weights and max(updates.values()) <= tol_update \
+            and max(m_err.values()) <= 1e-3 and max(v_err.values()) <= 1e-3
+    return ok
 
 
 # ------------------------------------------ tinygpt checkpoints: out and back
@@ -668,6 +773,8 @@ def main():
     k.add_argument("--checkpoint", required=True)
     k.add_argument("--logits", required=True, help="file written by `tinygpt eval --dump-logits`")
     k.add_argument("--corpus", default=None)
+    k.add_argument("--grads", default=None, help="file written by `tinygpt eval --dump-grads`")
+    k.add_argument("--step", default=None, help="file written by `tinygpt eval --dump-step`")
     r = sub.add_parser("continue", help="train a tinygpt checkpoint on (under torchrun) and write it back")
     r.add_argument("--checkpoint", required=True)
     r.add_argument("--steps", type=int, required=True, help="optimizer steps to take")
