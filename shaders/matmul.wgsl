@@ -26,6 +26,14 @@
 // time through workgroup memory, one vec4 per (k, 4 rows or 4 columns).
 // Every load and store is guarded, so any M, K, N works (edges are zero-filled).
 // Dispatch: (ceil(N / 64), ceil(M / 64), splits); the reduce: grid-stride, 256 threads.
+//
+// matmul_{nt,nn,tn}_128: the same layouts with a 128×128 tile per workgroup
+// (the plan takes them where M·N gives enough such tiles to fill the GPU,
+// never with split-K). Each thread computes an 8×8 block of C as four 4×4
+// quads, rows {4ty, 64 + 4ty} × columns {4tx, 64 + 4tx} (strided, so a warp's
+// workgroup-memory reads stay contiguous), in sixteen named vec4
+// accumulators: per k, four vec4 reads from workgroup memory feed 64 FMAs,
+// where the 64×64 tile's two feed 16. Dispatch: (ceil(N / 128), ceil(M / 128), 1).
 
 struct MatmulParams {
     m: u32,
@@ -211,6 +219,128 @@ fn matmul_nn(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id)
 @compute @workgroup_size(16, 16, 1)
 fn matmul_tn(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     matmul_tiles(wg, lid, TN);
+}
+
+// --- 128×128 tiles ------------------------------------------------------------
+
+const BIG: u32 = 128u;
+
+// As2[kk * 32 + q] holds rows 4q..4q+3 of the 128-row tile at k = k0 + kk; Bs2 likewise.
+var<workgroup> As2: array<vec4<f32>, 512>;
+var<workgroup> Bs2: array<vec4<f32>, 512>;
+
+// Rows 4q..4q+3 of a (rows, K) operand at k, zero beyond the edges.
+fn rows4_k_contiguous(op: u32, r: u32, rows: u32, k: u32) -> vec4<f32> {
+    var v = vec4<f32>(0.0);
+    if (k >= p.k) { return v; }
+    for (var j = 0u; j < 4u; j++) {
+        if (r + j < rows) {
+            if (op == 0u) { v[j] = a[(r + j) * p.k + k]; } else { v[j] = b[(r + j) * p.k + k]; }
+        }
+    }
+    return v;
+}
+
+// Columns col..col+3 of a (K, cols) operand at k, zero beyond the edges.
+fn cols4_mn_contiguous(op: u32, col: u32, cols: u32, k: u32) -> vec4<f32> {
+    var v = vec4<f32>(0.0);
+    if (k >= p.k) { return v; }
+    let base = k * cols + col;
+    for (var j = 0u; j < 4u; j++) {
+        if (col + j < cols) {
+            if (op == 0u) { v[j] = a[base + j]; } else { v[j] = b[base + j]; }
+        }
+    }
+    return v;
+}
+
+// Loads the k0 slice of both operands' tiles (128 × TK each) into As2, Bs2.
+fn load_tiles_128(m0: u32, n0: u32, k0: u32, tid: u32, form: u32) {
+    for (var half = 0u; half < 2u; half++) {
+        // k-contiguous operands: thread → (kk, quad); mn-contiguous: (quad, kk).
+        let kq = tid % TK;
+        let qk = tid / TK + 16u * half;
+        let qm = tid % 16u + 16u * half;
+        let km = tid / 16u;
+        if (form == TN) {
+            As2[km * 32u + qm] = cols4_mn_contiguous(0u, m0 + 4u * qm, p.m, k0 + km);
+        } else {
+            As2[kq * 32u + qk] = rows4_k_contiguous(0u, m0 + 4u * qk, p.m, k0 + kq);
+        }
+        if (form == NT) {
+            Bs2[kq * 32u + qk] = rows4_k_contiguous(1u, n0 + 4u * qk, p.n, k0 + kq);
+        } else {
+            Bs2[km * 32u + qm] = cols4_mn_contiguous(1u, n0 + 4u * qm, p.n, k0 + km);
+        }
+    }
+}
+
+// Row i of the thread's 8×8 block: `lo` its columns 4tx.., `hi` 64 + 4tx...
+struct Acc8 {
+    lo0: vec4<f32>, hi0: vec4<f32>, lo1: vec4<f32>, hi1: vec4<f32>,
+    lo2: vec4<f32>, hi2: vec4<f32>, lo3: vec4<f32>, hi3: vec4<f32>,
+    lo4: vec4<f32>, hi4: vec4<f32>, lo5: vec4<f32>, hi5: vec4<f32>,
+    lo6: vec4<f32>, hi6: vec4<f32>, lo7: vec4<f32>, hi7: vec4<f32>,
+}
+
+fn multiply_tile_128(acc: Acc8, tx: u32, ty: u32) -> Acc8 {
+    var r = acc;
+    for (var kk = 0u; kk < TK; kk++) {
+        let a0 = As2[kk * 32u + ty];
+        let a1 = As2[kk * 32u + 16u + ty];
+        let b0 = Bs2[kk * 32u + tx];
+        let b1 = Bs2[kk * 32u + 16u + tx];
+        r.lo0 += a0.x * b0; r.hi0 += a0.x * b1;
+        r.lo1 += a0.y * b0; r.hi1 += a0.y * b1;
+        r.lo2 += a0.z * b0; r.hi2 += a0.z * b1;
+        r.lo3 += a0.w * b0; r.hi3 += a0.w * b1;
+        r.lo4 += a1.x * b0; r.hi4 += a1.x * b1;
+        r.lo5 += a1.y * b0; r.hi5 += a1.y * b1;
+        r.lo6 += a1.z * b0; r.hi6 += a1.z * b1;
+        r.lo7 += a1.w * b0; r.hi7 += a1.w * b1;
+    }
+    return r;
+}
+
+fn matmul_tiles_128(wg: vec3<u32>, lid: vec3<u32>, form: u32) {
+    let m0 = wg.y * BIG;
+    let n0 = wg.x * BIG;
+    let tid = lid.y * 16u + lid.x;
+    let z = vec4<f32>(0.0);
+    var acc = Acc8(z, z, z, z, z, z, z, z, z, z, z, z, z, z, z, z);
+    for (var k0 = 0u; k0 < p.k; k0 += TK) {
+        load_tiles_128(m0, n0, k0, tid, form);
+        workgroupBarrier();
+        acc = multiply_tile_128(acc, lid.x, lid.y);
+        workgroupBarrier();
+    }
+    let r0 = m0 + 4u * lid.y;
+    let r1 = r0 + 64u;
+    let c0 = n0 + 4u * lid.x;
+    let c1 = c0 + 64u;
+    store_row(r0, c0, acc.lo0, 0u); store_row(r0, c1, acc.hi0, 0u);
+    store_row(r0 + 1u, c0, acc.lo1, 0u); store_row(r0 + 1u, c1, acc.hi1, 0u);
+    store_row(r0 + 2u, c0, acc.lo2, 0u); store_row(r0 + 2u, c1, acc.hi2, 0u);
+    store_row(r0 + 3u, c0, acc.lo3, 0u); store_row(r0 + 3u, c1, acc.hi3, 0u);
+    store_row(r1, c0, acc.lo4, 0u); store_row(r1, c1, acc.hi4, 0u);
+    store_row(r1 + 1u, c0, acc.lo5, 0u); store_row(r1 + 1u, c1, acc.hi5, 0u);
+    store_row(r1 + 2u, c0, acc.lo6, 0u); store_row(r1 + 2u, c1, acc.hi6, 0u);
+    store_row(r1 + 3u, c0, acc.lo7, 0u); store_row(r1 + 3u, c1, acc.hi7, 0u);
+}
+
+@compute @workgroup_size(16, 16, 1)
+fn matmul_nt_128(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    matmul_tiles_128(wg, lid, NT);
+}
+
+@compute @workgroup_size(16, 16, 1)
+fn matmul_nn_128(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    matmul_tiles_128(wg, lid, NN);
+}
+
+@compute @workgroup_size(16, 16, 1)
+fn matmul_tn_128(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    matmul_tiles_128(wg, lid, TN);
 }
 
 // Sums the split-K partials (bound as `a`, splits × M × N) into C.
