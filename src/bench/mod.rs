@@ -361,25 +361,17 @@ pub fn gemm_contest(config: &Config) -> Vec<GemmResult> {
     out
 }
 
-/// A GPU matmul kernel alone: TFLOP/s of `C = A·Bᵀ` (the linear forward
-/// layout) at M×K×N with the `matmul_nt` kernel of `tile` (64 or 128; see
-/// [`crate::gpu::matmul_kernel`] for the one the plan picks), timed
-/// over `reps` dispatches in one submit.
+/// The GPU matmul kernel alone: TFLOP/s of `C = A·Bᵀ` (the linear forward
+/// layout) at M×K×N, timed over `reps` dispatches in one submit.
 pub fn gpu_matmul_tflops(
     ctx: &crate::gpu::GpuContext,
-    tile: usize,
     m: usize,
     k: usize,
     n: usize,
     reps: usize,
 ) -> f64 {
     let kernels = crate::gpu::kernels::Kernels::new(&ctx.device, 32, Default::default());
-    let entry = if tile == 128 {
-        "matmul_nt_128"
-    } else {
-        "matmul_nt"
-    };
-    matmul_best_tflops(ctx, &kernels, (entry, tile), [m, k, n], reps, 1)
+    matmul_best_tflops(ctx, &kernels, [m, k, n], reps, 1)
 }
 
 /// [`gpu_matmul_tflops`] with kernels already built: the best of `tries`
@@ -387,7 +379,6 @@ pub fn gpu_matmul_tflops(
 fn matmul_best_tflops(
     ctx: &crate::gpu::GpuContext,
     kernels: &crate::gpu::kernels::Kernels,
-    (entry, tile): (&str, usize),
     [m, k, n]: [usize; 3],
     reps: usize,
     tries: usize,
@@ -434,10 +425,10 @@ fn matmul_best_tflops(
         .collect();
     let bind = device.create_bind_group(&wgpu::BindGroupDescriptor {
         label: None,
-        layout: kernels.layout_of(entry),
+        layout: kernels.layout_of("matmul_nt"),
         entries: &entries,
     });
-    let pipeline = &kernels.pipelines[entry].1;
+    let pipeline = &kernels.pipelines["matmul_nt"].1;
     let run = |count: usize| {
         let mut encoder = device.create_command_encoder(&Default::default());
         {
@@ -445,7 +436,7 @@ fn matmul_best_tflops(
             pass.set_pipeline(pipeline);
             pass.set_bind_group(0, &bind, &[]);
             for _ in 0..count {
-                pass.dispatch_workgroups(n.div_ceil(tile) as u32, m.div_ceil(tile) as u32, 1);
+                pass.dispatch_workgroups(n.div_ceil(64) as u32, m.div_ceil(64) as u32, 1);
             }
         }
         ctx.queue.submit([encoder.finish()]);
@@ -483,18 +474,13 @@ pub fn gpu_ceilings(ctx: &crate::gpu::GpuContext) -> Ceilings {
     let copy_gbps = gpu_copy_gbps(ctx, 128 << 20);
     let kernels = crate::gpu::kernels::Kernels::new(&ctx.device, 32, Default::default());
     let small = [512, 512, 512];
-    // Each shape with the kernel the plan would run there.
-    let planned = |[m, _, n]: [usize; 3]| crate::gpu::matmul_kernel("matmul_nt", m, n);
-    let mut best = (
-        matmul_best_tflops(ctx, &kernels, planned(small), small, 3, 1),
-        small,
-    );
+    let mut best = (matmul_best_tflops(ctx, &kernels, small, 3, 1), small);
     // Past 50 GFLOP/s at 512³ (launch-bound on a big GPU, far beyond a
     // software adapter) the big shapes are worth their time.
     if best.0 > 0.05 {
         // Three tries each: the first can catch the GPU before it clocks up.
         for shape in [[4096, 1024, 4096], [16384, 384, 1536]] {
-            let t = matmul_best_tflops(ctx, &kernels, planned(shape), shape, 20, 3);
+            let t = matmul_best_tflops(ctx, &kernels, shape, 20, 3);
             if t > best.0 {
                 best = (t, shape);
             }

@@ -122,19 +122,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
             largest >> 20,
             limit >> 20
         );
-        let (planned, _) = tinygpt::gpu::matmul_kernel("matmul_nt", m, n);
-        for (entry, tile) in [("matmul_nt", 64), ("matmul_nt_128", 128)] {
-            let tflops = tinygpt::bench::gpu_matmul_tflops(&ctx, tile, m, k, n, 20);
-            let mark = if entry == planned {
-                " (the plan's choice here)"
-            } else {
-                ""
-            };
-            println!(
-                "{entry} {m}x{k}x{n} on {}: {tflops:.2} TFLOP/s{mark}",
-                ctx.describe()
-            );
-        }
+        let tflops = tinygpt::bench::gpu_matmul_tflops(&ctx, m, k, n, 20);
+        println!(
+            "matmul_nt {m}x{k}x{n} on {}: {tflops:.2} TFLOP/s",
+            ctx.describe()
+        );
         return Ok(());
     }
     if args.kernels {

@@ -55,15 +55,7 @@ pub const SHADERS: &[ShaderFile] = &[
         source: include_str!("../../shaders/matmul.wgsl"),
         // a, b, c, bias, params
         slots: &[Ro, Ro, Rw, Ro, Uniform],
-        entries: &[
-            "matmul_nt",
-            "matmul_nn",
-            "matmul_tn",
-            "matmul_nt_128",
-            "matmul_nn_128",
-            "matmul_tn_128",
-            "matmul_split_reduce",
-        ],
+        entries: &["matmul_nt", "matmul_nn", "matmul_tn", "matmul_split_reduce"],
     },
     ShaderFile {
         name: "elementwise",

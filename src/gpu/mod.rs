@@ -19,7 +19,6 @@ pub mod generate;
 pub mod kernels;
 pub mod params;
 mod plan;
-pub use plan::{big_tile_min, matmul_kernel};
 pub mod readback;
 
 use crate::backend::{Backend, BackendError, PendingRead, StepOutcome, StepParams};

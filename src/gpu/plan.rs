@@ -59,35 +59,6 @@ pub fn split_k(m: usize, k: usize, n: usize) -> (usize, usize) {
     (k.div_ceil(k_split), k_split)
 }
 
-/// Output tiles of 128×128 a matmul needs before the plan takes the
-/// `_128` kernels (an 8×8 block per thread, twice the arithmetic per
-/// workgroup-memory read of the 64×64 tile): fewer would leave the GPU's
-/// multiprocessors idle (an H100 has 132). `TINYGPT_MATMUL_128_MIN_TILES`
-/// overrides it, to measure the crossover on other GPUs.
-pub fn big_tile_min() -> usize {
-    static MIN: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *MIN.get_or_init(|| {
-        std::env::var("TINYGPT_MATMUL_128_MIN_TILES")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(256)
-    })
-}
-
-/// The matmul kernel for `entry` at M×N without split-K: the 128×128 tile
-/// where there are at least [`big_tile_min`] such tiles, else the 64×64.
-pub fn matmul_kernel(entry: &'static str, m: usize, n: usize) -> (&'static str, usize) {
-    if m.div_ceil(128) * n.div_ceil(128) < big_tile_min() {
-        return (entry, 64);
-    }
-    match entry {
-        "matmul_nt" => ("matmul_nt_128", 128),
-        "matmul_nn" => ("matmul_nn_128", 128),
-        "matmul_tn" => ("matmul_tn_128", 128),
-        _ => (entry, 64),
-    }
-}
-
 pub(super) fn words(values: &[u32]) -> Vec<u8> {
     bytemuck::cast_slice(values).to_vec()
 }
@@ -328,12 +299,11 @@ impl<'a> Planner<'a> {
         .bytes();
         let tiles = [n.div_ceil(64) as u32, m.div_ceil(64) as u32, splits as u32];
         if splits == 1 {
-            let (entry, tile) = matmul_kernel(entry, m, n);
             return vec![Planned {
                 entry,
                 bindings: vec![a, b, out, bias.unwrap_or(Src::DummyRo), Src::Params],
                 params,
-                groups: [n.div_ceil(tile) as u32, m.div_ceil(tile) as u32, 1],
+                groups: tiles,
             }];
         }
         let scratch = self.whole(self.scratch.split, 0);

@@ -1,7 +1,5 @@
 //! Helpers shared by the integration tests.
 
-pub mod parity;
-
 use std::sync::OnceLock;
 use tinygpt::gpu::GpuContext;
 use tinygpt::model::config::{Config, Schedule};
