@@ -1303,3 +1303,63 @@ fn headless_divergence_pauses_at_the_last_good_step_and_names_the_op() {
     }
     assert_eq!(named[0], named[1], "both backends name the same op");
 }
+
+/// A GPU lost mid-run (issue 18; the training device destroyed after step
+/// 12, on lavapipe): the run goes on on the CPU from its last copy read back
+/// from the GPU, saying so, and the renderer draws on. The run trains on a
+/// device of its own (`TINYGPT_APP_OWN_DEVICE`): when Bevy's device is lost
+/// too, its renderer's restart crashed as often as not in Bevy 0.19.
+#[test]
+fn headless_lost_gpu_goes_on_on_the_cpu_from_the_last_copy() {
+    let shot = std::env::temp_dir().join(format!("tinygpt-lost-gpu-{}.png", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+        .args([
+            "app",
+            "--headless",
+            "--frames",
+            "900",
+            "--fps",
+            "0",
+            "--preset",
+            "tiny",
+            "--train",
+            "--backend",
+            "gpu",
+            "--width",
+            "640",
+            "--height",
+            "360",
+            "--screenshot",
+            shot.to_str().unwrap(),
+        ])
+        .env("TINYGPT_TEST_LOSE_GPU_AFTER", "12")
+        .env("TINYGPT_APP_OWN_DEVICE", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let r: serde_json::Value =
+        serde_json::from_str(stdout.lines().find(|l| l.starts_with('{')).unwrap()).unwrap();
+    assert!(
+        r["backend"].as_str().unwrap().starts_with("cpu"),
+        "{}",
+        r["backend"]
+    );
+    let errors = r["errors"].to_string();
+    let from: u64 = errors
+        .split("goes on on the CPU from step ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|k| k.parse().ok())
+        .unwrap_or_else(|| panic!("no fallback message: {errors}"));
+    assert!(from >= 1, "{errors}");
+    assert!(
+        r["steps"].as_u64().unwrap() > 13,
+        "training went on: {}",
+        r["steps"]
+    );
+    let png = std::fs::read(&shot).expect("the screenshot after the loss");
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+    std::fs::remove_file(&shot).ok();
+}

@@ -1,9 +1,12 @@
 //! A lost GPU in the app: a driver reset, or in the browser a tab put to
-//! sleep or `GPUDevice.destroy()`. Bevy reports it to its
-//! `RenderErrorHandler`; this one has the renderer start again on a new
-//! device, and the run go on on the CPU from its last host copy
-//! ([`Run::recovery`], read back every half minute of GPU training), its
-//! loss history kept, the reason in the status line.
+//! sleep or `GPUDevice.destroy()`. A training device of its own (see
+//! [`GpuDevice`]) reports its loss through its context's flag; Bevy reports
+//! the renderer's (by default also the training device) to its
+//! `RenderErrorHandler`, and this one has
+//! the renderer start again on a new device. Either way the run goes on on
+//! the CPU from its last host copy ([`Run::recovery`], read back every half
+//! minute of GPU training), its loss history kept, the reason in the status
+//! line.
 
 use super::training::{GpuDevice, Run, RunCommand};
 use bevy::prelude::*;
@@ -31,7 +34,15 @@ impl Plugin for DeviceLostPlugin {
     fn build(&self, app: &mut App) {
         app.init_resource::<GpuLost>()
             .insert_resource(RenderErrorHandler(on_render_error))
-            .add_systems(Update, (lose_the_gpu_for_tests, fall_back_to_cpu).chain());
+            .add_systems(
+                Update,
+                (
+                    lose_the_gpu_for_tests,
+                    notice_training_device_lost,
+                    fall_back_to_cpu,
+                )
+                    .chain(),
+            );
     }
 }
 
@@ -97,8 +108,19 @@ fn on_render_error(
     }
 }
 
-/// Moves a GPU run to the CPU once the device is lost; the app takes the
-/// renderer's new device for later GPU runs.
+/// A training device lost on its own (when it is not the renderer's, Bevy's
+/// handler does not hear of it): its device-lost callback, a failed
+/// readback or the test hook set its flag.
+fn notice_training_device_lost(mut lost: ResMut<GpuLost>, gpu: Res<GpuDevice>) {
+    if lost.0.is_none()
+        && let Some(reason) = gpu.context.as_ref().and_then(|ctx| ctx.lost())
+    {
+        lost.0 = Some(reason);
+    }
+}
+
+/// Moves a GPU run to the CPU once the device is lost; later runs in this
+/// session train on the CPU.
 fn fall_back_to_cpu(
     mut lost: ResMut<GpuLost>,
     mut gpu: ResMut<GpuDevice>,

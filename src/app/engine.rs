@@ -29,9 +29,13 @@ use web_time::Instant;
 /// Submits in flight at most: enough that the GPU never waits for the frame
 /// loop, few enough that a frame never queues behind much compute.
 const MAX_IN_FLIGHT: usize = 3;
-/// GPU time one submit may hold, at most (ms): bounds how long a frame's
-/// drawing can queue behind training.
+/// GPU time one submit may hold, at most (ms), at 60 Hz and faster: bounds
+/// how long a frame's drawing can queue behind training. Slower frames get
+/// a budget of their interval (up to [`MAX_SUBMIT_BUDGET_MS`]): the engine
+/// is pumped once a frame, so three flights of 16 ms would leave the GPU
+/// idle for most of a 100 ms frame.
 const SUBMIT_BUDGET_MS: f64 = 16.0;
+const MAX_SUBMIT_BUDGET_MS: f64 = 100.0;
 /// Wall time a CPU chunk runs before it reports back: off the frame thread
 /// natively; in the browser the chunk shares the page's one thread with the
 /// frames, so it stops after the first step past a few milliseconds.
@@ -173,6 +177,8 @@ pub struct Engine {
     pub started: Option<Instant>,
     pub steps_since_start: u64,
     pub last_step_at: Option<Instant>,
+    /// The frame interval (ms, smoothed), which sizes the GPU's submits.
+    frame_ms: f64,
 }
 
 // SAFETY: in the browser (wasm32 without atomics) the app has one thread,
@@ -217,6 +223,7 @@ impl Engine {
             started: None,
             steps_since_start: 0,
             last_step_at: None,
+            frame_ms: 0.0,
         }
     }
 
@@ -410,6 +417,17 @@ impl Engine {
         }
     }
 
+    /// Notes the last frame's interval (ms).
+    pub fn frame_interval(&mut self, ms: f64) {
+        if ms.is_finite() && ms > 0.0 {
+            self.frame_ms = if self.frame_ms == 0.0 {
+                ms
+            } else {
+                0.9 * self.frame_ms + 0.1 * ms
+            };
+        }
+    }
+
     /// Moves the work along without waiting: collects what has finished and,
     /// while `allowed` more steps may start, starts some.
     pub fn pump(&mut self, allowed: u64) -> Pumped {
@@ -560,8 +578,9 @@ impl Engine {
                     }
                 }
                 while in_flight.len() < MAX_IN_FLIGHT && allowed > 0 {
+                    let budget = self.frame_ms.clamp(SUBMIT_BUDGET_MS, MAX_SUBMIT_BUDGET_MS);
                     let cap = if self.ms_per_step > 0.0 {
-                        (SUBMIT_BUDGET_MS / self.ms_per_step).floor() as usize
+                        (budget / self.ms_per_step).floor() as usize
                     } else {
                         1
                     };
