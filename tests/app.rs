@@ -340,8 +340,19 @@ fn run_headless_in(
     args: &[&str],
     shot: &std::path::Path,
 ) -> serde_json::Value {
+    run_headless_with(dir, &[], args, shot)
+}
+
+/// [`run_headless_in`] with environment variables set for the app.
+fn run_headless_with(
+    dir: &std::path::Path,
+    env: &[(&str, &str)],
+    args: &[&str],
+    shot: &std::path::Path,
+) -> serde_json::Value {
     let out = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
         .current_dir(dir)
+        .envs(env.iter().copied())
         .args(args)
         .arg("--screenshot")
         .arg(shot)
@@ -1311,9 +1322,15 @@ fn headless_divergence_pauses_at_the_last_good_step_and_names_the_op() {
 /// too, its renderer's restart crashed as often as not in Bevy 0.19.
 #[test]
 fn headless_lost_gpu_goes_on_on_the_cpu_from_the_last_copy() {
-    let shot = std::env::temp_dir().join(format!("tinygpt-lost-gpu-{}.png", std::process::id()));
-    let out = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
-        .args([
+    let dir = common::scratch_dir("app-lost-gpu");
+    let shot = dir.join("frame.png");
+    let r = run_headless_with(
+        &dir,
+        &[
+            ("TINYGPT_TEST_LOSE_GPU_AFTER", "12"),
+            ("TINYGPT_APP_OWN_DEVICE", "1"),
+        ],
+        &[
             "app",
             "--headless",
             "--frames",
@@ -1329,18 +1346,9 @@ fn headless_lost_gpu_goes_on_on_the_cpu_from_the_last_copy() {
             "640",
             "--height",
             "360",
-            "--screenshot",
-            shot.to_str().unwrap(),
-        ])
-        .env("TINYGPT_TEST_LOSE_GPU_AFTER", "12")
-        .env("TINYGPT_APP_OWN_DEVICE", "1")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let r: serde_json::Value =
-        serde_json::from_str(stdout.lines().find(|l| l.starts_with('{')).unwrap()).unwrap();
+        ],
+        &shot,
+    );
     assert!(
         r["backend"].as_str().unwrap().starts_with("cpu"),
         "{}",
@@ -1359,7 +1367,7 @@ fn headless_lost_gpu_goes_on_on_the_cpu_from_the_last_copy() {
         "training went on: {}",
         r["steps"]
     );
-    let png = std::fs::read(&shot).expect("the screenshot after the loss");
-    assert!(png.starts_with(b"\x89PNG"), "a PNG");
-    std::fs::remove_file(&shot).ok();
+    // The renderer drew on: the last frame has the layer stack.
+    assert_regions_drawn(&r, &shot, &["embeddings", "h.0", "head"], (40, 8), 0.05);
+    std::fs::remove_dir_all(&dir).ok();
 }

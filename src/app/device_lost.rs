@@ -1,12 +1,11 @@
 //! A lost GPU in the app: a driver reset, or in the browser a tab put to
-//! sleep or `GPUDevice.destroy()`. A training device of its own (see
-//! [`GpuDevice`]) reports its loss through its context's flag; Bevy reports
-//! the renderer's (by default also the training device) to its
-//! `RenderErrorHandler`, and this one has
-//! the renderer start again on a new device. Either way the run goes on on
-//! the CPU from its last host copy ([`Run::recovery`], read back every half
-//! minute of GPU training), its loss history kept, the reason in the status
-//! line.
+//! sleep or `GPUDevice.destroy()`. Bevy reports the renderer's device (by
+//! default also the training device) to its `RenderErrorHandler`, and this
+//! one has the renderer start again on a new device; a training device of
+//! its own (see [`GpuDevice`]) reports its loss through its context's flag.
+//! Either way the run goes on on the CPU from its last host copy
+//! ([`Run::recovery`], read back every half minute of GPU training), its
+//! loss history kept, the reason in the status line.
 
 use super::training::{GpuDevice, Run, RunCommand};
 use bevy::prelude::*;

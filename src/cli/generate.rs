@@ -292,13 +292,16 @@ fn one_step(
                 .collect()
         };
         let after = Checkpoint {
+            config: ck.config.clone(),
+            step: ck.step + 1,
+            seed: ck.seed,
+            sampler_state: ck.sampler_state,
+            loss_history: ck.loss_history.clone(),
             params: read("")?,
             optimizer: Some(OptimizerState {
                 m: read("adam.m.")?,
                 v: read("adam.v.")?,
             }),
-            step: ck.step + 1,
-            ..ck.clone()
         };
         after.save(path, Precision::F32)?;
     }
