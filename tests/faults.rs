@@ -321,3 +321,44 @@ fn a_lost_gpu_saves_the_weights_it_read_back() {
         &resumed,
     ]);
 }
+
+/// The GPU lost while generating (the device destroyed before the 11th
+/// forward pass, on lavapipe): the ten bytes made so far are printed, then
+/// a clear error names the loss and the way on; no panic.
+#[test]
+fn a_lost_gpu_while_generating_keeps_the_bytes_so_far() {
+    let shipped = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/assets/checkpoints/tiny.safetensors"
+    );
+    let run = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+        .args([
+            "generate",
+            "--checkpoint",
+            shipped,
+            "--backend",
+            "gpu",
+            "--tokens",
+            "50",
+            "--prompt",
+            "ROMEO:",
+            "--temperature",
+            "0",
+        ])
+        .env("TINYGPT_TEST_LOSE_GPU_AFTER", "10")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success(), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(stderr.contains("the GPU was lost"), "{stderr}");
+    assert!(stderr.contains("after 10 of 50 bytes"), "{stderr}");
+    assert!(stderr.contains("--backend cpu"), "{stderr}");
+    // The prompt, the ten bytes and the closing newline.
+    assert_eq!(
+        run.stdout.len(),
+        "ROMEO:".len() + 10 + 1,
+        "{:?}",
+        run.stdout
+    );
+}

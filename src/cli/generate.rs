@@ -69,7 +69,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
     // are shown as U+FFFD, never a panic.
     let mut pending: Vec<u8> = Vec::new();
     let mut io_error = None;
-    generate(
+    let made = generate(
         generator.as_mut(),
         args.prompt.as_bytes(),
         args.tokens as usize,
@@ -99,6 +99,14 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         return Err(e.into());
     }
     writeln!(out)?;
+    if let Some(why) = generator.lost() {
+        anyhow::bail!(
+            "the GPU was lost ({why}) after {} of {} bytes, which are above; \
+             run again with --backend cpu",
+            made.len(),
+            args.tokens
+        );
+    }
     Ok(())
 }
 

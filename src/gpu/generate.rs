@@ -17,6 +17,12 @@ use crate::train::sample::NextToken;
 pub struct GpuGenerator {
     backend: GpuBackend,
     window: Vec<u8>,
+    /// Why the logits could not be read, once they could not.
+    error: Option<String>,
+    /// `TINYGPT_TEST_LOSE_GPU_AFTER=N`: destroy the device after N forward
+    /// passes, as a driver reset would (the tests of a lost GPU).
+    lose_after: Option<u64>,
+    passes: u64,
 }
 
 impl GpuGenerator {
@@ -33,10 +39,24 @@ impl GpuGenerator {
         Ok(Self {
             backend,
             window: Vec::new(),
+            error: None,
+            lose_after: std::env::var("TINYGPT_TEST_LOSE_GPU_AFTER")
+                .ok()
+                .and_then(|v| v.parse().ok()),
+            passes: 0,
         })
     }
 
+    /// The logits after the window's last byte; NaN once the device is
+    /// lost ([`NextToken::lost`] says why).
     fn logits_of_last(&mut self) -> Vec<f32> {
+        if self.lose_after == Some(self.passes) {
+            self.backend.destroy_device();
+        }
+        self.passes += 1;
+        if self.lost().is_some() {
+            return vec![f32::NAN; VOCAB];
+        }
         let ctx = self.ctx();
         let mut inputs: Vec<u32> = self.window.iter().map(|&b| b as u32).collect();
         inputs.resize(ctx, 0); // causal: padding after the window changes nothing before it
@@ -47,7 +67,17 @@ impl GpuGenerator {
             inputs,
         };
         self.backend.forward(&batch, None);
-        let logits = self.backend.read("logits").expect("the program has logits");
+        let logits = match self.backend.read("logits") {
+            Ok(logits) => logits,
+            Err(e) => {
+                self.error = Some(e.to_string());
+                return vec![f32::NAN; VOCAB];
+            }
+        };
+        if self.lost().is_some() {
+            // The readback failed: what came back is not the logits.
+            return vec![f32::NAN; VOCAB];
+        }
         let last = self.window.len() - 1;
         logits[last * VOCAB..(last + 1) * VOCAB].to_vec()
     }
@@ -72,5 +102,8 @@ impl NextToken for GpuGenerator {
         assert!(self.window.len() < self.ctx(), "window is full");
         self.window.push(token);
         self.logits_of_last()
+    }
+    fn lost(&self) -> Option<String> {
+        self.backend.device_lost().or_else(|| self.error.clone())
     }
 }

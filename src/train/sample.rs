@@ -21,6 +21,10 @@ pub trait NextToken {
     fn prime(&mut self, tokens: &[u8]) -> Vec<f32>;
     /// Appends one token (the window must not be full) and returns the logits after it.
     fn push(&mut self, token: u8) -> Vec<f32>;
+    /// Why no more logits can come (a lost GPU), once that has happened.
+    fn lost(&self) -> Option<String> {
+        None
+    }
 }
 
 impl NextToken for crate::cpu::generate::Generator {
@@ -123,7 +127,9 @@ pub fn sample_logits(logits: &[f32], opts: &SampleOptions, rng: &mut Rng) -> u8 
 }
 
 /// Generates `n_tokens` bytes after `prompt`, calling `emit` with each one as
-/// soon as it is drawn. An empty prompt starts from a newline.
+/// soon as it is drawn. An empty prompt starts from a newline. Stops early
+/// when the generator is lost ([`NextToken::lost`]): the bytes so far come
+/// back, and the caller says why.
 pub fn generate(
     generator: &mut dyn NextToken,
     prompt: &[u8],
@@ -142,6 +148,10 @@ pub fn generate(
     let mut logits = generator.prime(&history[start..]);
     let mut out = Vec::with_capacity(n_tokens);
     for _ in 0..n_tokens {
+        if generator.lost().is_some() {
+            // The caller asks the generator why.
+            break;
+        }
         let tok = sample_logits(&logits, opts, &mut rng);
         emit(tok);
         out.push(tok);
