@@ -28,6 +28,15 @@ fn preset(dir: &Path, name: &str, shape: &str) -> String {
     path.display().to_string()
 }
 
+/// The standard error of a run that must have failed with a message, not
+/// a panic; `what` names the case in the assertion.
+fn refused_without_panic(run: &std::process::Output, what: &str) -> String {
+    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert!(!run.status.success(), "{what}: accepted\n{stderr}");
+    assert!(!stderr.contains("panicked"), "{what}: a panic\n{stderr}");
+    stderr
+}
+
 #[test]
 fn every_bad_input_in_the_catalogue_is_refused_with_its_reason() {
     let dir = common::scratch_dir("faults");
@@ -144,9 +153,7 @@ fn every_bad_input_in_the_catalogue_is_refused_with_its_reason() {
             .args(args)
             .output()
             .unwrap();
-        let stderr = String::from_utf8_lossy(&run.stderr);
-        assert!(!run.status.success(), "{what}: accepted\n{stderr}");
-        assert!(!stderr.contains("panicked"), "{what}: a panic\n{stderr}");
+        let stderr = refused_without_panic(&run, what);
         for w in *words {
             assert!(stderr.contains(w), "{what}: no `{w}` in\n{stderr}");
         }
@@ -296,9 +303,7 @@ fn a_lost_gpu_saves_the_weights_it_read_back() {
         .env("TINYGPT_TEST_LOSE_GPU_AFTER", "5")
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(!run.status.success(), "{stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
+    let stderr = refused_without_panic(&run, "a lost GPU");
     assert!(stderr.contains("the GPU was lost (Destroyed)"), "{stderr}");
     assert!(stderr.contains("read back from the GPU"), "{stderr}");
     let ckpt = tinygpt::model::checkpoint::Checkpoint::load(&out).unwrap();
@@ -348,9 +353,7 @@ fn a_lost_gpu_while_generating_keeps_the_bytes_so_far() {
         .env("TINYGPT_TEST_LOSE_GPU_AFTER", "10")
         .output()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(!run.status.success(), "{stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
+    let stderr = refused_without_panic(&run, "a lost GPU");
     assert!(stderr.contains("the GPU was lost"), "{stderr}");
     assert!(stderr.contains("after 10 of 50 bytes"), "{stderr}");
     assert!(stderr.contains("--backend cpu"), "{stderr}");

@@ -143,11 +143,7 @@ fn lose_the_gpu_for_tests(
     run: Option<Res<Run>>,
     mut after: Local<Option<Option<u64>>>,
 ) {
-    let wanted = *after.get_or_insert_with(|| {
-        std::env::var("TINYGPT_TEST_LOSE_GPU_AFTER")
-            .ok()
-            .and_then(|v| v.parse().ok())
-    });
+    let wanted = *after.get_or_insert_with(crate::gpu::GpuContext::test_lose_after);
     if let (Some(n), Some(run), Some(ctx)) = (wanted, run, &gpu.context)
         && run.engine.on_gpu()
         && run.step() >= n

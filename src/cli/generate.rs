@@ -231,8 +231,6 @@ fn one_step(
     batch: &tinygpt::data::Batch,
     args: &EvalArgs,
 ) -> Result<()> {
-    use tinygpt::model::checkpoint::OptimizerState;
-    use tinygpt::model::params::NamedTensor;
     use tinygpt::program::Step;
     if let Some(opt) = &ck.optimizer {
         for t in opt.m.iter().chain(&opt.v) {
@@ -256,26 +254,21 @@ fn one_step(
     );
     backend.load_step(batch, Some(params));
     backend.run_entries(0..clip);
-    let names: Vec<(String, Vec<usize>)> = ck
-        .params
-        .iter()
-        .map(|p| (p.name.clone(), p.shape.clone()))
-        .collect();
     if let Some(path) = &args.dump_grads {
-        let mut grads = Vec::with_capacity(names.len());
-        for (name, shape) in &names {
-            grads.push((
-                format!("grad.{name}"),
-                shape.clone(),
-                backend.read(&format!("grad.{name}"))?,
-            ));
-        }
+        let grads = ck
+            .params
+            .iter()
+            .map(|p| {
+                let name = format!("grad.{}", p.name);
+                Ok((backend.read(&name)?, name, &p.shape))
+            })
+            .collect::<Result<Vec<_>>>()?;
         let views = grads
             .iter()
-            .map(|(name, shape, values)| {
+            .map(|(values, name, shape)| {
                 let view = safetensors::tensor::TensorView::new(
                     safetensors::Dtype::F32,
-                    shape.clone(),
+                    shape.to_vec(),
                     bytemuck::cast_slice(values),
                 )?;
                 Ok((name.clone(), view))
@@ -286,30 +279,15 @@ fn one_step(
     }
     backend.run_entries(clip..n);
     if let Some(path) = &args.dump_step {
-        let mut read = |prefix: &str| -> Result<Vec<NamedTensor>> {
-            names
-                .iter()
-                .map(|(name, shape)| {
-                    let name = format!("{prefix}{name}");
-                    Ok(NamedTensor {
-                        values: backend.read(&name)?,
-                        name,
-                        shape: shape.clone(),
-                    })
-                })
-                .collect()
-        };
+        let params = tinygpt::train::read_params(backend)?;
         let after = Checkpoint {
             config: ck.config.clone(),
             step: ck.step + 1,
             seed: ck.seed,
             sampler_state: ck.sampler_state,
             loss_history: ck.loss_history.clone(),
-            params: read("")?,
-            optimizer: Some(OptimizerState {
-                m: read("adam.m.")?,
-                v: read("adam.v.")?,
-            }),
+            optimizer: Some(tinygpt::train::read_moments(backend, &params)?),
+            params,
         };
         after.save(path, Precision::F32)?;
     }

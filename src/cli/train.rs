@@ -148,9 +148,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
     // On the GPU, a copy of the run on the host, refreshed every half
     // minute: what is saved if the device is lost (its memory goes with it).
     let mut last_read: Option<(tinygpt::model::checkpoint::Checkpoint, std::time::Instant)> = None;
-    let lose_gpu_after: Option<u64> = std::env::var("TINYGPT_TEST_LOSE_GPU_AFTER")
-        .ok()
-        .and_then(|v| v.parse().ok());
+    let lose_gpu_after = tinygpt::gpu::GpuContext::test_lose_after();
     while trainer.step < config.steps {
         if trainer.backend.as_gpu().is_some()
             && last_read

@@ -123,6 +123,15 @@ impl GpuContext {
         self.lost.lock().ok().and_then(|l| l.clone())
     }
 
+    /// `TINYGPT_TEST_LOSE_GPU_AFTER=N`, the tests' way to lose the device
+    /// as a driver reset would: `train` and the app destroy it after N
+    /// steps, `generate` before its (N+1)-th forward pass.
+    pub fn test_lose_after() -> Option<u64> {
+        std::env::var("TINYGPT_TEST_LOSE_GPU_AFTER")
+            .ok()
+            .and_then(|v| v.parse().ok())
+    }
+
     /// Opens a device and blocks until it is ready (not for the browser).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn new_blocking() -> Result<Self, GpuError> {

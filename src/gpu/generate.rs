@@ -40,9 +40,7 @@ impl GpuGenerator {
             backend,
             window: Vec::new(),
             error: None,
-            lose_after: std::env::var("TINYGPT_TEST_LOSE_GPU_AFTER")
-                .ok()
-                .and_then(|v| v.parse().ok()),
+            lose_after: GpuContext::test_lose_after(),
             passes: 0,
         })
     }

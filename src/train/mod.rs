@@ -722,41 +722,14 @@ impl Trainer {
 
     /// Parameters by name, in program order.
     pub fn params(&mut self) -> Result<Vec<NamedTensor>, TrainError> {
-        let program = self.backend.program().clone();
-        program
-            .params()
-            .map(|id| {
-                let t = &program.tensors[id];
-                Ok(NamedTensor {
-                    name: t.name.clone(),
-                    shape: t.shape.clone(),
-                    values: self.backend.read(&t.name)?,
-                })
-            })
-            .collect()
+        Ok(read_params(self.backend.as_mut())?)
     }
 
     /// A checkpoint of the run so far, with or without AdamW's moments.
     pub fn checkpoint(&mut self, with_optimizer: bool) -> Result<Checkpoint, TrainError> {
         let params = self.params()?;
         let optimizer = if with_optimizer {
-            let mut read = |prefix: &str| -> Result<Vec<NamedTensor>, TrainError> {
-                params
-                    .iter()
-                    .map(|p| {
-                        let name = format!("{prefix}{}", p.name);
-                        Ok(NamedTensor {
-                            values: self.backend.read(&name)?,
-                            name,
-                            shape: p.shape.clone(),
-                        })
-                    })
-                    .collect()
-            };
-            Some(OptimizerState {
-                m: read("adam.m.")?,
-                v: read("adam.v.")?,
-            })
+            Some(read_moments(self.backend.as_mut(), &params)?)
         } else {
             None
         };
@@ -780,4 +753,46 @@ impl Trainer {
             optimizer,
         }
     }
+}
+
+/// A backend's parameters by name, in program order (the checkpoint's).
+pub fn read_params(
+    backend: &mut dyn Backend,
+) -> Result<Vec<NamedTensor>, crate::backend::BackendError> {
+    let program = backend.program().clone();
+    program
+        .params()
+        .map(|id| {
+            let t = &program.tensors[id];
+            Ok(NamedTensor {
+                name: t.name.clone(),
+                shape: t.shape.clone(),
+                values: backend.read(&t.name)?,
+            })
+        })
+        .collect()
+}
+
+/// AdamW's moments (`adam.m.NAME`, `adam.v.NAME`) of `params`, from a backend.
+pub fn read_moments(
+    backend: &mut dyn Backend,
+    params: &[NamedTensor],
+) -> Result<OptimizerState, crate::backend::BackendError> {
+    let mut read = |prefix: &str| -> Result<Vec<NamedTensor>, crate::backend::BackendError> {
+        params
+            .iter()
+            .map(|p| {
+                let name = format!("{prefix}{}", p.name);
+                Ok(NamedTensor {
+                    values: backend.read(&name)?,
+                    name,
+                    shape: p.shape.clone(),
+                })
+            })
+            .collect()
+    };
+    Ok(OptimizerState {
+        m: read("adam.m.")?,
+        v: read("adam.v.")?,
+    })
 }
