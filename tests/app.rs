@@ -1317,19 +1317,29 @@ fn headless_divergence_pauses_at_the_last_good_step_and_names_the_op() {
 
 /// A GPU lost mid-run (issue 18; the training device destroyed after step
 /// 12, on lavapipe): the run goes on on the CPU from its last copy read back
-/// from the GPU, saying so, and the renderer draws on. The run trains on a
-/// device of its own (`TINYGPT_APP_OWN_DEVICE`): when Bevy's device is lost
-/// too, its renderer's restart crashed as often as not in Bevy 0.19.
+/// from the GPU, saying so, and the renderer draws on. By default the run
+/// trains on the renderer's device, so the loss takes both and Bevy's
+/// renderer starts again on a new device.
 #[test]
 fn headless_lost_gpu_goes_on_on_the_cpu_from_the_last_copy() {
-    let dir = common::scratch_dir("app-lost-gpu");
+    lost_gpu_goes_on_on_the_cpu("app-lost-gpu", &[]);
+}
+
+/// The same with a training device of its own (`TINYGPT_APP_OWN_DEVICE`):
+/// its loss leaves the renderer's device standing.
+#[test]
+fn headless_lost_own_training_device_goes_on_on_the_cpu() {
+    lost_gpu_goes_on_on_the_cpu("app-lost-own-gpu", &[("TINYGPT_APP_OWN_DEVICE", "1")]);
+}
+
+fn lost_gpu_goes_on_on_the_cpu(name: &str, env: &[(&str, &str)]) {
+    let dir = common::scratch_dir(name);
     let shot = dir.join("frame.png");
+    let mut env = env.to_vec();
+    env.push(("TINYGPT_TEST_LOSE_GPU_AFTER", "12"));
     let r = run_headless_with(
         &dir,
-        &[
-            ("TINYGPT_TEST_LOSE_GPU_AFTER", "12"),
-            ("TINYGPT_APP_OWN_DEVICE", "1"),
-        ],
+        &env,
         &[
             "app",
             "--headless",

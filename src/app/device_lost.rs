@@ -11,10 +11,19 @@ use super::training::{GpuDevice, Run, RunCommand};
 use bevy::prelude::*;
 use bevy::render::error_handler::{ErrorType, RenderError, RenderErrorHandler, RenderErrorPolicy};
 
-/// Why the GPU was lost, until the run has moved to the CPU; and whether a
-/// render error is being let pass for a frame (see [`on_render_error`]).
+/// What the app knows of a lost GPU.
 #[derive(Resource, Default)]
-pub struct GpuLost(pub Option<String>, LossState);
+pub struct GpuLost {
+    /// Why the GPU was lost, until the run has moved to the CPU.
+    reason: Option<String>,
+    /// Whether a render error is being let pass for a frame (see
+    /// [`on_render_error`]).
+    state: LossState,
+    /// Why the renderer's device was lost, when the training backend (on
+    /// that device) was first to hear of it: the render errors that follow
+    /// are that loss.
+    renderer_lost: Option<String>,
+}
 
 /// Where the app is with render errors.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -42,7 +51,42 @@ impl Plugin for DeviceLostPlugin {
                 )
                     .chain(),
             );
+        if let Some(render_app) = app.get_sub_app_mut(bevy::render::RenderApp) {
+            render_app.add_systems(
+                bevy::render::RenderStartup,
+                forget_the_lost_device.ambiguous_with_all(),
+            );
+        }
     }
+}
+
+/// After a loss Bevy 0.19 starts its renderer again on a new device and
+/// makes anew what it marks as GPU resources (`init_gpu_resource`), but
+/// bevy_egui 0.42 and bevy_sprite_render keep the old device's buffers,
+/// bind groups and pipeline ids in plain resources: used with the new
+/// device they panic on an unknown wgpu id. `RenderStartup` runs again on
+/// the new device; this empties them there (at the first start they are
+/// empty already).
+fn forget_the_lost_device(world: &mut World) {
+    use bevy::render::render_resource::SpecializedRenderPipelines;
+    use bevy::sprite_render::{ImageBindGroups, SpriteMeta};
+    use bevy_egui::render::{
+        EguiPipeline,
+        systems::{EguiPipelines, EguiRenderData, EguiTextureBindGroups, EguiTransforms},
+    };
+    fn reset<R: Resource + Default>(world: &mut World) {
+        if world.contains_resource::<R>() {
+            world.insert_resource(R::default());
+        }
+    }
+    reset::<SpriteMeta>(world);
+    reset::<ImageBindGroups>(world);
+    reset::<EguiTransforms>(world);
+    reset::<EguiRenderData>(world);
+    reset::<EguiTextureBindGroups>(world);
+    // Made anew every frame, from the (emptied) specialized pipelines.
+    world.remove_resource::<EguiPipelines>();
+    reset::<SpecializedRenderPipelines<EguiPipeline>>(world);
 }
 
 /// A lost device: note it for [`fall_back_to_cpu`] and start the renderer
@@ -57,22 +101,25 @@ fn on_render_error(
     _render: &mut World,
 ) -> RenderErrorPolicy {
     // The training backend's own evidence: a readback failed, or the
-    // device was destroyed on purpose.
+    // device was destroyed on purpose (perhaps already acted on, the run
+    // moved to the CPU).
     let known = main
         .get_resource::<GpuDevice>()
         .and_then(|g| g.context.as_ref())
-        .and_then(|ctx| ctx.lost());
+        .and_then(|ctx| ctx.lost())
+        .or_else(|| main.get_resource::<GpuLost>()?.renderer_lost.clone());
     let mut lost = main.get_resource_or_insert_with(GpuLost::default);
     if error.ty == ErrorType::DeviceLost || known.is_some() {
-        lost.0 = Some(
+        lost.reason = Some(
             if !error.description.is_empty() && error.ty == ErrorType::DeviceLost {
                 error.description.clone()
             } else {
                 known.unwrap_or_else(|| "the device was lost".to_string())
             },
         );
-        lost.1 = LossState::Recovered;
-        let reason = lost.0.clone();
+        lost.state = LossState::Recovered;
+        lost.renderer_lost = None;
+        let reason = lost.reason.clone();
         // The GPU run's backend shares this flag: it stops submitting.
         if let Some(ctx) = &main.resource::<GpuDevice>().context
             && let Ok(mut flag) = ctx.lost.lock()
@@ -85,9 +132,9 @@ fn on_render_error(
         let creation = bevy::render::settings::RenderCreation::default();
         return RenderErrorPolicy::Recover(creation);
     }
-    match lost.1 {
+    match lost.state {
         LossState::None => {
-            lost.1 = LossState::Waiting;
+            lost.state = LossState::Waiting;
             warn!(
                 "a render error ({:?}); waiting a frame for a device loss: {}",
                 error.ty, error.description
@@ -111,25 +158,33 @@ fn on_render_error(
 /// handler does not hear of it): its device-lost callback, a failed
 /// readback or the test hook set its flag.
 fn notice_training_device_lost(mut lost: ResMut<GpuLost>, gpu: Res<GpuDevice>) {
-    if lost.0.is_none()
+    if lost.reason.is_none()
         && let Some(reason) = gpu.context.as_ref().and_then(|ctx| ctx.lost())
     {
-        lost.0 = Some(reason);
+        lost.reason = Some(reason);
     }
 }
 
 /// Moves a GPU run to the CPU once the device is lost; later runs in this
-/// session train on the CPU.
+/// session train on the CPU, saying why.
 fn fall_back_to_cpu(
     mut lost: ResMut<GpuLost>,
     mut gpu: ResMut<GpuDevice>,
     run: Option<Res<Run>>,
     mut commands: MessageWriter<RunCommand>,
 ) {
-    let Some(reason) = lost.0.take() else {
+    let Some(reason) = lost.reason.take() else {
         return;
     };
+    if gpu.shared_with_renderer && lost.state != LossState::Recovered {
+        // Heard of first through training: the renderer's errors follow.
+        lost.renderer_lost = Some(reason.clone());
+    }
     gpu.context = None;
+    gpu.shared_with_renderer = false;
+    gpu.missing = Some(format!(
+        "the GPU was lost ({reason}); runs train on the CPU until the app starts again"
+    ));
     if run.is_some_and(|r| r.engine.on_gpu()) {
         commands.write(RunCommand::FallBackToCpu(reason));
     }

@@ -104,8 +104,8 @@ impl RunSettings {
 /// The wgpu device the GPU backend trains on: Bevy's (from
 /// `RenderDevice`/`RenderQueue`) when it can run compute shaders. Natively,
 /// `TINYGPT_APP_OWN_DEVICE=1` opens one of its own on the default adapter
-/// instead, so that a lost training device leaves the renderer standing
-/// (the app's lost-GPU test). Not the default: on the H100 host two devices
+/// instead, so that a lost training device leaves the renderer's standing.
+/// Not the default: on the H100 host two devices
 /// trained 12–15% slower in the app than one (xl 9.5 against 8.24 ms a
 /// step, nanogpt-char 117.5 against 106.9, at 1920×1080), the GPU switching
 /// between their contexts every frame.
@@ -114,6 +114,8 @@ pub struct GpuDevice {
     pub context: Option<GpuContext>,
     /// Why there is none, where the app knows (the notice of a CPU run).
     pub missing: Option<String>,
+    /// Whether `context` is the renderer's device: losing it loses both.
+    pub shared_with_renderer: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -539,6 +541,7 @@ fn find_gpu_device(
             queue.clone(),
             info.clone(),
         ));
+        gpu.shared_with_renderer = true;
     }
 }
 
@@ -705,6 +708,8 @@ fn handle_commands(
     for command in reader.read() {
         let fresh = run.step() == 0 && !run.engine.busy();
         let mut rebuild: Option<Option<Checkpoint>> = None;
+        // Where a resumed run's weights came from, for the status line.
+        let mut resumed_from = "the checkpoint";
         let mut train_on = false;
         match command.clone() {
             RunCommand::Train => {
@@ -829,6 +834,7 @@ fn handle_commands(
                     ),
                 });
                 rebuild = Some(run.recovery.clone());
+                resumed_from = "the last copy read back from the GPU";
             }
         }
         if let Some(resume) = rebuild {
@@ -839,7 +845,7 @@ fn handle_commands(
                 Ok(mut new_run) => {
                     if let Some(ckpt) = &resume {
                         status.info =
-                            Some(format!("resumed at step {} from the checkpoint", ckpt.step));
+                            Some(format!("resumed at step {} from {resumed_from}", ckpt.step));
                     }
                     if train_on {
                         new_run.state = RunState::Training;

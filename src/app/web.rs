@@ -227,6 +227,9 @@ fn report_to_page(
         "preset": run.preset,
         "state": format!("{:?}", run.state),
         "step": run.step(),
+        // The step of the last host copy of a GPU run (what a lost device
+        // leaves), if one was read back.
+        "recovery_step": run.recovery.as_ref().map(|c| c.step),
         "loss": last.map(|m| m.loss as f64).filter(|l| l.is_finite()),
         "loss_finite": last.map(|m| m.loss.is_finite()),
         "val_loss": last.and_then(|m| m.val_loss),

@@ -15,8 +15,12 @@
 //    lesson's step on the shipped small checkpoint (step 1500) in the Flash
 //    scene with its narration; a `bench=tiny` link measures the CPU in the
 //    Speedup scene.
+// 4. A lost GPU: the page's WebGPU devices destroyed under a training run;
+//    the run goes on on the CPU from its last host copy and the page draws
+//    on.
 //
-// Any console error or uncaught exception fails a run. Prints one JSON line
+// Any console error or uncaught exception fails a run (in the fourth, the
+// device's loss is logged as an error: there a panic or an exception does). Prints one JSON line
 // per run (times to first frame and first step, steps per second) and saves
 // the screenshots in web/test/out/.
 
@@ -348,6 +352,75 @@ async function scenesRun(base) {
   return problems;
 }
 
+// A lost WebGPU device under a running trainer: the page's devices are
+// recorded as the app asks for them, and once the run has a host copy they
+// are destroyed (`GPUDevice.destroy()`, as a browser drops a device). The
+// renderer starts again on a new device, the run goes on on the CPU from
+// its last copy with a line saying so, and the page draws on.
+async function lostGpuRun(base) {
+  const browser = await chromium.launch({
+    executablePath: chromiumPath,
+    headless: false,
+    args: [...common, ...runs[0].args],
+  });
+  const problems = [];
+  try {
+    const page = await browser.newPage({ viewport: { width: 1280, height: 720 } });
+    // Bevy logs the loss and the renderer's errors that follow to the
+    // console; a panic is what fails the run.
+    page.on("console", (msg) => {
+      if (msg.type() === "error" && /panicked/.test(msg.text())) problems.push(`console: ${msg.text()}`);
+    });
+    page.on("pageerror", (e) => problems.push(`uncaught: ${e.message}`));
+    await page.addInitScript(() => {
+      window.__tinygptDevices = [];
+      const request = GPUAdapter.prototype.requestDevice;
+      GPUAdapter.prototype.requestDevice = async function (...args) {
+        const device = await request.apply(this, args);
+        window.__tinygptDevices.push(device);
+        return device;
+      };
+    });
+    await page.goto(`${base}/#preset=tiny&seed=1337&scene=model&backend=gpu&train=1`);
+    const before = await waitFor(page, (s) => s.backend === "gpu" && s.recovery_step >= 1, TIMEOUT_S);
+    if (!before) {
+      const s = await page.evaluate(() => ({ ...window.tinygptStatus, webgpu: window.tinygptHost.webgpu }));
+      problems.push(`no GPU run with a host copy in ${TIMEOUT_S} s: ${JSON.stringify({ webgpu: s.webgpu, backend: s.backend, step: s.step, state: s.state, recovery_step: s.recovery_step, notice: s.notice, errors: s.errors })}`);
+      return problems;
+    }
+    const destroyed = await page.evaluate(() => {
+      window.__tinygptDevices.forEach((d) => d.destroy());
+      return window.__tinygptDevices.length;
+    });
+    const after = await waitFor(
+      page,
+      (s) => s.backend === "cpu" && (s.errors || []).some((e) => /the GPU was lost/.test(e)) && s.step >= before.recovery_step + 5,
+      TIMEOUT_S,
+    );
+    const shotPath = path.join(outDir, "lost-gpu.png");
+    fs.mkdirSync(outDir, { recursive: true });
+    const picture = pictureStats(await page.screenshot({ path: shotPath }));
+    const status = after || (await page.evaluate(() => ({ ...window.tinygptStatus })));
+    console.log(JSON.stringify({
+      run: "lost-gpu",
+      devices_destroyed: destroyed,
+      before: { step: before.step, recovery_step: before.recovery_step, backend: before.backend },
+      after: { step: status.step, backend: status.backend, loss: status.loss, errors: status.errors },
+      screenshot: picture,
+    }));
+    if (!after) problems.push(`the run did not go on on the CPU with a message: ${JSON.stringify({ backend: status.backend, step: status.step, errors: status.errors })}`);
+    else {
+      const from = Number((after.errors.join(" ").match(/CPU from step (\d+)/) || [])[1]);
+      if (!(from >= before.recovery_step)) problems.push(`the message does not say from which step (${before.recovery_step} or later): ${after.errors}`);
+    }
+    if (after && !(after.loss_finite === true)) problems.push(`the CPU run's loss is not finite: ${after.loss}`);
+    if (!(picture.colours > 100 && picture.nonBackground > 0.2)) problems.push("the page stopped drawing: the screenshot looks blank");
+  } finally {
+    await browser.close();
+  }
+  return problems;
+}
+
 const server = await serve();
 const base = `http://127.0.0.1:${server.address().port}`;
 let failed = false;
@@ -359,6 +432,11 @@ for (const run of runs) {
 {
   const problems = await scenesRun(base);
   for (const p of problems) console.error(`[scenes] ${p}`);
+  failed ||= problems.length > 0;
+}
+{
+  const problems = await lostGpuRun(base);
+  for (const p of problems) console.error(`[lost-gpu] ${p}`);
   failed ||= problems.length > 0;
 }
 server.close();
