@@ -1,9 +1,10 @@
 //! The catalogue of faults and bad input (issue 18): each row is something a
 //! user can do by mistake, what they type, and the words of the message that
 //! must come back. Every row runs the real command line: it must fail with
-//! that message, quickly, without a panic and without writing anything.
-//! (More cases, older than this file, are in `tests/cli.rs` and
-//! `tests/checkpoint.rs`; the app's are in `tests/app.rs`.)
+//! that message, quickly, without a panic and without writing anything,
+//! and the rows are docs/faults.md's table of bad input. (More cases, older
+//! than this file, are in `tests/cli.rs` and `tests/checkpoint.rs`; the
+//! app's are in `tests/app.rs`; docs/faults.md lists them all.)
 //!
 //! Then the faults that need a running process: Ctrl-C and SIGTERM mid-run, a sample of
 //! a model trained on binary bytes, resuming an export without AdamW state.
@@ -135,6 +136,11 @@ fn every_bad_input_in_the_catalogue_is_refused_with_its_reason() {
             &["--tokens"],
         ),
         (
+            "a 40 GB matrix to multiply",
+            vec!["bench", "--matmul", "100000x100000x100000"],
+            &["--matmul 100000x100000x100000", "MB"],
+        ),
+        (
             "a lab while resuming (the checkpoint holds its own)",
             vec![
                 "train",
@@ -148,6 +154,7 @@ fn every_bad_input_in_the_catalogue_is_refused_with_its_reason() {
             &["--lab", "cannot be used with"],
         ),
     ];
+    let mut rows = Vec::new();
     for (what, args, words) in catalogue {
         let run = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
             .args(args)
@@ -158,7 +165,49 @@ fn every_bad_input_in_the_catalogue_is_refused_with_its_reason() {
             assert!(stderr.contains(w), "{what}: no `{w}` in\n{stderr}");
         }
         assert!(!Path::new(out).exists(), "{what}: wrote {out}");
+        // The row of docs/faults.md: paths as a reader would type them.
+        let local = |text: &str| {
+            text.replace(&format!("{}/", dir.display()), "")
+                .replace(&format!("{}/", env!("CARGO_MANIFEST_DIR")), "")
+        };
+        let command = local(&format!("tinygpt {}", args.join(" ")));
+        let message = local(stderr.trim()).replace('\n', " ");
+        rows.push(format!("| {what} | `{command}` | {message} |"));
     }
+    check_catalogue_doc(&rows);
+}
+
+/// docs/faults.md's table of bad input is this test's catalogue: the rows
+/// there must be the rows here (each line up to its message, which holds
+/// this machine's numbers). `TINYGPT_WRITE_CATALOGUE=1` writes the table
+/// with the messages this run printed.
+fn check_catalogue_doc(rows: &[String]) {
+    const BEGIN: &str = "<!-- begin: written by tests/faults.rs -->\n";
+    const END: &str = "<!-- end -->";
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/faults.md");
+    let doc = std::fs::read_to_string(&path).expect("docs/faults.md");
+    let (head, rest) = doc.split_once(BEGIN).expect("the table's begin marker");
+    let (table, tail) = rest.split_once(END).expect("the table's end marker");
+    let header = "| bad input | command | message |\n|---|---|---|\n";
+    if std::env::var_os("TINYGPT_WRITE_CATALOGUE").is_some() {
+        let table = format!("{header}{}\n", rows.join("\n"));
+        std::fs::write(&path, format!("{head}{BEGIN}{table}{END}{tail}")).unwrap();
+        return;
+    }
+    // Each row up to its message column: what and the command.
+    let key = |row: &str| row.splitn(4, " | ").take(2).collect::<Vec<_>>().join(" | ");
+    let documented: Vec<String> = table
+        .lines()
+        .skip(2)
+        .filter(|l| l.starts_with('|'))
+        .map(key)
+        .collect();
+    let tested: Vec<String> = rows.iter().map(|r| key(r)).collect();
+    assert_eq!(
+        documented, tested,
+        "docs/faults.md's table is not this catalogue: run \
+         TINYGPT_WRITE_CATALOGUE=1 cargo test --release --test faults every_bad_input"
+    );
 }
 
 /// Ctrl-C (SIGINT) and SIGTERM (what a scheduler or `systemctl stop`
