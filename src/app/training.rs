@@ -105,10 +105,10 @@ impl RunSettings {
 /// `RenderDevice`/`RenderQueue`) when it can run compute shaders. Natively,
 /// `TINYGPT_APP_OWN_DEVICE=1` opens one of its own on the default adapter
 /// instead, so that a lost training device leaves the renderer's standing.
-/// Not the default: on the H100 host two devices
-/// trained 12–15% slower in the app than one (xl 9.5 against 8.24 ms a
-/// step, nanogpt-char 117.5 against 106.9, at 1920×1080), the GPU switching
-/// between their contexts every frame.
+/// Not the default: on the H100 host two devices trained 12–15% slower in
+/// the app than one (xl 9.5 against 8.24 ms a step, nanogpt-char 117.5
+/// against 106.9, at 1920×1080), the GPU switching between their contexts
+/// every frame.
 #[derive(Resource, Default, Clone)]
 pub struct GpuDevice {
     pub context: Option<GpuContext>,

@@ -208,12 +208,13 @@ async function filesInAndOut(page, before) {
   return problems;
 }
 
+// Debian's Chromium, headed, with the common flags and `args`.
+function launch(args) {
+  return chromium.launch({ executablePath: chromiumPath, headless: false, args: [...common, ...args] });
+}
+
 async function runOnce(base, run) {
-  const browser = await chromium.launch({
-    executablePath: chromiumPath,
-    headless: false,
-    args: [...common, ...run.args],
-  });
+  const browser = await launch(run.args);
   const problems = [];
   try {
     const page = await browser.newPage({ viewport: { width: 1280, height: 720 } });
@@ -290,11 +291,7 @@ async function runOnce(base, run) {
 // for every tensor; a link with bench=tiny measures the CPU in the page's
 // one thread (the GPU box starts off there) and the curve's table fills.
 async function scenesRun(base) {
-  const browser = await chromium.launch({
-    executablePath: chromiumPath,
-    headless: false,
-    args: [...common, ...runs[0].args],
-  });
+  const browser = await launch(runs[0].args);
   const problems = [];
   try {
     for (const [scene, fragment, ready, check] of [
@@ -358,11 +355,7 @@ async function scenesRun(base) {
 // renderer starts again on a new device, the run goes on on the CPU from
 // its last copy with a line saying so, and the page draws on.
 async function lostGpuRun(base) {
-  const browser = await chromium.launch({
-    executablePath: chromiumPath,
-    headless: false,
-    args: [...common, ...runs[0].args],
-  });
+  const browser = await launch(runs[0].args);
   const problems = [];
   try {
     const page = await browser.newPage({ viewport: { width: 1280, height: 720 } });
