@@ -206,7 +206,7 @@ pub struct Chosen {
 pub fn software_adapter(ctx: &crate::gpu::GpuContext) -> Option<String> {
     (ctx.info.device_type == wgpu::DeviceType::Cpu).then(|| {
         format!(
-            "the only GPU adapter, {}, is a software renderer, slower than the CPU backend, so the run trains on the CPU; choose the GPU backend to run the kernels through it anyway",
+            "the only GPU adapter, {}, is a software renderer, slower than the CPU backend, so the run trains on the CPU (choose the GPU backend to run the kernels through it anyway)",
             ctx.info.name
         )
     })
@@ -281,10 +281,13 @@ pub fn choose_backend(
     } else {
         fallback
     };
+    let gpu_software = matches!(gpu, Err(why) if why.starts_with("the only GPU adapter"));
     match (choice, gpu) {
         (BackendChoice::Cpu, _) => cpu(None),
         (_, Err(why)) => match fallback {
-            GpuFallback::ToCpu => cpu(Some(format!("{why}: the run trains on the CPU (slower)"))),
+            // A software adapter's reason already says where the run goes.
+            GpuFallback::ToCpu if gpu_software => cpu(Some(why.to_string())),
+            GpuFallback::ToCpu => cpu(Some(format!("{why}: the run trains on the CPU"))),
             GpuFallback::Refuse => Err(match &cpu_fits {
                 Ok(()) => format!("{why}; use --backend cpu"),
                 Err(e) => format!("{why}; and the CPU cannot hold this preset either ({e})"),

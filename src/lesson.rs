@@ -15,6 +15,7 @@
 use crate::model::config::{Config, is_builtin};
 use crate::program::Program;
 use serde::Deserialize;
+use std::path::Path;
 
 /// The scene keys a lesson may name (the app's `Scene::key`s; a test in
 /// the app checks the two lists agree).
@@ -225,7 +226,7 @@ impl Lesson {
                 ),
             });
         }
-        let text = std::fs::read_to_string(name_or_path).map_err(|e| LessonError {
+        let text = crate::data::read_text(Path::new(name_or_path)).map_err(|e| LessonError {
             file: name_or_path.to_string(),
             step: None,
             field: None,

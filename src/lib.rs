@@ -15,6 +15,7 @@
 //!    on either backend. [`stepthrough`]: one training step entry by
 //!    entry, with the tensors each entry reads and writes.
 //! 5. [`train`]: the trainer, learning-rate schedules and text generation.
+//!    [`output`]: the one rule for every file the program writes.
 //! 6. [`bench`]: the training-speed benchmark; [`chart`]: charts the app
 //!    draws, as SVG and CSV files.
 //! 7. `app` (feature `app`): the Bevy explainer, which mirrors the program
@@ -32,6 +33,7 @@ pub mod flash;
 pub mod gpu;
 pub mod lesson;
 pub mod model;
+pub mod output;
 pub mod probe;
 pub mod program;
 pub mod stepthrough;

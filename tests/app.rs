@@ -247,8 +247,35 @@ fn checkpoints_save_and_load_through_the_app() {
     update_until(&mut app, "two steps", |app| {
         run_step(app) == 2 && !app.world().resource::<Run>().engine.busy()
     });
-    send(&mut app, RunCommand::SaveCheckpoint(path.clone()));
+    // A file this app did not write: the save waits for the user's word
+    // and the file is untouched (issue 29).
+    let earlier = dir.join("earlier.safetensors");
+    std::fs::write(&earlier, b"the user's file").unwrap();
+    send(
+        &mut app,
+        RunCommand::SaveCheckpoint {
+            path: earlier.clone(),
+            replace: false,
+        },
+    );
+    app.update();
+    assert_eq!(
+        app.world().resource::<AppStatus>().confirm_replace.as_ref(),
+        Some(&earlier)
+    );
+    for _ in 0..5 {
+        app.update();
+    }
+    assert_eq!(std::fs::read(&earlier).unwrap(), b"the user's file");
+    send(
+        &mut app,
+        RunCommand::SaveCheckpoint {
+            path: path.clone(),
+            replace: false,
+        },
+    );
     update_until(&mut app, "the save", |_| path.exists());
+    assert!(app.world().resource::<AppStatus>().confirm_replace.is_none());
     let ckpt = tinygpt::model::checkpoint::Checkpoint::load(&path).unwrap();
     assert_eq!(ckpt.step, 2);
     assert!(
@@ -354,6 +381,8 @@ fn run_headless_with(
         .current_dir(dir)
         .envs(env.iter().copied())
         .args(args)
+        // The tests take some screenshots twice, to one file.
+        .arg("--force")
         .arg("--screenshot")
         .arg(shot)
         .output()
@@ -1114,10 +1143,12 @@ fn headless_walks_every_step_of_every_lesson() {
     }
 }
 
-/// A bad lesson file is refused with the file, the step and the field, and
-/// the app still opens (the error in its status line).
+/// A bad lesson file is refused with the file, the step and the field:
+/// headless, as one line and a failure (issue 29: it used to exit 0 with
+/// the error only in the JSON); in the window, the app opens with the error
+/// in its status line.
 #[test]
-fn a_bad_lesson_is_named_and_the_app_still_runs() {
+fn a_bad_lesson_is_named_and_refused_headless() {
     let dir = common::scratch_dir("app-bad-lesson");
     let file = dir.join("bad.ron");
     let attention = tinygpt::lesson::BUILTIN_LESSONS
@@ -1127,32 +1158,35 @@ fn a_bad_lesson_is_named_and_the_app_still_runs() {
         .1;
     let text = attention.replacen("Head(layer: 0, head: 0)", "Head(layer: 0, head: 99)", 1);
     std::fs::write(&file, text).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
-        .args([
-            "app",
-            "--headless",
-            "--frames",
-            "10",
-            "--width",
-            "640",
-            "--height",
-            "360",
-            "--lesson",
-        ])
-        .arg(&file)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let line = String::from_utf8_lossy(&out.stdout).to_string();
-    let r: serde_json::Value =
-        serde_json::from_str(line.lines().find(|l| l.starts_with('{')).unwrap()).unwrap();
-    assert!(r["lesson"].is_null(), "{line}");
-    let errors = r["errors"].to_string();
-    assert!(
-        errors.contains("bad.ron, step 2 (focus)") && errors.contains("99"),
-        "{line}"
-    );
+    for lesson in [file.display().to_string(), "missing".to_string()] {
+        let out = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+            .args([
+                "app",
+                "--headless",
+                "--frames",
+                "10",
+                "--width",
+                "640",
+                "--height",
+                "360",
+                "--lesson",
+                &lesson,
+            ])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{lesson}: accepted\n{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        let want: &[&str] = if lesson == "missing" {
+            &["missing", "no such lesson"]
+        } else {
+            &["bad.ron, step 2 (focus)", "99"]
+        };
+        for w in want {
+            assert!(stderr.contains(w), "{lesson}: no `{w}` in\n{stderr}");
+        }
+        assert!(out.stdout.is_empty(), "{lesson}: the app ran");
+    }
 }
 
 /// The lessons' heatmap views are the Model scene's.

@@ -110,13 +110,19 @@ fn bench_json_has_the_documented_fields_and_the_report_is_well_formed() {
     );
     let bad = dir.join("bad.jsonl");
     std::fs::write(&bad, "{\"not\": \"a bench line\"}\n").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
-        .args(["bench", "--replot"])
-        .arg(&bad)
-        .arg("--report")
-        .arg(&again)
-        .output()
-        .unwrap();
+    let replot_bad = |force: bool| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_tinygpt"));
+        c.args(["bench", "--replot"]).arg(&bad).arg("--report").arg(&again);
+        if force {
+            c.arg("--force");
+        }
+        c.output().unwrap()
+    };
+    // The report folder holds the report just written: not replaced unasked.
+    let out = replot_bad(false);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already exists"));
+    let out = replot_bad(true);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("line 1: not a tinygpt bench JSON line"));
     std::fs::remove_dir_all(dir).unwrap();

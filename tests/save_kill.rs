@@ -133,6 +133,7 @@ fn a_save_killed_at_any_stage_leaves_the_old_or_the_new_checkpoint() {
             "3",
             "--backend",
             "cpu",
+            "--force",
             "--out",
             &target_arg,
         ]);
@@ -150,6 +151,7 @@ fn a_save_killed_at_any_stage_leaves_the_old_or_the_new_checkpoint() {
         "3",
         "--backend",
         "cpu",
+        "--force",
         "--out",
         &target_arg,
     ]);
@@ -178,6 +180,7 @@ fn a_save_killed_at_any_stage_leaves_the_old_or_the_new_checkpoint() {
             "240",
             "--export",
             "checkpoint",
+            "--force",
         ]);
         c
     };
@@ -251,6 +254,7 @@ fn a_run_whose_save_fails_keeps_its_weights_in_a_rescue_file() {
             "3",
             "--backend",
             "cpu",
+            "--force",
             "--out",
             &target_arg,
         ])
@@ -291,6 +295,7 @@ fn a_run_whose_save_fails_keeps_its_weights_in_a_rescue_file() {
         "4",
         "--backend",
         "cpu",
+        "--force",
         "--out",
         &target_arg,
     ]);

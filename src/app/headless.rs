@@ -27,6 +27,8 @@ pub struct HeadlessConfig {
     /// Before the screenshot, export this region of the scene (or `view`,
     /// all of it) through the app's PNG export, as its button does.
     pub export: Option<String>,
+    /// `--force`: the checkpoint export may replace a file this app did not write.
+    pub force: bool,
 }
 
 /// The offscreen image the cameras render into.
@@ -140,9 +142,10 @@ fn count_frames(
         }
         if name == "checkpoint" {
             // As the run panel's Save button does, to its path.
-            data.2.write(super::training::RunCommand::SaveCheckpoint(
-                ui_state.checkpoint_path.trim().into(),
-            ));
+            data.2.write(super::training::RunCommand::SaveCheckpoint {
+                path: ui_state.checkpoint_path.trim().into(),
+                replace: config.force,
+            });
             return;
         }
         if name == "view" || found.is_some() {
@@ -174,7 +177,15 @@ fn count_frames(
                     .clone()
                     .try_into_dynamic()
                     .map_err(|e| e.to_string())
-                    .and_then(|img| img.to_rgba8().save(&path).map_err(|e| e.to_string()));
+                    .and_then(|img| {
+                        // Encoded here, then written through a temporary
+                        // file (never into a special file).
+                        let mut png = Vec::new();
+                        img.to_rgba8()
+                            .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
+                            .map_err(|e| e.to_string())?;
+                        crate::output::write_atomic(&path, &png).map_err(|e| e.to_string())
+                    });
                 match result {
                     Ok(()) => flag.store(2, Ordering::Release),
                     Err(e) => {
@@ -302,6 +313,15 @@ fn count_frames(
         h.dedup();
         h.len()
     };
+    let mut errors = status.errors.clone();
+    if let Some(path) = &status.confirm_replace {
+        let message = format!(
+            "checkpoint not saved: {} exists and this app did not write it; add --force to replace it",
+            path.display()
+        );
+        eprintln!("error: {message}");
+        errors.push(message);
+    }
     let line = serde_json::json!({
         "frames": state.frames,
         "mean_frame_ms": state.frame_ms / state.timed.max(1) as f64,
@@ -327,7 +347,7 @@ fn count_frames(
         "correctness": correctness,
         "speedup": speedup,
         "lesson": lesson_line,
-        "errors": status.errors,
+        "errors": errors,
         "presenter": ui_state.presenter,
         "background": [(bg.red * 255.0).round(), (bg.green * 255.0).round(), (bg.blue * 255.0).round()],
         "width": config.width,
@@ -340,7 +360,8 @@ fn count_frames(
         }).collect::<Vec<_>>(),
     });
     println!("{line}");
-    let failed = capture == 3;
+    // A save that waited for a confirmation headless cannot give.
+    let failed = capture == 3 || status.confirm_replace.is_some();
     exit.write(if failed {
         AppExit::error()
     } else {

@@ -194,6 +194,11 @@ impl Run {
 pub struct AppStatus {
     pub errors: Vec<String>,
     pub info: Option<String>,
+    /// A save waiting for the user's word: its path exists and this app did
+    /// not write it (the status line asks "Replace it?").
+    pub confirm_replace: Option<PathBuf>,
+    /// The files this app has saved, which later saves may replace unasked.
+    pub written: std::collections::HashSet<PathBuf>,
 }
 
 impl AppStatus {
@@ -418,7 +423,12 @@ pub enum RunCommand {
         name: String,
         text: String,
     },
-    SaveCheckpoint(PathBuf),
+    /// Save the run's checkpoint to `path`; `replace`: the user said to
+    /// replace a file there that this app did not write (see `crate::output`).
+    SaveCheckpoint {
+        path: PathBuf,
+        replace: bool,
+    },
     /// A checkpoint file's contents.
     LoadCheckpoint {
         name: String,
@@ -792,18 +802,24 @@ fn handle_commands(
                     status.info = Some(format!("preset {name} loaded; press New run to start it"));
                 }
             },
-            RunCommand::SaveCheckpoint(path) => {
+            RunCommand::SaveCheckpoint { path, replace } => {
                 // In the browser the checkpoint becomes a download.
+                let replace = replace || status.written.contains(&path);
                 let writable = if cfg!(target_arch = "wasm32") {
                     Ok(())
                 } else {
-                    crate::model::checkpoint::check_writable(&path)
+                    crate::output::check(&path, "the save path", &[], replace)
                 };
                 if run.saving.is_some() {
                     status.error("a checkpoint is still being written; save again when it is done");
+                } else if writable.is_err() && !replace && path.is_file() {
+                    // An earlier file, not written here: ask before replacing it.
+                    status.confirm_replace = Some(path);
                 } else if let Err(e) = writable {
                     status.error(format!("checkpoint not saved: {e}"));
                 } else {
+                    status.confirm_replace = None;
+                    status.written.insert(path.clone());
                     let resume = run.state == RunState::Training;
                     if resume {
                         run.state = RunState::Paused;

@@ -210,6 +210,20 @@ pub fn draw_ui(
         if let Some(notice) = &run.notice {
             ui.colored_label(egui::Color32::from_rgb(240, 190, 80), notice);
         }
+        if let Some(path) = status.confirm_replace.clone() {
+            ui.horizontal_wrapped(|ui| {
+                ui.colored_label(
+                    egui::Color32::from_rgb(240, 190, 80),
+                    format!("{} exists and this app did not write it. Replace it with the run's checkpoint?", path.display()),
+                );
+                if ui.button("Replace it").clicked() {
+                    commands.write(RunCommand::SaveCheckpoint { path, replace: true });
+                }
+                if ui.button("Keep it").on_hover_text("type another name beside Save").clicked() {
+                    status.confirm_replace = None;
+                }
+            });
+        }
         let mut dismiss = None;
         for (i, e) in status.errors.iter().enumerate() {
             ui.horizontal(|ui| {
@@ -468,7 +482,7 @@ fn side_panels(
             ui.horizontal(|ui| {
                 ui.add(egui::TextEdit::singleline(&mut ui_state.checkpoint_path).desired_width(170.0));
                 if ui.button("Save").clicked() {
-                    commands.write(RunCommand::SaveCheckpoint(PathBuf::from(ui_state.checkpoint_path.trim())));
+                    commands.write(RunCommand::SaveCheckpoint { path: PathBuf::from(ui_state.checkpoint_path.trim()), replace: false });
                 }
                 if ui.button("Load").clicked() {
                     match files::load_path(&PathBuf::from(ui_state.checkpoint_path.trim())) {
@@ -483,7 +497,7 @@ fn side_panels(
             ui.horizontal(|ui| {
                 if ui.button("Download checkpoint").on_hover_text("weights and AdamW state, as .safetensors").clicked() {
                     // Named when saved, after the step it holds.
-                    commands.write(RunCommand::SaveCheckpoint(PathBuf::new()));
+                    commands.write(RunCommand::SaveCheckpoint { path: PathBuf::new(), replace: false });
                 }
                 if ui.button("Load…").on_hover_text("a .safetensors checkpoint (or drop one on the page)").clicked() {
                     super::web::open_file_picker();

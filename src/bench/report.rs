@@ -369,16 +369,43 @@ pub fn svg(results: &[BenchResult]) -> String {
     s
 }
 
-/// Writes `bench.md`, `speedup.svg` and `bench.jsonl` into `dir`.
+/// The files a report writes into its folder.
+pub const FILES: [&str; 3] = ["bench.md", "speedup.svg", "bench.jsonl"];
+
+/// Checks and locks the report's files in `dir` before anything is measured
+/// (`crate::output`'s rule: none may be an input, a special file, or an
+/// earlier report, unless `force`); creates the folder when it is new.
+pub fn claim(
+    dir: &Path,
+    inputs: &[crate::output::Input],
+    force: bool,
+) -> Result<Vec<crate::output::Claim>, String> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(format!(
+            "--report {} is not a folder; give --report a folder for the report's three files",
+            dir.display()
+        ));
+    }
+    std::fs::create_dir_all(dir)
+        .map_err(|e| format!("cannot create the report folder {}: {e}", dir.display()))?;
+    FILES
+        .iter()
+        .map(|f| crate::output::claim(&dir.join(f), "--report", inputs, force))
+        .collect()
+}
+
+/// Writes `bench.md`, `speedup.svg` and `bench.jsonl` into `dir`, each
+/// through a temporary file.
 pub fn write(dir: &Path, results: &[BenchResult]) -> std::io::Result<()> {
+    use crate::output::write_atomic;
     std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join("bench.md"), markdown(results))?;
-    std::fs::write(dir.join("speedup.svg"), svg(results))?;
+    write_atomic(&dir.join(FILES[0]), markdown(results).as_bytes())?;
+    write_atomic(&dir.join(FILES[1]), svg(results).as_bytes())?;
     let lines: Vec<String> = results
         .iter()
         .map(|r| serde_json::to_string(r).expect("serialisable"))
         .collect();
-    std::fs::write(dir.join("bench.jsonl"), lines.join("\n") + "\n")
+    write_atomic(&dir.join(FILES[2]), (lines.join("\n") + "\n").as_bytes())
 }
 
 fn group(n: usize) -> String {

@@ -27,7 +27,7 @@ pub struct AppArgs {
     /// (comma-separated; the run panel's 🔨 Break it has the same switches).
     #[arg(long, value_enum, value_delimiter = ',')]
     lab: Vec<super::LabSwitch>,
-    #[arg(long, default_value_t = 1337)]
+    #[arg(long, default_value_t = 1337, value_parser = super::seed, allow_hyphen_values = true)]
     seed: u64,
     /// Where to train: auto (the GPU unless its adapter is a software renderer), gpu or cpu.
     #[arg(long, value_enum, default_value = "auto")]
@@ -71,9 +71,13 @@ pub struct AppArgs {
     /// Frames to render in headless mode.
     #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u32).range(2..))]
     frames: u32,
-    /// Save the last headless frame as a PNG.
+    /// Save the last headless frame as a PNG (a new file, or --force).
     #[arg(long)]
     screenshot: Option<PathBuf>,
+    /// Headless: let --screenshot and `--export checkpoint` replace files
+    /// that exist (never an input, a folder or a special file).
+    #[arg(long, requires = "headless")]
+    force: bool,
     /// Size of the headless picture.
     #[arg(long, default_value_t = 1600, value_parser = clap::value_parser!(u32).range(320..=8192))]
     width: u32,
@@ -186,10 +190,28 @@ pub fn run_app(args: AppArgs) -> Result<()> {
     settings.seed = args.seed;
     settings.backend = args.backend.into();
     settings.run_config().map_err(anyhow::Error::msg)?;
-    if let Some(path) = &args.screenshot {
-        tinygpt::model::checkpoint::check_writable(path)
-            .map_err(|e| anyhow::anyhow!("cannot write the screenshot: {e}"))?;
-    }
+    // The screenshot is checked and locked before the app starts; the files
+    // the app reads are never it.
+    let _screenshot_claim = match &args.screenshot {
+        Some(path) => {
+            use tinygpt::output::Input;
+            let preset = std::path::Path::new(&args.preset);
+            let lesson = args.lesson.as_deref().map(std::path::Path::new);
+            let inputs: Vec<Input> = [
+                args.corpus.as_deref().map(|p| Input::new("--corpus", p)),
+                preset.is_file().then(|| Input::new("--preset", preset)),
+                lesson.filter(|p| p.is_file()).map(|p| Input::new("--lesson", p)),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            Some(
+                tinygpt::output::claim(path, "--screenshot", &inputs, args.force)
+                    .map_err(|e| anyhow::anyhow!("cannot write the screenshot: {e}"))?,
+            )
+        }
+        None => None,
+    };
     let headless = args.headless.then(|| HeadlessConfig {
         frames: args.frames,
         screenshot: args.screenshot.clone(),
@@ -197,6 +219,7 @@ pub fn run_app(args: AppArgs) -> Result<()> {
         height: args.height,
         fps: args.fps as f64,
         export: args.export.clone(),
+        force: args.force,
     });
     // A bad lesson is refused with its file, step and field; the app still
     // opens, with the error in the status line.
@@ -207,6 +230,8 @@ pub fn run_app(args: AppArgs) -> Result<()> {
                 let k = (args.lesson_step as usize - 1).min(l.steps.len() - 1);
                 (Some((name.clone(), l, k)), None)
             }
+            // Headless, nobody reads a status line: refused like any bad input.
+            Err(e) if args.headless => bail!("{e}"),
             Err(e) => (None, Some(e.to_string())),
         },
     };

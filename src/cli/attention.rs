@@ -19,7 +19,7 @@ pub struct AttentionArgs {
     #[arg(long)]
     preset: Option<String>,
     /// Without a checkpoint: the seed of the initial weights.
-    #[arg(long)]
+    #[arg(long, value_parser = super::seed, allow_hyphen_values = true)]
     seed: Option<u64>,
     /// The text to look at (its last ctx bytes).
     #[arg(

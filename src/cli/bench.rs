@@ -28,6 +28,9 @@ pub struct BenchArgs {
     /// JSON lines into this folder.
     #[arg(long, value_name = "DIR")]
     report: Option<std::path::PathBuf>,
+    /// Replace an earlier report's files in the --report folder.
+    #[arg(long, requires = "report")]
+    force: bool,
     /// Re-render the report from JSON lines saved earlier (`bench.jsonl`)
     /// instead of measuring; needs --report.
     #[arg(long, value_name = "FILE", requires = "report")]
@@ -53,9 +56,21 @@ pub struct BenchArgs {
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
+    // The report's files are checked and locked before anything is measured.
+    let _report_claims = match &args.report {
+        Some(dir) => {
+            let inputs: Vec<_> = args
+                .replot
+                .iter()
+                .map(|f| tinygpt::output::Input::new("--replot", f))
+                .collect();
+            tinygpt::bench::report::claim(dir, &inputs, args.force).map_err(anyhow::Error::msg)?
+        }
+        None => Vec::new(),
+    };
     if let (Some(file), Some(dir)) = (&args.replot, &args.report) {
-        let text = std::fs::read_to_string(file)
-            .with_context(|| format!("cannot read {}", file.display()))?;
+        let text = tinygpt::data::read_text(file)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
         let results = text
             .lines()
             .filter(|l| !l.trim().is_empty())

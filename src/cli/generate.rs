@@ -7,7 +7,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use tinygpt::cpu::generate::Generator;
 use tinygpt::gpu::generate::GpuGenerator;
-use tinygpt::model::checkpoint::{Checkpoint, Precision, check_writable};
+use tinygpt::model::checkpoint::{Checkpoint, Precision};
+use tinygpt::output::{Input, claim};
 use tinygpt::train::sample::{NextToken, SampleOptions, generate};
 
 #[derive(clap::Args)]
@@ -31,7 +32,7 @@ pub struct GenerateArgs {
     #[arg(long, value_enum, default_value = "auto")]
     backend: BackendChoice,
     /// Random seed of the sampler.
-    #[arg(long, value_name = "S", default_value_t = 42)]
+    #[arg(long, value_name = "S", default_value_t = 42, value_parser = super::seed, allow_hyphen_values = true)]
     seed: u64,
 }
 
@@ -115,21 +116,79 @@ pub struct ExportArgs {
     /// The checkpoint to export.
     #[arg(long, value_name = "FILE")]
     checkpoint: PathBuf,
-    /// The f16 weights-only safetensors file to write.
+    /// The f16 weights-only safetensors file to write (a new file; never
+    /// the checkpoint exported).
     #[arg(long, value_name = "FILE")]
     out: PathBuf,
+    /// Replace the --out file if it exists.
+    #[arg(long)]
+    force: bool,
+    /// Store weights beyond f16's range (|x| > 65504) as ±65504 instead of
+    /// refusing the export (it says how many).
+    #[arg(long)]
+    clamp: bool,
 }
 
 pub fn export(args: ExportArgs) -> Result<()> {
+    let _claim = claim(
+        &args.out,
+        "--out",
+        &[Input::new("--checkpoint", &args.checkpoint)],
+        args.force,
+    )
+    .map_err(|e| anyhow::anyhow!("cannot export: {e}"))?;
     let mut ck = Checkpoint::load(&args.checkpoint)?;
-    check_writable(&args.out)?;
     ck.optimizer = None;
+    let beyond = f16_overflow(&ck);
+    if let Some((count, name, largest)) = &beyond {
+        if !args.clamp {
+            anyhow::bail!(
+                "{count} weight{} of {} beyond f16's range (|x| > 65504; the largest, {largest:e}, in `{name}`): \
+                 f16 would store them as inf, which no loader takes; add --clamp to store them as ±65504, \
+                 or share the f32 checkpoint",
+                if *count == 1 { " is" } else { "s are" },
+                args.checkpoint.display()
+            );
+        }
+        for p in &mut ck.params {
+            for x in &mut p.values {
+                *x = x.clamp(-F16_MAX, F16_MAX);
+            }
+        }
+    }
     ck.save(&args.out, Precision::F16)?;
+    let clamped = beyond
+        .map(|(count, _, _)| {
+            let s = if count == 1 { "" } else { "s" };
+            format!("; {count} weight{s} beyond f16's range clamped to ±65504")
+        })
+        .unwrap_or_default();
     eprintln!(
-        "wrote {} (f16 weights, no optimizer state)",
+        "wrote {} (f16 weights, no optimizer state{clamped})",
         args.out.display()
     );
     Ok(())
+}
+
+/// The largest finite f16.
+const F16_MAX: f32 = 65504.0;
+
+/// How many weights f16 cannot hold (they would round to ±inf), with the
+/// tensor of the largest and its value; None when all fit.
+fn f16_overflow(ck: &Checkpoint) -> Option<(usize, String, f32)> {
+    let mut count = 0;
+    let mut largest: Option<(String, f32)> = None;
+    for p in &ck.params {
+        for &x in &p.values {
+            if half::f16::from_f32(x).is_infinite() {
+                count += 1;
+                if largest.as_ref().is_none_or(|(_, l)| x.abs() > l.abs()) {
+                    largest = Some((p.name.clone(), x));
+                }
+            }
+        }
+    }
+    largest.map(|(name, x)| (count, name, x))
 }
 
 #[derive(clap::Args)]
@@ -155,6 +214,9 @@ pub struct EvalArgs {
     /// Where to compute.
     #[arg(long, value_enum, default_value = "cpu")]
     backend: BackendChoice,
+    /// Replace dump files that exist.
+    #[arg(long)]
+    force: bool,
 }
 
 /// `tinygpt eval`: the loss of a checkpoint on a fixed batch (validation
@@ -169,12 +231,19 @@ pub fn eval(args: EvalArgs) -> Result<()> {
         // The oracle compares one deterministic step.
         config.dropout = 0.0;
     }
-    for path in [&args.dump_logits, &args.dump_grads, &args.dump_step]
-        .into_iter()
-        .flatten()
-    {
-        check_writable(path)?;
+    let mut inputs = vec![Input::new("--checkpoint", &args.checkpoint)];
+    if let Some(corpus) = &args.corpus {
+        inputs.push(Input::new("--corpus", corpus));
     }
+    let _claims = [
+        ("--dump-logits", &args.dump_logits),
+        ("--dump-grads", &args.dump_grads),
+        ("--dump-step", &args.dump_step),
+    ]
+    .into_iter()
+    .filter_map(|(flag, path)| path.as_ref().map(|p| claim(p, flag, &inputs, args.force)))
+    .collect::<Result<Vec<_>, _>>()
+    .map_err(|e| anyhow::anyhow!("cannot write the dump: {e}"))?;
     let corpus = match &args.corpus {
         Some(p) => tinygpt::data::Corpus::from_file(p, config.ctx)?,
         None => tinygpt::data::Corpus::tiny_shakespeare(config.ctx)?,
@@ -202,7 +271,7 @@ pub fn eval(args: EvalArgs) -> Result<()> {
     let loss = backend.eval_loss(&batch);
     if let Some(path) = &args.dump_logits {
         let logits = backend.read("logits")?;
-        std::fs::write(path, bytemuck::cast_slice::<f32, u8>(&logits))
+        tinygpt::output::write_atomic(path, bytemuck::cast_slice::<f32, u8>(&logits))
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     if dumps_step {
@@ -274,7 +343,8 @@ fn one_step(
                 Ok((name.clone(), view))
             })
             .collect::<Result<Vec<_>, safetensors::SafeTensorError>>()?;
-        safetensors::serialize_to_file(views, None, path)
+        let bytes = safetensors::serialize(views, None)?;
+        tinygpt::output::write_atomic(path, &bytes)
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     backend.run_entries(clip..n);

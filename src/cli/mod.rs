@@ -63,6 +63,7 @@ enum Command {
 pub use backend::BackendChoice;
 
 pub fn main() -> ExitCode {
+    quiet_vulkan_device_select();
     // Like any Unix filter, end quietly when the reader of stdout goes away
     // (`tinygpt generate | head`), instead of panicking on a broken pipe.
     #[cfg(unix)]
@@ -126,6 +127,25 @@ pub fn main() -> ExitCode {
         Command::Correctness(a) => correctness::run(a),
     };
     finish(result)
+}
+
+/// Mesa's Vulkan device-selection layer (installed with its drivers, also
+/// beside NVIDIA's) connects to Wayland to learn the desktop's GPU, and where
+/// there is no session (a server, a container, CI) libwayland prints
+/// "error: XDG_RUNTIME_DIR is invalid or not set in the environment." twice
+/// on every GPU run. With no session there is no desktop GPU to prefer, so
+/// the layer is turned off (its own switch, `NODEVICE_SELECT=1`); wgpu still
+/// picks the adapter by power preference. Runs first, while the process has
+/// one thread, so changing the environment is sound.
+fn quiet_vulkan_device_select() {
+    #[cfg(target_os = "linux")]
+    {
+        let unset = |k: &str| std::env::var_os(k).is_none_or(|v| v.is_empty());
+        if unset("XDG_RUNTIME_DIR") && unset("WAYLAND_DISPLAY") && unset("NODEVICE_SELECT") {
+            // SAFETY: no other thread exists yet (first call of main).
+            unsafe { std::env::set_var("NODEVICE_SELECT", "1") };
+        }
+    }
 }
 
 fn finish(result: anyhow::Result<()>) -> ExitCode {
@@ -204,7 +224,7 @@ pub fn apply_lab(lab: &mut tinygpt::model::config::Lab, switches: &[LabSwitch]) 
 }
 
 pub fn positive_f32(s: &str) -> Result<f32, String> {
-    let v: f32 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    let v = f32_of(s)?;
     if v.is_finite() && v > 0.0 {
         Ok(v)
     } else {
@@ -214,10 +234,48 @@ pub fn positive_f32(s: &str) -> Result<f32, String> {
 
 /// Parses a number that must be finite and >= 0.
 pub fn non_negative_f32(s: &str) -> Result<f32, String> {
-    let v: f32 = s.parse().map_err(|_| format!("`{s}` is not a number"))?;
+    let v = f32_of(s)?;
     if v.is_finite() && v >= 0.0 {
         Ok(v)
     } else {
         Err(format!("{s} must be a finite number >= 0"))
     }
+}
+
+/// A number as f32, refusing a finite number that f32 cannot hold (instead
+/// of rounding `1e-50` to 0 and then calling it "not > 0", or `1e50` to inf).
+fn f32_of(s: &str) -> Result<f32, String> {
+    let wide: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number"))?;
+    let v = wide as f32;
+    if !wide.is_finite() {
+        // NaN and inf: the caller's own "must be a finite number".
+        return Ok(v);
+    }
+    if v.is_infinite() {
+        return Err(format!(
+            "{s} is too large: the model computes in f32, which holds at most {:e}",
+            f32::MAX
+        ));
+    }
+    if wide != 0.0 && v.abs() < f32::MIN_POSITIVE {
+        return Err(format!(
+            "{s} is too small: the model computes in f32, where it would be 0 or lose its precision (the smallest normal f32 is {:e})",
+            f32::MIN_POSITIVE
+        ));
+    }
+    Ok(v)
+}
+
+/// A random seed: a whole number from 0 to 2^64 − 1 (`--seed -1` is refused
+/// with that range, not as an unknown argument).
+pub fn seed(s: &str) -> Result<u64, String> {
+    s.trim().parse::<u64>().map_err(|_| {
+        format!(
+            "`{s}` is not a seed: give a whole number from 0 to {}",
+            u64::MAX
+        )
+    })
 }

@@ -20,7 +20,7 @@ pub struct RunArgs {
     #[arg(long)]
     preset: Option<String>,
     /// Without a checkpoint: the seed of the initial weights and batches.
-    #[arg(long)]
+    #[arg(long, value_parser = super::seed, allow_hyphen_values = true)]
     seed: Option<u64>,
     /// A text file to draw the batches from instead of TinyShakespeare.
     #[arg(long, value_name = "FILE")]

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tinygpt::cpu::generate::Generator;
 use tinygpt::data::Corpus;
-use tinygpt::model::checkpoint::{Checkpoint, Precision, check_writable};
+use tinygpt::model::checkpoint::{Checkpoint, Precision};
 use tinygpt::model::config::{Config, DEFAULT_PRESET};
 use tinygpt::train::sample::{SampleOptions, generate};
 use tinygpt::train::{TrainError, Trainer};
@@ -33,15 +33,20 @@ pub struct TrainArgs {
     #[arg(long, value_name = "X", value_parser = positive_f32, allow_hyphen_values = true)]
     lr: Option<f32>,
     /// Random seed for initialisation, batches and dropout.
-    #[arg(long, value_name = "S", default_value_t = 42)]
+    #[arg(long, value_name = "S", default_value_t = 42, value_parser = super::seed, allow_hyphen_values = true)]
     seed: u64,
     /// A "break it" lab: take parts out of the model (comma-separated).
     /// A checkpoint remembers them, so `--resume` continues the same lab.
     #[arg(long, value_enum, value_delimiter = ',', conflicts_with = "resume")]
     lab: Vec<super::LabSwitch>,
-    /// Checkpoint to write (default: tinygpt-<preset>.safetensors, or the --resume file).
+    /// Checkpoint to write (default: tinygpt-<preset>.safetensors, numbered
+    /// when taken: tinygpt-<preset>-2.safetensors; with --resume, the file it continues).
     #[arg(long, value_name = "FILE")]
     out: Option<PathBuf>,
+    /// Replace the --out file if it exists (never an input of the run, a
+    /// folder or a special file).
+    #[arg(long)]
+    force: bool,
     /// Continue training from a checkpoint (its model, optimizer state and step).
     #[arg(long, value_name = "FILE")]
     resume: Option<PathBuf>,
@@ -79,12 +84,8 @@ pub fn run(args: TrainArgs) -> Result<()> {
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let out = args
-        .out
-        .clone()
-        .or_else(|| args.resume.clone())
-        .unwrap_or_else(|| PathBuf::from(format!("tinygpt-{preset_name}.safetensors")));
-    check_writable(&out)?;
+    let mut claim = claim_out(&args, &preset_name)?;
+    let out = claim.path().to_path_buf();
     let corpus = match &args.corpus {
         Some(p) => Corpus::from_file(p, config.ctx)?,
         None => Corpus::tiny_shakespeare(config.ctx)?,
@@ -108,6 +109,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         Some(ck) => Trainer::resume(backend, corpus, ck)?,
         None => Trainer::new(backend, corpus, args.seed)?,
     };
+    let first_step = trainer.step;
     if trainer.step >= config.steps {
         bail!(
             "the checkpoint already has {} steps; ask for more with --steps",
@@ -164,7 +166,9 @@ pub fn run(args: TrainArgs) -> Result<()> {
         }
         if interrupted.load(Ordering::SeqCst) {
             bar.abandon();
-            save(&mut trainer, &out)?;
+            let saved = save(&mut trainer, &out);
+            claim.release();
+            saved?;
             eprintln!(
                 "interrupted at step {}: checkpoint saved to {}",
                 trainer.step,
@@ -186,7 +190,21 @@ pub fn run(args: TrainArgs) -> Result<()> {
                     ),
                     Err(err) => eprintln!("could not run the step again op by op: {err}"),
                 }
-                if trainer.step > 0 {
+                if let (Some(path), true) = (&args.resume, trainer.step == first_step) {
+                    // Nothing was trained: the weights are what was loaded,
+                    // so neither the learning rate nor a save can help.
+                    let TrainError::Diverged { loss, grad_norm, .. } = e else {
+                        unreachable!("matched above")
+                    };
+                    bail!(
+                        "the first step from {} diverged (the loss is {loss}, the gradient norm \
+                         {grad_norm}), so the loaded state (its weights or its AdamW moments) is the \
+                         cause, not the learning rate; nothing was written and {} is unchanged \
+                         (resume from an earlier checkpoint)",
+                        path.display(),
+                        path.display()
+                    );
+                } else if trainer.step > 0 {
                     save(&mut trainer, &out)?;
                     eprintln!(
                         "the last good weights (step {}) are saved in {}",
@@ -280,6 +298,9 @@ fn save(trainer: &mut Trainer, out: &std::path::Path) -> Result<()> {
     let folders = [Some(std::env::temp_dir()), std::env::home_dir()];
     for folder in folders.into_iter().flatten() {
         let rescue = folder.join(&name);
+        if std::fs::symlink_metadata(&rescue).is_ok() {
+            continue; // never over another file
+        }
         // Straight to the file: no test's injected fault applies here.
         if checkpoint
             .save_observed(&rescue, Precision::F32, &mut |_| Ok(()))
@@ -297,4 +318,45 @@ fn save(trainer: &mut Trainer, out: &std::path::Path) -> Result<()> {
     anyhow::bail!(
         "{error}\nand no rescue file could be written in the temporary or the home folder either"
     )
+}
+
+/// The checkpoint this run writes, checked and locked before any work (the
+/// rule of `tinygpt::output`): `--out` (a new name, or an existing file with
+/// --force), else the --resume file the run continues, else
+/// tinygpt-<preset>.safetensors, numbered when taken. The corpus, the preset
+/// file and the checkpoint resumed are inputs, never written over; the one
+/// exception is the run resumed, which the run continues in place.
+fn claim_out(args: &TrainArgs, preset_name: &str) -> Result<tinygpt::output::Claim> {
+    use std::path::Path;
+    use tinygpt::output::{Input, claim, numbered, same_file};
+    let preset = Path::new(&args.preset);
+    let mut inputs = Vec::new();
+    if let Some(corpus) = &args.corpus {
+        inputs.push(Input::new("--corpus", corpus));
+    }
+    if args.resume.is_none() && preset.is_file() {
+        inputs.push(Input::new("--preset", preset));
+    }
+    let continued = |resume: &Path| {
+        // The run continues its own file: only the other inputs are refused.
+        claim(resume, "--out", &inputs, true)
+    };
+    let claimed = match (&args.out, &args.resume) {
+        (Some(out), Some(resume)) if same_file(out, resume) => continued(out),
+        (Some(out), resume) => {
+            let mut all = inputs.clone();
+            if let Some(r) = resume {
+                all.push(Input::new("--resume", r));
+            }
+            claim(out, "--out", &all, args.force)
+        }
+        (None, Some(resume)) => continued(resume),
+        (None, None) => numbered(
+            Path::new(""),
+            &format!("tinygpt-{preset_name}"),
+            "safetensors",
+            "--out",
+        ),
+    };
+    claimed.map_err(|e| anyhow::anyhow!("cannot write checkpoint: {e}"))
 }

@@ -1,9 +1,12 @@
-//! Incremental inference on the CPU with a KV cache: each new token costs one
-//! position of work, not a rerun of the whole context, until the window is
-//! full; then `train::sample` primes it again with the last ctx/2 bytes, so
-//! over a long sample a byte costs about two positions. It reuses the kernels
-//! of [`super::ops`] on single rows, and is tested against the full forward
-//! pass of the program (same logits).
+//! Incremental inference on the CPU with a KV cache: until the context is
+//! full each new byte costs one position of work ([`Generator::push`]), not
+//! a rerun of the whole window. Once it is full the window slides one byte
+//! at a time, as nanoGPT's `generate()` does: the model has learned absolute
+//! positions, so every position's keys change and the window is computed
+//! again ([`Generator::prime`], one batched forward pass through the same
+//! kernels as training, matrix by matrix rather than row by row). Both
+//! paths reuse the kernels of [`super::ops`] and are tested against the full
+//! forward pass of the program (same logits).
 //!
 //! Generation is causal by nature: a new byte is computed from the bytes
 //! before it, which are all there is. A model from the lab without the
@@ -98,18 +101,64 @@ impl Generator {
         self.len == 0
     }
 
-    /// Empties the cache and feeds `tokens` (at most ctx), returning the
-    /// logits after the last one.
+    /// Empties the cache and feeds `tokens` (1..=ctx) as one batched
+    /// forward pass (T, C) — the window of a sample that slides — filling
+    /// the cache with their keys and values; returns the logits after the
+    /// last one.
     pub fn prime(&mut self, tokens: &[u8]) -> Vec<f32> {
         assert!(
             !tokens.is_empty() && tokens.len() <= self.config.ctx,
             "prime needs 1..=ctx tokens"
         );
-        self.len = 0;
-        let mut logits = Vec::new();
-        for &t in tokens {
-            logits = self.push(t);
+        let (c, h, t) = (self.config.d_model, self.config.n_head, tokens.len());
+        // x: the residual stream, (T, C).
+        let mut x = vec![0.0f32; t * c];
+        for (pos, (row, &tok)) in x.chunks_mut(c).zip(tokens).enumerate() {
+            let tok = tok as usize;
+            row.copy_from_slice(&self.wte[tok * c..tok * c + c]);
+            if self.config.lab.position_embeddings {
+                for (x, &p) in row.iter_mut().zip(&self.wpe[pos * c..pos * c + c]) {
+                    *x += p;
+                }
+            }
         }
+        let (mut ln, mut mean, mut rstd) = (vec![0.0; t * c], vec![0.0; t], vec![0.0; t]);
+        let mut qkv = vec![0.0; t * 3 * c]; // (T, 3C)
+        let mut y = vec![0.0; t * c]; // (T, C)
+        let mut lse = vec![0.0; h * t]; // (H, T)
+        let mut proj = vec![0.0; t * c]; // (T, C)
+        let mut fc = vec![0.0; t * 4 * c]; // (T, 4C)
+        let mut gelu = vec![0.0; t * 4 * c]; // (T, 4C)
+        let dims = ops::AttnDims {
+            b: 1,
+            t,
+            c,
+            h,
+            causal: true,
+        };
+        for (layer, blk) in self.blocks.iter().enumerate() {
+            ops::layernorm_forward(&mut ln, &mut mean, &mut rstd, &x, &blk.ln_1.0, &blk.ln_1.1, c);
+            ops::linear_forward(&mut qkv, &ln, &blk.c_attn.0, &blk.c_attn.1, c, 3 * c);
+            for (pos, row) in qkv.chunks(3 * c).enumerate() {
+                self.k_cache[layer][pos * c..pos * c + c].copy_from_slice(&row[c..2 * c]);
+                self.v_cache[layer][pos * c..pos * c + c].copy_from_slice(&row[2 * c..]);
+            }
+            ops::attention_forward(&mut y, &mut lse, &qkv, &dims, 0.0, 0, 0, false);
+            ops::linear_forward(&mut proj, &y, &blk.c_proj.0, &blk.c_proj.1, c, c);
+            x.iter_mut().zip(&proj).for_each(|(x, p)| *x += p);
+            ops::layernorm_forward(&mut ln, &mut mean, &mut rstd, &x, &blk.ln_2.0, &blk.ln_2.1, c);
+            ops::linear_forward(&mut fc, &ln, &blk.c_fc.0, &blk.c_fc.1, c, 4 * c);
+            ops::gelu_forward(&mut gelu, &fc);
+            ops::linear_forward(&mut proj, &gelu, &blk.mlp_proj.0, &blk.mlp_proj.1, 4 * c, c);
+            x.iter_mut().zip(&proj).for_each(|(x, p)| *x += p);
+        }
+        // Only the last position's next byte is asked for.
+        let last = &x[(t - 1) * c..];
+        let (mut ln, mut mean, mut rstd) = (vec![0.0; c], [0.0f32], [0.0f32]);
+        ops::layernorm_forward(&mut ln, &mut mean, &mut rstd, last, &self.ln_f.0, &self.ln_f.1, c);
+        let mut logits = vec![0.0; VOCAB];
+        ops::tied_head_forward(&mut logits, &ln, &self.wte, c, VOCAB);
+        self.len = t;
         logits
     }
 

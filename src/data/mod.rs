@@ -54,10 +54,22 @@ pub const MAX_CORPUS_BYTES: u64 = 1 << 30;
 /// past it while read). The error says which, without the path.
 pub fn read_file(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
     use std::io::Read;
-    let file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    // By its type before it is opened: opening a pipe with no writer blocks
+    // forever (`--corpus` given a FIFO).
+    let not_regular = "it is not a regular file (a folder, a device or a pipe)";
+    if !std::fs::metadata(path).map_err(|e| e.to_string())?.is_file() {
+        return Err(not_regular.into());
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    // And should a pipe be swapped in after that look, it is opened without
+    // waiting for a writer (no effect on a regular file).
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
+    let file = options.open(path).map_err(|e| e.to_string())?;
     let meta = file.metadata().map_err(|e| e.to_string())?;
     if !meta.is_file() {
-        return Err("it is not a regular file (a folder, a device or a pipe)".into());
+        return Err(not_regular.into());
     }
     if meta.len() > limit {
         return Err(format!(
@@ -74,6 +86,12 @@ pub fn read_file(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
         return Err(format!("it grew past {} MB while it was read", limit >> 20));
     }
     Ok(bytes)
+}
+
+/// A small text file a user named (a preset, a lesson, bench lines), read
+/// as [`read_file`] reads (never blocking on a pipe), at most 64 MB.
+pub fn read_text(path: &Path) -> Result<String, String> {
+    String::from_utf8(read_file(path, 64 << 20)?).map_err(|_| "it is not UTF-8 text".to_string())
 }
 
 /// A tokenized corpus split into contiguous train (first 90%) and

@@ -50,14 +50,40 @@ pub enum GpuError {
         bytes: u64,
         message: String,
     },
+    #[error(
+        "WGPU_BACKEND={0} names no backend wgpu knows (vulkan, dx12, metal, gl, webgpu); unset it, or set it to one of those"
+    )]
+    BadBackendVariable(String),
     #[error("GPU error: {0}")]
     Other(String),
+}
+
+/// Refuses a `WGPU_BACKEND` that wgpu would ignore (it then looks on no
+/// backend at all, and the error would blame a missing driver).
+fn check_backend_variable() -> Result<(), GpuError> {
+    let Some(value) = std::env::var_os("WGPU_BACKEND") else {
+        return Ok(());
+    };
+    let value = value.to_string_lossy().into_owned();
+    const KNOWN: [&str; 12] = [
+        "vulkan", "vk", "dx12", "d3d12", "metal", "mtl", "opengl", "gles", "gl", "webgpu", "noop", "",
+    ];
+    let all_known = value
+        .to_lowercase()
+        .split(',')
+        .all(|b| KNOWN.contains(&b.trim()));
+    if all_known && !value.trim().is_empty() {
+        Ok(())
+    } else {
+        Err(GpuError::BadBackendVariable(value))
+    }
 }
 
 impl GpuContext {
     /// Opens the best adapter wgpu finds (`WGPU_BACKEND` and
     /// `WGPU_ADAPTER_NAME` choose), with every limit the adapter offers.
     pub async fn new() -> Result<Self, GpuError> {
+        check_backend_variable()?;
         let instance =
             wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let options = wgpu::RequestAdapterOptions {
@@ -69,7 +95,12 @@ impl GpuContext {
             Err(_) => instance
                 .request_adapter(&options)
                 .await
-                .map_err(|e| GpuError::NoAdapter(e.to_string()))?,
+                .map_err(|e| {
+                    GpuError::NoAdapter(match std::env::var("WGPU_BACKEND") {
+                        Ok(b) => format!("{e}; WGPU_BACKEND={b} limits the search to that backend"),
+                        Err(_) => e.to_string(),
+                    })
+                })?,
         };
         let info = adapter.get_info();
         let mut features = wgpu::Features::empty();

@@ -1,8 +1,9 @@
 //! Text generation on the GPU: the program's own forward pass over the
 //! current window (batch 1), reading back the logits of its last position.
-//! It follows the same window rule as the CPU's KV cache, so both compute
-//! the same function; it recomputes the window for each byte instead of
-//! caching keys and values. Like the CPU's, it runs with the causal mask on
+//! It follows the same window rule as the CPU's generator (the last ctx
+//! bytes, sliding one byte at a time once full), so both compute the same
+//! function; it recomputes the window for each byte instead of caching keys
+//! and values. Like the CPU's, it runs with the causal mask on
 //! even for a model from the lab without it: a new byte only has the bytes
 //! before it (see `cpu::generate`).
 

@@ -19,7 +19,7 @@ use safetensors::tensor::{Dtype, Metadata, SafeTensors, TensorInfo};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 pub const FORMAT: &str = "tinygpt/1";
 
@@ -139,6 +139,9 @@ impl Checkpoint {
             drop(out);
             readable_by_all(&tmp)?;
             observe(SaveStage::Synced)?;
+            // Whatever appeared at the target since the command started: a
+            // rename would replace a device or a pipe with this file.
+            crate::output::refuse_special(path)?;
             std::fs::rename(&tmp, path)?;
             // The rename itself reaches the disk with its folder.
             #[cfg(unix)]
@@ -382,7 +385,9 @@ impl Checkpoint {
                 m.push(read(&format!("adam.m.{}", p.name), &p.shape)?);
                 v.push(read(&format!("adam.v.{}", p.name), &p.shape)?);
             }
-            Some(OptimizerState { m, v })
+            let state = OptimizerState { m, v };
+            check_moments(&state, step).map_err(invalid)?;
+            Some(state)
         } else {
             None
         };
@@ -417,6 +422,38 @@ impl Checkpoint {
     }
 }
 
+/// What makes training from AdamW's moments impossible, named by tensor:
+/// a negative second moment (an average of squares; its square root is NaN,
+/// so the first step diverges), or moments at step 0 (AdamW's bias
+/// correction starts from zero moments, so they disagree with the step).
+fn check_moments(state: &OptimizerState, step: u64) -> Result<(), String> {
+    for v in &state.v {
+        if let Some(i) = v.values.iter().position(|&x| x < 0.0) {
+            return Err(format!(
+                "tensor `{}` holds a negative value ({}) at index {i}, but AdamW's second moments are \
+                 averages of squares and never negative (the first step would be NaN); resume from \
+                 another checkpoint, or `tinygpt export` its weights and train from them",
+                v.name, v.values[i]
+            ));
+        }
+    }
+    if step == 0
+        && let Some(t) = state
+            .m
+            .iter()
+            .chain(&state.v)
+            .find(|t| t.values.iter().any(|&x| x != 0.0))
+    {
+        return Err(format!(
+            "metadata `step` is 0, but tensor `{}` holds AdamW moments that are not zero: the step \
+             count disagrees with the moments (a run that took no step has none); fix `step`, or \
+             `tinygpt export` the weights and train from them",
+            t.name
+        ));
+    }
+    Ok(())
+}
+
 /// safetensors writes through a private (0600) temporary file; a checkpoint
 /// is an ordinary file (0644), like any other the user saves.
 fn readable_by_all(path: &Path) -> std::io::Result<()> {
@@ -431,14 +468,7 @@ fn readable_by_all(path: &Path) -> std::io::Result<()> {
 }
 
 /// The temporary file a save writes before renaming it over `path`.
-pub fn temp_path(path: &Path) -> PathBuf {
-    let mut name = path
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_default();
-    name.push(format!(".tmp-{}", std::process::id()));
-    path.with_file_name(name)
-}
+pub use crate::output::temp_path;
 
 /// Where a save has got to (see [`Checkpoint::save_observed`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -534,36 +564,4 @@ fn remove_stale_temp_files(path: &Path) {
     }
     #[cfg(not(unix))]
     let _ = path;
-}
-
-/// Checks up front that a checkpoint can be written at `path`, so a long run
-/// does not find out at its end.
-pub fn check_writable(path: &Path) -> Result<(), CheckpointError> {
-    // A folder (`--out .`, `--out runs/`, an existing directory) passes a
-    // probe of a sibling file but cannot be renamed over: refuse it here,
-    // before a run is spent, not at the save.
-    let names_a_folder = path.as_os_str().is_empty()
-        || path.file_name().is_none()
-        || path
-            .as_os_str()
-            .to_string_lossy()
-            .ends_with(std::path::MAIN_SEPARATOR)
-        || path.as_os_str().to_string_lossy().ends_with('/')
-        || path.is_dir();
-    if names_a_folder {
-        return Err(CheckpointError::Write {
-            path: path.display().to_string(),
-            message: format!(
-                "that is a folder; give a file name, e.g. {}",
-                path.join("tinygpt.safetensors").display()
-            ),
-        });
-    }
-    let tmp = temp_path(path);
-    std::fs::write(&tmp, b"")
-        .and_then(|_| std::fs::remove_file(&tmp))
-        .map_err(|e| CheckpointError::Write {
-            path: path.display().to_string(),
-            message: e.to_string(),
-        })
 }

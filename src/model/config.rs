@@ -222,9 +222,9 @@ impl Config {
         }
         let path = Path::new(name_or_path);
         if name_or_path.ends_with(".ron") || path.exists() {
-            let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Io {
+            let text = crate::data::read_text(path).map_err(|message| ConfigError::Io {
                 path: name_or_path.to_string(),
-                message: e.to_string(),
+                message,
             })?;
             return Self::from_ron(&text, name_or_path);
         }

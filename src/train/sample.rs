@@ -1,11 +1,12 @@
 //! Text generation: temperature, top-k and seeded sampling over the logits
 //! of a [`Generator`] (KV cache), streaming each byte as it is drawn.
 //!
-//! The model has learned absolute positions, so its window cannot slide one
-//! token at a time through a cache. A prompt longer than the context keeps
-//! its last `ctx` bytes; when generation fills the cache, the cache is rebuilt
-//! from the last `ctx / 2` bytes and filling resumes, so each token still costs
-//! one position on average and always sees at least `ctx / 2` bytes.
+//! As nanoGPT's `generate()` does, every byte is predicted from the last
+//! `ctx` bytes before it (all of them while fewer): a prompt longer than the
+//! context keeps its last `ctx` bytes, and once the window is full it slides
+//! one byte at a time. The model has learned absolute positions, so a slid
+//! window is computed again ([`NextToken::prime`]); until it is full, each
+//! byte costs one position ([`NextToken::push`]).
 
 use crate::data::rng::Rng;
 
@@ -157,8 +158,8 @@ pub fn generate(
         out.push(tok);
         history.push(tok);
         logits = if generator.positions() == ctx {
-            let keep = (ctx / 2).max(1);
-            generator.prime(&history[history.len() - keep..])
+            // Full: the window slides by this byte.
+            generator.prime(&history[history.len() - ctx..])
         } else {
             generator.push(tok)
         };

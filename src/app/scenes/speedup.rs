@@ -98,6 +98,10 @@ pub struct SpeedupView {
     pub message: Option<String>,
     /// The file to load from or save to.
     pub path: String,
+    /// Files this view saved (replaced unasked), and the path whose
+    /// replacement the last Save asked to confirm (a second Save replaces).
+    saved: std::collections::HashSet<String>,
+    confirm: Option<String>,
     /// Start at once (the command line's `--bench`).
     pub start: bool,
     /// The preset whose step the kernel view times, and its result.
@@ -185,6 +189,8 @@ impl Default for SpeedupView {
             results: Vec::new(),
             message: None,
             path: "bench.jsonl".into(),
+            saved: Default::default(),
+            confirm: None,
             start: false,
             kernels_preset: "small".into(),
             kernels_job: None,
@@ -585,9 +591,19 @@ fn draw(
             .on_hover_text("the measurements as JSON lines, and the chart as an SVG beside them")
             .clicked()
         {
-            view.message = Some(match save(&view.path, &view.results) {
-                Ok(svg) => format!("saved {} and {svg}", view.path),
-                Err(e) => e,
+            let path = view.path.trim().to_string();
+            let replace = view.saved.contains(&path) || view.confirm.as_ref() == Some(&path);
+            view.confirm = None;
+            view.message = Some(match save(&path, &view.results, replace) {
+                Ok(svg) => {
+                    view.saved.insert(path.clone());
+                    format!("saved {path} and {svg}")
+                }
+                Err(SaveRefused::Exists(e)) => {
+                    view.confirm = Some(path);
+                    format!("{e}: press Save again to replace it, or type another name")
+                }
+                Err(SaveRefused::Other(e)) => e,
             });
         }
         if ui
@@ -776,7 +792,7 @@ fn draw(
 
 /// Measurements from a `bench.jsonl`.
 fn load(path: &str) -> Result<Vec<BenchResult>, String> {
-    let text = std::fs::read_to_string(path.trim()).map_err(|e| {
+    let text = crate::data::read_text(std::path::Path::new(path.trim())).map_err(|e| {
         format!(
             "cannot read {path}: {e} (save a run here first, or use `tinygpt bench --report DIR`)"
         )
@@ -792,11 +808,19 @@ fn load(path: &str) -> Result<Vec<BenchResult>, String> {
         .collect()
 }
 
+/// Why a save did not happen: a file there that this app did not write (a
+/// second Save replaces it), or anything else.
+enum SaveRefused {
+    Exists(String),
+    Other(String),
+}
+
 /// Writes the measurements as JSON lines and the chart (`report::svg`) as
-/// an SVG beside them; returns the SVG's path.
-fn save(path: &str, results: &[BenchResult]) -> Result<String, String> {
+/// an SVG beside them; returns the SVG's path. Files that exist are only
+/// replaced when `replace` (see `crate::output`).
+fn save(path: &str, results: &[BenchResult], replace: bool) -> Result<String, SaveRefused> {
     if results.is_empty() {
-        return Err("nothing measured yet".into());
+        return Err(SaveRefused::Other("nothing measured yet".into()));
     }
     #[cfg(target_arch = "wasm32")]
     {
@@ -806,25 +830,37 @@ fn save(path: &str, results: &[BenchResult]) -> Result<String, String> {
             .collect();
         crate::app::web::download("bench.jsonl", lines.as_bytes());
         crate::app::web::download("speedup.svg", report::svg(results).as_bytes());
-        let _ = path;
+        let _ = (path, replace);
         Ok("speedup.svg (downloads)".into())
     }
     #[cfg(not(target_arch = "wasm32"))]
-    save_files(path, results)
+    save_files(path, results, replace)
 }
 
 /// [`save`] natively: the two files.
 #[cfg(not(target_arch = "wasm32"))]
-fn save_files(path: &str, results: &[BenchResult]) -> Result<String, String> {
+fn save_files(path: &str, results: &[BenchResult], replace: bool) -> Result<String, SaveRefused> {
     let path = std::path::Path::new(path.trim());
+    let svg_path = path.with_extension("svg");
+    for p in [path, svg_path.as_path()] {
+        if let Err(e) = crate::output::check(p, "the save path", &[], replace) {
+            return Err(if p.is_file() && !replace {
+                SaveRefused::Exists(format!("{} exists and this app did not write it", p.display()))
+            } else {
+                SaveRefused::Other(e)
+            });
+        }
+    }
     let lines: String = results
         .iter()
         .map(|r| serde_json::to_string(r).expect("plain data") + "\n")
         .collect();
-    let svg_path = path.with_extension("svg");
-    std::fs::write(path, lines).map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    std::fs::write(&svg_path, report::svg(results))
-        .map_err(|e| format!("cannot write {}: {e}", svg_path.display()))?;
+    let write = |p: &std::path::Path, bytes: &[u8]| {
+        crate::output::write_atomic(p, bytes)
+            .map_err(|e| SaveRefused::Other(format!("cannot write {}: {e}", p.display())))
+    };
+    write(path, lines.as_bytes())?;
+    write(&svg_path, report::svg(results).as_bytes())?;
     Ok(svg_path.display().to_string())
 }
 
