@@ -410,6 +410,8 @@ fn every_bad_input_in_the_catalogue_is_refused_with_its_reason() {
         rows.push(format!("| {what} | `{command}` | {message} |"));
     }
     check_catalogue_doc(&rows);
+    // Its device node and FIFO go with it.
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// A device node where the test may make one (as root: a copy of

@@ -811,6 +811,7 @@ fn load(path: &str) -> Result<Vec<BenchResult>, String> {
 /// Why a save did not happen: a file there that this app did not write (a
 /// second Save replaces it), or anything else.
 enum SaveRefused {
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))] // a download replaces nothing
     Exists(String),
     Other(String),
 }
