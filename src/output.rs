@@ -86,13 +86,13 @@ pub fn numbered(dir: &Path, stem: &str, ext: &str, flag: &str) -> Result<Claim, 
             format!("{stem}-{i}.{ext}")
         };
         let path = dir.join(name);
-        if exists(&path) || exists(&lock_path(&path)) {
+        if exists(&path) || locked(&path) {
             continue;
         }
         match claim(&path, flag, &[], false) {
             Ok(claim) => return Ok(claim),
             // Taken in the meantime by another run: try the next number.
-            Err(_) if exists(&path) || exists(&lock_path(&path)) => continue,
+            Err(_) if exists(&path) || locked(&path) => continue,
             Err(e) => return Err(e),
         }
     }
@@ -233,6 +233,18 @@ pub fn process_alive(pid: u32) -> bool {
     {
         let _ = pid;
         true
+    }
+}
+
+/// Whether a run that still runs (this one included) holds `path`'s lock;
+/// a lock left by a process that is gone does not count.
+fn locked(path: &Path) -> bool {
+    match std::fs::read_to_string(lock_path(path)) {
+        Ok(text) => text
+            .trim()
+            .parse::<u32>()
+            .map_or(true, |pid| pid == std::process::id() || process_alive(pid)),
+        Err(_) => exists(&lock_path(path)),
     }
 }
 
@@ -387,6 +399,12 @@ mod tests {
         let second = numbered(&dir, "tinygpt-small", "safetensors", "--out").unwrap();
         assert_eq!(second.path(), dir.join("tinygpt-small-2.safetensors"));
         drop((first, second));
+        // A lock whose process is gone does not take the name.
+        let stale = dir.join("tinygpt-small.safetensors.lock");
+        std::fs::write(&stale, format!("{}\n", u32::MAX - 1)).unwrap();
+        let again = numbered(&dir, "tinygpt-small", "safetensors", "--out").unwrap();
+        assert_eq!(again.path(), dir.join("tinygpt-small.safetensors"));
+        drop(again);
         std::fs::write(dir.join("tinygpt-small.safetensors"), b"x").unwrap();
         let third = numbered(&dir, "tinygpt-small", "safetensors", "--out").unwrap();
         assert_eq!(third.path(), dir.join("tinygpt-small-2.safetensors"));
