@@ -11,6 +11,8 @@
 //! 4. [`backend`] and [`cpu`]: the backend interface and the CPU reference
 //!    backend (rayon-parallel, f32 or f64); [`gpu`]: the same program as
 //!    WGSL compute shaders on any wgpu device.
+//!    [`flow`]: one prompt's forward pass read at one position (the
+//!    residual stream, every activation, the logit lens).
 //!    [`probe`]: a look inside one forward pass (attention weights, logits),
 //!    on either backend. [`stepthrough`]: one training step entry by
 //!    entry, with the tensors each entry reads and writes.
@@ -30,6 +32,7 @@ pub mod correctness;
 pub mod cpu;
 pub mod data;
 pub mod flash;
+pub mod flow;
 pub mod gpu;
 pub mod lesson;
 pub mod model;

@@ -8,6 +8,7 @@ mod backend;
 mod bench;
 mod correctness;
 mod flash;
+mod flow;
 mod generate;
 mod run;
 mod step;
@@ -52,6 +53,9 @@ enum Command {
     Eval(generate::EvalArgs),
     /// Print the attention weights of every layer and head for a prompt.
     Attention(attention::AttentionArgs),
+    /// Run a prompt's forward pass and read it at one position: the residual
+    /// stream, every activation, the next-byte probabilities, the logit lens.
+    Flow(flow::FlowArgs),
     /// Run one training step entry by entry and print what each computed.
     Step(step::StepArgs),
     /// Trace FlashAttention-2's tiling of one head: every tile visit, with the online softmax.
@@ -122,6 +126,7 @@ pub fn main() -> ExitCode {
         Command::Export(a) => generate::export(a),
         Command::Eval(a) => generate::eval(a),
         Command::Attention(a) => attention::run(a),
+        Command::Flow(a) => flow::run(a),
         Command::Step(a) => step::run(a),
         Command::FlashTrace(a) => flash::run(a),
         Command::Correctness(a) => correctness::run(a),

@@ -1,0 +1,102 @@
+//! `tinygpt flow`: one prompt's forward pass read at one position (the
+//! residual stream entering each block, every activation, the next-byte
+//! probabilities and the logit lens), from a checkpoint or a preset's
+//! initial weights, on the chosen backend: the data behind the picture of
+//! the model computing (issue 32).
+
+use super::backend::{BackendChoice, build, resolve};
+use anyhow::{Result, bail};
+use std::path::PathBuf;
+use tinygpt::model::checkpoint::Checkpoint;
+use tinygpt::model::config::{Config, DEFAULT_PRESET};
+use tinygpt::probe::byte_label;
+
+#[derive(clap::Args)]
+pub struct FlowArgs {
+    /// A checkpoint written by `tinygpt train` (or the app).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["preset", "seed"])]
+    checkpoint: Option<PathBuf>,
+    /// Without a checkpoint: the preset whose initial weights to use.
+    #[arg(long)]
+    preset: Option<String>,
+    /// Without a checkpoint: the seed of the initial weights.
+    #[arg(long, value_parser = super::seed, allow_hyphen_values = true)]
+    seed: Option<u64>,
+    /// The text to run (its last ctx bytes).
+    #[arg(long, default_value = "First Citizen:\nBefore we proceed any further, hear me speak")]
+    prompt: String,
+    /// The position to read (0-based, after the context cut; default the last).
+    #[arg(long, value_name = "I")]
+    position: Option<usize>,
+    /// Where to compute.
+    #[arg(long, value_enum, default_value = "cpu")]
+    backend: BackendChoice,
+    /// One JSON object: tokens, position, residual, probs, lens, nodes.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(args: FlowArgs) -> Result<()> {
+    let (config, params) = match &args.checkpoint {
+        Some(path) => {
+            let ck = Checkpoint::load(path)?;
+            (ck.config, Some(ck.params))
+        }
+        None => (
+            Config::load(args.preset.as_deref().unwrap_or(DEFAULT_PRESET))?,
+            None,
+        ),
+    };
+    let config = tinygpt::flow::config_for(&config);
+    // Bad prompts and positions are refused before a backend is built.
+    tinygpt::flow::batch_for(&config, args.prompt.as_bytes(), args.position)
+        .map_err(anyhow::Error::msg)?;
+    let resolved = resolve(args.backend)?;
+    let mut backend = build(&resolved, args.backend, &config)?;
+    let params = match params {
+        Some(params) => {
+            for p in &params {
+                backend.write(&p.name, &p.values)?;
+            }
+            params
+        }
+        None => {
+            backend.initialize(args.seed.unwrap_or(1337))?;
+            tinygpt::train::read_params(&mut *backend)?
+        }
+    };
+    let flow = tinygpt::flow::run(&mut *backend, &params, args.prompt.as_bytes(), args.position)
+        .map_err(anyhow::Error::msg)?;
+    if flow.probs.iter().any(|p| !p.is_finite()) {
+        bail!("the probabilities are not finite: the checkpoint's weights have diverged");
+    }
+    if args.json {
+        println!("{}", flow.to_json());
+        return Ok(());
+    }
+    // For people: the prediction forming layer by layer (the logit lens).
+    let at = byte_label(flow.tokens[flow.position]);
+    println!(
+        "position {} (`{at}`) of {}; what the model would predict next if it stopped:",
+        flow.position,
+        flow.tokens.len()
+    );
+    let shown = |guesses: &[tinygpt::flow::Guess]| {
+        guesses
+            .iter()
+            .map(|g| format!("{} {:.2}", byte_label(g.byte), g.p))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let last = flow.lens.len() - 1;
+    for (i, guesses) in flow.lens.iter().enumerate() {
+        let place = if i == last {
+            "after the last block".to_string()
+        } else {
+            format!("entering block {i}")
+        };
+        println!("{place:>22}: {}", shown(guesses));
+    }
+    println!("({} nodes; --json prints every value)", flow.nodes.len());
+    Ok(())
+}

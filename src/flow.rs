@@ -1,0 +1,233 @@
+//! Inside the model: one prompt's forward pass read at one position, for the
+//! picture of a transformer computing (issue 32) and `tinygpt flow --json`.
+//!
+//! The program's own forward pass runs on the run's backend, for a batch of
+//! one row (the prompt's last `ctx` bytes, padded after it: causal attention
+//! keeps the padding out of every position before it), in evaluation mode.
+//! What it wrote is then read at the chosen position:
+//! - the residual stream where it enters each block and where it leaves the
+//!   last (before ln_f): L + 1 vectors of C;
+//! - every activation the forward pass wrote, in the program's order (the
+//!   nodes a picture draws), each the position's row;
+//! - the next-byte probabilities (the sampler's softmax at temperature 1);
+//! - the logit lens (nostalgebraist 2020): ln_f and the tied head applied to
+//!   each residual point, through the CPU backend's own kernels, as if the
+//!   model stopped there; its top 5 bytes.
+
+use crate::backend::Backend;
+use crate::data::Batch;
+use crate::model::config::{Config, VOCAB};
+use crate::model::params::NamedTensor;
+use crate::program::{Program, TensorKind};
+use crate::train::sample::{SampleOptions, next_byte_distribution};
+
+/// A node of the picture: one activation of the forward pass at the position.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Node {
+    /// The program's name (`h.0.attn.y`).
+    pub name: String,
+    /// The block it belongs to, if any (None: embeddings, ln_f, the head).
+    pub layer: Option<usize>,
+    /// Its shape in the batch-1 program, (1, T, width).
+    pub shape: Vec<usize>,
+    /// The position's row: `width` values.
+    pub values: Vec<f32>,
+}
+
+/// One byte and its probability.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct Guess {
+    pub byte: u8,
+    pub p: f32,
+}
+
+/// The forward pass of one prompt at one position.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Flow {
+    /// The prompt's bytes after the context cut.
+    pub tokens: Vec<u8>,
+    /// The position read (0-based, in `tokens`).
+    pub position: usize,
+    /// The stream entering block 0, 1, …, L − 1, then leaving the last block.
+    pub residual: Vec<Vec<f32>>,
+    /// The 256 next-byte probabilities at the position (temperature 1).
+    pub probs: Vec<f32>,
+    /// At each residual point, the top 5 of ln_f + head applied to it.
+    pub lens: Vec<Vec<Guess>>,
+    /// Every activation, in the program's order.
+    pub nodes: Vec<Node>,
+}
+
+/// The config a flow runs: one batch row, no dropout.
+pub fn config_for(config: &Config) -> Config {
+    let mut c = config.clone();
+    c.batch = 1;
+    c.dropout = 0.0;
+    c
+}
+
+/// The prompt's last `ctx` bytes and the batch-1 row that holds them
+/// (padded with spaces); `position` defaults to the last byte.
+pub fn batch_for(
+    config: &Config,
+    prompt: &[u8],
+    position: Option<usize>,
+) -> Result<(Vec<u8>, usize, Batch), String> {
+    if prompt.is_empty() {
+        return Err("the prompt is empty; give at least one byte with --prompt".into());
+    }
+    let t = config.ctx;
+    let tokens = prompt[prompt.len().saturating_sub(t)..].to_vec();
+    let position = position.unwrap_or(tokens.len() - 1);
+    if position >= tokens.len() {
+        return Err(format!(
+            "--position {position} is past the prompt, which has positions 0 to {} (after the context cut)",
+            tokens.len() - 1
+        ));
+    }
+    let mut inputs: Vec<u32> = tokens.iter().map(|&b| b as u32).collect();
+    inputs.resize(t, b' ' as u32);
+    let mut targets = inputs[1..].to_vec();
+    targets.push(b' ' as u32);
+    Ok((
+        tokens,
+        position,
+        Batch {
+            batch: 1,
+            ctx: t,
+            inputs,
+            targets,
+        },
+    ))
+}
+
+/// Runs the forward pass of `prompt` on `backend` (whose program is
+/// [`config_for`]'s, with the weights `params` already written) and reads it
+/// at `position`. `params` are the same weights, for the lens.
+pub fn run(
+    backend: &mut dyn Backend,
+    params: &[NamedTensor],
+    prompt: &[u8],
+    position: Option<usize>,
+) -> Result<Flow, String> {
+    let program: Program = backend.program().clone();
+    let config = &program.config;
+    if config.batch != 1 {
+        return Err("a flow runs on a batch-1 program (flow::config_for)".into());
+    }
+    let (tokens, position, batch) = batch_for(config, prompt, position)?;
+    backend.eval_loss(&batch);
+    let (t, c) = (config.ctx, config.d_model);
+    let mut read_row = |name: &str, width: usize| -> Result<Vec<f32>, String> {
+        let all = backend.read(name).map_err(|e| e.to_string())?;
+        Ok(all[position * width..(position + 1) * width].to_vec())
+    };
+    // The nodes: every activation (1, T, width), in the program's order.
+    let mut nodes = Vec::new();
+    for tensor in &program.tensors {
+        let [1, rows, width] = tensor.shape[..] else {
+            continue;
+        };
+        if tensor.kind != TensorKind::Activation || rows != t {
+            continue;
+        }
+        let layer = program.layers[tensor.layer]
+            .name
+            .strip_prefix("h.")
+            .and_then(|i| i.parse().ok());
+        nodes.push(Node {
+            name: tensor.name.clone(),
+            layer,
+            shape: tensor.shape.clone(),
+            values: read_row(&tensor.name, width)?,
+        });
+    }
+    // The stream: what enters block 0 is what block 0's first LayerNorm
+    // reads (the embeddings, after their dropout); then each block's output.
+    let stream_in = program
+        .ops
+        .iter()
+        .find_map(|node| match node.op {
+            crate::program::Op::LayerNorm { inp, .. } if node.label == "h.0.ln_1" => {
+                Some(program.tensors[inp].name.clone())
+            }
+            _ => None,
+        })
+        .ok_or("the program has no LayerNorm h.0.ln_1")?;
+    let mut residual = vec![read_row(&stream_in, c)?];
+    for i in 0..config.n_layer {
+        residual.push(read_row(&format!("h.{i}.res_2"), c)?);
+    }
+    let logits = read_row("logits", VOCAB)?;
+    let probs = distribution(&logits);
+    let lens = residual
+        .iter()
+        .map(|r| lens_at(params, r, c).map(|logits| top5(&distribution(&logits))))
+        .collect::<Result<_, _>>()?;
+    Ok(Flow {
+        tokens,
+        position,
+        residual,
+        probs,
+        lens,
+        nodes,
+    })
+}
+
+/// Softmax at temperature 1 over all 256 bytes, through the sampler's own
+/// distribution, indexed by byte.
+fn distribution(logits: &[f32]) -> Vec<f32> {
+    let all = SampleOptions {
+        temperature: 1.0,
+        top_k: VOCAB,
+        seed: 0,
+    };
+    let mut probs = vec![0.0; VOCAB];
+    for (byte, p) in next_byte_distribution(logits, &all) {
+        probs[byte as usize] = p as f32;
+    }
+    probs
+}
+
+/// The 5 most likely bytes, most likely first.
+pub fn top5(probs: &[f32]) -> Vec<Guess> {
+    let mut order: Vec<usize> = (0..probs.len()).collect();
+    order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
+    order
+        .into_iter()
+        .take(5)
+        .map(|i| Guess {
+            byte: i as u8,
+            p: probs[i],
+        })
+        .collect()
+}
+
+/// ln_f and the tied head on one vector of the stream (C) → logits (V),
+/// with the CPU backend's kernels.
+pub fn lens_at(params: &[NamedTensor], stream: &[f32], c: usize) -> Result<Vec<f32>, String> {
+    let get = |name: &str| {
+        params
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| p.values.as_slice())
+            .ok_or(format!("parameter `{name}` is missing"))
+    };
+    let (w, b, wte) = (
+        get("transformer.ln_f.weight")?,
+        get("transformer.ln_f.bias")?,
+        get("transformer.wte.weight")?,
+    );
+    let (mut ln, mut mean, mut rstd) = (vec![0.0; c], [0.0f32], [0.0f32]);
+    crate::cpu::ops::layernorm_forward(&mut ln, &mut mean, &mut rstd, stream, w, b, c);
+    let mut logits = vec![0.0; VOCAB];
+    crate::cpu::ops::tied_head_forward(&mut logits, &ln, wte, c, VOCAB);
+    Ok(logits)
+}
+
+impl Flow {
+    /// The JSON of `tinygpt flow --json`.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("plain data")
+    }
+}

@@ -1,0 +1,155 @@
+//! `tinygpt flow` and `tinygpt::flow` (issue 32's data): one prompt's
+//! forward pass read at one position is the program's, on both backends.
+//! The stream entering block 0 is the embeddings, each block adds its
+//! attention and MLP outputs to it, the probabilities are the Attention
+//! probe's logits through softmax, and the logit lens at each point is ln_f
+//! and the tied head recomputed here in f64.
+
+mod common;
+
+use std::process::Command;
+use tinygpt::backend::Backend;
+use tinygpt::cpu::CpuBackend;
+use tinygpt::flow::{Flow, config_for, run};
+use tinygpt::gpu::GpuBackend;
+use tinygpt::model::checkpoint::Checkpoint;
+use tinygpt::program::Program;
+
+const PROMPT: &[u8] = b"ROMEO:\nBut soft, what light through yonder";
+
+fn shipped() -> Checkpoint {
+    Checkpoint::from_bytes(tinygpt::model::shipped::shipped("tiny").unwrap(), "tiny").unwrap()
+}
+
+fn flow_on(backend: &mut dyn Backend, ck: &Checkpoint, position: Option<usize>) -> Flow {
+    for p in &ck.params {
+        backend.write(&p.name, &p.values).unwrap();
+    }
+    run(backend, &ck.params, PROMPT, position).unwrap()
+}
+
+fn param<'a>(ck: &'a Checkpoint, name: &str) -> &'a [f32] {
+    &ck.params.iter().find(|p| p.name == name).unwrap().values
+}
+
+fn node<'a>(flow: &'a Flow, name: &str) -> &'a [f32] {
+    &flow.nodes.iter().find(|n| n.name == name).unwrap().values
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()))
+}
+
+#[test]
+fn the_flow_is_the_programs_forward_pass_on_both_backends() {
+    let ck = shipped();
+    let config = config_for(&ck.config);
+    let (c, l) = (config.d_model, config.n_layer);
+    let mut cpu = CpuBackend::<f32>::new(Program::new(&config));
+    for position in [None, Some(3)] {
+        let flow = flow_on(&mut cpu, &ck, position);
+        let pos = flow.position;
+        // The prompt is longer than tiny's context: its last ctx bytes.
+        assert_eq!(flow.tokens, PROMPT[PROMPT.len() - config.ctx..]);
+        assert_eq!(pos, position.unwrap_or(config.ctx - 1));
+        assert_eq!(flow.residual.len(), l + 1);
+        // Entering block 0: the byte's embedding plus its position's.
+        let tok = flow.tokens[pos] as usize;
+        let (wte, wpe) = (param(&ck, "transformer.wte.weight"), param(&ck, "transformer.wpe.weight"));
+        let emb: Vec<f32> = (0..c).map(|i| wte[tok * c + i] + wpe[pos * c + i]).collect();
+        assert!(max_diff(&flow.residual[0], &emb) < 1e-6);
+        // Each block adds its attention's and its MLP's outputs to the stream.
+        for i in 0..l {
+            let added: Vec<f32> = (0..c)
+                .map(|k| {
+                    flow.residual[i][k]
+                        + node(&flow, &format!("h.{i}.attn.proj"))[k]
+                        + node(&flow, &format!("h.{i}.mlp.proj"))[k]
+                })
+                .collect();
+            assert!(max_diff(&flow.residual[i + 1], &added) < 1e-5, "block {i}");
+        }
+        // The probabilities: the Attention probe's logits at the position.
+        let request = tinygpt::probe::ProbeRequest::for_prompt(&config, PROMPT).unwrap();
+        let probe = cpu.probe(&request).unwrap();
+        let logits = probe.logits_at(pos);
+        let m = logits.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
+        let z: f64 = logits.iter().map(|&x| (x as f64 - m).exp()).sum();
+        let softmax: Vec<f32> = logits.iter().map(|&x| ((x as f64 - m).exp() / z) as f32).collect();
+        assert!(max_diff(&flow.probs, &softmax) < 1e-6);
+        // The lens at the top is the prediction itself.
+        let top = tinygpt::flow::top5(&flow.probs);
+        assert_eq!(
+            flow.lens[l].iter().map(|g| g.byte).collect::<Vec<_>>(),
+            top.iter().map(|g| g.byte).collect::<Vec<_>>()
+        );
+        // The lens at every point: ln_f and the tied head, in f64 here.
+        let (w, b) = (param(&ck, "transformer.ln_f.weight"), param(&ck, "transformer.ln_f.bias"));
+        for (i, stream) in flow.residual.iter().enumerate() {
+            let x: Vec<f64> = stream.iter().map(|&v| v as f64).collect();
+            let mean = x.iter().sum::<f64>() / c as f64;
+            let var = x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / c as f64;
+            let ln: Vec<f64> = (0..c)
+                .map(|k| (x[k] - mean) / (var + 1e-5).sqrt() * w[k] as f64 + b[k] as f64)
+                .collect();
+            let logits: Vec<f64> = (0..256)
+                .map(|v| (0..c).map(|k| wte[v * c + k] as f64 * ln[k]).sum())
+                .collect();
+            let m = logits.iter().fold(f64::NEG_INFINITY, |a, &b| a.max(b));
+            let z: f64 = logits.iter().map(|x| (x - m).exp()).sum();
+            for guess in &flow.lens[i] {
+                let p = (logits[guess.byte as usize] - m).exp() / z;
+                assert!((guess.p as f64 - p).abs() < 1e-5, "lens {i}, byte {}", guess.byte);
+            }
+            let best = (0..256).max_by(|&a, &b| logits[a].total_cmp(&logits[b])).unwrap();
+            assert_eq!(flow.lens[i][0].byte as usize, best, "lens {i}");
+        }
+    }
+    // The GPU computes the same flow.
+    let cpu_flow = flow_on(&mut cpu, &ck, None);
+    let mut gpu = GpuBackend::new(common::gpu_context(), Program::new(&config)).unwrap();
+    let gpu_flow = flow_on(&mut gpu, &ck, None);
+    for (a, b) in cpu_flow.residual.iter().zip(&gpu_flow.residual) {
+        assert!(max_diff(a, b) < 1e-4);
+    }
+    assert!(max_diff(&cpu_flow.probs, &gpu_flow.probs) < 1e-5);
+    assert_eq!(cpu_flow.nodes.len(), gpu_flow.nodes.len());
+    for (a, b) in cpu_flow.nodes.iter().zip(&gpu_flow.nodes) {
+        assert_eq!(a.name, b.name);
+        let scale = a.values.iter().fold(1f32, |m, x| m.max(x.abs()));
+        assert!(max_diff(&a.values, &b.values) < 1e-4 * scale, "{}", a.name);
+    }
+}
+
+#[test]
+fn tinygpt_flow_prints_the_json_and_refuses_a_bad_position() {
+    let shipped = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/checkpoints/tiny.safetensors");
+    let (out, _) = common::tinygpt(&["flow", "--checkpoint", shipped, "--prompt", "ROMEO:", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let config = shipped_config();
+    assert_eq!(v["tokens"].as_array().unwrap().len(), 6);
+    assert_eq!(v["position"], 5);
+    assert_eq!(v["residual"].as_array().unwrap().len(), config.n_layer + 1);
+    assert_eq!(v["residual"][0].as_array().unwrap().len(), config.d_model);
+    assert_eq!(v["probs"].as_array().unwrap().len(), 256);
+    assert_eq!(v["lens"][0].as_array().unwrap().len(), 5);
+    let names: Vec<&str> = v["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"h.0.attn.y") && names.ends_with(&["logits"]), "{names:?}");
+    let run = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+        .args(["flow", "--checkpoint", shipped, "--prompt", "ROMEO:", "--position", "6"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success() && stderr.contains("--position 6 is past the prompt"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+}
+
+fn shipped_config() -> tinygpt::model::config::Config {
+    shipped().config
+}
