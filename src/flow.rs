@@ -10,6 +10,8 @@
 //! - every activation the forward pass wrote, in the program's order (the
 //!   nodes a picture draws), each the position's row;
 //! - the next-byte probabilities (the sampler's softmax at temperature 1);
+//! - each head's attention from the position to every byte up to it (P's
+//!   row, from the Attention scene's probe: BertViz's head view);
 //! - the logit lens (nostalgebraist 2020): ln_f and the tied head applied to
 //!   each residual point, through the CPU backend's own kernels, as if the
 //!   model stopped there; its top 5 bytes.
@@ -54,6 +56,8 @@ pub struct Flow {
     pub probs: Vec<f32>,
     /// At each residual point, the top 5 of ln_f + head applied to it.
     pub lens: Vec<Vec<Guess>>,
+    /// Per block, per head: the weights the position gives bytes 0..=position.
+    pub attention: Vec<Vec<Vec<f32>>>,
     /// Every activation, in the program's order.
     pub nodes: Vec<Node>,
 }
@@ -159,6 +163,18 @@ pub fn run(
         residual.push(read_row(&format!("h.{i}.res_2"), c)?);
     }
     let logits = read_row("logits", VOCAB)?;
+    // Each head's row of P at the position, from the probe (FlashAttention
+    // never stores P; the probe recomputes it from Q, K and the log-sum-exp).
+    let request = crate::probe::ProbeRequest::for_prompt(config, prompt)?;
+    let probe = backend.probe(&request).map_err(|e| e.to_string())?;
+    let n = probe.n();
+    let attention = (0..probe.blocks.len())
+        .map(|k| {
+            (0..probe.n_head)
+                .map(|head| probe.p(k, head)[position * n..position * n + position + 1].to_vec())
+                .collect()
+        })
+        .collect();
     let probs = distribution(&logits);
     let lens = residual
         .iter()
@@ -170,6 +186,7 @@ pub fn run(
         residual,
         probs,
         lens,
+        attention,
         nodes,
     })
 }

@@ -78,6 +78,18 @@ fn the_flow_is_the_programs_forward_pass_on_both_backends() {
         let z: f64 = logits.iter().map(|&x| (x as f64 - m).exp()).sum();
         let softmax: Vec<f32> = logits.iter().map(|&x| ((x as f64 - m).exp() / z) as f32).collect();
         assert!(max_diff(&flow.probs, &softmax) < 1e-6);
+        // Each head's attention from the position: P's row, summing to 1.
+        assert_eq!(flow.attention.len(), l);
+        for (k, heads) in flow.attention.iter().enumerate() {
+            assert_eq!(heads.len(), config.n_head);
+            for (head, row) in heads.iter().enumerate() {
+                assert_eq!(row.len(), pos + 1);
+                let n = probe.n();
+                assert_eq!(row.as_slice(), &probe.p(k, head)[pos * n..pos * n + pos + 1]);
+                let sum: f32 = row.iter().sum();
+                assert!((sum - 1.0).abs() < 1e-5, "block {k} head {head}: {sum}");
+            }
+        }
         // The lens at the top is the prediction itself.
         let top = tinygpt::flow::top5(&flow.probs);
         assert_eq!(
@@ -114,6 +126,9 @@ fn the_flow_is_the_programs_forward_pass_on_both_backends() {
         assert!(max_diff(a, b) < 1e-4);
     }
     assert!(max_diff(&cpu_flow.probs, &gpu_flow.probs) < 1e-5);
+    for (a, b) in cpu_flow.attention.iter().flatten().zip(gpu_flow.attention.iter().flatten()) {
+        assert!(max_diff(a, b) < 1e-5);
+    }
     assert_eq!(cpu_flow.nodes.len(), gpu_flow.nodes.len());
     for (a, b) in cpu_flow.nodes.iter().zip(&gpu_flow.nodes) {
         assert_eq!(a.name, b.name);
@@ -134,6 +149,7 @@ fn tinygpt_flow_prints_the_json_and_refuses_a_bad_position() {
     assert_eq!(v["residual"][0].as_array().unwrap().len(), config.d_model);
     assert_eq!(v["probs"].as_array().unwrap().len(), 256);
     assert_eq!(v["lens"][0].as_array().unwrap().len(), 5);
+    assert_eq!(v["attention"][0][0].as_array().unwrap().len(), 6);
     let names: Vec<&str> = v["nodes"]
         .as_array()
         .unwrap()
