@@ -34,6 +34,10 @@ pub struct Node {
     pub shape: Vec<usize>,
     /// The position's row: `width` values.
     pub values: Vec<f32>,
+    /// After [`backward`]: dL/d(this node) at the position, where the node
+    /// has a gradient (the loss is the position's alone).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grad: Option<Vec<f32>>,
 }
 
 /// One byte and its probability.
@@ -60,6 +64,28 @@ pub struct Flow {
     pub attention: Vec<Vec<Vec<f32>>>,
     /// Every activation, in the program's order.
     pub nodes: Vec<Node>,
+    /// After [`backward`]: the loss it differentiated and each parameter's
+    /// gradient norm.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backward: Option<Backward>,
+}
+
+/// The backward pass of one position's loss: predicting `target` after the
+/// position.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Backward {
+    pub target: u8,
+    /// −log p(target) at the position.
+    pub loss: f32,
+    /// Every parameter's gradient norm (L2), in the program's order.
+    pub param_grad_norms: Vec<ParamGrad>,
+}
+
+/// A parameter and the norm of its gradient.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct ParamGrad {
+    pub name: String,
+    pub norm: f32,
 }
 
 /// The config a flow runs: one batch row, no dropout.
@@ -144,6 +170,7 @@ pub fn run(
             layer,
             shape: tensor.shape.clone(),
             values: read_row(&tensor.name, width)?,
+            grad: None,
         });
     }
     // The stream: what enters block 0 is what block 0's first LayerNorm
@@ -188,7 +215,95 @@ pub fn run(
         lens,
         attention,
         nodes,
+        backward: None,
     })
+}
+
+/// The target a backward pass differentiates at `position`: the byte that
+/// follows it in the prompt, or at its last byte `target` (which must then
+/// be given).
+pub fn target_at(tokens: &[u8], position: usize, target: Option<u8>) -> Result<u8, String> {
+    match (tokens.get(position + 1), target) {
+        (_, Some(t)) => Ok(t),
+        (Some(&next), None) => Ok(next),
+        (None, None) => Err(format!(
+            "position {position} is the prompt's last byte, so nothing in the prompt follows it; \
+             give the byte to predict with --target"
+        )),
+    }
+}
+
+/// Runs the backward pass of the loss at `flow`'s position — predicting
+/// `target` next — through the program's own backward entries (the
+/// step-through's), and fills in each node's gradient at the position and
+/// each parameter's gradient norm. The program's loss is the mean over all
+/// T positions; its cross-entropy backward writes (softmax − onehot) / T in
+/// every row of dlogits, and only the position's row is kept (times T), so
+/// what flows back is the gradient of that one position's loss.
+pub fn backward(backend: &mut dyn Backend, flow: &mut Flow, target: u8) -> Result<(), String> {
+    use crate::program::{Op, Step};
+    let program: Program = backend.program().clone();
+    let config = &program.config;
+    let (_, position, mut batch) = batch_for(config, &flow.tokens, Some(flow.position))?;
+    batch.targets[position] = target as u32;
+    let err = |e: crate::backend::BackendError| e.to_string();
+    let ce = program
+        .steps
+        .iter()
+        .position(|s| matches!(s, Step::Backward(i) if matches!(program.ops[*i].op, Op::CrossEntropy { .. })))
+        .ok_or("the program has no cross-entropy backward")?;
+    let clip = program
+        .steps
+        .iter()
+        .position(|s| matches!(s, Step::ClipGradNorm))
+        .ok_or("the program has no gradient clipping step")?;
+    backend.load_step(&batch, None);
+    backend.run_entries(0..ce + 1);
+    let dlogits = program.tensors[program.logits]
+        .grad
+        .map(|g| program.tensors[g].name.clone())
+        .ok_or("the logits have no gradient")?;
+    let rows = config.ctx as f32;
+    let mut seed = backend.read(&dlogits).map_err(err)?;
+    for (row, values) in seed.chunks_mut(VOCAB).enumerate() {
+        for v in values {
+            *v = if row == position { *v * rows } else { 0.0 };
+        }
+    }
+    backend.write(&dlogits, &seed).map_err(err)?;
+    backend.run_entries(ce + 1..clip);
+    let loss = backend
+        .read(&program.tensors[program.losses].name)
+        .map_err(err)?[position];
+    let t = config.ctx;
+    for node in &mut flow.nodes {
+        let Some(info) = program.tensors.iter().find(|x| x.name == node.name) else {
+            continue;
+        };
+        let Some(g) = info.grad else { continue };
+        let width = node.values.len();
+        let all = backend.read(&program.tensors[g].name).map_err(err)?;
+        if all.len() == t * width {
+            node.grad = Some(all[position * width..(position + 1) * width].to_vec());
+        }
+    }
+    let mut param_grad_norms = Vec::new();
+    for id in program.params() {
+        let info = &program.tensors[id];
+        let g = info.grad.ok_or(format!("`{}` has no gradient", info.name))?;
+        let values = backend.read(&program.tensors[g].name).map_err(err)?;
+        let norm = values.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt() as f32;
+        param_grad_norms.push(ParamGrad {
+            name: info.name.clone(),
+            norm,
+        });
+    }
+    flow.backward = Some(Backward {
+        target,
+        loss,
+        param_grad_norms,
+    });
+    Ok(())
 }
 
 /// Softmax at temperature 1 over all 256 bytes, through the sampler's own

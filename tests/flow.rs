@@ -164,8 +164,94 @@ fn tinygpt_flow_prints_the_json_and_refuses_a_bad_position() {
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(!run.status.success() && stderr.contains("--position 6 is past the prompt"), "{stderr}");
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    // --backward at the last byte needs the byte to predict.
+    let run = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+        .args(["flow", "--checkpoint", shipped, "--prompt", "ROMEO:", "--backward"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(!run.status.success() && stderr.contains("--target"), "{stderr}");
+    let (out, _) = common::tinygpt(&[
+        "flow", "--checkpoint", shipped, "--prompt", "ROMEO:", "--backward", "--target", "\\n",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["backward"]["target"], 10);
+    assert!(v["nodes"].as_array().unwrap().iter().any(|n| n["grad"].is_array()));
 }
 
 fn shipped_config() -> tinygpt::model::config::Config {
     shipped().config
+}
+
+/// `--backward`: the gradient of one position's loss, through the program's
+/// own backward entries, equals a finite difference of that loss (in f64 on
+/// the CPU) at an entry of the stream entering block 0 (moved through the
+/// position's row of wpe, which only that position reads); the GPU's
+/// gradients equal the CPU's.
+#[test]
+fn the_backward_pass_is_the_gradient_of_the_positions_loss() {
+    use tinygpt::flow::{backward, target_at};
+    let ck = shipped();
+    let config = config_for(&ck.config);
+    let c = config.d_model;
+    let position = Some(20);
+    let mut f64_cpu = CpuBackend::<f64>::new(Program::new(&config));
+    let mut flow = flow_on(&mut f64_cpu, &ck, position);
+    let pos = flow.position;
+    let target = target_at(&flow.tokens, pos, None).unwrap();
+    assert_eq!(target, flow.tokens[pos + 1]);
+    backward(&mut f64_cpu, &mut flow, target).unwrap();
+    let b = flow.backward.clone().unwrap();
+    assert!((b.loss - -flow.probs[target as usize].ln()).abs() < 1e-4, "{}", b.loss);
+    let grad = node_grad(&flow, "emb");
+    let wpe = param(&ck, "transformer.wpe.weight").to_vec();
+    let eps = 1e-3f32;
+    for k in [0, 7, c - 1] {
+        let mut loss_with = |delta: f32| {
+            let mut moved = wpe.clone();
+            moved[pos * c + k] += delta;
+            f64_cpu.write("transformer.wpe.weight", &moved).unwrap();
+            let f = run(&mut f64_cpu, &ck.params, PROMPT, position).unwrap();
+            -(f.probs[target as usize] as f64).ln()
+        };
+        let fd = (loss_with(eps) - loss_with(-eps)) / (2.0 * eps as f64);
+        f64_cpu.write("transformer.wpe.weight", &wpe).unwrap();
+        assert!(
+            (fd - grad[k] as f64).abs() < 1e-3 * fd.abs().max(0.1),
+            "entry {k}: finite difference {fd}, backward {}",
+            grad[k]
+        );
+    }
+    // Every weight the loss reaches has a gradient; the GPU agrees.
+    assert!(b.param_grad_norms.iter().any(|g| g.norm > 0.0));
+    let mut cpu = CpuBackend::<f32>::new(Program::new(&config));
+    let mut gpu = GpuBackend::new(common::gpu_context(), Program::new(&config)).unwrap();
+    let mut flows = Vec::new();
+    for backend in [&mut cpu as &mut dyn Backend, &mut gpu] {
+        let mut f = flow_on(backend, &ck, position);
+        backward(backend, &mut f, target).unwrap();
+        flows.push(f);
+    }
+    for (a, g) in flows[0].nodes.iter().zip(&flows[1].nodes) {
+        let (Some(x), Some(y)) = (&a.grad, &g.grad) else {
+            assert_eq!(a.grad.is_some(), g.grad.is_some(), "{}", a.name);
+            continue;
+        };
+        let scale = x.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
+        assert!(max_diff(x, y) < 1e-3 * scale, "{}", a.name);
+    }
+    for (x, y) in flows[0].backward.as_ref().unwrap().param_grad_norms.iter().zip(
+        &flows[1].backward.as_ref().unwrap().param_grad_norms,
+    ) {
+        assert!((x.norm - y.norm).abs() < 1e-3 * x.norm.max(1e-3), "{}", x.name);
+    }
+}
+
+fn node_grad(flow: &Flow, name: &str) -> Vec<f32> {
+    flow.nodes
+        .iter()
+        .find(|n| n.name == name)
+        .and_then(|n| n.grad.clone())
+        .unwrap_or_else(|| panic!("no gradient for {name}"))
 }

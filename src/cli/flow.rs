@@ -28,10 +28,19 @@ pub struct FlowArgs {
     /// The position to read (0-based, after the context cut; default the last).
     #[arg(long, value_name = "I")]
     position: Option<usize>,
+    /// Also run the backward pass of the loss of predicting the byte after
+    /// the position: each node's gradient there and each weight's gradient norm.
+    #[arg(long)]
+    backward: bool,
+    /// With --backward at the prompt's last byte: the byte to predict next
+    /// (one character, `\n`, or its value in two or three digits: `032`).
+    #[arg(long, value_name = "B", requires = "backward", value_parser = parse_byte)]
+    target: Option<u8>,
     /// Where to compute.
     #[arg(long, value_enum, default_value = "cpu")]
     backend: BackendChoice,
-    /// One JSON object: tokens, position, residual, probs, lens, nodes.
+    /// One JSON object: tokens, position, residual, probs, lens, attention,
+    /// nodes (with --backward: each node's grad, and backward).
     #[arg(long)]
     json: bool,
 }
@@ -65,8 +74,14 @@ pub fn run(args: FlowArgs) -> Result<()> {
             tinygpt::train::read_params(&mut *backend)?
         }
     };
-    let flow = tinygpt::flow::run(&mut *backend, &params, args.prompt.as_bytes(), args.position)
-        .map_err(anyhow::Error::msg)?;
+    let mut flow =
+        tinygpt::flow::run(&mut *backend, &params, args.prompt.as_bytes(), args.position)
+            .map_err(anyhow::Error::msg)?;
+    if args.backward {
+        let target = tinygpt::flow::target_at(&flow.tokens, flow.position, args.target)
+            .map_err(anyhow::Error::msg)?;
+        tinygpt::flow::backward(&mut *backend, &mut flow, target).map_err(anyhow::Error::msg)?;
+    }
     if flow.probs.iter().any(|p| !p.is_finite()) {
         bail!("the probabilities are not finite: the checkpoint's weights have diverged");
     }
@@ -97,6 +112,30 @@ pub fn run(args: FlowArgs) -> Result<()> {
         };
         println!("{place:>22}: {}", shown(guesses));
     }
+    if let Some(b) = &flow.backward {
+        let mut norms: Vec<_> = b.param_grad_norms.iter().collect();
+        norms.sort_by(|x, y| y.norm.total_cmp(&x.norm));
+        println!(
+            "the loss of predicting `{}` next is {:.4}; the weights its gradient moves most:",
+            byte_label(b.target),
+            b.loss
+        );
+        for g in norms.iter().take(5) {
+            println!("{:>40}: {:.4}", g.name, g.norm);
+        }
+    }
     println!("({} nodes; --json prints every value)", flow.nodes.len());
     Ok(())
+}
+
+/// A byte: one character (`a`, `7`; `\n` for a newline), or its value
+/// written with two or three digits (`32` or `032` for a space).
+fn parse_byte(s: &str) -> std::result::Result<u8, String> {
+    match s.as_bytes() {
+        [b] => Ok(*b),
+        _ if s == "\\n" => Ok(b'\n'),
+        _ => s.parse::<u8>().map_err(|_| {
+            format!("`{s}` is not a byte: give one character, `\\n`, or a value from 00 to 255")
+        }),
+    }
 }
