@@ -200,13 +200,17 @@ pub struct Chosen {
     pub notice: Option<String>,
 }
 
+/// How [`software_adapter`]'s reason begins (so a notice built on it is not
+/// told twice where the run goes).
+const SOFTWARE_ONLY: &str = "the only GPU adapter";
+
 /// Why `auto` passes over this adapter, if it does: a software renderer
 /// (lavapipe, SwiftShader) runs the kernels about a thousand times slower
 /// than a GPU, and slower than the CPU backend.
 pub fn software_adapter(ctx: &crate::gpu::GpuContext) -> Option<String> {
     (ctx.info.device_type == wgpu::DeviceType::Cpu).then(|| {
         format!(
-            "the only GPU adapter, {}, is a software renderer, slower than the CPU backend, so the run trains on the CPU (choose the GPU backend to run the kernels through it anyway)",
+            "{SOFTWARE_ONLY}, {}, is a software renderer, slower than the CPU backend, so the run trains on the CPU (choose the GPU backend to run the kernels through it anyway)",
             ctx.info.name
         )
     })
@@ -281,7 +285,7 @@ pub fn choose_backend(
     } else {
         fallback
     };
-    let gpu_software = matches!(gpu, Err(why) if why.starts_with("the only GPU adapter"));
+    let gpu_software = matches!(gpu, Err(why) if why.starts_with(SOFTWARE_ONLY));
     match (choice, gpu) {
         (BackendChoice::Cpu, _) => cpu(None),
         (_, Err(why)) => match fallback {

@@ -116,7 +116,7 @@ pub fn run(args: FlowArgs) -> Result<()> {
         let mut norms: Vec<_> = b.param_grad_norms.iter().collect();
         norms.sort_by(|x, y| y.norm.total_cmp(&x.norm));
         println!(
-            "the loss of predicting `{}` next is {:.4}; the weights its gradient moves most:",
+            "the loss of predicting `{}` next is {:.4}; the weights with the largest gradients:",
             byte_label(b.target),
             b.loss
         );
