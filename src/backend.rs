@@ -200,17 +200,13 @@ pub struct Chosen {
     pub notice: Option<String>,
 }
 
-/// How [`software_adapter`]'s reason begins (so a notice built on it is not
-/// told twice where the run goes).
-const SOFTWARE_ONLY: &str = "the only GPU adapter";
-
 /// Why `auto` passes over this adapter, if it does: a software renderer
 /// (lavapipe, SwiftShader) runs the kernels about a thousand times slower
 /// than a GPU, and slower than the CPU backend.
 pub fn software_adapter(ctx: &crate::gpu::GpuContext) -> Option<String> {
     (ctx.info.device_type == wgpu::DeviceType::Cpu).then(|| {
         format!(
-            "{SOFTWARE_ONLY}, {}, is a software renderer, slower than the CPU backend, so the run trains on the CPU (choose the GPU backend to run the kernels through it anyway)",
+            "the only GPU adapter, {}, is a software renderer, slower than the CPU backend, so the run trains on the CPU (choose the GPU backend to run the kernels through it anyway)",
             ctx.info.name
         )
     })
@@ -285,12 +281,13 @@ pub fn choose_backend(
     } else {
         fallback
     };
-    let gpu_software = matches!(gpu, Err(why) if why.starts_with(SOFTWARE_ONLY));
+    // Where a reason already says it (a software adapter's, the browser's
+    // without WebGPU), the notice does not say twice where the run goes.
+    let says_where = matches!(gpu, Err(why) if why.contains("trains on the CPU"));
     match (choice, gpu) {
         (BackendChoice::Cpu, _) => cpu(None),
         (_, Err(why)) => match fallback {
-            // A software adapter's reason already says where the run goes.
-            GpuFallback::ToCpu if gpu_software => cpu(Some(why.to_string())),
+            GpuFallback::ToCpu if says_where => cpu(Some(why.to_string())),
             GpuFallback::ToCpu => cpu(Some(format!("{why}: the run trains on the CPU"))),
             GpuFallback::Refuse => Err(match &cpu_fits {
                 Ok(()) => format!("{why}; use --backend cpu"),
