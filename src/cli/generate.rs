@@ -142,11 +142,11 @@ pub fn export(args: ExportArgs) -> Result<()> {
     let beyond = f16_overflow(&ck);
     if let Some((count, name, largest)) = &beyond {
         if !args.clamp {
+            let (s, are, them) = if *count == 1 { ("", "is", "it") } else { ("s", "are", "them") };
             anyhow::bail!(
-                "{count} weight{} of {} beyond f16's range (|x| > 65504; the largest, {largest:e}, in `{name}`): \
-                 f16 would store them as inf, which no loader takes; add --clamp to store them as ±65504, \
+                "{count} weight{s} of {} {are} beyond f16's range (|x| > 65504; the largest, {largest:e}, in `{name}`): \
+                 f16 would store {them} as inf, which no loader takes; add --clamp to store {them} as ±65504, \
                  or share the f32 checkpoint",
-                if *count == 1 { " is" } else { "s are" },
                 args.checkpoint.display()
             );
         }
