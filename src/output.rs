@@ -145,6 +145,28 @@ pub fn check(path: &Path, flag: &str, inputs: &[Input], force: bool) -> Result<(
     Ok(())
 }
 
+/// Why a save the app makes did not pass [`check`].
+#[derive(Debug)]
+pub enum SaveRefusal {
+    /// A regular file is there that this app did not write: the user may
+    /// say to replace it.
+    Ask,
+    /// Anything no answer changes (a folder, a special file, …).
+    Refused(String),
+}
+
+/// [`check`] for a save the app makes (no inputs): an existing regular file
+/// asks the user first, unless `replace`.
+pub fn check_save(path: &Path, flag: &str, replace: bool) -> Result<(), SaveRefusal> {
+    check(path, flag, &[], replace).map_err(|e| {
+        if !replace && path.is_file() {
+            SaveRefusal::Ask
+        } else {
+            SaveRefusal::Refused(e)
+        }
+    })
+}
+
 /// Whether `a` and `b` are one file (device and inode, through symlinks).
 pub fn same_file(a: &Path, b: &Path) -> bool {
     let (Ok(ma), Ok(mb)) = (std::fs::metadata(a), std::fs::metadata(b)) else {

@@ -486,23 +486,22 @@ fn ctrl_c_and_sigterm_mid_run_save_the_checkpoint() {
     }
 }
 
+/// A CPU run of tiny toward a million steps writing `out`, once it has
+/// printed its first step's JSON line (the run's own event, not a timer);
+/// returns it and the rest of its standard output.
 #[cfg(unix)]
-fn stop_mid_run_with(signal: i32, name: &str) {
-    let dir = common::scratch_dir(&format!("faults-{name}"));
-    let out = dir.join("stopped.safetensors");
+fn long_run_past_its_first_step(
+    out: &Path,
+) -> (
+    std::process::Child,
+    std::io::Lines<BufReader<std::process::ChildStdout>>,
+) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
         .args([
-            "train",
-            "--preset",
-            "tiny",
-            "--backend",
-            "cpu",
-            "--steps",
-            "1000000",
-            "--json",
+            "train", "--preset", "tiny", "--backend", "cpu", "--steps", "1000000", "--json",
             "--out",
         ])
-        .arg(&out)
+        .arg(out)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -510,6 +509,14 @@ fn stop_mid_run_with(signal: i32, name: &str) {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let first = lines.next().unwrap().unwrap();
     assert!(first.contains("\"step\":1"), "{first}");
+    (child, lines)
+}
+
+#[cfg(unix)]
+fn stop_mid_run_with(signal: i32, name: &str) {
+    let dir = common::scratch_dir(&format!("faults-{name}"));
+    let out = dir.join("stopped.safetensors");
+    let (mut child, lines) = long_run_past_its_first_step(&out);
     let pid = child.id() as i32;
     // SAFETY: a plain kill(2) of the child we spawned.
     assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
@@ -718,18 +725,7 @@ fn a_second_run_without_out_gets_a_numbered_name() {
 fn a_second_run_to_the_same_out_is_refused_while_the_first_runs() {
     let dir = common::scratch_dir("faults-same-out");
     let out = dir.join("shared.safetensors");
-    let mut first = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
-        .args([
-            "train", "--preset", "tiny", "--backend", "cpu", "--steps", "1000000", "--json",
-            "--out",
-        ])
-        .arg(&out)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(first.stdout.take().unwrap()).lines();
-    lines.next().unwrap().unwrap();
+    let (mut first, lines) = long_run_past_its_first_step(&out);
     let second = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
         .args(["train", "--preset", "tiny", "--backend", "cpu", "--steps", "2", "--out"])
         .arg(&out)

@@ -808,15 +808,18 @@ fn handle_commands(
                 let writable = if cfg!(target_arch = "wasm32") {
                     Ok(())
                 } else {
-                    crate::output::check(&path, "the save path", &[], replace)
+                    crate::output::check_save(&path, "the save path", replace)
                 };
                 if run.saving.is_some() {
                     status.error("a checkpoint is still being written; save again when it is done");
-                } else if writable.is_err() && !replace && path.is_file() {
-                    // An earlier file, not written here: ask before replacing it.
-                    status.confirm_replace = Some(path);
-                } else if let Err(e) = writable {
-                    status.error(format!("checkpoint not saved: {e}"));
+                } else if let Err(refusal) = writable {
+                    match refusal {
+                        // An earlier file, not written here: ask before replacing it.
+                        crate::output::SaveRefusal::Ask => status.confirm_replace = Some(path),
+                        crate::output::SaveRefusal::Refused(e) => {
+                            status.error(format!("checkpoint not saved: {e}"))
+                        }
+                    }
                 } else {
                     status.confirm_replace = None;
                     status.written.insert(path.clone());

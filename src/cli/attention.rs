@@ -5,22 +5,12 @@
 
 use super::backend::{BackendChoice, build, resolve};
 use anyhow::{Result, bail};
-use std::path::PathBuf;
-use tinygpt::model::checkpoint::Checkpoint;
-use tinygpt::model::config::{Config, DEFAULT_PRESET};
 use tinygpt::probe::{ProbeRequest, byte_label};
 
 #[derive(clap::Args)]
 pub struct AttentionArgs {
-    /// A checkpoint written by `tinygpt train` (or the app).
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["preset", "seed"])]
-    checkpoint: Option<PathBuf>,
-    /// Without a checkpoint: the preset whose initial weights to use.
-    #[arg(long)]
-    preset: Option<String>,
-    /// Without a checkpoint: the seed of the initial weights.
-    #[arg(long, value_parser = super::seed, allow_hyphen_values = true)]
-    seed: Option<u64>,
+    #[command(flatten)]
+    weights: super::weights::WeightsArgs,
     /// The text to look at (its last ctx bytes).
     #[arg(
         long,
@@ -36,28 +26,14 @@ pub struct AttentionArgs {
 }
 
 pub fn run(args: AttentionArgs) -> Result<()> {
-    let (config, params) = match &args.checkpoint {
-        Some(path) => {
-            let ck = Checkpoint::load(path)?;
-            (ck.config, Some(ck.params))
-        }
-        None => (
-            Config::load(args.preset.as_deref().unwrap_or(DEFAULT_PRESET))?,
-            None,
-        ),
-    };
+    let checkpoint = args.weights.checkpoint()?;
+    let config = args.weights.config(checkpoint.as_ref())?;
     let request =
         ProbeRequest::for_prompt(&config, args.prompt.as_bytes()).map_err(anyhow::Error::msg)?;
     let resolved = resolve(args.backend)?;
     let mut backend = build(&resolved, args.backend, &config)?;
-    match params {
-        Some(params) => {
-            for p in &params {
-                backend.write(&p.name, &p.values)?;
-            }
-        }
-        None => backend.initialize(args.seed.unwrap_or(1337))?,
-    }
+    args.weights
+        .put_on(&mut *backend, checkpoint.map(|ck| ck.params))?;
     let result = backend.probe(&request)?;
     if result.probs.iter().flatten().any(|p| !p.is_finite()) {
         bail!("the attention weights are not finite: the checkpoint's weights have diverged");

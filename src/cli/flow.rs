@@ -6,22 +6,12 @@
 
 use super::backend::{BackendChoice, build, resolve};
 use anyhow::{Result, bail};
-use std::path::PathBuf;
-use tinygpt::model::checkpoint::Checkpoint;
-use tinygpt::model::config::{Config, DEFAULT_PRESET};
 use tinygpt::probe::byte_label;
 
 #[derive(clap::Args)]
 pub struct FlowArgs {
-    /// A checkpoint written by `tinygpt train` (or the app).
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["preset", "seed"])]
-    checkpoint: Option<PathBuf>,
-    /// Without a checkpoint: the preset whose initial weights to use.
-    #[arg(long)]
-    preset: Option<String>,
-    /// Without a checkpoint: the seed of the initial weights.
-    #[arg(long, value_parser = super::seed, allow_hyphen_values = true)]
-    seed: Option<u64>,
+    #[command(flatten)]
+    weights: super::weights::WeightsArgs,
     /// The text to run (its last ctx bytes).
     #[arg(long, default_value = "First Citizen:\nBefore we proceed any further, hear me speak")]
     prompt: String,
@@ -46,34 +36,17 @@ pub struct FlowArgs {
 }
 
 pub fn run(args: FlowArgs) -> Result<()> {
-    let (config, params) = match &args.checkpoint {
-        Some(path) => {
-            let ck = Checkpoint::load(path)?;
-            (ck.config, Some(ck.params))
-        }
-        None => (
-            Config::load(args.preset.as_deref().unwrap_or(DEFAULT_PRESET))?,
-            None,
-        ),
-    };
+    let checkpoint = args.weights.checkpoint()?;
+    let config = args.weights.config(checkpoint.as_ref())?;
     let config = tinygpt::flow::config_for(&config);
     // Bad prompts and positions are refused before a backend is built.
     tinygpt::flow::batch_for(&config, args.prompt.as_bytes(), args.position)
         .map_err(anyhow::Error::msg)?;
     let resolved = resolve(args.backend)?;
     let mut backend = build(&resolved, args.backend, &config)?;
-    let params = match params {
-        Some(params) => {
-            for p in &params {
-                backend.write(&p.name, &p.values)?;
-            }
-            params
-        }
-        None => {
-            backend.initialize(args.seed.unwrap_or(1337))?;
-            tinygpt::train::read_params(&mut *backend)?
-        }
-    };
+    let params = args
+        .weights
+        .put_on(&mut *backend, checkpoint.map(|ck| ck.params))?;
     let mut flow =
         tinygpt::flow::run(&mut *backend, &params, args.prompt.as_bytes(), args.position)
             .map_err(anyhow::Error::msg)?;

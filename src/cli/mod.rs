@@ -13,6 +13,7 @@ mod generate;
 mod run;
 mod step;
 mod train;
+mod weights;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

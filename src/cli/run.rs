@@ -6,22 +6,13 @@ use anyhow::Result;
 use std::path::PathBuf;
 use tinygpt::backend::Backend;
 use tinygpt::data::Corpus;
-use tinygpt::model::checkpoint::Checkpoint;
-use tinygpt::model::config::{Config, DEFAULT_PRESET};
+use tinygpt::model::config::Config;
 use tinygpt::train::Trainer;
 
 #[derive(clap::Args)]
 pub struct RunArgs {
-    /// A checkpoint written by `tinygpt train` (or the app): its weights,
-    /// optimizer state and next batch.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["preset", "seed"])]
-    checkpoint: Option<PathBuf>,
-    /// Without a checkpoint: the preset whose initial weights to use.
-    #[arg(long)]
-    preset: Option<String>,
-    /// Without a checkpoint: the seed of the initial weights and batches.
-    #[arg(long, value_parser = super::seed, allow_hyphen_values = true)]
-    seed: Option<u64>,
+    #[command(flatten)]
+    weights: super::weights::WeightsArgs,
     /// A text file to draw the batches from instead of TinyShakespeare.
     #[arg(long, value_name = "FILE")]
     corpus: Option<PathBuf>,
@@ -33,15 +24,8 @@ impl RunArgs {
         &self,
         backend: impl FnOnce(&Config) -> Result<Box<dyn Backend>>,
     ) -> Result<Trainer> {
-        let checkpoint = self
-            .checkpoint
-            .as_deref()
-            .map(Checkpoint::load)
-            .transpose()?;
-        let config = match &checkpoint {
-            Some(ck) => ck.config.clone(),
-            None => Config::load(self.preset.as_deref().unwrap_or(DEFAULT_PRESET))?,
-        };
+        let checkpoint = self.weights.checkpoint()?;
+        let config = self.weights.config(checkpoint.as_ref())?;
         let corpus = match &self.corpus {
             Some(p) => Corpus::from_file(p, config.ctx)?,
             None => Corpus::tiny_shakespeare(config.ctx)?,
@@ -49,7 +33,7 @@ impl RunArgs {
         let backend = backend(&config)?;
         Ok(match &checkpoint {
             Some(ck) => Trainer::resume(backend, corpus, ck)?,
-            None => Trainer::new(backend, corpus, self.seed.unwrap_or(1337))?,
+            None => Trainer::new(backend, corpus, self.weights.seed())?,
         })
     }
 }

@@ -844,13 +844,12 @@ fn save_files(path: &str, results: &[BenchResult], replace: bool) -> Result<Stri
     let path = std::path::Path::new(path.trim());
     let svg_path = path.with_extension("svg");
     for p in [path, svg_path.as_path()] {
-        if let Err(e) = crate::output::check(p, "the save path", &[], replace) {
-            return Err(if p.is_file() && !replace {
+        crate::output::check_save(p, "the save path", replace).map_err(|r| match r {
+            crate::output::SaveRefusal::Ask => {
                 SaveRefused::Exists(format!("{} exists and this app did not write it", p.display()))
-            } else {
-                SaveRefused::Other(e)
-            });
-        }
+            }
+            crate::output::SaveRefusal::Refused(e) => SaveRefused::Other(e),
+        })?;
     }
     let lines: String = results
         .iter()
