@@ -19,7 +19,8 @@ use std::path::Path;
 
 /// The scene keys a lesson may name (the app's `Scene::key`s; a test in
 /// the app checks the two lists agree).
-pub const SCENES: [&str; 6] = [
+pub const SCENES: [&str; 7] = [
+    "flow",
     "model",
     "attention",
     "step",
@@ -30,6 +31,7 @@ pub const SCENES: [&str; 6] = [
 
 /// The lessons shipped in `scenes/`, in teaching order: (name, RON source).
 pub const BUILTIN_LESSONS: &[(&str, &str)] = &[
+    ("next-byte", include_str!("../scenes/next-byte.ron")),
     ("tokens", include_str!("../scenes/tokens.ron")),
     (
         "watch-it-learn",
@@ -124,6 +126,10 @@ pub enum Action {
     Prompt(String),
     /// Play the FlashAttention replay from its first visit.
     PlayFlash,
+    /// Play the flow's forward pass from the prompt up (the flow scene).
+    PlayForward,
+    /// Play the flow's backward pass from the loss down (the flow scene).
+    PlayBackward,
     /// Start the Speedup scene's bench of these presets.
     Bench(Vec<String>),
     /// Time one step of this preset per kernel (the roofline).

@@ -1415,3 +1415,129 @@ fn lost_gpu_goes_on_on_the_cpu(name: &str, env: &[(&str, &str)]) {
     assert_regions_drawn(&r, &shot, &["embeddings", "h.0", "head"], (40, 8), 0.05);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The flow's node names for a prompt, in the program's order, computed
+/// here with the library (the shipped small's weights, on the CPU).
+fn flow_of_shipped_small(prompt: &str, position: Option<usize>) -> tinygpt::flow::Flow {
+    use tinygpt::backend::Backend;
+    let bytes = tinygpt::model::shipped::shipped("small").unwrap();
+    let ckpt = tinygpt::model::checkpoint::Checkpoint::from_bytes(bytes, "small").unwrap();
+    let config = tinygpt::flow::config_for(&ckpt.config);
+    let mut backend = tinygpt::cpu::CpuBackend::<f32>::new(tinygpt::program::Program::new(&config));
+    for p in &ckpt.params {
+        backend.write(&p.name, &p.values).unwrap();
+    }
+    tinygpt::flow::run(&mut backend, &ckpt.params, prompt.as_bytes(), position).unwrap()
+}
+
+/// Each label's rectangle from the flow's part of the line.
+fn label_rects(flow: &serde_json::Value) -> Vec<(String, [f64; 4])> {
+    flow["labels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| {
+            let r: Vec<f64> = l["rect"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+            (l["text"].as_str().unwrap().to_string(), [r[0], r[1], r[2], r[3]])
+        })
+        .collect()
+}
+
+/// `tinygpt app --headless --scene flow --checkpoint small`, zoomed out and
+/// into a block, forward and backward, at 1280×720 and 1920×1080: the data
+/// behind the view is the program's own forward pass (recomputed here, CPU
+/// bit for bit), the pulses visit the nodes in the program's order (its
+/// reverse going backward), every node is drawn where the line says, no two
+/// labels overlap, every label is inside the picture, and no frame after
+/// the first takes over 100 ms... on a GPU (lavapipe draws on the CPU: the
+/// frame times are reported in docs/performance.md, not asserted here).
+#[test]
+fn headless_flow_scene_plays_the_passes_where_it_says() {
+    let dir = common::scratch_dir("app-flow");
+    let prompt = "ROMEO: But soft, what light through yonder window";
+    let expected = flow_of_shipped_small(prompt, None);
+    let names: Vec<String> = expected.nodes.iter().map(|n| n.name.clone()).collect();
+    // Zoomed out, forward, with the data exported.
+    let shot = dir.join("flow.png");
+    let r = run_headless_in(
+        &dir,
+        &["app", "--headless", "--scene", "flow", "--checkpoint", "small", "--frames", "90", "--width", "1280", "--height", "720", "--export", "data"],
+        &shot,
+    );
+    let line = r.to_string();
+    assert_eq!(r["scene"], "flow", "{line}");
+    let flow = &r["flow"];
+    assert!(flow["error"].is_null(), "{line}");
+    assert_eq!(flow["zoom"], "Model", "{line}");
+    let data: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("flow-data.json")).unwrap()).unwrap();
+    let view = &data["view"];
+    // The default prompt is the first 48 bytes of this line.
+    let shown_prompt: Vec<u8> = view["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u8).collect();
+    let expected = flow_of_shipped_small(std::str::from_utf8(&shown_prompt).unwrap(), None);
+    assert!(prompt.as_bytes().starts_with(&shown_prompt), "{line}");
+    let residual: Vec<Vec<f32>> = serde_json::from_value(view["residual"].clone()).unwrap();
+    assert_eq!(residual, expected.residual, "the scene's stream is the program's, bit for bit");
+    let probs: Vec<f32> = serde_json::from_value(view["probs"].clone()).unwrap();
+    assert_eq!(probs, expected.probs);
+    assert!(view["backward"]["param_grad_norms"].as_array().is_some_and(|g| !g.is_empty()), "{line}");
+    // The pulse went up in the program's order.
+    let visited: Vec<String> = serde_json::from_value(flow["visited"].clone()).unwrap();
+    assert!(visited.len() >= 2, "{line}");
+    assert_eq!(visited[..], names[..visited.len()], "{line}");
+    // Every node drawn where the line says; the stream's points and the
+    // collapsed blocks are regions of the picture.
+    let regions: Vec<&str> = r["regions"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
+    for want in ["emb", "h.0.res_2", "block0", "block2", "ln_f.out", "next-byte", "token0"] {
+        assert!(regions.contains(&want), "{want} in {line}");
+    }
+    assert_regions_drawn(&r, &shot, &["emb", "h.1.res_2", "block1", "next-byte"], (100, 20), 0.2);
+    check_labels(&r, (1280.0, 720.0));
+
+    // Into a block, and the backward pass, at 1920×1080: the lesson steps
+    // that do it.
+    for (step, size, pass) in [("3", ("1920", "1080"), "forward"), ("6", ("1280", "720"), "backward"), ("6", ("1920", "1080"), "backward")] {
+        let shot = dir.join(format!("flow-{step}-{}.png", size.0));
+        let r = run_headless(
+            &["app", "--headless", "--lesson", "next-byte", "--lesson-step", step, "--frames", "120", "--width", size.0, "--height", size.1],
+            &shot,
+        );
+        let line = r.to_string();
+        let flow = &r["flow"];
+        assert_eq!(flow["pass"], pass, "{line}");
+        let visited: Vec<String> = serde_json::from_value(flow["visited"].clone()).unwrap();
+        assert!(visited.len() >= 2, "{line}");
+        let order: Vec<String> = if pass == "forward" { names.clone() } else { names.iter().rev().cloned().collect() };
+        assert_eq!(visited[..], order[..visited.len()], "{line}");
+        if step == "3" {
+            assert_eq!(flow["zoom"], "Block(0)", "{line}");
+            assert_regions_drawn(&r, &shot, &["h.0.ln_1.out", "h.0.mlp.gelu", "h.0.head0"], (100, 20), 0.2);
+        } else {
+            assert_eq!(flow["position"], 20, "{line}");
+        }
+        let (w, h) = (size.0.parse().unwrap(), size.1.parse().unwrap());
+        check_labels(&r, (w, h));
+    }
+}
+
+/// Every flow label inside the picture and none over another.
+fn check_labels(r: &serde_json::Value, (w, h): (f64, f64)) {
+    let labels = label_rects(&r["flow"]);
+    assert!(labels.len() > 10, "{r}");
+    for (text, [x0, y0, x1, y1]) in &labels {
+        // Labels of the open block's neighbours may sit past the camera's
+        // fit; the ones in view are whole.
+        if *x1 < 0.0 || *y1 < 0.0 || *x0 > w || *y0 > h {
+            continue;
+        }
+        assert!(*x0 >= -1.0 && *x1 <= w + 1.0, "`{text}` cut off at the side: {x0}..{x1} of {w}");
+    }
+    for (i, (a, ra)) in labels.iter().enumerate() {
+        for (b, rb) in &labels[i + 1..] {
+            let ix = (ra[2].min(rb[2]) - ra[0].max(rb[0])).max(0.0);
+            let iy = (ra[3].min(rb[3]) - ra[1].max(rb[1])).max(0.0);
+            let smaller = ((ra[2] - ra[0]) * (ra[3] - ra[1])).min((rb[2] - rb[0]) * (rb[3] - rb[1])).max(1.0);
+            assert!(ix * iy < 0.15 * smaller, "labels overlap: `{a}` {ra:?} and `{b}` {rb:?}");
+        }
+    }
+}

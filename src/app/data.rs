@@ -6,15 +6,16 @@
 //!
 //! Each scene's part is the same data its CLI command prints with `--json`
 //! (`tinygpt attention`, `step`, `flash`, `correctness`, `bench`), taken from
-//! what is on screen, plus the run it came from and its loss history.
+//! what is on screen, plus the run it came from and its loss history. The
+//! scene's part comes from the scene itself, through
+//! [`super::registry::SceneApp::scene_data`].
 
 use super::lesson::LessonPlayer;
+use super::registry::SceneRegistry;
 use super::scenes::Scene;
-use super::scenes::correctness::CorrectnessView;
-use super::scenes::speedup::SpeedupView;
-use super::training::{EarlierRuns, FlashTraces, Probes, Run, Snapshots, StepRecord};
+use super::training::{EarlierRuns, Run, StepRecord};
 use crate::chart::{Chart, Reference, Series};
-use bevy::ecs::system::SystemParam;
+use bevy::ecs::system::{SystemParam, SystemState};
 use bevy::prelude::*;
 use serde_json::{Value, json};
 
@@ -43,11 +44,6 @@ pub struct ViewData<'w, 's> {
     run: Option<Res<'w, Run>>,
     records: Query<'w, 's, &'static StepRecord>,
     earlier: Res<'w, EarlierRuns>,
-    snapshots: Res<'w, Snapshots>,
-    probes: Res<'w, Probes>,
-    flash: Res<'w, FlashTraces>,
-    correctness: Res<'w, CorrectnessView>,
-    speedup: Res<'w, SpeedupView>,
     lesson: Res<'w, LessonPlayer>,
 }
 
@@ -59,8 +55,9 @@ impl ViewData<'_, '_> {
         r
     }
 
-    /// The current scene's data, with the run and its loss history.
-    pub fn json(&self) -> Value {
+    /// The current scene's data (`view`, from the scene), with the run and
+    /// its loss history.
+    pub fn json(&self, view: Value) -> Value {
         let scene = *self.scene.get();
         let run = self.run.as_ref().map(|r| {
             json!({
@@ -82,83 +79,12 @@ impl ViewData<'_, '_> {
                 })
             })
             .collect();
-        let view = match scene {
-            Scene::Model => self.model(),
-            Scene::Attention => match &self.probes.latest {
-                Some((step, r)) => json!({ "step": step, "rows": r.to_json_objects() }),
-                None => {
-                    json!({ "error": self.probes.error.clone().unwrap_or_else(|| "not computed yet".into()) })
-                }
-            },
-            Scene::Step => match (
-                &self.run,
-                self.run.as_ref().and_then(|r| r.engine.stepping()),
-            ) {
-                (Some(run), Some(s)) => json!({
-                    "entries": s.cursor.views.iter().map(|v| v.to_json(&run.program)).collect::<Vec<_>>(),
-                }),
-                _ => json!({ "entries": [] }),
-            },
-            Scene::Flash => match &self.flash.latest {
-                Some((step, trace)) => json!({
-                    "step": step,
-                    "summary": trace.summary_json(),
-                    "visits": trace.visits.iter().map(|v| v.to_json(trace.t, false)).collect::<Vec<_>>(),
-                }),
-                None => {
-                    json!({ "error": self.flash.error.clone().unwrap_or_else(|| "not traced yet".into()) })
-                }
-            },
-            Scene::Correctness => self.correctness.data_json(),
-            Scene::Speedup => json!({
-                "results": self.speedup.results,
-                "kernels": self.speedup.kernels_json(),
-            }),
-        };
         json!({
             "scene": scene.key(),
             "lesson": self.lesson.lesson.as_ref().map(|(name, _)| json!({ "name": name, "step": self.lesson.step + 1 })),
             "run": run,
             "view": view,
             "loss": loss,
-        })
-    }
-
-    /// The Model scene: each tensor of the heatmaps' snapshot with its
-    /// statistics, and the values of the one the inspector shows.
-    fn model(&self) -> Value {
-        let Some(snap) = &self.snapshots.latest else {
-            return json!({ "error": "no snapshot of the weights yet" });
-        };
-        let mut names: Vec<&String> = snap.tensors.keys().collect();
-        names.sort();
-        let tensors: Vec<Value> = names
-            .iter()
-            .map(|name| {
-                let v = &snap.tensors[*name];
-                let n = v.len().max(1) as f64;
-                let mean = v.iter().map(|&x| x as f64).sum::<f64>() / n;
-                let var = v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n;
-                let (lo, hi) = v
-                    .iter()
-                    .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)));
-                let shape = self.run.as_ref().and_then(|r| {
-                    r.program
-                        .tensor_id(name)
-                        .map(|id| r.program.tensors[id].shape.clone())
-                });
-                json!({ "name": name, "shape": shape, "min": lo, "max": hi, "mean": mean, "std": var.sqrt() })
-            })
-            .collect();
-        let inspected = self.snapshots.inspect.as_ref().and_then(|name| {
-            let values = snap.tensors.get(name)?;
-            Some(json!({ "name": name, "values": values.as_slice() }))
-        });
-        json!({
-            "step": snap.step,
-            "showing": format!("{:?}", self.snapshots.view),
-            "tensors": tensors,
-            "inspected": inspected,
         })
     }
 
@@ -218,16 +144,20 @@ fn data_key(keys: Res<ButtonInput<KeyCode>>, mut out: MessageWriter<ExportData>)
     }
 }
 
-fn export_data(
-    mut asked: MessageReader<ExportData>,
-    data: ViewData,
-    mut out: MessageWriter<super::export::ExportFile>,
-) {
-    if asked.read().count() == 0 {
+/// Saves the current view's data when asked: the scene's part from the
+/// registry, the rest from [`ViewData`].
+fn export_data(world: &mut World, asked: &mut SystemState<MessageReader<ExportData>>) {
+    if asked.get_mut(world).map_or(0, |mut r| r.read().count()) == 0 {
         return;
     }
-    let json = serde_json::to_vec_pretty(&data.json()).expect("plain data");
-    let stem = format!("{}-data", data.scene.get().key());
+    let scene = *world.resource::<State<Scene>>().get();
+    let view = SceneRegistry::data(world, scene).unwrap_or(Value::Null);
+    let mut state = SystemState::<(ViewData, MessageWriter<super::export::ExportFile>)>::new(world);
+    let Ok((data, mut out)) = state.get_mut(world) else {
+        return;
+    };
+    let json = serde_json::to_vec_pretty(&data.json(view)).expect("plain data");
+    let stem = format!("{}-data", scene.key());
     out.write(super::export::ExportFile::new(stem, "json", json));
 }
 

@@ -127,7 +127,7 @@ fn on_render_error(
             flag.get_or_insert(reason.unwrap_or_default());
         }
         #[cfg(target_arch = "wasm32")]
-        let creation = super::web::render_creation();
+        let creation = super::browser::render_creation();
         #[cfg(not(target_arch = "wasm32"))]
         let creation = bevy::render::settings::RenderCreation::default();
         return RenderErrorPolicy::Recover(creation);

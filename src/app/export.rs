@@ -9,7 +9,7 @@
 //! The frame only asks; cropping, encoding and writing run on the IO pool,
 //! and the result comes back as a line in the status bar.
 
-use super::headless::HeadlessTarget;
+use super::canvas::HeadlessTarget;
 use super::training::AppStatus;
 use bevy::prelude::*;
 use bevy::render::view::screenshot::{Screenshot, ScreenshotCaptured};
@@ -151,7 +151,7 @@ fn deliver(name: &str, ext: &str, bytes: Vec<u8>) -> Result<String, String> {
     #[cfg(target_arch = "wasm32")]
     {
         let file = format!("{stem}.{ext}");
-        super::web::download(&file, &bytes);
+        super::browser::download(&file, &bytes);
         Ok(format!("{file} (download)"))
     }
     #[cfg(not(target_arch = "wasm32"))]

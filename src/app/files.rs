@@ -44,7 +44,10 @@ pub struct FilesPlugin;
 
 impl Plugin for FilesPlugin {
     fn build(&self, app: &mut App) {
-        app.add_systems(Update, dropped_files.in_set(super::AppSystems::Input));
+        app.add_systems(
+            Update,
+            dropped_files.in_set(super::schedule::AppSystems::Input),
+        );
     }
 }
 

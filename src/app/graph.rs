@@ -46,7 +46,10 @@ pub struct ModelGraphPlugin;
 
 impl Plugin for ModelGraphPlugin {
     fn build(&self, app: &mut App) {
-        app.add_systems(Update, rebuild_model.in_set(super::AppSystems::Graph));
+        app.add_systems(
+            Update,
+            rebuild_model.in_set(super::schedule::AppSystems::Graph),
+        );
     }
 }
 

@@ -5,8 +5,9 @@
 //! scene, where its regions (layer blocks, attention maps) are in the
 //! picture, and what the Attention scene's last probe saw), then exits.
 
-use super::scenes::model::{Heatmap, LayerBlock};
-use super::scenes::{BACKGROUND, Scene, SceneCamera, SceneRegion};
+use super::canvas::{BACKGROUND, HeadlessTarget, SceneCamera, SceneRegion, world_rect_to_px};
+use super::registry::{Regions, Report, SceneRegistry};
+use super::scenes::Scene;
 use super::training::{Probes, Run, StepRecord};
 use bevy::prelude::*;
 use bevy::render::view::screenshot::{Screenshot, ScreenshotCaptured};
@@ -31,10 +32,6 @@ pub struct HeadlessConfig {
     pub force: bool,
 }
 
-/// The offscreen image the cameras render into.
-#[derive(Resource, Clone, Debug)]
-pub struct HeadlessTarget(pub Handle<Image>);
-
 #[derive(Resource, Default)]
 struct HeadlessState {
     frames: u32,
@@ -46,8 +43,10 @@ struct HeadlessState {
     /// 0 not asked, 1 capturing, 2 saved, 3 failed.
     capture: Arc<AtomicU8>,
     capture_error: Arc<std::sync::Mutex<Option<String>>>,
-    /// Distinct pixel hashes of the first heatmap seen over the run.
-    heatmap_hashes: Vec<u64>,
+    /// The scenes' egui regions and their fields of the line, gathered
+    /// from the registry as the run nears its end.
+    scene_regions: Regions,
+    scene_fields: Vec<(&'static str, serde_json::Value)>,
     /// The export of `--export` was asked for.
     export_asked: bool,
     done: bool,
@@ -59,8 +58,25 @@ impl Plugin for HeadlessPlugin {
     fn build(&self, app: &mut App) {
         app.insert_resource(self.0.clone())
             .init_resource::<HeadlessState>()
-            .add_systems(Last, count_frames);
+            .add_systems(Last, (gather_scene_parts, count_frames).chain());
     }
+}
+
+/// Asks the registry for the scenes' regions and fields once the run is
+/// due to end (a region to export is looked up then, the line written after).
+fn gather_scene_parts(world: &mut World) {
+    let due = {
+        let state = world.resource::<HeadlessState>();
+        !state.done && state.frames + 1 >= world.resource::<HeadlessConfig>().frames
+    };
+    if !due {
+        return;
+    }
+    let regions = SceneRegistry::regions(world);
+    let fields = SceneRegistry::fields(world, Report::Headless);
+    let mut state = world.resource_mut::<HeadlessState>();
+    state.scene_regions = regions;
+    state.scene_fields = fields;
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -72,18 +88,9 @@ fn count_frames(
     mut state: ResMut<HeadlessState>,
     run: Option<Res<Run>>,
     records: Query<&StepRecord>,
-    heatmaps: Query<&Heatmap>,
-    blocks: Query<&LayerBlock>,
     regions: Query<&SceneRegion>,
     scene: Res<State<Scene>>,
     probes: Res<Probes>,
-    (step_shown, flash_shown, correctness_shown, speedup, speedup_shown): (
-        Res<super::scenes::step::StepShown>,
-        Res<super::scenes::flash::FlashShown>,
-        Res<super::scenes::correctness::CorrectnessShown>,
-        Res<super::scenes::speedup::SpeedupView>,
-        Res<super::scenes::speedup::SpeedupShown>,
-    ),
     cameras: Query<(&Camera, &GlobalTransform), With<SceneCamera>>,
     mut data: (
         MessageWriter<super::data::ExportData>,
@@ -96,7 +103,7 @@ fn count_frames(
         Res<super::export::ExportResults>,
         Res<super::lesson::LessonPlayer>,
         Res<super::training::AppStatus>,
-        Res<super::ui::UiState>,
+        Res<super::ui::state::UiState>,
     ),
 ) {
     if state.done {
@@ -109,14 +116,6 @@ fn count_frames(
         state.max_frame_ms = state.max_frame_ms.max(ms);
         state.timed += 1;
     }
-    if let Some(h) = heatmaps
-        .iter()
-        .find(|h| h.param == "transformer.wte.weight")
-        && h.updates > 0
-        && state.heatmap_hashes.last() != Some(&h.pixel_hash)
-    {
-        state.heatmap_hashes.push(h.pixel_hash);
-    }
     if state.frames < config.frames {
         return;
     }
@@ -124,12 +123,9 @@ fn count_frames(
         && !state.export_asked
     {
         state.export_asked = true;
-        let found = step_shown
-            .regions
+        let found = state
+            .scene_regions
             .iter()
-            .chain(&flash_shown.regions)
-            .chain(&correctness_shown.regions)
-            .chain(&speedup_shown.regions)
             .find(|(n, _)| n == name)
             .map(|(_, r)| [r.min.x, r.min.y, r.max.x, r.max.y]);
         if name == "data" {
@@ -211,22 +207,9 @@ fn count_frames(
     // logical pixels.
     let to_px = |name: &str, rect: Rect| -> Option<serde_json::Value> {
         let (camera, transform) = cameras.single().ok()?;
-        let scale = camera.target_scaling_factor().unwrap_or(1.0);
-        let a = camera
-            .world_to_viewport(transform, rect.min.extend(0.0))
-            .ok()?;
-        let c = camera
-            .world_to_viewport(transform, rect.max.extend(0.0))
-            .ok()?;
-        let (lo, hi) = (a.min(c) * scale, a.max(c) * scale);
-        Some(
-            serde_json::json!({ "name": name, "rect": [lo.x.round(), lo.y.round(), hi.x.round(), hi.y.round()] }),
-        )
+        let rect = world_rect_to_px(camera, transform, rect)?;
+        Some(serde_json::json!({ "name": name, "rect": rect }))
     };
-    let blocks_px: Vec<serde_json::Value> = blocks
-        .iter()
-        .filter_map(|b| to_px(&b.name, b.rect))
-        .collect();
     let mut regions: Vec<&SceneRegion> = regions.iter().collect();
     regions.sort_by(|a, b| a.name.cmp(&b.name));
     let mut regions_px: Vec<serde_json::Value> = regions
@@ -234,49 +217,9 @@ fn count_frames(
         .filter_map(|r| to_px(&r.name, r.rect))
         .collect();
     // Regions the scenes drew with egui, already in pixels.
-    regions_px.extend(step_shown.regions.iter().chain(&flash_shown.regions).chain(&correctness_shown.regions).chain(&speedup_shown.regions).map(|(name, r)| {
+    regions_px.extend(state.scene_regions.iter().map(|(name, r)| {
         serde_json::json!({ "name": name, "rect": [r.min.x.round(), r.min.y.round(), r.max.x.round(), r.max.y.round()] })
     }));
-    let step = step_shown.index.map(|i| {
-        serde_json::json!({
-            "index": i,
-            "op": step_shown.op,
-            "phase": step_shown.phase,
-            "computed": step_shown.computed,
-            "tensors": step_shown.tensors,
-        })
-    });
-    let flash = (*scene.get() == Scene::Flash).then(|| {
-        serde_json::json!({
-            "pass": flash_shown.pass,
-            "position": flash_shown.position,
-            "visits": flash_shown.visits,
-            "q_tile": flash_shown.q_tile,
-            "k_block": flash_shown.k_block,
-            "source": flash_shown.source,
-            "step": flash_shown.step,
-            "max_abs_diff_vs_naive": flash_shown.max_abs_diff_vs_naive,
-        })
-    });
-    let correctness = (*scene.get() == Scene::Correctness).then(|| {
-        serde_json::json!({
-            "state": correctness_shown.state,
-            "tensors": correctness_shown.tensors,
-            "selected": correctness_shown.selected,
-            "max_rel": correctness_shown.max_rel,
-            "worst_tensor": correctness_shown.worst_tensor,
-        })
-    });
-    let speedup = (*scene.get() == Scene::Speedup).then(|| {
-        serde_json::json!({
-            "running": speedup.running(),
-            "frames_since_cancel": speedup.frames_since_cancel,
-            "paused_run_at": speedup.paused_run_at,
-            "message": speedup.message,
-            "results": speedup.results,
-            "kernels": speedup.kernels_json(),
-        })
-    });
     if let Some(r) = lesson.narration_rect {
         regions_px.push(serde_json::json!({ "name": "narration", "rect": [r.min.x.round(), r.min.y.round(), r.max.x.round(), r.max.y.round()] }));
     }
@@ -307,12 +250,6 @@ fn count_frames(
         });
         (r.step(), ms)
     });
-    let distinct = {
-        let mut h = state.heatmap_hashes.clone();
-        h.sort_unstable();
-        h.dedup();
-        h.len()
-    };
     let mut errors = status.errors.clone();
     if let Some(path) = &status.confirm_replace {
         let message = format!(
@@ -322,7 +259,7 @@ fn count_frames(
         eprintln!("error: {message}");
         errors.push(message);
     }
-    let line = serde_json::json!({
+    let mut line = serde_json::json!({
         "frames": state.frames,
         "mean_frame_ms": state.frame_ms / state.timed.max(1) as f64,
         "max_frame_ms": state.max_frame_ms,
@@ -336,16 +273,9 @@ fn count_frames(
         "lab": run.as_ref().map(|r| r.config().lab.describe()),
         "lr": run.as_ref().map(|r| r.config().lr),
         "notice": run.as_ref().and_then(|r| r.notice.clone()),
-        "heatmap_snapshots": state.heatmap_hashes.len(),
-        "heatmap_distinct": distinct,
         "scene": scene.get().key(),
-        "blocks": blocks_px,
         "regions": regions_px,
         "attention": attention,
-        "step": step,
-        "flash": flash,
-        "correctness": correctness,
-        "speedup": speedup,
         "lesson": lesson_line,
         "errors": errors,
         "presenter": ui_state.presenter,
@@ -359,6 +289,11 @@ fn count_frames(
             Err(e) => serde_json::json!({ "error": e }),
         }).collect::<Vec<_>>(),
     });
+    // What the scenes add: the Model scene's blocks and heatmap updates,
+    // the Step, Flash, CPU-vs-GPU and Speedup scenes' state.
+    for (key, value) in std::mem::take(&mut state.scene_fields) {
+        line[key] = value;
+    }
     println!("{line}");
     // A save that waited for a confirmation headless cannot give.
     let failed = capture == 3 || status.confirm_replace.is_some();

@@ -10,15 +10,57 @@
 //! / Page Down (a clicker's keys; the arrows too in presenter mode).
 
 use super::scenes::Scene;
-use super::scenes::attention::AttentionView;
-use super::scenes::flash::FlashView;
-use super::scenes::model::{Heatmap, Selection};
-use super::scenes::speedup::{SpeedupTab, SpeedupView};
-use super::scenes::step::StepView;
-use super::training::{AppStatus, Run, RunCommand, RunState};
+use super::training::{Run, RunCommand, RunState};
 use crate::lesson::{Action, Focus, Lesson};
 use bevy::prelude::*;
 use bevy_egui::{EguiContexts, egui};
+
+/// A focus for a scene, delivered once that scene is showing: a lesson
+/// step's, or a link from another scene (a node of the flow opening the
+/// Step scene at its entry). The scene it names observes it and points
+/// itself there (a head, a position, an op, a tensor). A scene whose
+/// entities are not there yet hands it back with [`PendingFocus::retry`].
+#[derive(Event, Clone, Debug)]
+pub struct LessonFocus {
+    pub scene: Scene,
+    pub focus: Focus,
+    /// The preset the lesson was checked against (for messages).
+    pub preset: String,
+}
+
+/// The focus waiting for its scene to show (see [`LessonFocus`]).
+#[derive(Resource, Default, Debug)]
+pub struct PendingFocus(Option<LessonFocus>);
+
+impl PendingFocus {
+    /// Points `focus.scene` at `focus` once it shows (the caller switches
+    /// to it).
+    pub fn set(&mut self, focus: LessonFocus) {
+        self.0 = Some(focus);
+    }
+
+    /// The focus found nothing to point at yet (its scene's entities come a
+    /// frame later): deliver it again next frame.
+    pub fn retry(&mut self, focus: &LessonFocus) {
+        self.0 = Some(focus.clone());
+    }
+}
+
+/// Delivers the pending focus once its scene shows.
+fn deliver_focus(
+    mut pending: ResMut<PendingFocus>,
+    scene: Res<State<Scene>>,
+    mut triggers: Commands,
+) {
+    if pending.0.as_ref().is_some_and(|f| f.scene == *scene.get()) {
+        triggers.trigger(pending.0.take().expect("checked"));
+    }
+}
+
+/// A step's action, once when the step opens: the scenes it concerns
+/// observe it (the player itself trains and switches the heatmaps' view).
+#[derive(Event, Clone, Debug)]
+pub struct LessonAction(pub Action);
 
 /// The lesson being played, if any, and where in it.
 #[derive(Resource, Default)]
@@ -29,8 +71,6 @@ pub struct LessonPlayer {
     pub step: usize,
     /// The step whose scene, focus and action were applied.
     applied: Option<usize>,
-    /// The focus still waits for its scene's entities (a heatmap).
-    focus_pending: bool,
     /// Pause the run when it reaches this step (a `Train(n)` action).
     train_until: Option<u64>,
     /// The run has been seen training since `train_until` was set (a lab's
@@ -70,10 +110,14 @@ pub struct LessonPlugin;
 
 impl Plugin for LessonPlugin {
     fn build(&self, app: &mut App) {
-        app.init_resource::<LessonPlayer>().add_systems(
-            Update,
-            (keys, apply_step).chain().in_set(super::AppSystems::Input),
-        );
+        app.init_resource::<LessonPlayer>()
+            .init_resource::<PendingFocus>()
+            .add_systems(
+                Update,
+                (keys, apply_step, deliver_focus)
+                    .chain()
+                    .in_set(super::schedule::AppSystems::Input),
+            );
     }
 }
 
@@ -84,7 +128,7 @@ fn keys(
     keys: Option<Res<ButtonInput<KeyCode>>>,
     mut player: ResMut<LessonPlayer>,
     mut contexts: EguiContexts,
-    ui_state: Res<super::ui::UiState>,
+    ui_state: Res<super::ui::state::UiState>,
 ) {
     let Some(keys) = keys else { return };
     if player.lesson.is_none() {
@@ -108,24 +152,17 @@ fn keys(
 
 /// Applies the step's scene, focus and action once when it opens; retries
 /// a focus whose entities are not there yet; pauses a `Train(n)` at n.
-#[allow(clippy::too_many_arguments)]
 fn apply_step(
     mut player: ResMut<LessonPlayer>,
     mut next_scene: ResMut<NextState<Scene>>,
     scene: Res<State<Scene>>,
     run: Option<Res<Run>>,
     mut commands: MessageWriter<RunCommand>,
-    (mut attention, mut step_view, mut flash, mut speedup): (
-        ResMut<AttentionView>,
-        ResMut<StepView>,
-        ResMut<FlashView>,
-        ResMut<SpeedupView>,
-    ),
-    (heatmaps, mut selection): (Query<(Entity, &Heatmap)>, ResMut<Selection>),
-    (mut status, mut snapshots, mut ui_state): (
-        ResMut<AppStatus>,
+    mut triggers: Commands,
+    (mut snapshots, mut ui_state, mut pending): (
         ResMut<super::training::Snapshots>,
-        ResMut<super::ui::UiState>,
+        ResMut<super::ui::state::UiState>,
+        ResMut<PendingFocus>,
     ),
 ) {
     let player = &mut *player;
@@ -171,7 +208,11 @@ fn apply_step(
     let want = Scene::from_key(&step.scene).expect("lessons are checked against the scene keys");
     if player.applied != Some(player.step) {
         player.applied = Some(player.step);
-        player.focus_pending = true;
+        pending.set(LessonFocus {
+            scene: want,
+            focus: step.focus.clone(),
+            preset: lesson.preset.clone(),
+        });
         if *scene.get() != want {
             next_scene.set(want);
         }
@@ -215,111 +256,8 @@ fn apply_step(
                     }
                 }
             }
-            Some(Action::Prompt(text)) => {
-                attention.prompt = text.clone();
-                attention.prompt_set = true;
-                attention.source = super::scenes::attention::SourceKind::Prompt;
-                flash.prompt = text.clone();
-                step_view.prompt = text.clone();
-            }
-            Some(Action::PlayFlash) => {
-                flash.position = 0;
-                flash.phase = 0.0;
-                flash.playing = true;
-            }
-            Some(Action::Bench(presets)) => {
-                for (id, on) in &mut speedup.presets {
-                    *on = presets.contains(id);
-                }
-                speedup.tab = SpeedupTab::Curve;
-                let have = presets
-                    .iter()
-                    .all(|p| speedup.results.iter().any(|r| &r.preset == p));
-                if !have && !speedup.running() {
-                    speedup.start = true;
-                }
-            }
-            Some(Action::Kernels(preset)) => {
-                speedup.tab = SpeedupTab::Kernels;
-                // A step back or forth does not time the same preset again.
-                let have = speedup
-                    .kernels
-                    .as_ref()
-                    .is_some_and(|k| k.as_ref().is_ok_and(|k| &k.preset == preset));
-                if !have && !speedup.running() {
-                    speedup.kernels_preset = preset.clone();
-                    speedup.kernels_start = true;
-                }
-            }
-        }
-    }
-    if !player.focus_pending || *scene.get() != want {
-        return;
-    }
-    player.focus_pending = false;
-    match &step.focus {
-        Focus::Nothing => {
-            if want == Scene::Attention {
-                attention.focus = None;
-            }
-        }
-        Focus::Head { layer, head } => match want {
-            Scene::Attention => attention.focus = Some((*layer, *head)),
-            Scene::Flash => {
-                flash.layer = *layer;
-                flash.head = *head;
-            }
-            _ => {}
-        },
-        Focus::Position(p) => {
-            if want == Scene::Attention {
-                attention.position = Some(*p);
-            }
-        }
-        Focus::Op { .. } | Focus::Stage(_) => {
-            let Some(run) = &run else { return };
-            let program = &run.program;
-            let found = program.steps.iter().position(|s| match (s, &step.focus) {
-                (crate::program::Step::Forward(i), Focus::Op { label, backward }) => {
-                    !backward && &program.ops[*i].label == label
-                }
-                (crate::program::Step::Backward(i), Focus::Op { label, backward }) => {
-                    *backward && &program.ops[*i].label == label
-                }
-                (stage, Focus::Stage(name)) => program.family(*stage) == *name,
-                _ => false,
-            });
-            let label = match &step.focus {
-                Focus::Op { label, .. } | Focus::Stage(label) => label.clone(),
-                _ => unreachable!(),
-            };
-            match found {
-                Some(i) => step_view.position = i,
-                None => status.error(format!(
-                    "the lesson's op `{label}` is not in this run's program (it was checked against the {} preset)",
-                    lesson.preset
-                )),
-            }
-        }
-        Focus::Tensor(name) if want == Scene::Step => {
-            step_view.focus = Some(name.clone());
-        }
-        Focus::Tensor(name) | Focus::Layer(name) => {
-            if want == Scene::Model {
-                let param = match &step.focus {
-                    Focus::Tensor(_) => Some(name.as_str()),
-                    _ => None,
-                };
-                let hit = heatmaps.iter().find(|(_, h)| match param {
-                    Some(p) => h.param == p,
-                    None => h.param.starts_with(&format!("transformer.{name}.")),
-                });
-                match hit {
-                    Some((entity, _)) => *selection = Selection(Some(entity), true),
-                    // The scene's heatmaps are spawned a frame later.
-                    None => player.focus_pending = true,
-                }
-            }
+            // The scenes' own actions.
+            Some(action) => triggers.trigger(LessonAction(action.clone())),
         }
     }
 }

@@ -4,14 +4,18 @@
 //!
 //! One plugin per concern: [`training`] (the run, its commands, step
 //! records, and the tensor and probe requests of the views), [`graph`] (the
-//! ECS mirror of the program), [`scenes`] (the scene system: one Bevy state
-//! and plugin per scene, the shared camera and visual language), [`ui`] (the
-//! panels),
+//! ECS mirror of the program), [`canvas`] (the main view every scene draws
+//! on: camera, cursor, hover, colours, font), [`scenes`] (the scene list: one
+//! folder, Bevy state and plugin per scene, each registering what it adds in
+//! [`registry`] and through the lesson's events), [`ui`] (the panels),
 //! [`sample`] (text generation), [`files`] (corpora, presets, checkpoints in),
 //! [`export`] (the view or a chart out as PNG), [`lesson`] (the lesson player),
 //! [`headless`] (offscreen runs for checks), and in the browser `web` (the
 //! page: start, files, downloads, the link of [`link`]).
 
+#[cfg(target_arch = "wasm32")]
+pub mod browser;
+pub mod canvas;
 pub mod data;
 pub mod device_lost;
 pub mod engine;
@@ -22,8 +26,10 @@ pub mod headless;
 pub mod heatmap;
 pub mod lesson;
 pub mod link;
+pub mod registry;
 pub mod sample;
 pub mod scenes;
+pub mod schedule;
 pub mod training;
 pub mod ui;
 #[cfg(target_arch = "wasm32")]
@@ -33,20 +39,9 @@ use bevy::camera::{CameraOutputMode, RenderTarget, visibility::RenderLayers};
 use bevy::prelude::*;
 use bevy::render::render_resource::BlendState;
 use bevy_egui::{EguiGlobalSettings, EguiPlugin, PrimaryEguiContext};
-use std::path::PathBuf;
 use training::{RunSettings, TrainOnStart};
 
-/// The app's system sets in `Update`, in the order they run (chained once,
-/// here): input from files and the page, the run's commands and training,
-/// the entity mirror of the program, the scene camera, then the scenes.
-#[derive(SystemSet, Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum AppSystems {
-    Input,
-    Training,
-    Graph,
-    Camera,
-    Scene,
-}
+pub use schedule::AppSystems;
 
 /// How the app starts.
 #[derive(Clone, Debug)]
@@ -71,6 +66,9 @@ pub struct AppOptions {
     pub wide: bool,
     /// The lesson to play from the start: (its name, the lesson, the step).
     pub lesson: Option<(String, crate::lesson::Lesson, usize)>,
+    /// A checkpoint to open at start (its name and bytes) instead of the
+    /// fresh run of `settings`.
+    pub checkpoint: Option<(String, Vec<u8>)>,
     /// Run without a window for this many frames (see [`headless`]).
     pub headless: Option<headless::HeadlessConfig>,
 }
@@ -118,11 +116,11 @@ pub fn build(options: AppOptions) -> App {
             app.add_plugins(
                 DefaultPlugins
                     .set(WindowPlugin {
-                        primary_window: Some(web::window()),
+                        primary_window: Some(browser::window()),
                         ..default()
                     })
                     .set(bevy::render::RenderPlugin {
-                        render_creation: web::render_creation(),
+                        render_creation: browser::render_creation(),
                         ..default()
                     }),
             );
@@ -150,20 +148,23 @@ pub fn build(options: AppOptions) -> App {
     app.add_plugins(EguiPlugin::default())
         .insert_resource(options.settings)
         .insert_resource(TrainOnStart(options.train))
+        .insert_resource(training::OpenOnStart(options.checkpoint))
         .insert_resource(ui::UiState {
             wide: options.wide,
             ..Default::default()
         });
     add_explainer_plugins(&mut app);
-    app.add_plugins((
-        scenes::ScenesPlugin {
-            initial: options.scene,
+    app.insert_state(options.scene)
+        .insert_resource(scenes::SceneStart {
             step_op: options.step_op,
             flash_pass: options.flash_pass,
             flash_visit: options.flash_visit,
             bench: options.bench,
             kernels: options.kernels,
-        },
+        })
+        .add_plugins((canvas::CanvasPlugin, canvas::camera::CameraPlugin));
+    add_scene_plugins(&mut app);
+    app.add_plugins((
         ui::UiPlugin,
         files::FilesPlugin,
         device_lost::DeviceLostPlugin,
@@ -179,6 +180,16 @@ pub fn build(options: AppOptions) -> App {
     }
     app
 }
+
+/// Adds each scene's plugin, from the scene list.
+macro_rules! add_scene_plugins {
+    ($( $(#[$meta:meta])* $variant:ident, $module:ident, $key:literal, $title:literal, $about:literal; )*) => {
+        fn add_scene_plugins(app: &mut App) {
+            $( app.add_plugins(scenes::$module::ScenePlugin); )*
+        }
+    };
+}
+scenes::scene_list!(add_scene_plugins);
 
 /// Runs the app until it exits.
 pub fn run(options: AppOptions) -> AppExit {
@@ -200,12 +211,12 @@ fn spawn_cameras(
             bevy::render::render_resource::TextureFormat::Rgba8UnormSrgb,
             None,
         ));
-        commands.insert_resource(headless::HeadlessTarget(handle.clone()));
+        commands.insert_resource(canvas::HeadlessTarget(handle.clone()));
         RenderTarget::Image(handle.into())
     });
     let mut scene = commands.spawn((
         Camera2d,
-        scenes::SceneCamera,
+        canvas::SceneCamera,
         Camera {
             order: 0,
             ..default()
@@ -233,7 +244,4 @@ fn spawn_cameras(
     }
 }
 
-/// Where the app saves its checkpoint unless told otherwise.
-pub fn default_checkpoint_path() -> PathBuf {
-    PathBuf::from("tinygpt-app.safetensors")
-}
+pub use ui::state::default_checkpoint_path;

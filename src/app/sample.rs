@@ -70,7 +70,7 @@ impl Plugin for SamplePlugin {
     fn build(&self, app: &mut App) {
         app.init_resource::<SampleState>().add_systems(
             Update,
-            (want_weights, run_sampler).in_set(super::AppSystems::Scene),
+            (want_weights, run_sampler).in_set(super::schedule::AppSystems::Scene),
         );
     }
 }

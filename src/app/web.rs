@@ -8,49 +8,14 @@
 //! The page defines `window.tinygptHost` before it loads the wasm; the
 //! functions below are its methods.
 
+use super::browser::{
+    get_fragment, has_webgpu, report, set_fragment, take_file_bytes, take_file_name,
+};
 use super::link::Link;
 use super::training::{AppStatus, BackendChoice, Run, RunSettings, RunState, Snapshots};
 use super::{AppOptions, files};
 use crate::model::config::{BUILTIN_PRESETS, Config, DEFAULT_PRESET};
 use bevy::prelude::*;
-use bevy::render::settings::{Backends, RenderCreation, WgpuSettings, WgpuSettingsPriority};
-use wasm_bindgen::prelude::*;
-
-#[wasm_bindgen]
-extern "C" {
-    /// Whether the page found a WebGPU adapter (it asks before loading us).
-    #[wasm_bindgen(js_namespace = tinygptHost, js_name = hasWebGpu)]
-    fn has_webgpu() -> bool;
-    /// The URL fragment, without `#`.
-    #[wasm_bindgen(js_namespace = tinygptHost, js_name = getFragment)]
-    fn get_fragment() -> String;
-    /// Replaces the URL fragment (no new history entry).
-    #[wasm_bindgen(js_namespace = tinygptHost, js_name = setFragment)]
-    fn set_fragment(fragment: &str);
-    /// The name of the next file the user gave the page, if any…
-    #[wasm_bindgen(js_namespace = tinygptHost, js_name = takeFileName)]
-    fn take_file_name() -> Option<String>;
-    /// …and its bytes (taken together with the name).
-    #[wasm_bindgen(js_namespace = tinygptHost, js_name = takeFileBytes)]
-    fn take_file_bytes() -> Vec<u8>;
-    /// Opens the browser's file chooser.
-    #[wasm_bindgen(js_namespace = tinygptHost, js_name = openFilePicker)]
-    pub fn open_file_picker();
-    /// Offers bytes as a download named `name`.
-    #[wasm_bindgen(js_namespace = tinygptHost, js_name = download)]
-    fn host_download(name: &str, bytes: &[u8]);
-    /// The app's state as JSON, for the page and for tests.
-    #[wasm_bindgen(js_namespace = tinygptHost, js_name = report)]
-    fn report(status: &str);
-}
-
-/// Offers bytes as a download (how the browser build saves checkpoints).
-pub fn download(name: &str, bytes: &[u8]) {
-    host_download(name, bytes);
-}
-
-/// Why the browser build trains on the CPU when it has no WebGPU.
-pub const NO_WEBGPU: &str = "This browser offers no WebGPU, so the page draws through WebGL2 (which cannot run compute shaders) and the model trains on the CPU, in one thread (WebAssembly here has no threads): about ten to a hundred times slower than on a GPU. To train on your GPU, open this page in a browser with WebGPU turned on: Chrome or Edge 113 or later, Safari 26, or Firefox 141 or later on Windows.";
 
 /// The wasm entry: reads the link, starts the app in the page's canvas.
 pub fn main() {
@@ -86,6 +51,7 @@ pub fn main() {
             Some((name.clone(), lesson, step))
         }),
         headless: None,
+        checkpoint: None,
     });
     if let Some(view) = link.view {
         app.world_mut().resource_mut::<Snapshots>().set_view(view);
@@ -98,39 +64,6 @@ pub fn main() {
     app.run();
 }
 
-/// The window: the page's canvas, sized to its parent.
-pub fn window() -> Window {
-    Window {
-        title: "TinyGPT Explainer".into(),
-        canvas: Some("#tinygpt".into()),
-        fit_canvas_to_parent: true,
-        // Let the page keep its own keys (reload, zoom, tab).
-        prevent_default_event_handling: false,
-        ..default()
-    }
-}
-
-/// The renderer: WebGPU with the adapter's own limits (the kernels want
-/// more than WebGPU's defaults for the larger presets), or WebGL2's where
-/// the page found no WebGPU adapter.
-pub fn render_creation() -> RenderCreation {
-    let settings = if has_webgpu() {
-        WgpuSettings {
-            backends: Some(Backends::BROWSER_WEBGPU),
-            priority: WgpuSettingsPriority::Functionality,
-            ..default()
-        }
-    } else {
-        WgpuSettings {
-            backends: Some(Backends::GL),
-            priority: WgpuSettingsPriority::WebGL2,
-            limits: wgpu::Limits::downlevel_webgl2_defaults(),
-            ..default()
-        }
-    };
-    RenderCreation::Automatic(Box::new(settings))
-}
-
 pub struct WebPlugin;
 
 impl Plugin for WebPlugin {
@@ -138,8 +71,10 @@ impl Plugin for WebPlugin {
         app.init_resource::<PageState>().add_systems(
             Update,
             (
-                files_from_page.in_set(super::AppSystems::Input),
-                (keep_link, report_to_page).in_set(super::AppSystems::Scene),
+                files_from_page.in_set(super::schedule::AppSystems::Input),
+                (keep_link, gather_scene_fields, report_to_page)
+                    .chain()
+                    .in_set(super::schedule::AppSystems::Scene),
             ),
         );
     }
@@ -151,6 +86,14 @@ struct PageState {
     fragment: String,
     report: String,
     frames: u64,
+    /// The scenes' fields of the report, from the registry this frame.
+    scene_fields: Vec<(&'static str, serde_json::Value)>,
+}
+
+/// Asks the registry for the scenes' fields of the page's report.
+fn gather_scene_fields(world: &mut World) {
+    let fields = super::registry::SceneRegistry::fields(world, super::registry::Report::Page);
+    world.resource_mut::<PageState>().scene_fields = fields;
 }
 
 fn files_from_page(
@@ -209,10 +152,8 @@ fn report_to_page(
     status: Res<AppStatus>,
     sample: Res<super::sample::SampleState>,
     mut page: ResMut<PageState>,
-    (scene, speedup, correctness, lesson): (
+    (scene, lesson): (
         Res<State<super::scenes::Scene>>,
-        Res<super::scenes::speedup::SpeedupView>,
-        Res<super::scenes::correctness::CorrectnessShown>,
         Res<super::lesson::LessonPlayer>,
     ),
 ) {
@@ -220,7 +161,7 @@ fn report_to_page(
     let Some(run) = run else { return };
     let last = run.last;
     let sample_text = sample.text.lock().map(|t| t.clone()).unwrap_or_default();
-    let value = serde_json::json!({
+    let mut value = serde_json::json!({
         "frames": page.frames,
         "backend": run.backend_label.split(' ').next().unwrap_or(""),
         "backend_label": run.backend_label,
@@ -240,25 +181,17 @@ fn report_to_page(
         "info": status.info,
         "errors": status.errors,
         "scene": scene.get().key(),
-        "speedup": {
-            "running": speedup.running(),
-            "message": speedup.message,
-            "results": speedup.results.iter().map(|r| serde_json::json!({
-                "preset": r.preset, "backend": r.backend, "median_ms": r.median_ms,
-            })).collect::<Vec<_>>(),
-        },
         "lesson": lesson.lesson.as_ref().map(|(name, l)| serde_json::json!({
             "name": name,
             "step": lesson.step + 1,
             "steps": l.steps.len(),
             "narration_drawn": lesson.narration_rect.is_some(),
         })),
-        "correctness": {
-            "state": correctness.state,
-            "tensors": correctness.tensors,
-            "max_rel": correctness.max_rel,
-        },
     });
+    // The Speedup scene's bench and the CPU-vs-GPU scene's comparison.
+    for (key, field) in std::mem::take(&mut page.scene_fields) {
+        value[key] = field;
+    }
     // Frames change every time; send only when something else did, or
     // once a second.
     let mut key = value.clone();

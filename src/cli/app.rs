@@ -17,6 +17,11 @@ pub struct AppArgs {
     /// A text file to train on (default: TinyShakespeare, built in).
     #[arg(long)]
     corpus: Option<PathBuf>,
+    /// Open a trained model instead of a fresh one: a checkpoint file, or
+    /// a shipped one by name (tiny, small). `tinygpt` alone opens the
+    /// shipped small in the "Inside the model" scene.
+    #[arg(long)]
+    checkpoint: Option<String>,
     /// Training steps of the run (default: the preset's).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     steps: Option<u64>,
@@ -132,7 +137,12 @@ impl AppArgs {
             #[command(flatten)]
             args: AppArgs,
         }
-        Wrapper::parse_from(["tinygpt"]).args
+        // A newcomer first sees a trained model predicting: the shipped
+        // small, in the "Inside the model" scene.
+        let mut args = Wrapper::parse_from(["tinygpt"]).args;
+        args.scene = Scene::Flow;
+        args.checkpoint = Some("small".into());
+        args
     }
 }
 
@@ -180,6 +190,25 @@ pub fn run_app(args: AppArgs) -> Result<()> {
             .map_err(anyhow::Error::msg)?;
         settings.corpus = source;
     }
+    // A checkpoint to open: a shipped one by name, else a file.
+    let checkpoint = match &args.checkpoint {
+        None => None,
+        Some(name) => match tinygpt::model::shipped::shipped(name) {
+            Some(bytes) => Some((format!("{name} (shipped)"), bytes.to_vec())),
+            None => {
+                let path = std::path::Path::new(name);
+                let bytes = tinygpt::data::read_file(path, 8 << 30).map_err(|e| {
+                    anyhow::anyhow!(
+                        "cannot read the checkpoint {name}: {e}; give a .safetensors file or a shipped name ({}) with --checkpoint",
+                        tinygpt::model::shipped::SHIPPED.iter().map(|s| s.0).collect::<Vec<_>>().join(", ")
+                    )
+                })?;
+                tinygpt::model::checkpoint::Checkpoint::from_bytes(&bytes, name)
+                    .map_err(|e| anyhow::anyhow!("cannot open the checkpoint {name}: {e}"))?;
+                Some((name.clone(), bytes))
+            }
+        },
+    };
     if let Some(s) = args.steps {
         settings.steps = s;
     }
@@ -199,6 +228,11 @@ pub fn run_app(args: AppArgs) -> Result<()> {
             let lesson = args.lesson.as_deref().map(std::path::Path::new);
             let inputs: Vec<Input> = [
                 args.corpus.as_deref().map(|p| Input::new("--corpus", p)),
+                args.checkpoint
+                    .as_deref()
+                    .map(std::path::Path::new)
+                    .filter(|p| p.is_file())
+                    .map(|p| Input::new("--checkpoint", p)),
                 preset.is_file().then(|| Input::new("--preset", preset)),
                 lesson.filter(|p| p.is_file()).map(|p| Input::new("--lesson", p)),
             ]
@@ -247,6 +281,7 @@ pub fn run_app(args: AppArgs) -> Result<()> {
         wide: args.wide,
         lesson,
         headless,
+        checkpoint,
     });
     if let Some(e) = lesson_error {
         app.world_mut()

@@ -16,11 +16,14 @@
 
 mod numbers;
 mod panels;
+mod report;
 
 use super::Scene;
+use crate::app::lesson::{LessonAction, LessonFocus};
 use crate::app::training::{FlashTraces, Run};
 use crate::app::ui::UiState;
 use crate::flash::{FlashTrace, FlashWant, Pass, TraceSource, Visit};
+use crate::lesson::{Action, Focus};
 use crate::probe::ProbeSource;
 use bevy::prelude::*;
 use bevy_egui::{EguiContexts, EguiPrimaryContextPass, egui};
@@ -114,20 +117,26 @@ struct Pictures {
     textures: HashMap<&'static str, egui::TextureHandle>,
 }
 
-pub struct FlashScenePlugin {
-    pub initial: FlashView,
-}
+pub struct ScenePlugin;
 
-impl Plugin for FlashScenePlugin {
+impl Plugin for ScenePlugin {
     fn build(&self, app: &mut App) {
-        app.insert_resource(self.initial.clone())
+        report::register(app);
+        let start = app
+            .world()
+            .get_resource::<super::SceneStart>()
+            .cloned()
+            .unwrap_or_default();
+        app.insert_resource(FlashView::at(start.flash_pass, start.flash_visit))
             .init_resource::<FlashShown>()
+            .add_observer(lesson_focus)
+            .add_observer(lesson_action)
             .init_resource::<Pictures>()
             .add_systems(OnExit(Scene::Flash), leave)
             .add_systems(
                 Update,
                 drive
-                    .in_set(crate::app::AppSystems::Scene)
+                    .in_set(crate::app::schedule::AppSystems::Scene)
                     .run_if(in_state(Scene::Flash)),
             )
             .add_systems(
@@ -593,4 +602,27 @@ fn step(view: &mut FlashView, count: usize, by: i64) {
     view.playing = false;
     view.phase = 1.0;
     view.position = (view.position as i64 + by).clamp(0, count.saturating_sub(1) as i64) as usize;
+}
+
+/// A lesson step's head becomes the one the replay tiles.
+fn lesson_focus(event: On<LessonFocus>, mut view: ResMut<FlashView>) {
+    if event.scene == Scene::Flash
+        && let Focus::Head { layer, head } = event.focus
+    {
+        view.layer = layer;
+        view.head = head;
+    }
+}
+
+/// A lesson step's prompt, or its "play the replay from the start".
+fn lesson_action(event: On<LessonAction>, mut view: ResMut<FlashView>) {
+    match &event.0 {
+        Action::Prompt(text) => view.prompt = text.clone(),
+        Action::PlayFlash => {
+            view.position = 0;
+            view.phase = 0.0;
+            view.playing = true;
+        }
+        _ => {}
+    }
 }

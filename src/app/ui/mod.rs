@@ -5,11 +5,12 @@
 //! scene draws its own toolbar over the top of it ([`scene_toolbar`]) and
 //! its own inspector.
 
+use crate::app::canvas::{Hover, SceneCamera};
 #[cfg(not(target_arch = "wasm32"))]
-use super::files;
-use super::sample::SampleState;
-use super::scenes::{Hover, Scene, SceneCamera};
-use super::training::{
+use crate::app::files;
+use crate::app::sample::SampleState;
+use crate::app::scenes::Scene;
+use crate::app::training::{
     AppStatus, BackendChoice, Run, RunCommand, RunSettings, RunState, StepRecord,
 };
 use crate::model::config::{BUILTIN_PRESETS, Config};
@@ -19,83 +20,10 @@ use bevy_egui::{EguiContexts, EguiPrimaryContextPass, egui};
 use egui_plot::{HLine, Legend, Line, Plot, PlotPoints, Points};
 use std::path::PathBuf;
 
-/// What the panels keep between frames.
-#[derive(Resource)]
-pub struct UiState {
-    pub corpus_path: String,
-    pub checkpoint_path: String,
-    /// The main view's rectangle in physical pixels (x, y, w, h).
-    pub central: Option<(u32, u32, u32, u32)>,
-    /// The wide view: the side panels hidden, the scene fills the window.
-    pub wide: bool,
-    /// Presenter mode: big type, high contrast, the panels hidden, a
-    /// highlight round the pointer, Space for train/pause and the arrows
-    /// for a lesson's steps.
-    pub presenter: bool,
-    /// Animations jump instead of moving (the FlashAttention replay).
-    pub reduced_motion: bool,
-}
-
-impl UiState {
-    /// Presenter mode on or off; it hides or brings back the side panels
-    /// with it.
-    pub fn set_presenter(&mut self, on: bool) {
-        self.presenter = on;
-        self.wide = on;
-    }
-
-    /// The main view's rectangle in egui points, once laid out.
-    pub fn central_rect(&self, ctx: &egui::Context) -> Option<egui::Rect> {
-        let ppp = ctx.pixels_per_point();
-        self.central.map(|c| {
-            egui::Rect::from_min_size(
-                egui::pos2(c.0 as f32 / ppp, c.1 as f32 / ppp),
-                egui::vec2(c.2 as f32 / ppp, c.3 as f32 / ppp),
-            )
-        })
-    }
-}
-
-/// A scene's toolbar: a row of controls floating over the top-left of the
-/// main view, on a panel-coloured strip (the camera leaves room for it),
-/// wrapping inside the main view's width so it never covers a side panel.
-pub fn scene_toolbar(
-    ctx: &egui::Context,
-    id: &'static str,
-    view: egui::Rect,
-    add_contents: impl FnOnce(&mut egui::Ui),
-) {
-    egui::Area::new(egui::Id::new(id))
-        .fixed_pos(view.min + egui::vec2(6.0, 6.0))
-        .order(egui::Order::Middle)
-        .show(ctx, |ui| {
-            ui.set_max_width(view.width() - 30.0);
-            egui::Frame::popup(ui.style()).show(ui, |ui| {
-                ui.set_max_width(view.width() - 30.0);
-                ui.horizontal_wrapped(add_contents);
-            });
-        });
-}
-
-/// Where a scene's toolbar ends (its last frame's height; one row of
-/// controls until it has been laid out): the scene's body starts below it.
-pub fn toolbar_bottom(ctx: &egui::Context, id: &'static str, view: egui::Rect) -> f32 {
-    ctx.memory(|m| m.area_rect(egui::Id::new(id)))
-        .map_or(view.min.y + 48.0, |r| r.max.y + 4.0)
-}
-
-impl Default for UiState {
-    fn default() -> Self {
-        Self {
-            corpus_path: String::new(),
-            checkpoint_path: super::default_checkpoint_path().display().to_string(),
-            central: None,
-            wide: false,
-            presenter: false,
-            reduced_motion: false,
-        }
-    }
-}
+pub mod state;
+pub mod toolbar;
+pub use state::UiState;
+pub use toolbar::{scene_toolbar, toolbar_bottom};
 
 pub struct UiPlugin;
 
@@ -134,7 +62,7 @@ fn use_label_font(mut contexts: EguiContexts, mut done: Local<bool>) -> Result {
     let mut fonts = egui::FontDefinitions::default();
     fonts.font_data.insert(
         "dejavu".into(),
-        std::sync::Arc::new(egui::FontData::from_static(super::scenes::LABEL_FONT)),
+        std::sync::Arc::new(egui::FontData::from_static(crate::app::canvas::LABEL_FONT)),
     );
     for family in [egui::FontFamily::Proportional, egui::FontFamily::Monospace] {
         fonts
@@ -178,12 +106,12 @@ pub fn draw_ui(
     mut sample: ResMut<SampleState>,
     scene: Res<State<Scene>>,
     mut next_scene: ResMut<NextState<Scene>>,
-    mut export: MessageWriter<super::export::ExportPng>,
-    mut lesson: ResMut<super::lesson::LessonPlayer>,
-    earlier: Res<super::training::EarlierRuns>,
+    mut export: MessageWriter<crate::app::export::ExportPng>,
+    mut lesson: ResMut<crate::app::lesson::LessonPlayer>,
+    earlier: Res<crate::app::training::EarlierRuns>,
     mut data_out: (
-        MessageWriter<super::data::ExportData>,
-        MessageWriter<super::data::ExportLossChart>,
+        MessageWriter<crate::app::data::ExportData>,
+        MessageWriter<crate::app::data::ExportLossChart>,
     ),
 ) -> Result {
     let ctx = contexts.ctx_mut()?;
@@ -245,7 +173,7 @@ pub fn draw_ui(
     });
 
     // ---- bottom, above the status line: the lesson's narration
-    super::lesson::narration_panel(&mut root, &mut lesson, ui_state.presenter);
+    crate::app::lesson::narration_panel(&mut root, &mut lesson, ui_state.presenter);
 
     // ---- top: the scene switcher
     egui::Panel::top("scene").show(&mut root, |ui| {
@@ -281,16 +209,16 @@ pub fn draw_ui(
                     {
                         ui_state.set_presenter(presenter);
                     }
-                    let mut cb = super::heatmap::palette() == super::heatmap::Palette::OrangePurple;
+                    let mut cb = crate::app::heatmap::palette() == crate::app::heatmap::Palette::OrangePurple;
                     if ui
                         .checkbox(&mut cb, "colour-blind-safe palette (orange/purple)")
                         .on_hover_text("heatmaps in ColorBrewer's PuOr instead of RdBu: distinct for red-green colour blindness")
                         .changed()
                     {
-                        super::heatmap::set_palette(if cb {
-                            super::heatmap::Palette::OrangePurple
+                        crate::app::heatmap::set_palette(if cb {
+                            crate::app::heatmap::Palette::OrangePurple
                         } else {
-                            super::heatmap::Palette::RedBlue
+                            crate::app::heatmap::Palette::RedBlue
                         });
                     }
                     ui.checkbox(&mut ui_state.reduced_motion, "reduced motion")
@@ -301,7 +229,7 @@ pub fn draw_ui(
                     .on_hover_text("save this view as a PNG (F12)")
                     .clicked()
                 {
-                    export.write(super::export::ExportPng {
+                    export.write(crate::app::export::ExportPng {
                         name: current.key().to_string(),
                         rect: None,
                     });
@@ -311,7 +239,7 @@ pub fn draw_ui(
                     .on_hover_text("save the numbers behind this view, the run and its loss history as JSON (F11)")
                     .clicked()
                 {
-                    data_out.0.write(super::data::ExportData);
+                    data_out.0.write(crate::app::data::ExportData);
                 }
                 if ui.available_width() > 520.0 {
                     ui.weak("wheel: zoom · drag: pan · 0: fit");
@@ -391,10 +319,10 @@ fn side_panels(
     run: &Run,
     status: &mut AppStatus,
     records: &Query<&StepRecord>,
-    earlier: &super::training::EarlierRuns,
+    earlier: &crate::app::training::EarlierRuns,
     commands: &mut MessageWriter<RunCommand>,
     sample: &mut SampleState,
-    loss_out: &mut MessageWriter<super::data::ExportLossChart>,
+    loss_out: &mut MessageWriter<crate::app::data::ExportLossChart>,
 ) {
     let run_label = run.label();
     // ---- left: run configuration, controls, metrics
@@ -436,7 +364,7 @@ fn side_panels(
             #[cfg(target_arch = "wasm32")]
             {
                 if ui.button("Open a file…").on_hover_text("a .txt corpus, a .ron preset or a .safetensors checkpoint").clicked() {
-                    super::web::open_file_picker();
+                    crate::app::browser::open_file_picker();
                 }
                 ui.small("or drop a .txt corpus, a .ron preset or a .safetensors checkpoint on the page");
             }
@@ -500,7 +428,7 @@ fn side_panels(
                     commands.write(RunCommand::SaveCheckpoint { path: PathBuf::new(), replace: false });
                 }
                 if ui.button("Load…").on_hover_text("a .safetensors checkpoint (or drop one on the page)").clicked() {
-                    super::web::open_file_picker();
+                    crate::app::browser::open_file_picker();
                 }
             });
             ui.horizontal(|ui| {
@@ -571,7 +499,7 @@ fn side_panels(
                     .on_hover_text("save this chart (with the runs before this one) as tinygpt-loss.svg and its points as tinygpt-loss.csv")
                     .clicked()
                 {
-                    loss_out.write(super::data::ExportLossChart);
+                    loss_out.write(crate::app::data::ExportLossChart);
                 }
             });
             let mut train: Vec<[f64; 2]> = records

@@ -6,11 +6,16 @@
 //! names the element under the pointer. Its toolbar switches what the
 //! heatmaps show (weights, gradients, Adam's moments) and the colour scale.
 
-use super::{ColorScale, Hover, Scene, SceneBounds, SceneCursor, label};
+mod report;
+
+use super::Scene;
+use crate::app::canvas::{ColorScale, Hover, SceneBounds, SceneCursor, label};
 use crate::app::graph::{Layer, Tensor};
 use crate::app::heatmap;
+use crate::app::lesson::{LessonFocus, PendingFocus};
 use crate::app::training::{HeatmapView, Run, RunCreated, Snapshots, TensorWants};
 use crate::app::ui::UiState;
+use crate::lesson::Focus;
 use crate::program::TensorKind;
 use bevy::asset::RenderAssetUsages;
 use bevy::prelude::*;
@@ -83,11 +88,13 @@ pub struct SelectionOutline;
 #[derive(Resource, Default, Debug)]
 pub struct Selection(pub Option<Entity>, pub bool);
 
-pub struct ModelScenePlugin;
+pub struct ScenePlugin;
 
-impl Plugin for ModelScenePlugin {
+impl Plugin for ScenePlugin {
     fn build(&self, app: &mut App) {
+        report::register(app);
         app.init_resource::<Selection>()
+            .add_observer(lesson_focus)
             .init_resource::<Rebuild>()
             .add_systems(OnEnter(Scene::Model), |mut r: ResMut<Rebuild>| r.0 = true)
             .add_systems(OnExit(Scene::Model), leave)
@@ -103,7 +110,7 @@ impl Plugin for ModelScenePlugin {
                     hover,
                 )
                     .chain()
-                    .in_set(crate::app::AppSystems::Scene)
+                    .in_set(crate::app::schedule::AppSystems::Scene)
                     .run_if(in_state(Scene::Model)),
             )
             .add_systems(
@@ -294,7 +301,7 @@ fn build_scene(
                 name: layer.name.clone(),
                 rect,
             },
-            super::SceneRegion {
+            crate::app::canvas::SceneRegion {
                 name: layer.name.clone(),
                 rect,
             },
@@ -337,7 +344,8 @@ fn build_scene(
             for (tensor_entity, t, size) in &column.params {
                 let (rows, cols) = heatmap::grid_of(&t.shape);
                 let (tr, tc) = heatmap::texture_size(rows, cols);
-                let handle = super::cell_texture(&mut images, tc, tr, [60, 60, 70, 255]);
+                let handle =
+                    crate::app::canvas::cell_texture(&mut images, tc, tr, [60, 60, 70, 255]);
                 let rect = Rect::from_corners(Vec2::new(x, cy - size.y), Vec2::new(x + size.x, cy));
                 cy -= size.y + 4.0;
                 let e = commands
@@ -572,7 +580,7 @@ fn hover(
 ) {
     let text = cursor.0.and_then(|world| {
         let (_, h) = heatmaps.get(heatmap_at(&heatmaps, world)?).ok()?;
-        let (r, c) = super::cell_at(h.rect, world, h.rows, h.cols);
+        let (r, c) = crate::app::canvas::cell_at(h.rect, world, h.rows, h.cols);
         let name = snapshots.view.tensor_name(&h.param);
         let value = snapshots
             .latest
@@ -711,4 +719,30 @@ fn inspector(
         snapshots.dirty_now();
     }
     Ok(())
+}
+
+/// A lesson step's tensor or layer: its heatmap selected (a frame later
+/// when the scene's heatmaps are not spawned yet).
+fn lesson_focus(
+    event: On<LessonFocus>,
+    heatmaps: Query<(Entity, &Heatmap)>,
+    mut selection: ResMut<Selection>,
+    mut pending: ResMut<PendingFocus>,
+) {
+    if event.scene != Scene::Model {
+        return;
+    }
+    let (name, param) = match &event.focus {
+        Focus::Tensor(name) => (name, Some(name.as_str())),
+        Focus::Layer(name) => (name, None),
+        _ => return,
+    };
+    let hit = heatmaps.iter().find(|(_, h)| match param {
+        Some(p) => h.param == p,
+        None => h.param.starts_with(&format!("transformer.{name}.")),
+    });
+    match hit {
+        Some((entity, _)) => *selection = Selection(Some(entity), true),
+        None => pending.retry(&event),
+    }
 }

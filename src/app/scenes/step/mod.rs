@@ -10,11 +10,15 @@
 //! views kept from the first pass. The run is paused while the scene is open
 //! and leaving it undoes the step, unless "Keep this step" made it the run's.
 
+mod report;
+
 use super::Scene;
 use crate::app::engine::Stepping;
 use crate::app::heatmap;
+use crate::app::lesson::{LessonAction, LessonFocus};
 use crate::app::training::{AppStatus, Run, RunState};
 use crate::app::ui::UiState;
+use crate::lesson::{Action, Focus};
 use crate::probe::byte_label;
 use crate::stepthrough::{Entry, EntryView, Phase, Role, Stats, TensorView};
 use crate::train::StepSource;
@@ -83,21 +87,27 @@ struct Pictures {
     textures: HashMap<(usize, usize), egui::TextureHandle>,
 }
 
-pub struct StepScenePlugin {
-    pub initial: StepView,
-}
+pub struct ScenePlugin;
 
-impl Plugin for StepScenePlugin {
+impl Plugin for ScenePlugin {
     fn build(&self, app: &mut App) {
-        app.insert_resource(self.initial.clone())
+        report::register(app);
+        let start = app
+            .world()
+            .get_resource::<super::SceneStart>()
+            .cloned()
+            .unwrap_or_default();
+        app.insert_resource(StepView::at(start.step_op))
             .init_resource::<StepShown>()
+            .add_observer(lesson_focus)
+            .add_observer(lesson_action)
             .init_resource::<Pictures>()
             .add_systems(OnEnter(Scene::Step), enter)
             .add_systems(OnExit(Scene::Step), leave)
             .add_systems(
                 Update,
                 drive
-                    .in_set(crate::app::AppSystems::Scene)
+                    .in_set(crate::app::schedule::AppSystems::Scene)
                     .run_if(in_state(Scene::Step)),
             )
             .add_systems(
@@ -811,4 +821,51 @@ fn tensor_card(
             });
     });
     image_rect
+}
+
+/// A lesson step's op or stage of the training step (found in this run's
+/// program), or a tensor to point at.
+fn lesson_focus(
+    event: On<LessonFocus>,
+    mut view: ResMut<StepView>,
+    run: Option<Res<Run>>,
+    mut status: ResMut<AppStatus>,
+) {
+    if event.scene != Scene::Step {
+        return;
+    }
+    let label = match &event.focus {
+        Focus::Tensor(name) => {
+            view.focus = Some(name.clone());
+            return;
+        }
+        Focus::Op { label, .. } | Focus::Stage(label) => label,
+        _ => return,
+    };
+    let Some(run) = &run else { return };
+    let program = &run.program;
+    let found = program.steps.iter().position(|s| match (s, &event.focus) {
+        (crate::program::Step::Forward(i), Focus::Op { label, backward }) => {
+            !backward && &program.ops[*i].label == label
+        }
+        (crate::program::Step::Backward(i), Focus::Op { label, backward }) => {
+            *backward && &program.ops[*i].label == label
+        }
+        (stage, Focus::Stage(name)) => program.family(*stage) == *name,
+        _ => false,
+    });
+    match found {
+        Some(i) => view.position = i,
+        None => status.error(format!(
+            "the lesson's op `{label}` is not in this run's program (it was checked against the {} preset)",
+            event.preset
+        )),
+    }
+}
+
+/// A lesson step's prompt becomes this scene's.
+fn lesson_action(event: On<LessonAction>, mut view: ResMut<StepView>) {
+    if let Action::Prompt(text) = &event.0 {
+        view.prompt = text.clone();
+    }
 }

@@ -49,7 +49,7 @@ impl Plugin for CameraPlugin {
             Update,
             (track_cursor, pan_and_zoom, fit_camera)
                 .chain()
-                .in_set(crate::app::AppSystems::Camera),
+                .in_set(crate::app::schedule::AppSystems::Camera),
         );
     }
 }
@@ -102,7 +102,7 @@ fn pan_and_zoom(
     cameras: Query<&Projection, With<SceneCamera>>,
     mut control: ResMut<ViewControl>,
     (ui_state, lesson): (
-        Option<Res<crate::app::ui::UiState>>,
+        Option<Res<crate::app::ui::state::UiState>>,
         Option<Res<crate::app::lesson::LessonPlayer>>,
     ),
 ) {

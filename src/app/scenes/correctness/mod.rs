@@ -15,6 +15,8 @@
 //! (the step must see the weights the snapshot read); the run's own
 //! backend is never touched.
 
+mod report;
+
 use super::Scene;
 use crate::app::heatmap;
 use crate::app::training::{AppStatus, GpuDevice, Run, RunState, Snapshots, TensorWants};
@@ -234,10 +236,11 @@ pub struct CorrectnessShown {
     pub regions: Vec<(String, egui::Rect)>,
 }
 
-pub struct CorrectnessScenePlugin;
+pub struct ScenePlugin;
 
-impl Plugin for CorrectnessScenePlugin {
+impl Plugin for ScenePlugin {
     fn build(&self, app: &mut App) {
+        report::register(app);
         app.init_resource::<CorrectnessView>()
             .init_resource::<CorrectnessShown>()
             .add_systems(OnEnter(Scene::Correctness), enter)
@@ -245,7 +248,7 @@ impl Plugin for CorrectnessScenePlugin {
             .add_systems(
                 Update,
                 drive
-                    .in_set(crate::app::AppSystems::Scene)
+                    .in_set(crate::app::schedule::AppSystems::Scene)
                     .run_if(in_state(Scene::Correctness)),
             )
             .add_systems(

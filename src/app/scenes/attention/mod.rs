@@ -12,9 +12,14 @@
 //! the GPU, the same function as the backward's on the CPU). While training
 //! runs, the probe repeats a few times a second from the current weights.
 
-use super::{Hover, Scene, SceneBounds, SceneCursor, label};
+mod report;
+
+use super::Scene;
+use crate::app::canvas::{Hover, SceneBounds, SceneCursor, label};
+use crate::app::lesson::{LessonAction, LessonFocus};
 use crate::app::training::{CorpusSource, Probes, Run, RunSettings, RunState};
 use crate::app::ui::UiState;
+use crate::lesson::{Action, Focus};
 use crate::probe::{ProbeResult, ProbeSource, byte_label};
 use crate::train::sample::{SampleOptions, next_byte_distribution};
 use bevy::prelude::*;
@@ -96,18 +101,21 @@ struct AttentionItem;
 #[derive(Resource, Default, PartialEq, Clone, Debug)]
 struct Layout(Option<(usize, Vec<usize>, usize, Option<(usize, usize)>)>);
 
-pub struct AttentionScenePlugin;
+pub struct ScenePlugin;
 
-impl Plugin for AttentionScenePlugin {
+impl Plugin for ScenePlugin {
     fn build(&self, app: &mut App) {
+        report::register(app);
         app.init_resource::<AttentionView>()
             .init_resource::<Layout>()
+            .add_observer(lesson_focus)
+            .add_observer(lesson_action)
             .add_systems(OnExit(Scene::Attention), leave)
             .add_systems(
                 Update,
                 (request_probe, layout, paint, click, hover)
                     .chain()
-                    .in_set(crate::app::AppSystems::Scene)
+                    .in_set(crate::app::schedule::AppSystems::Scene)
                     .run_if(in_state(Scene::Attention)),
             )
             .add_systems(
@@ -202,7 +210,7 @@ fn layout(
     let n = r.n();
     let mut spawn_map =
         |commands: &mut Commands, k: usize, layer: usize, head: usize, rect: Rect| {
-            let handle = super::cell_texture(&mut images, n, n, MASKED);
+            let handle = crate::app::canvas::cell_texture(&mut images, n, n, MASKED);
             commands.spawn((
                 Sprite {
                     image: handle.clone(),
@@ -218,7 +226,7 @@ fn layout(
                     image: handle,
                     shown: (0, false),
                 },
-                crate::app::scenes::SceneRegion {
+                crate::app::canvas::SceneRegion {
                     name: format!("h.{layer}.head{head}"),
                     rect,
                 },
@@ -409,7 +417,7 @@ fn click(
         Some(_) => {
             if let Some((_, r)) = result(&probes) {
                 let n = r.n();
-                view.position = Some(super::cell_at(cell.rect, world, n, n).0);
+                view.position = Some(crate::app::canvas::cell_at(cell.rect, world, n, n).0);
             }
         }
     }
@@ -429,7 +437,7 @@ fn hover(
         let cell = cells.iter().find(|c| c.rect.contains(world))?;
         let (_, r) = result(&probes)?;
         let n = r.n();
-        let (i, j) = super::cell_at(cell.rect, world, n, n);
+        let (i, j) = crate::app::canvas::cell_at(cell.rect, world, n, n);
         let p = r.p(cell.k, cell.head)[i * n + j];
         let (qi, kj) = (byte_label(r.tokens[i]), byte_label(r.tokens[j]));
         Some(if j > i && causal {
@@ -597,4 +605,27 @@ fn next_byte_window(
         view.position = None;
     }
     Ok(())
+}
+
+/// A lesson step on this scene: a head enlarged, a position's next byte,
+/// or the grid again.
+fn lesson_focus(event: On<LessonFocus>, mut view: ResMut<AttentionView>) {
+    if event.scene != Scene::Attention {
+        return;
+    }
+    match &event.focus {
+        Focus::Nothing => view.focus = None,
+        Focus::Head { layer, head } => view.focus = Some((*layer, *head)),
+        Focus::Position(p) => view.position = Some(*p),
+        _ => {}
+    }
+}
+
+/// A lesson step's prompt becomes this scene's.
+fn lesson_action(event: On<LessonAction>, mut view: ResMut<AttentionView>) {
+    if let Action::Prompt(text) = &event.0 {
+        view.prompt = text.clone();
+        view.prompt_set = true;
+        view.source = SourceKind::Prompt;
+    }
 }

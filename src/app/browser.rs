@@ -1,0 +1,79 @@
+//! The browser's services the app uses on wasm32, through the page's
+//! `window.tinygptHost` (defined by `web/index.html` before it loads the
+//! wasm): whether it found WebGPU, the URL fragment, files the user gave the
+//! page, downloads, the file chooser and the report the page shows. Also the
+//! window (the page's canvas) and the renderer the app asks for. The page's
+//! side of the app (start, link, report) is [`super::web`].
+
+use bevy::prelude::*;
+use bevy::render::settings::{Backends, RenderCreation, WgpuSettings, WgpuSettingsPriority};
+use wasm_bindgen::prelude::*;
+
+#[wasm_bindgen]
+extern "C" {
+    /// Whether the page found a WebGPU adapter (it asks before loading us).
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = hasWebGpu)]
+    pub fn has_webgpu() -> bool;
+    /// The URL fragment, without `#`.
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = getFragment)]
+    pub fn get_fragment() -> String;
+    /// Replaces the URL fragment (no new history entry).
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = setFragment)]
+    pub fn set_fragment(fragment: &str);
+    /// The name of the next file the user gave the page, if any…
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = takeFileName)]
+    pub fn take_file_name() -> Option<String>;
+    /// …and its bytes (taken together with the name).
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = takeFileBytes)]
+    pub fn take_file_bytes() -> Vec<u8>;
+    /// Opens the browser's file chooser.
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = openFilePicker)]
+    pub fn open_file_picker();
+    /// Offers bytes as a download named `name`.
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = download)]
+    pub fn host_download(name: &str, bytes: &[u8]);
+    /// The app's state as JSON, for the page and for tests.
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = report)]
+    pub fn report(status: &str);
+}
+
+/// Offers bytes as a download (how the browser build saves checkpoints).
+pub fn download(name: &str, bytes: &[u8]) {
+    host_download(name, bytes);
+}
+
+/// Why the browser build trains on the CPU when it has no WebGPU.
+pub const NO_WEBGPU: &str = "This browser offers no WebGPU, so the page draws through WebGL2 (which cannot run compute shaders) and the model trains on the CPU, in one thread (WebAssembly here has no threads): about ten to a hundred times slower than on a GPU. To train on your GPU, open this page in a browser with WebGPU turned on: Chrome or Edge 113 or later, Safari 26, or Firefox 141 or later on Windows.";
+
+/// The window: the page's canvas, sized to its parent.
+pub fn window() -> Window {
+    Window {
+        title: "TinyGPT Explainer".into(),
+        canvas: Some("#tinygpt".into()),
+        fit_canvas_to_parent: true,
+        // Let the page keep its own keys (reload, zoom, tab).
+        prevent_default_event_handling: false,
+        ..default()
+    }
+}
+
+/// The renderer: WebGPU with the adapter's own limits (the kernels want
+/// more than WebGPU's defaults for the larger presets), or WebGL2's where
+/// the page found no WebGPU adapter.
+pub fn render_creation() -> RenderCreation {
+    let settings = if has_webgpu() {
+        WgpuSettings {
+            backends: Some(Backends::BROWSER_WEBGPU),
+            priority: WgpuSettingsPriority::Functionality,
+            ..default()
+        }
+    } else {
+        WgpuSettings {
+            backends: Some(Backends::GL),
+            priority: WgpuSettingsPriority::WebGL2,
+            limits: wgpu::Limits::downlevel_webgl2_defaults(),
+            ..default()
+        }
+    };
+    RenderCreation::Automatic(Box::new(settings))
+}

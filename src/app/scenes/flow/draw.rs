@@ -1,0 +1,717 @@
+//! The picture as entities: spawned from the [`super::layout::Picture`] and
+//! the computed flow whenever either changes (sprites for the highway, the
+//! branches, the value strips, the heads' lines and the bars; `Text2d` for
+//! every label), and animated by [`super::animate`].
+
+use super::compute::Computed;
+use super::layout::{self, Lane, Picture};
+use super::{FlowItem, FlowPass, FlowView};
+use crate::app::canvas::{SceneRegion, cell_texture};
+use crate::app::heatmap;
+use crate::app::scenes::Scene;
+use crate::flow::Flow;
+use crate::probe::byte_label;
+use crate::program::{Program, TensorKind};
+use bevy::prelude::*;
+use bevy::sprite::Anchor;
+
+/// The stream's colour, the branches', the forward pulse's and the
+/// backward pulse's (the gradient), and the text's.
+pub const STREAM: Color = Color::srgb(0.30, 0.55, 0.95);
+pub const BRANCH: Color = Color::srgb(0.55, 0.60, 0.70);
+pub const FORWARD: Color = Color::srgb(0.35, 0.85, 1.0);
+pub const BACKWARD: Color = Color::srgb(1.0, 0.45, 0.35);
+pub const TEXT: Color = Color::srgb(0.90, 0.92, 0.95);
+pub const WEAK: Color = Color::srgb(0.62, 0.66, 0.74);
+pub const ACCENT: Color = Color::srgb(1.0, 0.82, 0.30);
+pub const PANEL: Color = Color::srgba(0.12, 0.14, 0.19, 0.95);
+
+/// A node's value strip (its alpha follows the pulse).
+#[derive(Component)]
+pub struct NodeStrip {
+    pub node: usize,
+}
+
+/// What a click on a region does.
+#[derive(Component, Clone, Debug)]
+pub enum FlowTarget {
+    Chip(usize),
+    Block(usize),
+    Node(usize),
+    Head { layer: usize, head: usize },
+}
+
+/// The moving dot of a pass.
+#[derive(Component)]
+pub struct Pulse;
+
+/// A node's text: the op that writes it, its name and shape, one line of
+/// its maths.
+pub fn describe(program: &Program, name: &str, shape: &[usize]) -> (String, String) {
+    let Some(id) = program.tensor_id(name) else {
+        return (name.to_string(), String::new());
+    };
+    let writer = program.ops.iter().find(|o| o.op.io().1.contains(&id));
+    let kind = writer.map_or("", |o| o.op.kind_name());
+    let maths = match (kind, name) {
+        ("embedding", _) => "wte[byte] + wpe[pos]",
+        ("layernorm", _) => "(x − mean) / std · γ + β",
+        ("linear", n) if n.ends_with("qkv") => "[q | k | v] = x · W + b",
+        ("linear", n) if n.ends_with("mlp.fc") => "x · W + b  (C → 4C)",
+        ("linear", n) if n.ends_with("mlp.proj") => "x · W + b  (4C → C)",
+        ("linear", _) => "x · W + b",
+        ("attention", _) => "softmax(q·kᵀ/√d)·v per head",
+        ("gelu", _) => "GELU(x) = x · Φ(x)",
+        ("residual", _) => "stream + branch",
+        ("tied_head", _) => "logits = x · wteᵀ",
+        ("dropout", _) => "dropout (off outside training)",
+        _ => "",
+    };
+    let title = match (kind, name) {
+        (_, "emb") => "embedding".to_string(),
+        ("layernorm", _) => "LayerNorm".into(),
+        ("linear", n) if n.ends_with("qkv") => "q, k, v".into(),
+        ("linear", n) if n.ends_with("attn.proj") => "attention output".into(),
+        ("linear", n) if n.ends_with("mlp.fc") => "MLP up".into(),
+        ("linear", n) if n.ends_with("mlp.proj") => "MLP down".into(),
+        ("attention", _) => "heads joined".into(),
+        ("gelu", _) => "GELU".into(),
+        ("residual", _) => "add".into(),
+        ("tied_head", _) => "logits".into(),
+        _ => kind.to_string(),
+    };
+    (
+        format!("{title} · {name}"),
+        format!(
+            "({}) · {maths}",
+            shape
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    )
+}
+
+/// The parameters the op writing `name` reads (for the gradient chips).
+pub fn params_of(program: &Program, name: &str) -> Vec<String> {
+    let Some(id) = program.tensor_id(name) else {
+        return Vec::new();
+    };
+    program
+        .ops
+        .iter()
+        .filter(|o| o.op.io().1.contains(&id))
+        .flat_map(|o| o.op.io().0)
+        .filter(|&t| program.tensors[t].kind == TensorKind::Param)
+        .map(|t| program.tensors[t].name.clone())
+        .collect()
+}
+
+/// The values a node shows in this pass: its activation going forward, its
+/// gradient going backward (absent: zeros).
+pub fn shown_values(flow: &Flow, node: usize, pass: FlowPass) -> Vec<f32> {
+    let n = &flow.nodes[node];
+    match pass {
+        FlowPass::Forward => n.values.clone(),
+        FlowPass::Backward => n.grad.clone().unwrap_or_else(|| vec![0.0; n.values.len()]),
+    }
+}
+
+/// A label in the label font, in `colour`.
+fn text(s: String, size: f32, anchor: Anchor, at: Vec2, colour: Color) -> impl Bundle {
+    (
+        Text2d::new(s),
+        TextFont::from_font_size(size),
+        TextColor(colour),
+        anchor,
+        Transform::from_translation(at.extend(3.0)),
+    )
+}
+
+/// A straight line from `a` to `b`.
+fn line(a: Vec2, b: Vec2, width: f32, color: Color, z: f32) -> (Sprite, Transform) {
+    let d = b - a;
+    (
+        Sprite::from_color(color, Vec2::new(d.length(), width)),
+        Transform::from_translation(((a + b) / 2.0).extend(z))
+            .with_rotation(Quat::from_rotation_z(d.y.atan2(d.x))),
+    )
+}
+
+/// Spawns the whole picture.
+#[allow(clippy::too_many_arguments)]
+pub fn spawn(
+    commands: &mut Commands,
+    images: &mut Assets<Image>,
+    program: &Program,
+    computed: &Computed,
+    layout: &Picture,
+    view: &FlowView,
+    text_scale: f32,
+) {
+    let flow = &computed.flow;
+    let c = program.config.d_model;
+    let item = || (FlowItem, DespawnOnExit(Scene::Flow));
+    let t = |s: String, size: f32, anchor: Anchor, at: Vec2, colour: Color| {
+        (text(s, size * text_scale, anchor, at, colour), item())
+    };
+    let pass = view.pass;
+    // The highway: from the embeddings to ln_f.
+    let stream: Vec<Vec2> = layout
+        .nodes
+        .iter()
+        .filter(|s| s.lane == Lane::Stream)
+        .map(|s| s.anchor)
+        .collect();
+    if let (Some(first), Some(last)) = (stream.first(), stream.last()) {
+        commands.spawn((
+            line(
+                *first - Vec2::Y * 30.0,
+                *last,
+                26.0,
+                STREAM.with_alpha(0.45),
+                0.0,
+            ),
+            item(),
+        ));
+        commands.spawn(t(
+            "residual stream".into(),
+            20.0,
+            Anchor::BOTTOM_LEFT,
+            Vec2::new(0.0, first.y - 70.0),
+            STREAM,
+        ));
+    }
+    // Branches: a lane from the stream row before each run of branch rows
+    // to the stream row after it.
+    let mut k = 0;
+    while k < layout.nodes.len() {
+        if layout.nodes[k].lane == Lane::Branch {
+            let start = k;
+            while k < layout.nodes.len() && layout.nodes[k].lane == Lane::Branch {
+                k += 1;
+            }
+            let from = if start > 0 {
+                layout.nodes[start - 1].anchor
+            } else {
+                layout.nodes[start].anchor
+            };
+            let to = layout
+                .nodes
+                .get(k)
+                .map_or(layout.nodes[k - 1].anchor, |s| s.anchor);
+            let (x0, x1) = (layout::HIGHWAY_X, layout::LANE_X);
+            let y0 = from.y + 12.0;
+            let y1 = to.y - 12.0;
+            for (a, b) in [
+                (Vec2::new(x0, y0), Vec2::new(x1, y0)),
+                (Vec2::new(x1, y0), Vec2::new(x1, y1)),
+                (Vec2::new(x1, y1), Vec2::new(x0, y1)),
+            ] {
+                commands.spawn((line(a, b, 6.0, BRANCH.with_alpha(0.7), 0.5), item()));
+            }
+            // The add where the branch rejoins.
+            commands.spawn(t(
+                "⊕".into(),
+                34.0,
+                Anchor::CENTER,
+                Vec2::new(x0, y1 + 2.0),
+                TEXT,
+            ));
+        } else {
+            k += 1;
+        }
+    }
+    // Collapsed blocks: one box each.
+    for b in layout.blocks.iter().filter(|b| !b.open) {
+        let r = b.rect;
+        commands.spawn((
+            Sprite::from_color(PANEL, r.size()),
+            Transform::from_translation(r.center().extend(0.2)),
+            SceneRegion {
+                name: format!("block{}", b.layer),
+                rect: r,
+            },
+            FlowTarget::Block(b.layer),
+            item(),
+        ));
+        commands.spawn(t(
+            format!("Block {}", b.layer),
+            26.0,
+            Anchor::CENTER_LEFT,
+            Vec2::new(layout::TEXT_X + 10.0, r.center().y + 18.0),
+            TEXT,
+        ));
+        commands.spawn(t(
+            format!(
+                "attention ({} heads), then an MLP ({c} → {} → {c}) · click to open",
+                program.config.n_head,
+                4 * c
+            ),
+            19.0,
+            Anchor::CENTER_LEFT,
+            Vec2::new(layout::TEXT_X + 10.0, r.center().y - 18.0),
+            WEAK,
+        ));
+    }
+    // The open block's frame.
+    for b in layout.blocks.iter().filter(|b| b.open) {
+        let r = Rect::new(b.rect.min.x, b.rect.min.y, b.rect.max.x, b.rect.max.y);
+        commands.spawn((
+            Sprite::from_color(Color::srgba(0.16, 0.2, 0.3, 0.35), r.size()),
+            Transform::from_translation(r.center().extend(0.1)),
+            item(),
+        ));
+        commands.spawn(t(
+            format!("Block {}", b.layer),
+            24.0,
+            Anchor::TOP_RIGHT,
+            Vec2::new(r.max.x - 10.0, r.max.y - 6.0),
+            WEAK,
+        ));
+    }
+    // Every shown node: its label, its maths, its strip.
+    for spot in layout.nodes.iter().filter(|s| s.shown) {
+        let node = &flow.nodes[spot.node];
+        if node.name == "logits" {
+            continue;
+        }
+        let (title, maths) = describe(program, &node.name, &node.shape);
+        let mid = spot.row.center().y;
+        commands.spawn(t(
+            title,
+            22.0,
+            Anchor::CENTER_LEFT,
+            Vec2::new(layout::TEXT_X, mid + 12.0),
+            TEXT,
+        ));
+        commands.spawn(t(
+            maths,
+            17.0,
+            Anchor::CENTER_LEFT,
+            Vec2::new(layout::TEXT_X, mid - 14.0),
+            WEAK,
+        ));
+        let values = shown_values(flow, spot.node, pass);
+        let strip = layout::strip_for(spot.strip, values.len(), c);
+        let half = heatmap::abs_percentile(&values, 0.99).max(1e-12);
+        let image = cell_texture(images, values.len().max(1), 1, [0, 0, 0, 255]);
+        if let Some(mut img) = images.get_mut(&image) {
+            img.data = Some(heatmap::colorize(&values, half));
+        }
+        commands.spawn((
+            Sprite {
+                image,
+                custom_size: Some(strip.size()),
+                ..default()
+            },
+            Transform::from_translation(strip.center().extend(1.0)),
+            NodeStrip { node: spot.node },
+            SceneRegion {
+                name: node.name.clone(),
+                rect: spot.row,
+            },
+            FlowTarget::Node(spot.node),
+            item(),
+        ));
+        // Its scale, and in the backward pass the gradients of its weights.
+        let scale = format!("±{}", short(half));
+        commands.spawn(t(
+            scale,
+            15.0,
+            Anchor::CENTER_LEFT,
+            Vec2::new(strip.max.x + 8.0, mid),
+            WEAK,
+        ));
+        if pass == FlowPass::Backward
+            && let Some(b) = &flow.backward
+        {
+            let norms: Vec<String> = params_of(program, &node.name)
+                .iter()
+                .filter(|p| p.ends_with("weight"))
+                .filter_map(|p| {
+                    let g = b.param_grad_norms.iter().find(|g| &g.name == p)?;
+                    // `transformer.h.0.attn.c_attn.weight` → c_attn.
+                    let module = p.rsplit('.').nth(1).unwrap_or("W");
+                    Some(format!("‖∇{module}‖ = {}", short(g.norm)))
+                })
+                .collect();
+            if !norms.is_empty() {
+                commands.spawn(t(
+                    norms.join("  "),
+                    17.0,
+                    Anchor::CENTER_LEFT,
+                    Vec2::new((strip.max.x + 70.0).max(layout::EXTRA_X), mid - 11.0),
+                    BACKWARD,
+                ));
+            }
+        }
+    }
+    // The logit lens at each point of the stream that is drawn.
+    let stream_points: Vec<usize> = flow
+        .nodes
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| n.name == "emb" || n.name.ends_with(".res_2"))
+        .map(|(i, _)| i)
+        .collect();
+    for (k, &node) in stream_points.iter().enumerate() {
+        let (Some(spot), Some(lens)) = (
+            layout.nodes.iter().find(|s| s.node == node && s.shown),
+            flow.lens.get(k),
+        ) else {
+            continue;
+        };
+        let mid = spot.row.center().y;
+        let guesses: Vec<String> = lens
+            .iter()
+            .take(3)
+            .map(|g| format!("{} {:.0}%", chip_text(g.byte), g.p * 100.0))
+            .collect();
+        commands.spawn(t(
+            format!("would say: {}", guesses.join("  ")),
+            18.0,
+            Anchor::CENTER_LEFT,
+            Vec2::new(layout::EXTRA_X, mid + 9.0),
+            ACCENT,
+        ));
+    }
+    // The attention heads of the open block: lines from the position to
+    // each byte it may look at, their width and opacity the real P.
+    if let Some((layer, rect)) = layout.heads
+        && let Some(heads) = flow.attention.get(layer)
+    {
+        commands.spawn(t(
+            format!(
+                "attention at position {} (“{}”): where each head looks",
+                flow.position,
+                chip_text(flow.tokens[flow.position])
+            ),
+            20.0,
+            Anchor::TOP_LEFT,
+            Vec2::new(rect.min.x, rect.max.y),
+            TEXT,
+        ));
+        let n_head = heads.len().max(1);
+        let gap = 24.0;
+        let w = (rect.width() - gap * (n_head as f32 - 1.0)) / n_head as f32;
+        for (h, p) in heads.iter().enumerate() {
+            let panel = Rect::new(
+                rect.min.x + h as f32 * (w + gap),
+                rect.min.y,
+                rect.min.x + h as f32 * (w + gap) + w,
+                rect.max.y - 34.0,
+            );
+            commands.spawn((
+                Sprite::from_color(PANEL, panel.size()),
+                Transform::from_translation(panel.center().extend(0.3)),
+                SceneRegion {
+                    name: format!("h.{layer}.head{h}"),
+                    rect: panel,
+                },
+                FlowTarget::Head { layer, head: h },
+                item(),
+            ));
+            commands.spawn(t(
+                format!("head {h}"),
+                17.0,
+                Anchor::TOP_LEFT,
+                Vec2::new(panel.min.x + 6.0, panel.max.y - 4.0),
+                WEAK,
+            ));
+            // The keys: the last bytes up to the position that fit.
+            let fit = ((w - 20.0) / 26.0).floor().max(1.0) as usize;
+            let first = (flow.position + 1).saturating_sub(fit);
+            let keys: Vec<usize> = (first..=flow.position).collect();
+            let step = (w - 20.0) / keys.len().max(1) as f32;
+            let query = Vec2::new(panel.center().x, panel.max.y - 40.0);
+            let pmax = p.iter().copied().fold(0.0f32, f32::max).max(1e-6);
+            for (slot, &key) in keys.iter().enumerate() {
+                let at = Vec2::new(
+                    panel.min.x + 10.0 + (slot as f32 + 0.5) * step,
+                    panel.min.y + 22.0,
+                );
+                let weight = p.get(key).copied().unwrap_or(0.0);
+                let alpha = 0.08 + 0.92 * (weight / pmax);
+                commands.spawn((
+                    line(
+                        query,
+                        at + Vec2::Y * 14.0,
+                        1.0 + 9.0 * weight,
+                        FORWARD.with_alpha(alpha),
+                        0.6,
+                    ),
+                    item(),
+                ));
+                let colour = if key == flow.position { ACCENT } else { TEXT };
+                commands.spawn(t(
+                    chip_text(flow.tokens[key]),
+                    17.0,
+                    Anchor::CENTER,
+                    at,
+                    colour,
+                ));
+            }
+            commands.spawn(t(
+                chip_text(flow.tokens[flow.position]),
+                20.0,
+                Anchor::BOTTOM_CENTER,
+                query + Vec2::Y * 4.0,
+                ACCENT,
+            ));
+        }
+    }
+    // The prompt's chips.
+    for &(p, r) in &layout.chips {
+        let chosen = p == flow.position;
+        let colour = if chosen {
+            ACCENT.with_alpha(0.9)
+        } else {
+            Color::srgb(0.22, 0.25, 0.32)
+        };
+        commands.spawn((
+            Sprite::from_color(colour, r.size()),
+            Transform::from_translation(r.center().extend(0.5)),
+            SceneRegion {
+                name: format!("token{p}"),
+                rect: r,
+            },
+            FlowTarget::Chip(p),
+            item(),
+        ));
+        let ink = if chosen {
+            Color::srgb(0.08, 0.08, 0.1)
+        } else {
+            TEXT
+        };
+        commands.spawn(t(
+            chip_text(flow.tokens[p]),
+            22.0,
+            Anchor::CENTER,
+            r.center(),
+            ink,
+        ));
+    }
+    if let Some(&(_, first)) = layout.chips.first() {
+        commands.spawn(t(
+            "the prompt, one byte per chip · click one to read the model there".into(),
+            18.0,
+            Anchor::CENTER_LEFT,
+            Vec2::new(first.min.x, first.min.y - 22.0),
+            WEAK,
+        ));
+    }
+    // The next-byte bars.
+    spawn_probs(commands, computed, layout.probs, view, &t);
+}
+
+/// The top 10 next bytes as bars, the byte that follows marked, its loss.
+fn spawn_probs<B: Bundle>(
+    commands: &mut Commands,
+    computed: &Computed,
+    rect: Rect,
+    view: &FlowView,
+    t: &impl Fn(String, f32, Anchor, Vec2, Color) -> B,
+) {
+    let flow = &computed.flow;
+    let item = || (FlowItem, DespawnOnExit(Scene::Flow));
+    let mut order: Vec<usize> = (0..flow.probs.len()).collect();
+    order.sort_by(|&a, &b| flow.probs[b].total_cmp(&flow.probs[a]).then(a.cmp(&b)));
+    let target = flow.backward.as_ref().map(|b| b.target);
+    let title = match (&flow.backward, computed.target_in_prompt) {
+        (Some(b), true) => format!(
+            "next byte after position {}: the prompt has “{}”, p = {:.1}%, loss −ln p = {:.2}",
+            flow.position,
+            chip_text(b.target),
+            flow.probs[b.target as usize] * 100.0,
+            b.loss
+        ),
+        (Some(b), false) => format!(
+            "next byte: the model's pick “{}”, p = {:.1}% (the backward pass makes it surer: loss {:.2})",
+            chip_text(b.target),
+            flow.probs[b.target as usize] * 100.0,
+            b.loss
+        ),
+        (None, _) => "next byte".into(),
+    };
+    commands.spawn(t(
+        title,
+        20.0,
+        Anchor::TOP_LEFT,
+        Vec2::new(rect.min.x, rect.max.y),
+        TEXT,
+    ));
+    let bar_h = 19.0;
+    let top = rect.max.y - 40.0;
+    let pmax = flow.probs[order[0]].max(1e-6);
+    for (k, &byte) in order.iter().take(10).enumerate() {
+        let y = top - k as f32 * (bar_h + 6.0) - bar_h / 2.0;
+        let p = flow.probs[byte];
+        let len = (rect.width() - 360.0) * p / pmax;
+        let is_target = target == Some(byte as u8);
+        let colour = if is_target {
+            ACCENT
+        } else if view.pass == FlowPass::Backward {
+            BACKWARD.with_alpha(0.6)
+        } else {
+            FORWARD.with_alpha(0.75)
+        };
+        commands.spawn((
+            Sprite::from_color(colour, Vec2::new(len.max(2.0), bar_h)),
+            Transform::from_translation(Vec3::new(rect.min.x + 90.0 + len / 2.0, y, 1.0)),
+            item(),
+        ));
+        commands.spawn(t(
+            chip_text(byte as u8),
+            19.0,
+            Anchor::CENTER_RIGHT,
+            Vec2::new(rect.min.x + 76.0, y),
+            if is_target { ACCENT } else { TEXT },
+        ));
+        commands.spawn(t(
+            format!("{:.1}%", p * 100.0),
+            16.0,
+            Anchor::CENTER_LEFT,
+            Vec2::new(rect.min.x + 100.0 + len, y),
+            WEAK,
+        ));
+    }
+    commands.spawn((
+        SceneRegion {
+            name: "next-byte".into(),
+            rect,
+        },
+        item(),
+    ));
+}
+
+/// A byte as a chip shows it: the space as ␣, escapes for the unprintable.
+pub fn chip_text(byte: u8) -> String {
+    match byte {
+        b' ' => "␣".into(),
+        _ => byte_label(byte),
+    }
+}
+
+/// A number in four significant digits.
+pub fn short(x: f32) -> String {
+    let a = x.abs();
+    if a == 0.0 {
+        "0".into()
+    } else if !(1e-3..1e4).contains(&a) {
+        format!("{x:.2e}")
+    } else {
+        format!("{x:.4}")
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+            .to_string()
+    }
+}
+
+/// The numbers of one node (the op zoom): its name and maths, and a window
+/// of its values (and gradients after the backward pass), each a cell with
+/// its number, beside the node's input where the op has one.
+pub fn spawn_numbers(
+    commands: &mut Commands,
+    program: &Program,
+    flow: &Flow,
+    node: usize,
+    text_scale: f32,
+    bounds: &mut Rect,
+) {
+    let item = || (FlowItem, DespawnOnExit(Scene::Flow));
+    let t = |s: String, size: f32, anchor: Anchor, at: Vec2, colour: Color| {
+        (text(s, size * text_scale, anchor, at, colour), item())
+    };
+    let n = &flow.nodes[node];
+    let (title, maths) = describe(program, &n.name, &n.shape);
+    commands.spawn(t(title, 30.0, Anchor::TOP_LEFT, Vec2::new(0.0, 0.0), TEXT));
+    commands.spawn(t(
+        maths,
+        24.0,
+        Anchor::TOP_LEFT,
+        Vec2::new(0.0, -46.0),
+        WEAK,
+    ));
+    // Its input: what the op read from the node before it in the program.
+    let input = program
+        .tensor_id(&n.name)
+        .and_then(|id| program.ops.iter().find(|o| o.op.io().1.contains(&id)))
+        .and_then(|o| {
+            let (ins, _) = o.op.io();
+            ins.into_iter()
+                .filter(|&t| program.tensors[t].kind == TensorKind::Activation)
+                .find_map(|t| {
+                    flow.nodes
+                        .iter()
+                        .position(|m| m.name == program.tensors[t].name)
+                })
+        });
+    let rows: Vec<(String, &Vec<f32>, Color)> = {
+        let mut r = Vec::new();
+        if let Some(i) = input {
+            r.push((
+                format!("in: {}", flow.nodes[i].name),
+                &flow.nodes[i].values,
+                WEAK,
+            ));
+        }
+        r.push((format!("out: {}", n.name), &n.values, TEXT));
+        if let Some(g) = &n.grad {
+            r.push((format!("dL/d {}", n.name), g, BACKWARD));
+        }
+        r
+    };
+    let shown = n.values.len().min(12);
+    let cell = Vec2::new(130.0, 56.0);
+    let x0 = 320.0;
+    for (k, (name, values, colour)) in rows.iter().enumerate() {
+        let y = -140.0 - k as f32 * (cell.y + 24.0);
+        commands.spawn(t(
+            name.clone(),
+            20.0,
+            Anchor::CENTER_RIGHT,
+            Vec2::new(x0 - 16.0, y),
+            *colour,
+        ));
+        let half = heatmap::abs_percentile(values, 0.99).max(1e-12);
+        let colours = heatmap::colorize(values, half);
+        for j in 0..shown.min(values.len()) {
+            let at = Vec2::new(x0 + j as f32 * (cell.x + 6.0) + cell.x / 2.0, y);
+            let c = &colours[j * 4..j * 4 + 4];
+            commands.spawn((
+                Sprite::from_color(Color::srgba_u8(c[0], c[1], c[2], 255), cell),
+                Transform::from_translation(at.extend(1.0)),
+                item(),
+            ));
+            commands.spawn((
+                text(
+                    short(values[j]),
+                    20.0 * text_scale,
+                    Anchor::CENTER,
+                    at,
+                    Color::srgb(0.05, 0.05, 0.07),
+                ),
+                item(),
+            ));
+        }
+    }
+    let y_end = -140.0 - rows.len() as f32 * (cell.y + 24.0);
+    commands.spawn(t(
+        format!(
+            "the first {shown} of {} values at position {}; the op: {}",
+            n.values.len(),
+            flow.position,
+            program
+                .tensor_id(&n.name)
+                .and_then(|id| program.ops.iter().find(|o| o.op.io().1.contains(&id)))
+                .map_or("—".into(), |o| o.label.clone())
+        ),
+        20.0,
+        Anchor::TOP_LEFT,
+        Vec2::new(0.0, y_end),
+        WEAK,
+    ));
+    *bounds = Rect::new(-40.0, y_end - 60.0, x0 + 12.0 * (cell.x + 6.0) + 40.0, 40.0);
+}

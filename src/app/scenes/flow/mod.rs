@@ -1,0 +1,486 @@
+//! The "Inside the model" scene: a prompt travelling up through the model
+//! to the next byte, and the gradient travelling back down. The prompt's
+//! bytes sit at the bottom as chips; the residual stream runs up the left
+//! as a highway; each block's LayerNorm → attention → add and LayerNorm →
+//! MLP → add leave it on a side lane and rejoin it; every node shows the
+//! chosen position's real vector (a strip of coloured cells), its name,
+//! shape and one line of maths; the attention heads show where the position
+//! looks (BertViz's head view); the logit lens says at each point of the
+//! stream what the model would predict if it stopped there; and the
+//! next-byte probabilities sit at the top. Zoomed out, one box per block;
+//! a click opens a block (every op), a node (its numbers).
+//!
+//! ▶ plays the forward pass: a pulse travels the nodes in the program's
+//! order, each filling as it arrives. ◀ plays the backward pass of the
+//! position's loss: each node then shows dL/d(its value), and each op the
+//! gradient norms of its weights. Every number is the program's own
+//! ([`crate::flow`]), computed on a worker from the run's latest weights
+//! ([`compute`]), the picture's entities spawned by [`draw`] from the
+//! geometry of [`layout`].
+
+mod compute;
+mod draw;
+mod layout;
+mod report;
+mod toolbar;
+
+use super::Scene;
+use crate::app::canvas::{Hover, SceneBounds, SceneCursor};
+use crate::app::lesson::{LessonAction, LessonFocus, PendingFocus};
+use crate::app::training::{Run, RunCreated, Snapshots, TensorWants};
+use crate::app::ui::state::UiState;
+use crate::lesson::{Action, Focus};
+use bevy::prelude::*;
+use compute::{FlowCompute, FlowRequest};
+use draw::{FlowTarget, NodeStrip, Pulse};
+pub use layout::Zoom;
+
+/// Which pass the picture plays and shows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FlowPass {
+    #[default]
+    Forward,
+    Backward,
+}
+
+/// What the scene looks at and how it plays.
+#[derive(Resource, Clone, Debug)]
+pub struct FlowView {
+    pub prompt: String,
+    /// Set once the prompt has its default.
+    pub prompt_set: bool,
+    /// The position read (None: the last byte).
+    pub position: Option<usize>,
+    pub zoom: Zoom,
+    pub pass: FlowPass,
+    /// How far the pulse has gone, in nodes along the pass's order.
+    pub progress: f32,
+    pub playing: bool,
+    /// Nodes a second.
+    pub speed: f32,
+    /// The nodes the pulse reached, in the order it reached them (for
+    /// checks: the program's order forward, the reverse backward).
+    pub visited: Vec<String>,
+}
+
+impl Default for FlowView {
+    fn default() -> Self {
+        Self {
+            prompt: String::new(),
+            prompt_set: false,
+            position: None,
+            zoom: Zoom::Model,
+            pass: FlowPass::Forward,
+            progress: 0.0,
+            playing: true,
+            speed: 4.0,
+            visited: Vec::new(),
+        }
+    }
+}
+
+impl FlowView {
+    /// Plays `pass` from its start.
+    pub fn play(&mut self, pass: FlowPass) {
+        self.pass = pass;
+        self.progress = 0.0;
+        self.playing = true;
+        self.visited.clear();
+    }
+}
+
+/// Everything the picture spawned (despawned when it is rebuilt).
+#[derive(Component)]
+pub struct FlowItem;
+
+/// What the picture was built from: rebuilt when it changes.
+#[derive(Resource, Default, PartialEq, Clone, Debug)]
+struct Built(Option<(u64, Zoom, FlowPass, u32)>);
+
+/// The current layout (for clicks, the pulse and headless checks).
+#[derive(Resource, Default)]
+pub struct Shown {
+    pub layout: Option<layout::Picture>,
+}
+
+pub struct ScenePlugin;
+
+impl Plugin for ScenePlugin {
+    fn build(&self, app: &mut App) {
+        report::register(app);
+        app.init_resource::<FlowView>()
+            .init_resource::<FlowCompute>()
+            .init_resource::<Built>()
+            .init_resource::<Shown>()
+            .add_observer(lesson_focus)
+            .add_observer(lesson_action)
+            .add_systems(OnExit(Scene::Flow), leave)
+            .add_systems(
+                Update,
+                (new_run, ask, rebuild, animate, click, hover)
+                    .chain()
+                    .in_set(crate::app::schedule::AppSystems::Scene)
+                    .run_if(in_state(Scene::Flow)),
+            )
+            .add_systems(
+                bevy_egui::EguiPrimaryContextPass,
+                toolbar::toolbar
+                    .after(crate::app::ui::draw_ui)
+                    .run_if(in_state(Scene::Flow)),
+            );
+    }
+}
+
+/// Leaving: stop asking for the weights; the next visit builds again.
+fn leave(mut wants: ResMut<TensorWants>, mut built: ResMut<Built>) {
+    wants.set("flow", Vec::new());
+    built.0 = None;
+}
+
+/// A new run: compute again at once.
+fn new_run(mut created: MessageReader<RunCreated>, mut compute: ResMut<FlowCompute>) {
+    if created.read().count() > 0 {
+        compute.reset();
+    }
+}
+
+/// A line of the corpus to start from, cut to the context.
+fn default_prompt(ctx: usize) -> String {
+    "ROMEO: But soft, what light through yonder window breaks"
+        .chars()
+        .take(ctx.min(48))
+        .collect()
+}
+
+/// Asks for the weights, and for a flow when the prompt, the position or
+/// the weights changed.
+fn ask(
+    run: Option<Res<Run>>,
+    snapshots: Res<Snapshots>,
+    mut wants: ResMut<TensorWants>,
+    mut view: ResMut<FlowView>,
+    mut compute: ResMut<FlowCompute>,
+) {
+    compute.poll();
+    let Some(run) = run else { return };
+    let names = run
+        .program
+        .params()
+        .map(|id| run.program.tensors[id].name.clone())
+        .collect();
+    wants.set("flow", names);
+    if !view.prompt_set {
+        view.prompt = default_prompt(run.config().ctx);
+        view.prompt_set = true;
+    }
+    if view.prompt.is_empty() {
+        return;
+    }
+    let Some(snapshot) = &snapshots.latest else {
+        return;
+    };
+    let Some(params) = snapshot.params(&run.program) else {
+        return;
+    };
+    compute.ask(
+        FlowRequest {
+            prompt: view.prompt.clone().into_bytes(),
+            position: view.position,
+            step: snapshot.step,
+        },
+        run.config(),
+        params,
+    );
+}
+
+/// Rebuilds the picture when the flow, the zoom, the pass or the type size
+/// changed.
+#[allow(clippy::too_many_arguments)]
+fn rebuild(
+    mut commands: Commands,
+    run: Option<Res<Run>>,
+    compute: Res<FlowCompute>,
+    mut view: ResMut<FlowView>,
+    mut built: ResMut<Built>,
+    mut shown: ResMut<Shown>,
+    old: Query<Entity, With<FlowItem>>,
+    mut images: ResMut<Assets<Image>>,
+    mut bounds: ResMut<SceneBounds>,
+    ui_state: Res<UiState>,
+) {
+    let (Some(run), Some(computed)) = (run, &compute.latest) else {
+        return;
+    };
+    let text_scale = if ui_state.presenter { 1.35 } else { 1.0 };
+    let key = (
+        compute.generation,
+        view.zoom.clone(),
+        view.pass,
+        (text_scale * 100.0) as u32,
+    );
+    if built.0.as_ref() == Some(&key) {
+        return;
+    }
+    let fresh_flow = built.0.as_ref().is_none_or(|b| b.0 != key.0);
+    built.0 = Some(key);
+    for e in &old {
+        commands.entity(e).despawn();
+    }
+    let flow = &computed.flow;
+    if let Zoom::Op(node) = view.zoom
+        && node < flow.nodes.len()
+    {
+        let mut b = Rect::default();
+        draw::spawn_numbers(&mut commands, &run.program, flow, node, text_scale, &mut b);
+        bounds.0 = b;
+        shown.layout = None;
+        return;
+    }
+    let names: Vec<String> = flow.nodes.iter().map(|n| n.name.clone()).collect();
+    let layout = layout::layout(&names, flow.tokens.len(), flow.position, &view.zoom);
+    draw::spawn(
+        &mut commands,
+        &mut images,
+        &run.program,
+        computed,
+        &layout,
+        &view,
+        text_scale,
+    );
+    commands.spawn((
+        Sprite::from_color(draw::FORWARD, Vec2::splat(26.0)),
+        Transform::from_translation(layout.nodes[0].anchor.extend(5.0))
+            .with_rotation(Quat::from_rotation_z(std::f32::consts::FRAC_PI_4)),
+        Pulse,
+        FlowItem,
+        DespawnOnExit(Scene::Flow),
+    ));
+    bounds.0 = layout.bounds;
+    shown.layout = Some(layout);
+    // New numbers while nothing plays: show them all at once (a run that
+    // trains redraws without replaying).
+    if fresh_flow && !view.playing {
+        view.progress = names.len() as f32;
+    }
+}
+
+/// The pass's order of the nodes: the program's, or its reverse.
+fn order(n: usize, pass: FlowPass) -> Vec<usize> {
+    match pass {
+        FlowPass::Forward => (0..n).collect(),
+        FlowPass::Backward => (0..n).rev().collect(),
+    }
+}
+
+/// Moves the pulse and fills each node it has reached.
+fn animate(
+    time: Res<Time>,
+    compute: Res<FlowCompute>,
+    shown: Res<Shown>,
+    mut view: ResMut<FlowView>,
+    ui_state: Res<UiState>,
+    mut strips: Query<(&NodeStrip, &mut Sprite), Without<Pulse>>,
+    mut pulses: Query<(&mut Transform, &mut Sprite, &mut Visibility), With<Pulse>>,
+) {
+    let (Some(layout), Some(computed)) = (&shown.layout, &compute.latest) else {
+        return;
+    };
+    let n = layout.nodes.len();
+    let order = order(n, view.pass);
+    if view.playing {
+        let before = view.progress;
+        let mut after = (before + time.delta_secs() * view.speed).min(n as f32);
+        if ui_state.reduced_motion {
+            // Jumps from node to node, no gliding.
+            after = after.floor().max(before.floor());
+        }
+        view.progress = after;
+        if after >= n as f32 {
+            view.playing = false;
+        }
+    }
+    // The nodes reached, in order (recorded once each).
+    let reached = (view.progress.floor() as usize + 1).min(n);
+    while view.visited.len() < reached {
+        let k = view.visited.len();
+        let name = computed.flow.nodes[order[k]].name.clone();
+        view.visited.push(name);
+    }
+    let rank: Vec<usize> = {
+        let mut r = vec![0; n];
+        for (k, &node) in order.iter().enumerate() {
+            r[node] = k;
+        }
+        r
+    };
+    for (strip, mut sprite) in &mut strips {
+        let lit = (rank[strip.node] as f32) < view.progress.max(0.0) + 1.0 - 1e-6
+            && view.progress > 0.0
+            || view.progress >= n as f32;
+        let alpha = if lit { 1.0 } else { 0.16 };
+        if (sprite.color.alpha() - alpha).abs() > 1e-3 {
+            sprite.color.set_alpha(alpha);
+        }
+    }
+    let colour = if view.pass == FlowPass::Forward {
+        draw::FORWARD
+    } else {
+        draw::BACKWARD
+    };
+    for (mut transform, mut sprite, mut visibility) in &mut pulses {
+        let done = view.progress >= (n - 1) as f32 && !view.playing;
+        *visibility = if done {
+            Visibility::Hidden
+        } else {
+            Visibility::Visible
+        };
+        let k = (view.progress.floor() as usize).min(n - 1);
+        let a = layout.nodes[order[k]].anchor;
+        let b = layout.nodes[order[(k + 1).min(n - 1)]].anchor;
+        let f = if ui_state.reduced_motion {
+            0.0
+        } else {
+            view.progress.fract()
+        };
+        let at = a.lerp(b, f);
+        transform.translation = at.extend(5.0);
+        sprite.color = colour;
+    }
+}
+
+/// Clicks: a chip reads the model there, a block opens, a node shows its
+/// numbers, a head opens the Attention scene at that head.
+#[allow(clippy::too_many_arguments)]
+fn click(
+    buttons: Res<ButtonInput<MouseButton>>,
+    cursor: Res<SceneCursor>,
+    targets: Query<(&FlowTarget, &crate::app::canvas::SceneRegion)>,
+    mut view: ResMut<FlowView>,
+    compute: Res<FlowCompute>,
+    mut next_scene: ResMut<NextState<Scene>>,
+    mut pending: ResMut<PendingFocus>,
+    egui: Option<Res<bevy_egui::input::EguiWantsInput>>,
+) {
+    if !buttons.just_released(MouseButton::Left)
+        || egui.is_some_and(|e| e.wants_any_pointer_input())
+    {
+        return;
+    }
+    let Some(world) = cursor.0 else { return };
+    let Some((target, _)) = targets.iter().find(|(_, r)| r.rect.contains(world)) else {
+        return;
+    };
+    match *target {
+        FlowTarget::Chip(p) => {
+            let last = compute
+                .latest
+                .as_ref()
+                .map_or(0, |c| c.flow.tokens.len().saturating_sub(1));
+            view.position = (p != last).then_some(p);
+        }
+        FlowTarget::Block(b) => view.zoom = Zoom::Block(b),
+        FlowTarget::Node(i) => view.zoom = Zoom::Op(i),
+        FlowTarget::Head { layer, head } => {
+            pending.set(LessonFocus {
+                scene: Scene::Attention,
+                focus: Focus::Head { layer, head },
+                preset: String::new(),
+            });
+            next_scene.set(Scene::Attention);
+        }
+    }
+}
+
+/// Names what is under the pointer: a node's value at a cell, a head.
+fn hover(
+    cursor: Res<SceneCursor>,
+    shown: Res<Shown>,
+    compute: Res<FlowCompute>,
+    view: Res<FlowView>,
+    targets: Query<(&FlowTarget, &crate::app::canvas::SceneRegion)>,
+    run: Option<Res<Run>>,
+    mut hover: ResMut<Hover>,
+) {
+    let text = (|| {
+        let world = cursor.0?;
+        let computed = compute.latest.as_ref()?;
+        let flow = &computed.flow;
+        let (target, region) = targets.iter().find(|(_, r)| r.rect.contains(world))?;
+        Some(match *target {
+            FlowTarget::Node(i) => {
+                let layout = shown.layout.as_ref()?;
+                let spot = layout.nodes.iter().find(|s| s.node == i)?;
+                let values = draw::shown_values(flow, i, view.pass);
+                let c = run.as_ref()?.config().d_model;
+                let strip = layout::strip_for(spot.strip, values.len(), c);
+                if !strip.contains(world) {
+                    return Some(format!("{}: click for its numbers", flow.nodes[i].name));
+                }
+                let (_, j) = crate::app::canvas::cell_at(strip, world, 1, values.len());
+                let what = if view.pass == FlowPass::Forward {
+                    ""
+                } else {
+                    "dL/d "
+                };
+                format!(
+                    "{what}{}[{j}] = {}",
+                    flow.nodes[i].name,
+                    draw::short(values[j])
+                )
+            }
+            FlowTarget::Head { layer, head } => {
+                format!("layer {layer}, head {head}: click to open it in the Attention scene")
+            }
+            FlowTarget::Chip(p) => format!(
+                "position {p}: “{}” · click to read the model here",
+                draw::chip_text(flow.tokens[p])
+            ),
+            FlowTarget::Block(b) => format!("{}: block {b}, click to open it", region.name),
+        })
+    })();
+    if hover.0 != text {
+        hover.0 = text;
+    }
+}
+
+/// A lesson step here: a position, a block (`h.1`), an op's tensor.
+fn lesson_focus(event: On<LessonFocus>, mut view: ResMut<FlowView>, compute: Res<FlowCompute>) {
+    if event.scene != Scene::Flow {
+        return;
+    }
+    match &event.focus {
+        Focus::Nothing => view.zoom = Zoom::Model,
+        Focus::Position(p) => view.position = Some(*p),
+        Focus::Layer(name) => {
+            view.zoom = match name.strip_prefix("h.").and_then(|i| i.parse().ok()) {
+                Some(b) => Zoom::Block(b),
+                None => Zoom::Model,
+            }
+        }
+        Focus::Tensor(name) => {
+            if let Some(i) = compute
+                .latest
+                .as_ref()
+                .and_then(|c| c.flow.nodes.iter().position(|n| &n.name == name))
+            {
+                view.zoom = Zoom::Op(i);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// A lesson step's prompt, or its pass to play.
+fn lesson_action(event: On<LessonAction>, mut view: ResMut<FlowView>) {
+    match &event.0 {
+        Action::Prompt(text) => {
+            view.prompt = text.clone();
+            view.prompt_set = true;
+            view.position = None;
+            view.play(FlowPass::Forward);
+        }
+        Action::PlayForward => view.play(FlowPass::Forward),
+        Action::PlayBackward => view.play(FlowPass::Backward),
+        _ => {}
+    }
+}

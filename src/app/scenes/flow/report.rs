@@ -1,0 +1,96 @@
+//! What the flow scene reports: the data behind its view (the flow as
+//! `tinygpt flow --backward --json` prints it, with the weights' step), and
+//! its field of the headless line: the zoom, the pass, the order the pulses
+//! took, and where each node, label and chip is on screen.
+
+use super::compute::FlowCompute;
+use super::{FlowItem, FlowPass, FlowView, Shown};
+use crate::app::canvas::{SceneCamera, SceneRegion, world_rect_to_px};
+use crate::app::registry::{Report, SceneApp};
+use crate::app::scenes::Scene;
+use bevy::prelude::*;
+use serde_json::{Value, json};
+
+/// Registers the scene's data and field.
+pub fn register(app: &mut App) {
+    app.scene_data(Scene::Flow, data)
+        .report_field(Report::Headless, "flow", headless);
+}
+
+fn data(compute: Res<FlowCompute>) -> Value {
+    match (&compute.latest, &compute.error) {
+        (_, Some(e)) => json!({ "error": e }),
+        (Some(c), None) => {
+            let mut v = c.flow.to_json();
+            v["step"] = json!(c.step);
+            v["target_in_prompt"] = json!(c.target_in_prompt);
+            v
+        }
+        (None, None) => json!({ "error": "not computed yet" }),
+    }
+}
+
+#[allow(clippy::type_complexity)]
+fn headless(
+    scene: Res<State<Scene>>,
+    view: Res<FlowView>,
+    compute: Res<FlowCompute>,
+    shown: Res<Shown>,
+    regions: Query<&SceneRegion, With<FlowItem>>,
+    labels: Query<
+        (
+            &Text2d,
+            &GlobalTransform,
+            &bevy::sprite::Anchor,
+            &bevy::text::TextLayoutInfo,
+        ),
+        With<FlowItem>,
+    >,
+    cameras: Query<(&Camera, &GlobalTransform), With<SceneCamera>>,
+) -> Value {
+    if *scene.get() != Scene::Flow {
+        return Value::Null;
+    }
+    let Ok((camera, camera_at)) = cameras.single() else {
+        return Value::Null;
+    };
+    // Each label's box (Text2d is laid out in world units here: the
+    // headless target's scale factor is 1).
+    let labels: Vec<Value> = labels
+        .iter()
+        .filter_map(|(text, at, anchor, info)| {
+            let centre = at.translation().truncate() - anchor.as_vec() * info.size;
+            let rect = Rect::from_center_size(centre, info.size);
+            Some(json!({ "text": text.0, "rect": world_rect_to_px(camera, camera_at, rect)? }))
+        })
+        .collect();
+    let nodes: Vec<Value> = shown
+        .layout
+        .as_ref()
+        .map(|l| {
+            l.nodes
+                .iter()
+                .filter(|s| s.shown)
+                .filter_map(|s| {
+                    let name = &compute.latest.as_ref()?.flow.nodes.get(s.node)?.name;
+                    Some(json!({ "name": name, "rect": world_rect_to_px(camera, camera_at, s.row)? }))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut region_names: Vec<&str> = regions.iter().map(|r| r.name.as_str()).collect();
+    region_names.sort_unstable();
+    json!({
+        "zoom": format!("{:?}", view.zoom),
+        "pass": if view.pass == FlowPass::Forward { "forward" } else { "backward" },
+        "playing": view.playing,
+        "progress": view.progress,
+        "visited": view.visited,
+        "position": compute.latest.as_ref().map(|c| c.flow.position),
+        "step": compute.latest.as_ref().map(|c| c.step),
+        "error": compute.error,
+        "nodes": nodes,
+        "regions": region_names,
+        "labels": labels,
+    })
+}

@@ -1,0 +1,106 @@
+//! What the Model scene reports: the data behind its view (each tensor of
+//! the heatmaps' snapshot with its statistics, and the values of the one
+//! the inspector shows), and its fields of the headless line (where each
+//! layer block is on screen; how often the embedding heatmap changed).
+
+use super::{Heatmap, LayerBlock};
+use crate::app::canvas::{SceneCamera, world_rect_to_px};
+use crate::app::registry::{Report, SceneApp};
+use crate::app::scenes::Scene;
+use crate::app::training::{Run, Snapshots};
+use bevy::prelude::*;
+use serde_json::{Value, json};
+
+/// Registers the scene's data and fields.
+pub fn register(app: &mut App) {
+    app.init_resource::<HeatmapUpdates>()
+        .add_systems(Last, count_heatmap_updates)
+        .scene_data(Scene::Model, data)
+        .report_field(Report::Headless, "blocks", blocks)
+        .report_field(
+            Report::Headless,
+            "heatmap_snapshots",
+            |u: Res<HeatmapUpdates>| json!(u.0.len()),
+        )
+        .report_field(
+            Report::Headless,
+            "heatmap_distinct",
+            |u: Res<HeatmapUpdates>| {
+                let mut h = u.0.clone();
+                h.sort_unstable();
+                h.dedup();
+                json!(h.len())
+            },
+        );
+}
+
+/// The pixel hash of the embedding heatmap each time it changed: the check
+/// that the heatmaps follow training.
+#[derive(Resource, Default)]
+struct HeatmapUpdates(Vec<u64>);
+
+fn count_heatmap_updates(heatmaps: Query<&Heatmap>, mut updates: ResMut<HeatmapUpdates>) {
+    if let Some(h) = heatmaps
+        .iter()
+        .find(|h| h.param == "transformer.wte.weight")
+        && h.updates > 0
+        && updates.0.last() != Some(&h.pixel_hash)
+    {
+        updates.0.push(h.pixel_hash);
+    }
+}
+
+/// Where each layer block is in the picture (physical pixels).
+fn blocks(
+    blocks: Query<&LayerBlock>,
+    cameras: Query<(&Camera, &GlobalTransform), With<SceneCamera>>,
+) -> Value {
+    let Ok((camera, transform)) = cameras.single() else {
+        return json!([]);
+    };
+    Value::Array(
+        blocks
+            .iter()
+            .filter_map(|b| {
+                let rect = world_rect_to_px(camera, transform, b.rect)?;
+                Some(json!({ "name": b.name, "rect": rect }))
+            })
+            .collect(),
+    )
+}
+
+fn data(run: Option<Res<Run>>, snapshots: Res<Snapshots>) -> Value {
+    let Some(snap) = &snapshots.latest else {
+        return json!({ "error": "no snapshot of the weights yet" });
+    };
+    let mut names: Vec<&String> = snap.tensors.keys().collect();
+    names.sort();
+    let tensors: Vec<Value> = names
+        .iter()
+        .map(|name| {
+            let v = &snap.tensors[*name];
+            let n = v.len().max(1) as f64;
+            let mean = v.iter().map(|&x| x as f64).sum::<f64>() / n;
+            let var = v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / n;
+            let (lo, hi) = v
+                .iter()
+                .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+            let shape = run.as_ref().and_then(|r| {
+                r.program
+                    .tensor_id(name)
+                    .map(|id| r.program.tensors[id].shape.clone())
+            });
+            json!({ "name": name, "shape": shape, "min": lo, "max": hi, "mean": mean, "std": var.sqrt() })
+        })
+        .collect();
+    let inspected = snapshots.inspect.as_ref().and_then(|name| {
+        let values = snap.tensors.get(name)?;
+        Some(json!({ "name": name, "values": values.as_slice() }))
+    });
+    json!({
+        "step": snap.step,
+        "showing": format!("{:?}", snapshots.view),
+        "tensors": tensors,
+        "inspected": inspected,
+    })
+}

@@ -1,0 +1,319 @@
+//! The scene's panel: the toolbar, the GPU-over-CPU curve against
+//! parameter count with the original TinyGPT's, and the table of results.
+
+use super::*;
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn draw(
+    mut contexts: EguiContexts,
+    ui_state: Res<UiState>,
+    mut view: ResMut<SpeedupView>,
+    gpu: Res<GpuDevice>,
+    mut shown: ResMut<SpeedupShown>,
+    mut export: MessageWriter<crate::app::export::ExportPng>,
+    mut files: MessageWriter<crate::app::export::ExportFile>,
+) -> Result {
+    let ctx = contexts.ctx_mut()?.clone();
+    let Some(area) = ui_state.central_rect(&ctx) else {
+        return Ok(());
+    };
+    let body = area.shrink2(egui::vec2(14.0, 10.0));
+    let mut ui = egui::Ui::new(
+        ctx.clone(),
+        "speedup-body".into(),
+        egui::UiBuilder::new()
+            .layer_id(egui::LayerId::new(
+                egui::Order::Background,
+                egui::Id::new("speedup-body-layer"),
+            ))
+            .max_rect(body),
+    );
+    ui.set_clip_rect(body);
+    let mut regions = Vec::new();
+    let view = &mut *view;
+    ui.label(
+        egui::RichText::new("Why do GPUs win? Measured on this machine")
+            .size(20.0)
+            .strong(),
+    );
+    ui.horizontal_wrapped(|ui| {
+        for (tab, name) in [
+            (SpeedupTab::Curve, "📈 Speedup curve: GPU over CPU"),
+            (
+                SpeedupTab::Kernels,
+                "⏱ Where a step's time goes: kernels and roofline",
+            ),
+        ] {
+            ui.selectable_value(&mut view.tab, tab, egui::RichText::new(name).size(16.0));
+        }
+    });
+    ui.add_space(4.0);
+    if view.tab == SpeedupTab::Kernels {
+        let area = ui.available_rect_before_wrap();
+        let mut kernels_ui = ui.new_child(egui::UiBuilder::new().max_rect(area));
+        kernels_ui.set_clip_rect(area.intersect(body));
+        regions.extend(kernels_view(&mut kernels_ui, view, &gpu, &mut files));
+        if std::mem::take(&mut view.export_kernels) {
+            let r = area * ctx.pixels_per_point();
+            export.write(crate::app::export::ExportPng {
+                name: "speedup-kernels".into(),
+                rect: Some([r.min.x, r.min.y, r.max.x, r.max.y]),
+            });
+        }
+        shown.regions = regions
+            .into_iter()
+            .map(|(n, r)| (n, r * ctx.pixels_per_point()))
+            .collect();
+        return Ok(());
+    }
+    ui.horizontal_wrapped(|ui| {
+        ui.label("presets:");
+        for (id, on) in &mut view.presets {
+            ui.checkbox(on, id.as_str());
+        }
+    });
+    let mut cancel_pressed = false;
+    ui.horizontal_wrapped(|ui| {
+        ui.checkbox(&mut view.cpu, "CPU");
+        ui.checkbox(&mut view.gpu, "GPU");
+        ui.add(egui::Slider::new(&mut view.seconds, 0.5..=10.0).text("s per measurement"));
+        if let Some(job) = &view.job {
+            ui.add(
+                egui::ProgressBar::new(job.done as f32 / job.total.max(1) as f32)
+                    .desired_width(220.0)
+                    .text(format!("{}/{} · {}", job.done, job.total, job.current)),
+            );
+            if ui.button("✖ Cancel").clicked() {
+                job.cancel.store(true, Ordering::Relaxed);
+                cancel_pressed = true;
+            }
+        } else if ui.button("▶ Measure").clicked()
+            && let Err(e) = start(view, &gpu)
+        {
+            view.message = Some(e);
+        }
+        ui.separator();
+        ui.add(egui::TextEdit::singleline(&mut view.path).desired_width(160.0));
+        if ui
+            .button("Load")
+            .on_hover_text("a bench.jsonl from `tinygpt bench --report` or Save")
+            .clicked()
+        {
+            match load(&view.path) {
+                Ok(results) => {
+                    view.message = Some(format!(
+                        "loaded {} measurements from {}",
+                        results.len(),
+                        view.path
+                    ));
+                    view.results.clear();
+                    for r in results {
+                        add_result(&mut view.results, r);
+                    }
+                }
+                Err(e) => view.message = Some(e),
+            }
+        }
+        if ui
+            .button("Save")
+            .on_hover_text("the measurements as JSON lines, and the chart as an SVG beside them")
+            .clicked()
+        {
+            let path = view.path.trim().to_string();
+            let replace = view.saved.contains(&path) || view.confirm.as_ref() == Some(&path);
+            view.confirm = None;
+            view.message = Some(match save(&path, &view.results, replace) {
+                Ok(svg) => {
+                    view.saved.insert(path.clone());
+                    format!("saved {path} and {svg}")
+                }
+                Err(SaveRefused::Exists(e)) => {
+                    view.confirm = Some(path);
+                    format!("{e}: press Save again to replace it, or type another name")
+                }
+                Err(SaveRefused::Other(e)) => e,
+            });
+        }
+        if ui
+            .button("📷 PNG")
+            .on_hover_text(
+                "the chart as a PNG (tinygpt-speedup-curve.png; a download in the browser)",
+            )
+            .clicked()
+        {
+            export.write(crate::app::export::ExportPng {
+                name: "speedup-curve".into(),
+                rect: view.curve_px,
+            });
+        }
+    });
+    if let Some(note) = view.gpu_note.as_ref().filter(|_| !view.gpu) {
+        ui.label(egui::RichText::new(note).size(12.0).weak());
+    }
+    if cancel_pressed {
+        view.frames_since_cancel = Some(0);
+    }
+    if let Some(m) = &view.message {
+        ui.label(egui::RichText::new(m).color(egui::Color32::from_rgb(240, 190, 80)));
+    }
+    if cfg!(target_arch = "wasm32") {
+        ui.label(
+            egui::RichText::new(
+                "In the browser the CPU bench runs on the page's one thread (the page pauses while it measures) and the GPU bench is off; a saved run from a desktop loads here.",
+            )
+            .weak(),
+        );
+    }
+    let mut devices: Vec<&str> = Vec::new();
+    for r in &view.results {
+        if !devices.contains(&r.device.as_str()) {
+            devices.push(&r.device);
+        }
+    }
+    if !devices.is_empty() {
+        ui.label(
+            egui::RichText::new(format!("measured on: {}", devices.join("; ")))
+                .size(12.0)
+                .weak(),
+        );
+    }
+    // The curve: GPU-over-CPU against parameters (log10 on x).
+    let ours: Vec<[f64; 2]> = {
+        let mut v: Vec<_> = view
+            .results
+            .iter()
+            .filter_map(|r| Some([(r.params as f64).log10(), r.gpu_over_cpu?]))
+            .collect();
+        v.sort_by(|a, b| a[0].total_cmp(&b[0]));
+        v
+    };
+    let original: Vec<[f64; 2]> = bench_report::ORIGINAL
+        .iter()
+        .map(|&(_, params, _, speedup)| [(params as f64).log10(), speedup])
+        .collect();
+    let results = view.results.clone();
+    let plot_h = (ui.available_height() * 0.62).max(160.0);
+    let response = Plot::new("speedup")
+        .height(plot_h)
+        .legend(Legend::default().position(egui_plot::Corner::LeftTop))
+        .x_axis_label("parameters (log scale)")
+        .y_axis_label("GPU over CPU (×)")
+        .x_axis_formatter(|mark, _| {
+            let n = 10f64.powf(mark.value);
+            if n >= 1e6 {
+                format!("{:.1} M", n / 1e6)
+            } else {
+                format!("{:.0} K", n / 1e3)
+            }
+        })
+        .include_y(0.0)
+        .label_formatter(move |hover| {
+            let egui_plot::HoverPosition::NearDataPoint {
+                plot_name,
+                position: p,
+                ..
+            } = hover
+            else {
+                return None;
+            };
+            let near = results
+                .iter()
+                .filter(|r| ((r.params as f64).log10() - p.x).abs() < 0.05)
+                .map(|r| format!("{} {}: {:.2} ms/step", r.preset, r.backend, r.median_ms))
+                .collect::<Vec<_>>();
+            Some(format!(
+                "{plot_name}\n{:.0} parameters, {:.1}×{}",
+                10f64.powf(p.x),
+                p.y,
+                if near.is_empty() {
+                    String::new()
+                } else {
+                    format!("\n{}", near.join("\n"))
+                }
+            ))
+        })
+        .show(&mut ui, |plot| {
+            plot.line(Line::new(
+                "original TinyGPT (M-series laptop: WebGPU over WASM SIMD)",
+                PlotPoints::from(original.clone()),
+            ));
+            plot.points(
+                Points::new(
+                    "original TinyGPT (M-series laptop: WebGPU over WASM SIMD)",
+                    PlotPoints::from(original),
+                )
+                .radius(4.0),
+            );
+            if !ours.is_empty() {
+                plot.line(
+                    Line::new("this machine: GPU over CPU", PlotPoints::from(ours.clone()))
+                        .width(2.5),
+                );
+                plot.points(
+                    Points::new("this machine: GPU over CPU", PlotPoints::from(ours)).radius(6.0),
+                );
+            }
+        });
+    regions.push(("curve".to_string(), response.response.rect));
+    let r = response.response.rect * ctx.pixels_per_point();
+    view.curve_px = Some([r.min.x, r.min.y, r.max.x, r.max.y]);
+    // Below: the table.
+    let mut table_ui =
+        ui.new_child(egui::UiBuilder::new().max_rect(ui.available_rect_before_wrap()));
+    table_ui.set_clip_rect(ui.available_rect_before_wrap().intersect(body));
+    let table = egui::ScrollArea::vertical()
+        .id_salt("speedup-table-scroll")
+        .auto_shrink([false, false])
+        .show(&mut table_ui, |ui| {
+            egui::Grid::new("speedup-table")
+                .striped(true)
+                .spacing(egui::vec2(16.0, 4.0))
+                .show(ui, |ui| {
+                    for h in [
+                        "preset",
+                        "parameters",
+                        "CPU ms/step",
+                        "GPU ms/step",
+                        "GPU/CPU",
+                    ] {
+                        ui.label(egui::RichText::new(h).strong());
+                    }
+                    ui.end_row();
+                    let mut presets: Vec<(&str, usize)> = view
+                        .results
+                        .iter()
+                        .map(|r| (r.preset.as_str(), r.params))
+                        .collect();
+                    presets.sort_by_key(|p| p.1);
+                    presets.dedup();
+                    for (preset, params) in presets {
+                        let of = |kind: &str| {
+                            view.results
+                                .iter()
+                                .find(|r| r.preset == preset && r.backend == kind)
+                        };
+                        ui.label(preset);
+                        ui.label(crate::model::config::group_thousands(params));
+                        ui.label(of("cpu").map_or("—".into(), |r| format!("{:.2}", r.median_ms)));
+                        ui.label(of("gpu").map_or("—".into(), |r| format!("{:.2}", r.median_ms)));
+                        ui.label(of("gpu").and_then(|r| r.gpu_over_cpu).map_or(
+                            "—".into(),
+                            |x| {
+                                if x < 1.0 {
+                                    format!("{x:.3}×")
+                                } else {
+                                    format!("{x:.1}×")
+                                }
+                            },
+                        ));
+                        ui.end_row();
+                    }
+                })
+        });
+    regions.push(("table".to_string(), table.inner.response.rect));
+    shown.regions = regions
+        .into_iter()
+        .map(|(n, r)| (n, r * ctx.pixels_per_point()))
+        .collect();
+    Ok(())
+}

@@ -1,0 +1,284 @@
+//! Measuring on workers: a bench of (preset, backend) pairs one after
+//! another, or one step timed per kernel, on the async-compute pool; the
+//! results come back through an inbox the frame reads ([`collect`]).
+
+use super::*;
+
+/// What a bench worker reports.
+#[derive(Debug)]
+pub(super) enum Msg {
+    Started(String),
+    Done(BenchResult),
+    Failed(String),
+    Finished,
+}
+
+pub(super) struct BenchJob {
+    _task: Task<()>,
+    inbox: Arc<Mutex<Vec<Msg>>>,
+    pub(super) cancel: Arc<AtomicBool>,
+    pub(super) total: usize,
+    pub(super) done: usize,
+    pub(super) current: String,
+}
+
+/// Times one step of `preset` per kernel with the adapter's ceilings,
+/// blocking: on a worker. The app's device first, then one of its own (the
+/// app's may have been opened without timestamp queries), then the CPU.
+pub(super) fn time_kernels(
+    preset: &str,
+    app_gpu: Option<crate::gpu::GpuContext>,
+) -> Result<KernelTimes, String> {
+    let config = Config::load(preset).map_err(|e| e.to_string())?;
+    #[cfg(not(target_arch = "wasm32"))]
+    let own = || crate::gpu::GpuContext::new_blocking().ok();
+    #[cfg(not(target_arch = "wasm32"))]
+    let contexts = app_gpu
+        .into_iter()
+        .chain(std::iter::once_with(own).flatten());
+    // In the page, reading timestamps back would wait on the GPU in the
+    // page's one thread: the CPU's op times, with the reason.
+    #[cfg(target_arch = "wasm32")]
+    let contexts = {
+        let _ = app_gpu;
+        std::iter::empty()
+    };
+    let mut times = crate::bench::kernels::time_step(preset, &config, contexts, true)?;
+    if cfg!(target_arch = "wasm32") {
+        times.note = Some(
+            "in the browser, reading GPU timestamps back would wait in the page's one thread: the CPU backend's op times instead".into(),
+        );
+    }
+    Ok(times)
+}
+
+/// Starts a bench of the chosen presets and backends on a worker.
+pub(super) fn start(view: &mut SpeedupView, gpu: &GpuDevice) -> Result<(), String> {
+    let presets: Vec<String> = view
+        .presets
+        .iter()
+        .filter(|(_, on)| *on)
+        .map(|(id, _)| id.clone())
+        .collect();
+    if presets.is_empty() || !(view.cpu || view.gpu) {
+        return Err("choose at least one preset and one backend".into());
+    }
+    let app_ctx = if view.gpu {
+        if cfg!(target_arch = "wasm32") {
+            return Err("in the browser a GPU bench would wait on the GPU in the page's one thread; measure the CPU here, or load a saved run".into());
+        }
+        Some(gpu.context.clone().ok_or_else(|| {
+            gpu.missing
+                .clone()
+                .unwrap_or_else(|| "no GPU device is available to the app".into())
+        })?)
+    } else {
+        None
+    };
+    let mut plan = Vec::new();
+    for p in &presets {
+        if view.cpu {
+            plan.push((p.clone(), "cpu"));
+        }
+        if view.gpu {
+            plan.push((p.clone(), "gpu"));
+        }
+    }
+    let opts = BenchOptions {
+        min_seconds: view.seconds,
+        ..BenchOptions::default()
+    };
+    let inbox: Arc<Mutex<Vec<Msg>>> = Arc::default();
+    let cancel = Arc::new(AtomicBool::new(false));
+    let (out, stop) = (inbox.clone(), cancel.clone());
+    let total = plan.len();
+    let task = AsyncComputeTaskPool::get().spawn(async move {
+        let send = |m: Msg| out.lock().unwrap().push(m);
+        // The GPU bench on a device of its own: each step waits only on
+        // its own work, not on the app's frames queued on the app's device
+        // (on the H100 host the app's device cost xl 32% per step).
+        #[cfg(not(target_arch = "wasm32"))]
+        let gpu_ctx = app_ctx
+            .as_ref()
+            .map(|app| crate::gpu::GpuContext::new_blocking().unwrap_or_else(|_| app.clone()));
+        #[cfg(target_arch = "wasm32")]
+        let gpu_ctx = app_ctx;
+        for (preset, kind) in plan {
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
+            send(Msg::Started(format!("{preset} on the {kind}")));
+            let result = Config::load(&preset)
+                .map_err(|e| e.to_string())
+                .and_then(|config| {
+                    let t0 = web_time::Instant::now();
+                    let backend: Box<dyn crate::backend::Backend> = match (&gpu_ctx, kind) {
+                        (Some(ctx), "gpu") => Box::new(
+                            crate::gpu::GpuBackend::new(
+                                ctx.clone(),
+                                crate::program::Program::new(&config),
+                            )
+                            .map_err(|e| e.to_string())?,
+                        ),
+                        _ => crate::bench::cpu_backend(&config),
+                    };
+                    let setup_ms = t0.elapsed().as_secs_f64() * 1e3;
+                    bench_until(&preset, kind, backend, setup_ms, opts, &|| {
+                        stop.load(Ordering::Relaxed)
+                    })
+                });
+            match result {
+                Ok(r) => send(Msg::Done(r)),
+                Err(e) => send(Msg::Failed(format!("{preset} on the {kind}: {e}"))),
+            }
+        }
+        send(Msg::Finished);
+    });
+    view.results.clear();
+    view.bench_frames = 0;
+    view.frames_since_cancel = None;
+    view.job = Some(BenchJob {
+        _task: task,
+        inbox,
+        cancel,
+        total,
+        done: 0,
+        current: String::new(),
+    });
+    view.message = None;
+    Ok(())
+}
+
+/// Reads what the worker reported; pauses the run while a bench runs.
+pub(super) fn collect(
+    mut view: ResMut<SpeedupView>,
+    run: Option<ResMut<Run>>,
+    gpu: Res<GpuDevice>,
+    mut status: ResMut<AppStatus>,
+) {
+    if !view.backends_chosen {
+        view.backends_chosen = true;
+        if cfg!(target_arch = "wasm32") {
+            view.gpu = false;
+        } else if let Some(ctx) = &gpu.context
+            && crate::backend::software_adapter(ctx).is_some()
+        {
+            view.gpu = false;
+            view.gpu_note = Some(format!(
+                "{} is a software renderer: it draws this window too, so its bench would freeze the picture while it runs (tick GPU to measure it anyway)",
+                ctx.info.name
+            ));
+        }
+    }
+    if view.start {
+        view.start = false;
+        if let Err(e) = start(&mut view, &gpu) {
+            view.message = Some(e);
+        }
+    }
+    if view.kernels_start && view.job.is_none() {
+        view.kernels_start = false;
+        view.start_kernels(&gpu);
+    }
+    if let Some(task) = view.kernels_job.as_mut()
+        && let Some(result) = bevy::tasks::futures::check_ready(task)
+    {
+        view.kernels_job = None;
+        view.kernels = Some(result);
+    }
+    if view.running()
+        && let Some(mut run) = run
+        && run.state == RunState::Training
+    {
+        run.state = RunState::Paused;
+        view.paused_run_at = Some(run.step());
+        status.info = Some("training paused while the bench measures".into());
+    }
+    if let Some(n) = view.frames_since_cancel.as_mut() {
+        *n += 1;
+    }
+    let view = &mut *view;
+    let Some(job) = view.job.as_mut() else { return };
+    view.bench_frames += 1;
+    if view
+        .cancel_after_frames
+        .is_some_and(|n| view.bench_frames >= n)
+        && view.frames_since_cancel.is_none()
+    {
+        job.cancel.store(true, Ordering::Relaxed);
+        view.frames_since_cancel = Some(0);
+    }
+    let msgs: Vec<Msg> = std::mem::take(&mut *job.inbox.lock().unwrap());
+    let mut finished = false;
+    let mut arrived = Vec::new();
+    let mut failure = None;
+    for m in msgs {
+        match m {
+            Msg::Started(what) => job.current = what,
+            Msg::Done(r) => {
+                job.done += 1;
+                arrived.push(r);
+            }
+            Msg::Failed(e) => {
+                job.done += 1;
+                failure = Some(e);
+            }
+            Msg::Finished => finished = true,
+        }
+    }
+    let cancelled = job.cancel.load(Ordering::Relaxed);
+    if finished {
+        view.job = None;
+        if cancelled {
+            view.message = Some("cancelled".into());
+        }
+    }
+    if let Some(e) = failure
+        && !(cancelled && e.ends_with("cancelled"))
+    {
+        view.message = Some(e);
+    }
+    for r in arrived {
+        add_result(&mut view.results, r);
+    }
+}
+
+/// While a bench or the kernel timing runs, the window redraws at 10 Hz
+/// (and at once on input): the app's own drawing would otherwise take GPU
+/// and CPU time from what is being measured. Restored when it ends.
+#[cfg(not(target_arch = "wasm32"))]
+pub(super) fn quiet_while_measuring(
+    view: Res<SpeedupView>,
+    settings: Option<ResMut<bevy::winit::WinitSettings>>,
+    mut saved: Local<Option<bevy::winit::WinitSettings>>,
+) {
+    let Some(mut settings) = settings else { return };
+    match (view.running(), saved.is_some()) {
+        (true, false) => {
+            *saved = Some(settings.clone());
+            let quiet =
+                bevy::winit::UpdateMode::reactive_low_power(std::time::Duration::from_millis(100));
+            settings.focused_mode = quiet;
+            settings.unfocused_mode = quiet;
+        }
+        (false, true) => *settings = saved.take().expect("saved above"),
+        _ => {}
+    }
+}
+
+/// Adds a measurement, filling the GPU-over-CPU ratio as `tinygpt bench` does.
+pub(super) fn add_result(results: &mut Vec<BenchResult>, mut r: BenchResult) {
+    results.retain(|x| !(x.preset == r.preset && x.backend == r.backend));
+    if r.backend == "gpu" {
+        let cpu = results
+            .iter()
+            .find(|x| x.preset == r.preset && x.backend == "cpu");
+        r.gpu_over_cpu = cpu.map(|c| c.median_ms / r.median_ms);
+    } else if let Some(g) = results
+        .iter_mut()
+        .find(|x| x.preset == r.preset && x.backend == "gpu")
+    {
+        g.gpu_over_cpu = Some(r.median_ms / g.median_ms);
+    }
+    results.push(r);
+}

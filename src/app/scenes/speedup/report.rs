@@ -1,0 +1,44 @@
+//! What the Speedup scene reports: the data behind its view (the bench's
+//! results and the per-kernel timing), its field of the headless line and
+//! of the page's report (the bench's state), and its egui regions.
+
+use super::{SpeedupShown, SpeedupView};
+use crate::app::registry::{Report, SceneApp};
+use crate::app::scenes::Scene;
+use bevy::prelude::*;
+use serde_json::{Value, json};
+
+/// Registers the scene's data, fields and regions.
+pub fn register(app: &mut App) {
+    app.scene_data(Scene::Speedup, |view: Res<SpeedupView>| {
+        json!({
+            "results": view.results,
+            "kernels": view.kernels_json(),
+        })
+    })
+    .report_field(Report::Headless, "speedup", headless)
+    .report_field(Report::Page, "speedup", |view: Res<SpeedupView>| {
+        json!({
+            "running": view.running(),
+            "message": view.message,
+            "results": view.results.iter().map(|r| json!({
+                "preset": r.preset, "backend": r.backend, "median_ms": r.median_ms,
+            })).collect::<Vec<_>>(),
+        })
+    })
+    .shown_regions(|shown: Res<SpeedupShown>| shown.regions.clone());
+}
+
+fn headless(view: Res<SpeedupView>, scene: Res<State<Scene>>) -> Value {
+    if *scene.get() != Scene::Speedup {
+        return Value::Null;
+    }
+    json!({
+        "running": view.running(),
+        "frames_since_cancel": view.frames_since_cancel,
+        "paused_run_at": view.paused_run_at,
+        "message": view.message,
+        "results": view.results,
+        "kernels": view.kernels_json(),
+    })
+}

@@ -1,0 +1,251 @@
+//! The command queue the UI, files and lessons send ([`RunCommand`]) and
+//! the system that carries them out.
+
+use super::device::GpuDevice;
+use super::earlier::EarlierRuns;
+use super::records::{StepRecord, TrainingRun};
+use super::run::RunCreated;
+use super::run::{Run, RunState, build_run, install_run};
+use super::settings::{CorpusSource, RunSettings};
+use super::status::AppStatus;
+use crate::backend::BackendChoice;
+use crate::model::checkpoint::Checkpoint;
+use crate::model::config::{Config, Lab};
+use bevy::prelude::*;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Requests from the UI and from dropped files.
+#[derive(Message, Clone, Debug)]
+pub enum RunCommand {
+    Train,
+    Pause,
+    /// One training step, then pause.
+    Step,
+    /// A fresh run from the current settings (same seed: step 0 again).
+    NewRun,
+    /// A corpus file's contents.
+    LoadCorpus {
+        name: String,
+        bytes: Vec<u8>,
+    },
+    /// A preset file's contents (RON).
+    LoadPreset {
+        name: String,
+        text: String,
+    },
+    /// Save the run's checkpoint to `path`; `replace`: the user said to
+    /// replace a file there that this app did not write (see `crate::output`).
+    SaveCheckpoint {
+        path: PathBuf,
+        replace: bool,
+    },
+    /// A checkpoint file's contents.
+    LoadCheckpoint {
+        name: String,
+        bytes: Vec<u8>,
+    },
+    /// A fresh run of a built-in preset with these "break it" switches and
+    /// the preset's learning rate times `lr_scale` (a lesson's lab step).
+    NewLabRun {
+        preset: String,
+        lab: Lab,
+        lr_scale: f32,
+    },
+    /// The GPU was lost (the reason): the run goes on on the CPU from its
+    /// last host copy ([`Run::recovery`]), training if it was.
+    FallBackToCpu(String),
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn handle_commands(
+    mut commands: Commands,
+    mut reader: MessageReader<RunCommand>,
+    mut settings: ResMut<RunSettings>,
+    run: Option<ResMut<Run>>,
+    gpu: Res<GpuDevice>,
+    mut status: ResMut<AppStatus>,
+    mut created: MessageWriter<RunCreated>,
+    runs: Query<Entity, With<TrainingRun>>,
+    (records, mut earlier): (Query<&StepRecord>, ResMut<EarlierRuns>),
+) {
+    let Some(mut run) = run else { return };
+    for command in reader.read() {
+        let fresh = run.step() == 0 && !run.engine.busy();
+        let mut rebuild: Option<Option<Checkpoint>> = None;
+        // Where a resumed run's weights came from, for the status line.
+        let mut resumed_from = "the checkpoint";
+        let mut train_on = false;
+        match command.clone() {
+            RunCommand::Train => {
+                if matches!(run.state, RunState::Finished) {
+                    status.error(format!("the run has done its {} steps; raise Steps and press New run, or load a checkpoint", run.config().steps));
+                } else if run.pending_save.is_none() {
+                    run.state = RunState::Training;
+                }
+            }
+            RunCommand::Pause => {
+                if run.state == RunState::Training {
+                    run.state = RunState::Paused;
+                }
+            }
+            RunCommand::Step => {
+                if matches!(
+                    run.state,
+                    RunState::Ready | RunState::Paused | RunState::Diverged
+                ) {
+                    run.state = RunState::Paused;
+                    run.single_steps += 1;
+                }
+            }
+            RunCommand::NewRun => rebuild = Some(None),
+            RunCommand::LoadCorpus { name, bytes } => {
+                let source = CorpusSource::Bytes {
+                    name: name.clone(),
+                    bytes: Arc::new(bytes),
+                };
+                match source.corpus(run.config().ctx) {
+                    Err(e) => status.error(format!("corpus not loaded: {e}")),
+                    Ok(c) => {
+                        settings.corpus = source;
+                        if fresh {
+                            rebuild = Some(None);
+                            status.info = Some(format!(
+                                "training on {name} ({} bytes)",
+                                c.train.len() + c.val.len()
+                            ));
+                        } else {
+                            status.info = Some(format!(
+                                "{name} is loaded; press New run to train on it (the current run keeps its corpus)"
+                            ));
+                        }
+                    }
+                }
+            }
+            RunCommand::NewLabRun {
+                preset,
+                lab,
+                lr_scale,
+            } => match Config::load(&preset) {
+                Err(e) => status.error(format!("the lab could not start: {e}")),
+                Ok(config) => {
+                    *settings = RunSettings {
+                        corpus: settings.corpus.clone(),
+                        seed: settings.seed,
+                        backend: settings.backend,
+                        lr: config.lr * lr_scale,
+                        lab,
+                        ..RunSettings::from_preset(&preset, config)
+                    };
+                    status.info = Some(format!(
+                        "lab: a fresh {preset} with {}, learning rate {:.1e}",
+                        lab.describe(),
+                        settings.lr
+                    ));
+                    rebuild = Some(None);
+                }
+            },
+            RunCommand::LoadPreset { name, text } => match Config::from_ron(&text, &name) {
+                Err(e) => status.error(format!("preset not loaded: {e}")),
+                Ok(config) => {
+                    *settings = RunSettings {
+                        corpus: settings.corpus.clone(),
+                        seed: settings.seed,
+                        backend: settings.backend,
+                        ..RunSettings::from_preset(&name, config)
+                    };
+                    status.info = Some(format!("preset {name} loaded; press New run to start it"));
+                }
+            },
+            RunCommand::SaveCheckpoint { path, replace } => {
+                // In the browser the checkpoint becomes a download.
+                let replace = replace || status.written.contains(&path);
+                let writable = if cfg!(target_arch = "wasm32") {
+                    Ok(())
+                } else {
+                    crate::output::check_save(&path, "the save path", replace)
+                };
+                if run.saving.is_some() {
+                    status.error("a checkpoint is still being written; save again when it is done");
+                } else if let Err(refusal) = writable {
+                    match refusal {
+                        // An earlier file, not written here: ask before replacing it.
+                        crate::output::SaveRefusal::Ask => status.confirm_replace = Some(path),
+                        crate::output::SaveRefusal::Refused(e) => {
+                            status.error(format!("checkpoint not saved: {e}"))
+                        }
+                    }
+                } else {
+                    status.confirm_replace = None;
+                    status.written.insert(path.clone());
+                    let resume = run.state == RunState::Training;
+                    if resume {
+                        run.state = RunState::Paused;
+                    }
+                    run.pending_save = Some((path, resume));
+                    run.save_requested = false;
+                }
+            }
+            RunCommand::LoadCheckpoint { name, bytes } => {
+                match Checkpoint::from_bytes(&bytes, &name) {
+                    Err(e) => status.error(format!("checkpoint not loaded: {e}")),
+                    Ok(ckpt) => rebuild = Some(Some(ckpt)),
+                }
+            }
+            RunCommand::FallBackToCpu(reason) => {
+                settings.backend = BackendChoice::Cpu;
+                train_on = run.state == RunState::Training;
+                let lost_steps = run.step() - run.recovery.as_ref().map_or(0, |c| c.step);
+                status.error(match &run.recovery {
+                    Some(c) => format!(
+                        "the GPU was lost ({reason}); the run goes on on the CPU from step {}, \
+                         its last copy read back from the GPU ({lost_steps} steps since are lost)",
+                        c.step
+                    ),
+                    None => format!(
+                        "the GPU was lost ({reason}) before a copy of the run was read back; \
+                         a fresh run starts on the CPU"
+                    ),
+                });
+                rebuild = Some(run.recovery.clone());
+                resumed_from = "the last copy read back from the GPU";
+            }
+        }
+        if let Some(resume) = rebuild {
+            match build_run(&settings, &gpu, resume.as_ref(), run.generation + 1) {
+                Err(e) => status.error(format!(
+                    "the new run could not start, the current one is kept: {e}"
+                )),
+                Ok(mut new_run) => {
+                    if let Some(ckpt) = &resume {
+                        status.info =
+                            Some(format!("resumed at step {} from {resumed_from}", ckpt.step));
+                    }
+                    if train_on {
+                        new_run.state = RunState::Training;
+                    }
+                    let kept: Vec<StepRecord> = records.iter().copied().collect();
+                    earlier.keep(&run, &kept);
+                    for e in &runs {
+                        commands.entity(e).despawn();
+                    }
+                    install_run(&mut commands, new_run, &mut created);
+                    // Later commands of this frame wait for the new run.
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// A checkpoint to open as soon as the first run exists (`--checkpoint`).
+#[derive(Resource, Clone, Debug, Default)]
+pub struct OpenOnStart(pub Option<(String, Vec<u8>)>);
+
+/// Sends the start-up checkpoint as a load command (carried out with the
+/// others, in the first frame).
+pub(super) fn open_on_start(mut open: ResMut<OpenOnStart>, mut out: MessageWriter<RunCommand>) {
+    if let Some((name, bytes)) = open.0.take() {
+        out.write(RunCommand::LoadCheckpoint { name, bytes });
+    }
+}

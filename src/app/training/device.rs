@@ -1,0 +1,64 @@
+//! The GPU device training runs on ([`GpuDevice`]): Bevy's own, found at
+//! start-up, or why there is none.
+
+use crate::gpu::GpuContext;
+use bevy::prelude::*;
+
+/// The wgpu device the GPU backend trains on: Bevy's (from
+/// `RenderDevice`/`RenderQueue`) when it can run compute shaders. Natively,
+/// `TINYGPT_APP_OWN_DEVICE=1` opens one of its own on the default adapter
+/// instead, so that a lost training device leaves the renderer's standing.
+/// Not the default: on the H100 host two devices trained 12–15% slower in
+/// the app than one (xl 9.5 against 8.24 ms a step, nanogpt-char 117.5
+/// against 106.9, at 1920×1080), the GPU switching between their contexts
+/// every frame.
+#[derive(Resource, Default, Clone)]
+pub struct GpuDevice {
+    pub context: Option<GpuContext>,
+    /// Why there is none, where the app knows (the notice of a CPU run).
+    pub missing: Option<String>,
+    /// Whether `context` is the renderer's device: losing it loses both.
+    pub shared_with_renderer: bool,
+}
+
+/// Finds the training device ([`GpuDevice`]): Bevy's, or with
+/// `TINYGPT_APP_OWN_DEVICE` one of its own (opened once, at start-up, as
+/// Bevy opens its own).
+pub(super) fn find_gpu_device(
+    mut gpu: ResMut<GpuDevice>,
+    device: Option<Res<bevy::render::renderer::RenderDevice>>,
+    queue: Option<Res<bevy::render::renderer::RenderQueue>>,
+    info: Option<Res<bevy::render::renderer::RenderAdapterInfo>>,
+) {
+    if gpu.context.is_some() {
+        return;
+    }
+    if let (Some(device), Some(queue), Some(info)) = (device, queue, info) {
+        let queue: &wgpu::Queue = &queue.0;
+        let info: &wgpu::AdapterInfo = &info.0;
+        #[cfg(target_arch = "wasm32")]
+        if info.backend == wgpu::Backend::Gl {
+            // WebGL2 draws the page but has no compute shaders.
+            gpu.missing = Some(crate::app::browser::NO_WEBGPU.to_string());
+            return;
+        }
+        #[cfg(not(target_arch = "wasm32"))]
+        if std::env::var_os("TINYGPT_APP_OWN_DEVICE").is_some() {
+            match GpuContext::new_blocking() {
+                Ok(own) => {
+                    gpu.context = Some(own);
+                    return;
+                }
+                Err(e) => {
+                    warn!("no GPU device of its own for training ({e}); sharing the renderer's")
+                }
+            }
+        }
+        gpu.context = Some(GpuContext::from_device(
+            device.wgpu_device().clone(),
+            queue.clone(),
+            info.clone(),
+        ));
+        gpu.shared_with_renderer = true;
+    }
+}

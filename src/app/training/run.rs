@@ -1,0 +1,207 @@
+//! The run ([`Run`]): its engine, state and recovery copy, and how one is
+//! built from settings, a preset or a checkpoint and put in the world.
+
+use super::device::GpuDevice;
+use super::records::TrainingRun;
+use super::settings::RunSettings;
+use super::status::AppStatus;
+use crate::app::engine::Engine;
+use crate::backend::{Chosen, GpuFallback, choose_backend};
+use crate::model::checkpoint::Checkpoint;
+use crate::model::config::Config;
+use crate::program::Program;
+use crate::train::{StepMetrics, Trainer};
+use bevy::prelude::*;
+use std::path::PathBuf;
+
+use web_time::Instant;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunState {
+    /// Created, waiting for Train.
+    Ready,
+    Training,
+    Paused,
+    /// Reached its step count.
+    Finished,
+    /// A step was not finite; paused with the reason in the status.
+    Diverged,
+}
+
+/// The run the app shows.
+#[derive(Resource)]
+pub struct Run {
+    pub program: Program,
+    pub preset: String,
+    pub corpus_name: String,
+    pub engine: Engine,
+    pub state: RunState,
+    /// e.g. `gpu (NVIDIA H100 80GB HBM3 (Vulkan, DiscreteGpu))`
+    pub backend_label: String,
+    /// Why the run is not on the backend asked for, if it is not.
+    pub notice: Option<String>,
+    /// Steps the Step button allows to start.
+    pub single_steps: u64,
+    pub last: Option<StepMetrics>,
+    /// Numbered from 1, one per run created (for views that rebuild).
+    pub generation: u64,
+    pub(super) pending_save: Option<(PathBuf, bool)>,
+    pub(super) save_requested: bool,
+    /// A checkpoint being written on its own thread: where its outcome
+    /// arrives (where it went, or why it failed).
+    pub(super) saving: Option<SaveInFlight>,
+    /// On the GPU: the run as last read back to the host (every
+    /// [`RECOVERY_INTERVAL_S`]), what training goes on from on the CPU if
+    /// the device is lost.
+    pub recovery: Option<Checkpoint>,
+    /// When the last recovery read was asked for, and whether it is out.
+    pub(super) recovery_asked: Option<Instant>,
+    pub(super) recovery_out: bool,
+}
+
+/// Seconds between the host copies of a GPU run ([`Run::recovery`]).
+pub const RECOVERY_INTERVAL_S: f64 = 30.0;
+
+/// The outcome of a checkpoint save that runs off the frame thread (a save
+/// of xl writes 77 MB and waits for the disk).
+pub(super) type SaveInFlight = std::sync::Arc<std::sync::Mutex<Option<Result<String, String>>>>;
+
+impl Run {
+    /// A checkpoint save is waiting for its snapshot or being written.
+    pub fn saving(&self) -> bool {
+        self.pending_save.is_some() || self.saving.is_some()
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.program.config
+    }
+
+    /// The run as the loss chart names it: `tiny, lr 3.0e-4, no causal mask`.
+    pub fn label(&self) -> String {
+        let c = self.config();
+        format!("{}, lr {:.1e}, {}", self.preset, c.lr, c.lab.describe())
+    }
+
+    pub fn step(&self) -> u64 {
+        self.last.map_or(0, |m| m.step).max(self.engine.step())
+    }
+}
+
+pub(super) fn create_first_run(
+    mut commands: Commands,
+    settings: Res<RunSettings>,
+    gpu: Res<GpuDevice>,
+    start: Res<TrainOnStart>,
+    mut status: ResMut<AppStatus>,
+    mut created: MessageWriter<RunCreated>,
+) {
+    match build_run(&settings, &gpu, None, 1) {
+        Ok(mut run) => {
+            if start.0 {
+                run.state = RunState::Training;
+            }
+            install_run(&mut commands, run, &mut created);
+        }
+        Err(e) => {
+            // The settings came from the command line, which checked them;
+            // say so anyway and fall back to the default preset.
+            status.error(format!("could not create the run: {e}"));
+            let fallback = RunSettings::from_preset(
+                crate::model::config::DEFAULT_PRESET,
+                Config::load(crate::model::config::DEFAULT_PRESET).expect("built-in preset"),
+            );
+            if let Ok(run) = build_run(&fallback, &gpu, None, 1) {
+                install_run(&mut commands, run, &mut created);
+            }
+        }
+    }
+}
+
+pub(super) fn install_run(
+    commands: &mut Commands,
+    run: Run,
+    created: &mut MessageWriter<RunCreated>,
+) {
+    let generation = run.generation;
+    commands.spawn(TrainingRun {
+        preset: run.preset.clone(),
+        generation,
+    });
+    commands.insert_resource(run);
+    created.write(RunCreated { generation });
+}
+
+/// A run from settings (and a checkpoint to resume), on the backend asked
+/// for, falling back to the CPU with a notice when the GPU cannot run it.
+pub fn build_run(
+    settings: &RunSettings,
+    gpu: &GpuDevice,
+    resume: Option<&Checkpoint>,
+    generation: u64,
+) -> Result<Run, String> {
+    let config = match resume {
+        Some(ckpt) => ckpt.config.clone(),
+        None => settings.run_config()?,
+    };
+    let corpus = settings.corpus.corpus(config.ctx)?;
+    let program = Program::new(&config);
+    let device = match (&gpu.context, &gpu.missing) {
+        (Some(ctx), _) => Ok(ctx),
+        (None, Some(why)) => Err(why.as_str()),
+        (None, None) => Err("no GPU device is available to the app"),
+    };
+    let Chosen { backend, notice } = choose_backend(
+        settings.backend,
+        device,
+        program.clone(),
+        GpuFallback::ToCpu,
+    )?;
+    let backend_label = backend.describe();
+    let trainer = match resume {
+        Some(ckpt) => Trainer::resume(backend, corpus.clone(), ckpt),
+        None => Trainer::new(backend, corpus.clone(), settings.seed),
+    }
+    .map_err(|e| e.to_string())?;
+    let step = trainer.step;
+    let last = trainer.history.last().map(|p| StepMetrics {
+        step: p.step,
+        loss: p.loss,
+        val_loss: p.val_loss,
+        grad_norm: 0.0,
+        lr: 0.0,
+        ms: 0.0,
+        tokens_per_s: 0.0,
+    });
+    Ok(Run {
+        program,
+        preset: settings.preset.clone(),
+        corpus_name: corpus.name.clone(),
+        engine: Engine::new(trainer),
+        state: if step >= config.steps {
+            RunState::Finished
+        } else {
+            RunState::Ready
+        },
+        backend_label,
+        notice,
+        single_steps: 0,
+        last,
+        generation,
+        pending_save: None,
+        save_requested: false,
+        saving: None,
+        recovery: None,
+        recovery_asked: None,
+        recovery_out: false,
+    })
+}
+
+/// Starts training as soon as the run exists (headless `--train`).
+#[derive(Resource, Clone, Copy, Debug, Default)]
+pub struct TrainOnStart(pub bool);
+
+/// Sent when a run is created: views rebuild from its program.
+#[derive(Message, Clone, Copy, Debug)]
+pub struct RunCreated {
+    pub generation: u64,
+}

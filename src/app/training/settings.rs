@@ -1,0 +1,89 @@
+//! What a new run is made from: its preset, seed, backend and corpus
+//! ([`RunSettings`], the Run panel's fields).
+
+use crate::backend::BackendChoice;
+use crate::data::Corpus;
+use crate::model::config::{Config, Lab};
+use bevy::prelude::*;
+use std::sync::Arc;
+
+/// The text a run trains on.
+#[derive(Clone, Debug)]
+pub enum CorpusSource {
+    /// TinyShakespeare, compiled in.
+    Builtin,
+    /// A file the user loaded (by path or drop).
+    Bytes { name: String, bytes: Arc<Vec<u8>> },
+}
+
+impl CorpusSource {
+    pub fn name(&self) -> String {
+        match self {
+            CorpusSource::Builtin => "tinyshakespeare.txt (built in)".into(),
+            CorpusSource::Bytes { name, .. } => name.clone(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            CorpusSource::Builtin => crate::data::TINY_SHAKESPEARE.len(),
+            CorpusSource::Bytes { bytes, .. } => bytes.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The corpus split for a context length, or why it cannot be.
+    pub fn corpus(&self, ctx: usize) -> Result<Corpus, String> {
+        match self {
+            CorpusSource::Builtin => Corpus::tiny_shakespeare(ctx),
+            CorpusSource::Bytes { name, bytes } => Corpus::from_bytes(name, bytes, ctx),
+        }
+        .map_err(|e| {
+            format!("{e}; load a longer text file or choose a preset with a shorter context")
+        })
+    }
+}
+
+/// What the next run will be (edited in the Run panel; applied by New run).
+#[derive(Resource, Clone, Debug)]
+pub struct RunSettings {
+    /// The preset's id, or the file it came from.
+    pub preset: String,
+    /// The preset's configuration (steps and lr below override it).
+    pub config: Config,
+    pub corpus: CorpusSource,
+    pub lr: f32,
+    pub steps: u64,
+    pub seed: u64,
+    pub backend: BackendChoice,
+    /// The "break it" switches a new run gets (the preset's by default).
+    pub lab: Lab,
+}
+
+impl RunSettings {
+    pub fn from_preset(preset: &str, config: Config) -> Self {
+        Self {
+            preset: preset.to_string(),
+            lr: config.lr,
+            steps: config.steps,
+            lab: config.lab,
+            config,
+            corpus: CorpusSource::Builtin,
+            seed: 1337,
+            backend: BackendChoice::Auto,
+        }
+    }
+
+    /// The configuration a new run uses: the preset with this run's overrides.
+    pub fn run_config(&self) -> Result<Config, String> {
+        let mut config = self.config.clone();
+        config.lr = self.lr;
+        config.steps = self.steps;
+        config.lab = self.lab;
+        config.validate(&self.preset).map_err(|e| e.to_string())?;
+        Ok(config)
+    }
+}

@@ -1,0 +1,31 @@
+//! A scene's toolbar, floating over the top of the main view.
+
+use bevy_egui::egui;
+
+/// A scene's toolbar: a row of controls floating over the top-left of the
+/// main view, on a panel-coloured strip (the camera leaves room for it),
+/// wrapping inside the main view's width so it never covers a side panel.
+pub fn scene_toolbar(
+    ctx: &egui::Context,
+    id: &'static str,
+    view: egui::Rect,
+    add_contents: impl FnOnce(&mut egui::Ui),
+) {
+    egui::Area::new(egui::Id::new(id))
+        .fixed_pos(view.min + egui::vec2(6.0, 6.0))
+        .order(egui::Order::Middle)
+        .show(ctx, |ui| {
+            ui.set_max_width(view.width() - 30.0);
+            egui::Frame::popup(ui.style()).show(ui, |ui| {
+                ui.set_max_width(view.width() - 30.0);
+                ui.horizontal_wrapped(add_contents);
+            });
+        });
+}
+
+/// Where a scene's toolbar ends (its last frame's height; one row of
+/// controls until it has been laid out): the scene's body starts below it.
+pub fn toolbar_bottom(ctx: &egui::Context, id: &'static str, view: egui::Rect) -> f32 {
+    ctx.memory(|m| m.area_rect(egui::Id::new(id)))
+        .map_or(view.min.y + 48.0, |r| r.max.y + 4.0)
+}
