@@ -1470,7 +1470,7 @@ fn headless_flow_scene_plays_the_passes_where_it_says() {
     assert!(flow["error"].is_null(), "{line}");
     assert_eq!(flow["zoom"], "Model", "{line}");
     let data: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("flow-data.json")).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(dir.join("tinygpt-flow-data.json")).unwrap()).unwrap();
     let view = &data["view"];
     // The default prompt is the first 48 bytes of this line.
     let shown_prompt: Vec<u8> = view["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u8).collect();
@@ -1488,7 +1488,8 @@ fn headless_flow_scene_plays_the_passes_where_it_says() {
     // Every node drawn where the line says; the stream's points and the
     // collapsed blocks are regions of the picture.
     let regions: Vec<&str> = r["regions"].as_array().unwrap().iter().map(|g| g["name"].as_str().unwrap()).collect();
-    for want in ["emb", "h.0.res_2", "block0", "block2", "ln_f.out", "next-byte", "token0"] {
+    let last_chip = format!("token{}", shown_prompt.len() - 1);
+    for want in ["emb", "h.0.res_2", "block0", "block2", "ln_f.out", "next-byte", &last_chip] {
         assert!(regions.contains(&want), "{want} in {line}");
     }
     assert_regions_drawn(&r, &shot, &["emb", "h.1.res_2", "block1", "next-byte"], (100, 20), 0.2);

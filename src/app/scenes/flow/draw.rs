@@ -577,7 +577,11 @@ fn spawn_probs<B: Bundle>(
             WEAK,
         ));
     }
+    // The card behind the bars.
+    let card = Rect::new(rect.min.x - 16.0, rect.min.y - 8.0, rect.max.x + 16.0, rect.max.y + 12.0);
     commands.spawn((
+        Sprite::from_color(PANEL, card.size()),
+        Transform::from_translation(card.center().extend(0.2)),
         SceneRegion {
             name: "next-byte".into(),
             rect,
