@@ -34,6 +34,7 @@ pub mod data;
 pub mod flash;
 pub mod flow;
 pub mod gpu;
+pub mod interventions;
 pub mod lesson;
 pub mod model;
 pub mod output;

@@ -103,7 +103,7 @@ pub fn run(args: FlowArgs) -> Result<()> {
 
 /// A byte: one character (`a`, `7`; `\n` for a newline), or its value
 /// written with two or three digits (`32` or `032` for a space).
-fn parse_byte(s: &str) -> std::result::Result<u8, String> {
+pub(super) fn parse_byte(s: &str) -> std::result::Result<u8, String> {
     match s.as_bytes() {
         [b] => Ok(*b),
         _ if s == "\\n" => Ok(b'\n'),

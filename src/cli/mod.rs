@@ -10,6 +10,7 @@ mod correctness;
 mod flash;
 mod flow;
 mod generate;
+mod probe;
 mod run;
 mod step;
 mod train;
@@ -57,6 +58,17 @@ enum Command {
     /// Run a prompt's forward pass and read it at one position: the residual
     /// stream, every activation, the next-byte probabilities, the logit lens.
     Flow(flow::FlowArgs),
+    /// The logit lens at every position: what the model would predict after
+    /// each byte if it stopped entering each block.
+    Lens(probe::LensArgs),
+    /// Knock out each head and each MLP in turn: the prompt's loss without it.
+    Ablate(probe::AblateArgs),
+    /// Activation patching: where in the model the information that decides
+    /// the answer lives (a clean prompt's stream into a corrupted one's).
+    Patch(probe::PatchArgs),
+    /// Why this byte and not that one: each head's and MLP's share of the
+    /// logit difference (direct logit attribution).
+    Attribute(probe::AttributeArgs),
     /// Run one training step entry by entry and print what each computed.
     Step(step::StepArgs),
     /// Trace FlashAttention-2's tiling of one head: every tile visit, with the online softmax.
@@ -128,6 +140,10 @@ pub fn main() -> ExitCode {
         Command::Eval(a) => generate::eval(a),
         Command::Attention(a) => attention::run(a),
         Command::Flow(a) => flow::run(a),
+        Command::Lens(a) => probe::lens(a),
+        Command::Ablate(a) => probe::ablate(a),
+        Command::Patch(a) => probe::patch(a),
+        Command::Attribute(a) => probe::attribute(a),
         Command::Step(a) => step::run(a),
         Command::FlashTrace(a) => flash::run(a),
         Command::Correctness(a) => correctness::run(a),
