@@ -19,8 +19,9 @@ use std::path::Path;
 
 /// The scene keys a lesson may name (the app's `Scene::key`s; a test in
 /// the app checks the two lists agree).
-pub const SCENES: [&str; 7] = [
+pub const SCENES: [&str; 8] = [
     "flow",
+    "probe",
     "model",
     "attention",
     "step",
@@ -40,6 +41,7 @@ pub const BUILTIN_LESSONS: &[(&str, &str)] = &[
     ("attention", include_str!("../scenes/attention.ron")),
     ("backprop", include_str!("../scenes/backprop.ron")),
     ("optimizer", include_str!("../scenes/optimizer.ron")),
+    ("which-heads", include_str!("../scenes/which-heads.ron")),
     ("why-flash", include_str!("../scenes/why-flash.ron")),
     ("why-gpus-win", include_str!("../scenes/why-gpus-win.ron")),
     ("break-it", include_str!("../scenes/break-it.ron")),
@@ -114,6 +116,9 @@ pub enum Focus {
 /// The stages [`Focus::Stage`] may name.
 pub const STAGES: [&str; 3] = ["ZeroGrads", "ClipGradNorm", "AdamW"];
 
+/// The tools [`Action::Tool`] may name.
+pub const TOOLS: [&str; 4] = ["lens", "knockout", "patch", "why"];
+
 /// The heatmap views [`Action::HeatmapView`] may name.
 pub const HEATMAP_VIEWS: [&str; 4] = ["weights", "gradients", "adam-m", "adam-v"];
 
@@ -130,6 +135,9 @@ pub enum Action {
     PlayForward,
     /// Play the flow's backward pass from the loss down (the flow scene).
     PlayBackward,
+    /// Show one tool of the Take-it-apart scene: `lens`, `knockout`,
+    /// `patch`, `why`.
+    Tool(String),
     /// Start the Speedup scene's bench of these presets.
     Bench(Vec<String>),
     /// Time one step of this preset per kernel (the roofline).
@@ -404,6 +412,15 @@ impl Lesson {
                                 "`{v}` is not a heatmap view; they are {}",
                                 HEATMAP_VIEWS.join(", ")
                             ),
+                        ));
+                    }
+                }
+                Some(Action::Tool(t)) => {
+                    if !TOOLS.contains(&t.as_str()) {
+                        return Err(err(
+                            at,
+                            "action",
+                            format!("`{t}` is not a tool; they are {}", TOOLS.join(", ")),
                         ));
                     }
                 }

@@ -1542,3 +1542,53 @@ fn check_labels(r: &serde_json::Value, (w, h): (f64, f64)) {
         }
     }
 }
+
+/// `--scene probe` through the lesson that walks its four tools: each tool
+/// is drawn where the line says, and the lens behind the view is the one
+/// `tinygpt lens --json` prints for the same weights and prompt.
+#[test]
+fn headless_probe_scene_shows_each_tool() {
+    let dir = common::scratch_dir("app-probe");
+    for (step, tool, region) in [("1", "lens", "lens"), ("2", "knockout", "importance"), ("3", "patch", "patch"), ("4", "why", "attribution")] {
+        let shot = dir.join(format!("probe-{tool}.png"));
+        let r = run_headless_in(
+            &dir,
+            &["app", "--headless", "--lesson", "which-heads", "--lesson-step", step, "--frames", "60", "--width", "1280", "--height", "720", "--export", "data"],
+            &shot,
+        );
+        let line = r.to_string();
+        assert_eq!(r["scene"], "probe", "{line}");
+        let probe = &r["probe"];
+        assert_eq!(probe["showing"], tool, "{line}");
+        assert_eq!(probe["tool"], tool, "{line}");
+        assert!(probe["error"].is_null(), "{line}");
+        assert_regions_drawn(&r, &shot, &[region], (150, 60), 0.3);
+        if tool == "lens" {
+            let data: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(dir.join("tinygpt-probe-data.json")).unwrap()).unwrap();
+            let numbers = &data["view"]["numbers"];
+            let tokens: Vec<u8> = serde_json::from_value(numbers["tokens"].clone()).unwrap();
+            let ckpt = dir.join("small.safetensors");
+            std::fs::write(&ckpt, tinygpt::model::shipped::shipped("small").unwrap()).unwrap();
+            let out = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+                .args(["lens", "--json", "--checkpoint"])
+                .arg(&ckpt)
+                .arg("--prompt")
+                .arg(String::from_utf8(tokens).unwrap())
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            // Compared as the f32s they are (the two JSON writers spell an
+            // f32 differently).
+            #[derive(serde::Deserialize, PartialEq, Debug)]
+            struct Guess {
+                byte: u8,
+                p: f32,
+            }
+            let lens = |v: &serde_json::Value| -> Vec<Vec<Vec<Guess>>> { serde_json::from_value(v["lens"].clone()).unwrap() };
+            let cli: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert_eq!(cli["tokens"], numbers["tokens"]);
+            assert_eq!(lens(&cli), lens(numbers), "the scene's lens is the CLI's");
+        }
+    }
+}

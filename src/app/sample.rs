@@ -87,7 +87,12 @@ fn want_weights(run: Option<Res<Run>>, mut wants: ResMut<super::training::Tensor
     }
 }
 
-fn run_sampler(run: Option<Res<Run>>, snapshots: Res<Snapshots>, mut state: ResMut<SampleState>) {
+fn run_sampler(
+    run: Option<Res<Run>>,
+    snapshots: Res<Snapshots>,
+    knockouts: Res<super::training::Knockouts>,
+    mut state: ResMut<SampleState>,
+) {
     if let Some(task) = state.task.as_mut()
         && check_ready(task).is_some()
     {
@@ -104,10 +109,15 @@ fn run_sampler(run: Option<Res<Run>>, snapshots: Res<Snapshots>, mut state: ResM
     if run.state != super::training::RunState::Training && snapshot.step < run.step() {
         return;
     }
-    let Some(params) = snapshot.params(&run.program) else {
+    let Some(mut params) = snapshot.params(&run.program) else {
         return;
     };
     state.waiting = false;
+    // Knocked-out parts stay knocked out for sampling.
+    if let Err(e) = knockouts.apply(&mut params, run.config()) {
+        state.error = Some(format!("cannot sample: {e}"));
+        return;
+    }
     let generator = match Generator::new(run.config(), &params) {
         Ok(g) => g,
         Err(e) => {

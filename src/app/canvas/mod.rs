@@ -112,6 +112,24 @@ pub fn cell_at(rect: Rect, world: Vec2, rows: usize, cols: usize) -> (usize, usi
     ((v * rows as f32) as usize, (u * cols as f32) as usize)
 }
 
+/// A text label in a scene, in the label font, in `colour`.
+pub fn coloured_label(
+    s: impl Into<String>,
+    size: f32,
+    anchor: bevy::sprite::Anchor,
+    at: Vec2,
+    z: f32,
+    colour: Color,
+) -> impl Bundle {
+    (
+        Text2d::new(s),
+        TextFont::from_font_size(size),
+        TextColor(colour),
+        anchor,
+        Transform::from_translation(at.extend(z)),
+    )
+}
+
 /// A text label in a scene, in the label font.
 pub fn label(
     s: impl Into<String>,

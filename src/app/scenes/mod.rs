@@ -29,6 +29,9 @@ macro_rules! scene_list {
             /// A prompt travelling up through the model to the next byte, and the gradient back down.
             Flow, flow, "flow", "Inside the model",
                 "a prompt travelling up through the model to the next byte, and the gradient travelling back down";
+            /// Four tools that take the model apart: the lens, knockouts, patching, attribution.
+            Probe, probe, "probe", "Take it apart",
+                "take the model apart: the logit lens, knocking out heads, activation patching, why this byte";
             /// The layer stack with every parameter as a live heatmap.
             #[default]
             Model, model, "model", "Model",

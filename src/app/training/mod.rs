@@ -18,7 +18,7 @@ pub use commands::{OpenOnStart, RunCommand};
 pub use device::GpuDevice;
 pub use earlier::{EarlierRun, EarlierRuns};
 pub use records::{StepRecord, TrainingRun};
-pub use requests::{FlashTraces, HeatmapView, Probes, Snapshots, TensorWants};
+pub use requests::{FlashTraces, HeatmapView, Knockouts, Probes, Snapshots, TensorWants};
 pub use run::{RECOVERY_INTERVAL_S, Run, RunCreated, RunState, TrainOnStart, build_run};
 pub use settings::{CorpusSource, RunSettings};
 pub use status::AppStatus;
@@ -39,6 +39,7 @@ impl Plugin for TrainingPlugin {
             .init_resource::<EarlierRuns>()
             .init_resource::<TensorWants>()
             .init_resource::<Probes>()
+            .init_resource::<Knockouts>()
             .init_resource::<FlashTraces>()
             .init_resource::<GpuDevice>()
             .init_resource::<TrainOnStart>()

@@ -202,3 +202,23 @@ impl Snapshots {
         }
     }
 }
+
+/// Parts of the model the learner knocked out (the Take-it-apart scene):
+/// sampling uses the weights with them zeroed, so a learner hears the
+/// difference. Training is untouched.
+#[derive(Resource, Debug, Default, Clone, PartialEq)]
+pub struct Knockouts(pub Vec<crate::interventions::Part>);
+
+impl Knockouts {
+    /// `params` with every knocked-out part zeroed.
+    pub fn apply(
+        &self,
+        params: &mut [crate::model::params::NamedTensor],
+        config: &crate::model::config::Config,
+    ) -> Result<(), String> {
+        for &part in &self.0 {
+            crate::interventions::knock_out(params, part, config.d_model, config.n_head)?;
+        }
+        Ok(())
+    }
+}

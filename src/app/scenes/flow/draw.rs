@@ -120,13 +120,7 @@ pub fn shown_values(flow: &Flow, node: usize, pass: FlowPass) -> Vec<f32> {
 
 /// A label in the label font, in `colour`.
 fn text(s: String, size: f32, anchor: Anchor, at: Vec2, colour: Color) -> impl Bundle {
-    (
-        Text2d::new(s),
-        TextFont::from_font_size(size),
-        TextColor(colour),
-        anchor,
-        Transform::from_translation(at.extend(3.0)),
-    )
+    crate::app::canvas::coloured_label(s, size, anchor, at, 3.0, colour)
 }
 
 /// A straight line from `a` to `b`.
@@ -578,7 +572,12 @@ fn spawn_probs<B: Bundle>(
         ));
     }
     // The card behind the bars.
-    let card = Rect::new(rect.min.x - 16.0, rect.min.y - 8.0, rect.max.x + 16.0, rect.max.y + 12.0);
+    let card = Rect::new(
+        rect.min.x - 16.0,
+        rect.min.y - 8.0,
+        rect.max.x + 16.0,
+        rect.max.y + 12.0,
+    );
     commands.spawn((
         Sprite::from_color(PANEL, card.size()),
         Transform::from_translation(card.center().extend(0.2)),
