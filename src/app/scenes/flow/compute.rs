@@ -24,6 +24,8 @@ pub struct FlowRequest {
     pub position: Option<usize>,
     /// The weights' step.
     pub step: u64,
+    /// The parts knocked out (the flow is of the model without them).
+    pub knockouts: Vec<crate::interventions::Part>,
 }
 
 /// A finished flow: its forward pass, its backward pass (the target and
@@ -63,7 +65,7 @@ impl FlowCompute {
         let only_weights = self
             .asked
             .as_ref()
-            .is_some_and(|a| a.prompt == ask.prompt && a.position == ask.position);
+            .is_some_and(|a| a.prompt == ask.prompt && a.position == ask.position && a.knockouts == ask.knockouts);
         if only_weights
             && self
                 .started
@@ -76,6 +78,7 @@ impl FlowCompute {
             prompt,
             position,
             step,
+            ..
         } = ask.clone();
         self.asked = Some(ask);
         self.started = Some(Instant::now());

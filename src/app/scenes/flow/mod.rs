@@ -27,7 +27,7 @@ mod toolbar;
 use super::Scene;
 use crate::app::canvas::{Hover, SceneBounds, SceneCursor};
 use crate::app::lesson::{LessonAction, LessonFocus, PendingFocus};
-use crate::app::training::{Run, RunCreated, Snapshots, TensorWants};
+use crate::app::training::{Knockouts, Run, RunCreated, Snapshots, TensorWants};
 use crate::app::ui::state::UiState;
 use crate::lesson::{Action, Focus};
 use bevy::prelude::*;
@@ -157,6 +157,7 @@ fn default_prompt(ctx: usize) -> String {
 fn ask(
     run: Option<Res<Run>>,
     snapshots: Res<Snapshots>,
+    knockouts: Res<Knockouts>,
     mut wants: ResMut<TensorWants>,
     mut view: ResMut<FlowView>,
     mut compute: ResMut<FlowCompute>,
@@ -179,14 +180,19 @@ fn ask(
     let Some(snapshot) = &snapshots.latest else {
         return;
     };
-    let Some(params) = snapshot.params(&run.program) else {
+    let Some(mut params) = snapshot.params(&run.program) else {
         return;
     };
+    // The model as the learner has taken it apart (Take it apart's knockouts).
+    if knockouts.apply(&mut params, run.config()).is_err() {
+        return;
+    }
     compute.ask(
         FlowRequest {
             prompt: view.prompt.clone().into_bytes(),
             position: view.position,
             step: snapshot.step,
+            knockouts: knockouts.0.clone(),
         },
         run.config(),
         params,

@@ -22,6 +22,7 @@ pub fn toolbar(
     mut view: ResMut<FlowView>,
     mut next_scene: ResMut<NextState<Scene>>,
     mut pending: ResMut<PendingFocus>,
+    mut knockouts: ResMut<crate::app::training::Knockouts>,
 ) -> Result {
     let ctx = contexts.ctx_mut()?;
     let (Some(at), Some(run)) = (ui_state.central_rect(ctx), run) else {
@@ -83,6 +84,30 @@ pub fn toolbar(
                 if ui.button("⤢ whole model").clicked() {
                     view.zoom = Zoom::Model;
                 }
+                // Knock a head or the MLP out (Take it apart's knockouts: the
+                // flow, the sampler and that scene all see the model without it).
+                ui.label("knock out:");
+                let parts = (0..run.config().n_head)
+                    .map(|head| crate::interventions::Part::Head { layer: b, head })
+                    .chain(std::iter::once(crate::interventions::Part::Mlp { layer: b }));
+                for part in parts {
+                    let on = knockouts.0.contains(&part);
+                    let name = match part {
+                        crate::interventions::Part::Head { head, .. } => format!("head {head}"),
+                        crate::interventions::Part::Mlp { .. } => "MLP".into(),
+                    };
+                    if ui
+                        .selectable_label(on, name)
+                        .on_hover_text("zero its output before it is added to the stream")
+                        .clicked()
+                    {
+                        if on {
+                            knockouts.0.retain(|p| *p != part);
+                        } else {
+                            knockouts.0.push(part);
+                        }
+                    }
+                }
                 ui.weak(format!("block {b} · click a node for its numbers"));
             }
             Zoom::Op(i) => {
@@ -125,8 +150,16 @@ pub fn toolbar(
     let status = match (&compute.latest, &compute.error) {
         (_, Some(e)) => format!("cannot compute the flow: {e}"),
         (Some(c), None) => format!(
-            "the program's own forward and backward pass of this prompt, on the CPU, with the run's weights after step {}{}",
+            "the program's own forward and backward pass of this prompt, on the CPU, with the run's weights after step {}{}{}",
             c.step,
+            if knockouts.0.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " and {} knocked out",
+                    knockouts.0.iter().map(|p| p.label()).collect::<Vec<_>>().join(", ")
+                )
+            },
             if run.state == RunState::Training {
                 " · following the training run (at most once a second)"
             } else {
