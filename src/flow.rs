@@ -79,6 +79,10 @@ pub struct Backward {
     pub loss: f32,
     /// Every parameter's gradient norm (L2), in the program's order.
     pub param_grad_norms: Vec<ParamGrad>,
+    /// After [`adamw`]: the norm of each parameter's AdamW update for this
+    /// gradient, in the program's order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adamw: Option<Vec<ParamGrad>>,
 }
 
 /// A parameter and the norm of its gradient.
@@ -290,9 +294,15 @@ pub fn backward(backend: &mut dyn Backend, flow: &mut Flow, target: u8) -> Resul
     let mut param_grad_norms = Vec::new();
     for id in program.params() {
         let info = &program.tensors[id];
-        let g = info.grad.ok_or(format!("`{}` has no gradient", info.name))?;
+        let g = info
+            .grad
+            .ok_or(format!("`{}` has no gradient", info.name))?;
         let values = backend.read(&program.tensors[g].name).map_err(err)?;
-        let norm = values.iter().map(|&x| x as f64 * x as f64).sum::<f64>().sqrt() as f32;
+        let norm = values
+            .iter()
+            .map(|&x| x as f64 * x as f64)
+            .sum::<f64>()
+            .sqrt() as f32;
         param_grad_norms.push(ParamGrad {
             name: info.name.clone(),
             norm,
@@ -302,7 +312,66 @@ pub fn backward(backend: &mut dyn Backend, flow: &mut Flow, target: u8) -> Resul
         target,
         loss,
         param_grad_norms,
+        adamw: None,
     });
+    Ok(())
+}
+
+/// After [`backward`]: the optimizer's step on that gradient, through the
+/// program's own remaining entries (the gradient clip, then AdamW) with the
+/// run's moments `moments` (`adam.m.*`, `adam.v.*`) and `step` (the
+/// learning rate of the run's next step and its AdamW count). Records each
+/// parameter's update norm ‖w′ − w‖ in `flow.backward.adamw`; the backend's
+/// weights are then the updated ones.
+pub fn adamw(
+    backend: &mut dyn Backend,
+    flow: &mut Flow,
+    moments: &[NamedTensor],
+    step: crate::backend::StepParams,
+) -> Result<(), String> {
+    use crate::program::Step;
+    let program: Program = backend.program().clone();
+    let err = |e: crate::backend::BackendError| e.to_string();
+    let Some(back) = flow.backward.as_mut() else {
+        return Err("run the backward pass first".into());
+    };
+    let clip = program
+        .steps
+        .iter()
+        .position(|s| matches!(s, Step::ClipGradNorm))
+        .ok_or("the program has no gradient clipping step")?;
+    for m in moments {
+        backend.write(&m.name, &m.values).map_err(err)?;
+    }
+    let params: Vec<String> = program
+        .params()
+        .map(|id| program.tensors[id].name.clone())
+        .collect();
+    let before = params
+        .iter()
+        .map(|name| backend.read(name).map_err(err))
+        .collect::<Result<Vec<_>, _>>()?;
+    let (_, position, mut batch) = batch_for(&program.config, &flow.tokens, Some(flow.position))?;
+    batch.targets[position] = back.target as u32;
+    // The batch is the same; the step parameters switch AdamW on (the
+    // program has no dropout here: config_for).
+    backend.load_step(&batch, Some(step));
+    backend.run_entries(clip..program.steps.len());
+    let mut updates = Vec::with_capacity(params.len());
+    for (name, old) in params.iter().zip(&before) {
+        let new = backend.read(name).map_err(err)?;
+        let norm = new
+            .iter()
+            .zip(old)
+            .map(|(a, b)| (*a as f64 - *b as f64).powi(2))
+            .sum::<f64>()
+            .sqrt() as f32;
+        updates.push(ParamGrad {
+            name: name.clone(),
+            norm,
+        });
+    }
+    back.adamw = Some(updates);
     Ok(())
 }
 

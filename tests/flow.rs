@@ -56,8 +56,13 @@ fn the_flow_is_the_programs_forward_pass_on_both_backends() {
         assert_eq!(flow.residual.len(), l + 1);
         // Entering block 0: the byte's embedding plus its position's.
         let tok = flow.tokens[pos] as usize;
-        let (wte, wpe) = (param(&ck, "transformer.wte.weight"), param(&ck, "transformer.wpe.weight"));
-        let emb: Vec<f32> = (0..c).map(|i| wte[tok * c + i] + wpe[pos * c + i]).collect();
+        let (wte, wpe) = (
+            param(&ck, "transformer.wte.weight"),
+            param(&ck, "transformer.wpe.weight"),
+        );
+        let emb: Vec<f32> = (0..c)
+            .map(|i| wte[tok * c + i] + wpe[pos * c + i])
+            .collect();
         assert!(max_diff(&flow.residual[0], &emb) < 1e-6);
         // Each block adds its attention's and its MLP's outputs to the stream.
         for i in 0..l {
@@ -76,7 +81,10 @@ fn the_flow_is_the_programs_forward_pass_on_both_backends() {
         let logits = probe.logits_at(pos);
         let m = logits.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
         let z: f64 = logits.iter().map(|&x| (x as f64 - m).exp()).sum();
-        let softmax: Vec<f32> = logits.iter().map(|&x| ((x as f64 - m).exp() / z) as f32).collect();
+        let softmax: Vec<f32> = logits
+            .iter()
+            .map(|&x| ((x as f64 - m).exp() / z) as f32)
+            .collect();
         assert!(max_diff(&flow.probs, &softmax) < 1e-6);
         // Each head's attention from the position: P's row, summing to 1.
         assert_eq!(flow.attention.len(), l);
@@ -85,7 +93,10 @@ fn the_flow_is_the_programs_forward_pass_on_both_backends() {
             for (head, row) in heads.iter().enumerate() {
                 assert_eq!(row.len(), pos + 1);
                 let n = probe.n();
-                assert_eq!(row.as_slice(), &probe.p(k, head)[pos * n..pos * n + pos + 1]);
+                assert_eq!(
+                    row.as_slice(),
+                    &probe.p(k, head)[pos * n..pos * n + pos + 1]
+                );
                 let sum: f32 = row.iter().sum();
                 assert!((sum - 1.0).abs() < 1e-5, "block {k} head {head}: {sum}");
             }
@@ -97,7 +108,10 @@ fn the_flow_is_the_programs_forward_pass_on_both_backends() {
             top.iter().map(|g| g.byte).collect::<Vec<_>>()
         );
         // The lens at every point: ln_f and the tied head, in f64 here.
-        let (w, b) = (param(&ck, "transformer.ln_f.weight"), param(&ck, "transformer.ln_f.bias"));
+        let (w, b) = (
+            param(&ck, "transformer.ln_f.weight"),
+            param(&ck, "transformer.ln_f.bias"),
+        );
         for (i, stream) in flow.residual.iter().enumerate() {
             let x: Vec<f64> = stream.iter().map(|&v| v as f64).collect();
             let mean = x.iter().sum::<f64>() / c as f64;
@@ -112,9 +126,15 @@ fn the_flow_is_the_programs_forward_pass_on_both_backends() {
             let z: f64 = logits.iter().map(|x| (x - m).exp()).sum();
             for guess in &flow.lens[i] {
                 let p = (logits[guess.byte as usize] - m).exp() / z;
-                assert!((guess.p as f64 - p).abs() < 1e-5, "lens {i}, byte {}", guess.byte);
+                assert!(
+                    (guess.p as f64 - p).abs() < 1e-5,
+                    "lens {i}, byte {}",
+                    guess.byte
+                );
             }
-            let best = (0..256).max_by(|&a, &b| logits[a].total_cmp(&logits[b])).unwrap();
+            let best = (0..256)
+                .max_by(|&a, &b| logits[a].total_cmp(&logits[b]))
+                .unwrap();
             assert_eq!(flow.lens[i][0].byte as usize, best, "lens {i}");
         }
     }
@@ -126,7 +146,12 @@ fn the_flow_is_the_programs_forward_pass_on_both_backends() {
         assert!(max_diff(a, b) < 1e-4);
     }
     assert!(max_diff(&cpu_flow.probs, &gpu_flow.probs) < 1e-5);
-    for (a, b) in cpu_flow.attention.iter().flatten().zip(gpu_flow.attention.iter().flatten()) {
+    for (a, b) in cpu_flow
+        .attention
+        .iter()
+        .flatten()
+        .zip(gpu_flow.attention.iter().flatten())
+    {
         assert!(max_diff(a, b) < 1e-5);
     }
     assert_eq!(cpu_flow.nodes.len(), gpu_flow.nodes.len());
@@ -139,8 +164,18 @@ fn the_flow_is_the_programs_forward_pass_on_both_backends() {
 
 #[test]
 fn tinygpt_flow_prints_the_json_and_refuses_a_bad_position() {
-    let shipped = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/checkpoints/tiny.safetensors");
-    let (out, _) = common::tinygpt(&["flow", "--checkpoint", shipped, "--prompt", "ROMEO:", "--json"]);
+    let shipped = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/assets/checkpoints/tiny.safetensors"
+    );
+    let (out, _) = common::tinygpt(&[
+        "flow",
+        "--checkpoint",
+        shipped,
+        "--prompt",
+        "ROMEO:",
+        "--json",
+    ]);
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     let config = shipped_config();
     assert_eq!(v["tokens"].as_array().unwrap().len(), 6);
@@ -156,28 +191,65 @@ fn tinygpt_flow_prints_the_json_and_refuses_a_bad_position() {
         .iter()
         .map(|n| n["name"].as_str().unwrap())
         .collect();
-    assert!(names.contains(&"h.0.attn.y") && names.ends_with(&["logits"]), "{names:?}");
+    assert!(
+        names.contains(&"h.0.attn.y") && names.ends_with(&["logits"]),
+        "{names:?}"
+    );
     let run = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
-        .args(["flow", "--checkpoint", shipped, "--prompt", "ROMEO:", "--position", "6"])
+        .args([
+            "flow",
+            "--checkpoint",
+            shipped,
+            "--prompt",
+            "ROMEO:",
+            "--position",
+            "6",
+        ])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(!run.status.success() && stderr.contains("--position 6 is past the prompt"), "{stderr}");
+    assert!(
+        !run.status.success() && stderr.contains("--position 6 is past the prompt"),
+        "{stderr}"
+    );
     assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
     // --backward at the last byte needs the byte to predict.
     let run = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
-        .args(["flow", "--checkpoint", shipped, "--prompt", "ROMEO:", "--backward"])
+        .args([
+            "flow",
+            "--checkpoint",
+            shipped,
+            "--prompt",
+            "ROMEO:",
+            "--backward",
+        ])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&run.stderr);
-    assert!(!run.status.success() && stderr.contains("--target"), "{stderr}");
+    assert!(
+        !run.status.success() && stderr.contains("--target"),
+        "{stderr}"
+    );
     let (out, _) = common::tinygpt(&[
-        "flow", "--checkpoint", shipped, "--prompt", "ROMEO:", "--backward", "--target", "\\n",
+        "flow",
+        "--checkpoint",
+        shipped,
+        "--prompt",
+        "ROMEO:",
+        "--backward",
+        "--target",
+        "\\n",
         "--json",
     ]);
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(v["backward"]["target"], 10);
-    assert!(v["nodes"].as_array().unwrap().iter().any(|n| n["grad"].is_array()));
+    assert!(
+        v["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["grad"].is_array())
+    );
 }
 
 fn shipped_config() -> tinygpt::model::config::Config {
@@ -203,7 +275,11 @@ fn the_backward_pass_is_the_gradient_of_the_positions_loss() {
     assert_eq!(target, flow.tokens[pos + 1]);
     backward(&mut f64_cpu, &mut flow, target).unwrap();
     let b = flow.backward.clone().unwrap();
-    assert!((b.loss - -flow.probs[target as usize].ln()).abs() < 1e-4, "{}", b.loss);
+    assert!(
+        (b.loss - -flow.probs[target as usize].ln()).abs() < 1e-4,
+        "{}",
+        b.loss
+    );
     let grad = node_grad(&flow, "emb");
     let wpe = param(&ck, "transformer.wpe.weight").to_vec();
     let eps = 1e-3f32;
@@ -241,10 +317,19 @@ fn the_backward_pass_is_the_gradient_of_the_positions_loss() {
         let scale = x.iter().fold(1e-3f32, |m, v| m.max(v.abs()));
         assert!(max_diff(x, y) < 1e-3 * scale, "{}", a.name);
     }
-    for (x, y) in flows[0].backward.as_ref().unwrap().param_grad_norms.iter().zip(
-        &flows[1].backward.as_ref().unwrap().param_grad_norms,
-    ) {
-        assert!((x.norm - y.norm).abs() < 1e-3 * x.norm.max(1e-3), "{}", x.name);
+    for (x, y) in flows[0]
+        .backward
+        .as_ref()
+        .unwrap()
+        .param_grad_norms
+        .iter()
+        .zip(&flows[1].backward.as_ref().unwrap().param_grad_norms)
+    {
+        assert!(
+            (x.norm - y.norm).abs() < 1e-3 * x.norm.max(1e-3),
+            "{}",
+            x.name
+        );
     }
 }
 
@@ -254,4 +339,89 @@ fn node_grad(flow: &Flow, name: &str) -> Vec<f32> {
         .find(|n| n.name == name)
         .and_then(|n| n.grad.clone())
         .unwrap_or_else(|| panic!("no gradient for {name}"))
+}
+
+/// The flow's backward pass ends with the optimizer's step through the
+/// program's own clip and AdamW entries: each weight's update norm equals
+/// AdamW's formula applied here in f64 to the (clipped) gradient, the
+/// moments given and the step's learning rate.
+#[test]
+fn adamw_after_the_flow_is_the_programs_step_on_that_gradient() {
+    let ck = shipped();
+    let config = config_for(&ck.config);
+    let program = Program::new(&config);
+    let mut cpu = CpuBackend::<f32>::new(program.clone());
+    let mut flow = flow_on(&mut cpu, &ck, Some(5));
+    let target = tinygpt::flow::target_at(&flow.tokens, 5, None).unwrap();
+    tinygpt::flow::backward(&mut cpu, &mut flow, target).unwrap();
+    // Moments as a run after a few steps would hold: small, non-zero.
+    let moments: Vec<tinygpt::model::params::NamedTensor> = ck
+        .params
+        .iter()
+        .flat_map(|p| {
+            let m: Vec<f32> = p.values.iter().map(|w| w * 1e-3).collect();
+            let v: Vec<f32> = p.values.iter().map(|w| w * w * 1e-4 + 1e-8).collect();
+            [
+                tinygpt::model::params::NamedTensor {
+                    name: format!("adam.m.{}", p.name),
+                    shape: p.shape.clone(),
+                    values: m,
+                },
+                tinygpt::model::params::NamedTensor {
+                    name: format!("adam.v.{}", p.name),
+                    shape: p.shape.clone(),
+                    values: v,
+                },
+            ]
+        })
+        .collect();
+    let step = tinygpt::backend::StepParams {
+        lr: 3e-4,
+        adam_t: 7,
+        dropout_seed: 0,
+    };
+    tinygpt::flow::adamw(&mut cpu, &mut flow, &moments, step).unwrap();
+    let updates = flow.backward.as_ref().unwrap().adamw.as_ref().unwrap();
+    assert_eq!(updates.len(), ck.params.len());
+    let (b1, b2) = (config.beta1 as f64, config.beta2 as f64);
+    let (bc1, bc2) = (1.0 - b1.powi(7), 1.0 - b2.powi(7));
+    for (p, u) in ck.params.iter().zip(updates) {
+        assert_eq!(p.name, u.name);
+        // The CPU clips the gradient tensors in place: read back clipped.
+        let g = cpu.read(&format!("grad.{}", p.name)).unwrap();
+        let m0 = &moments
+            .iter()
+            .find(|m| m.name == format!("adam.m.{}", p.name))
+            .unwrap()
+            .values;
+        let v0 = &moments
+            .iter()
+            .find(|m| m.name == format!("adam.v.{}", p.name))
+            .unwrap()
+            .values;
+        let decay = program.decays(program.tensor_id(&p.name).unwrap());
+        let lr = step.lr as f64;
+        let expected = (0..g.len())
+            .map(|i| {
+                let (g, w) = (g[i] as f64, p.values[i] as f64);
+                let m = b1 * m0[i] as f64 + (1.0 - b1) * g;
+                let v = b2 * v0[i] as f64 + (1.0 - b2) * g * g;
+                let shrink = if decay {
+                    1.0 - lr * config.weight_decay as f64
+                } else {
+                    1.0
+                };
+                let new = w * shrink - lr * (m / bc1) / ((v / bc2).sqrt() + config.eps as f64);
+                (new - w).powi(2)
+            })
+            .sum::<f64>()
+            .sqrt();
+        let rel = (u.norm as f64 - expected).abs() / expected.max(1e-12);
+        assert!(
+            rel < 1e-3,
+            "{}: {} vs {expected} (rel {rel})",
+            p.name,
+            u.norm
+        );
+    }
 }

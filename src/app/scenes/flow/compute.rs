@@ -6,7 +6,7 @@
 //! and while the run trains at most once a second (so training keeps its
 //! speed).
 
-use crate::backend::Backend;
+use crate::backend::{Backend, StepParams};
 use crate::cpu::CpuBackend;
 use crate::flow::Flow;
 use crate::model::config::Config;
@@ -26,6 +26,9 @@ pub struct FlowRequest {
     pub step: u64,
     /// The parts knocked out (the flow is of the model without them).
     pub knockouts: Vec<crate::interventions::Part>,
+    /// AdamW's moments were read back (the backward pass then ends with
+    /// its update; they arrive a snapshot after the weights).
+    pub with_optimizer: bool,
 }
 
 /// A finished flow: its forward pass, its backward pass (the target and
@@ -58,14 +61,22 @@ impl FlowCompute {
     /// Starts a computation unless one is in flight, the same was asked
     /// last, or (only the weights changed) it is under a second since the
     /// last.
-    pub fn ask(&mut self, ask: FlowRequest, config: &Config, params: Vec<NamedTensor>) {
+    /// `optimizer`: the run's AdamW moments and the step parameters of its
+    /// next step, when read back (the backward pass then ends with AdamW's
+    /// update of each weight).
+    pub fn ask(
+        &mut self,
+        ask: FlowRequest,
+        config: &Config,
+        params: Vec<NamedTensor>,
+        optimizer: Option<(Vec<NamedTensor>, StepParams)>,
+    ) {
         if self.task.is_some() || self.asked.as_ref() == Some(&ask) {
             return;
         }
-        let only_weights = self
-            .asked
-            .as_ref()
-            .is_some_and(|a| a.prompt == ask.prompt && a.position == ask.position && a.knockouts == ask.knockouts);
+        let only_weights = self.asked.as_ref().is_some_and(|a| {
+            a.prompt == ask.prompt && a.position == ask.position && a.knockouts == ask.knockouts
+        });
         if only_weights
             && self
                 .started
@@ -82,10 +93,10 @@ impl FlowCompute {
         } = ask.clone();
         self.asked = Some(ask);
         self.started = Some(Instant::now());
-        self.task = Some(
-            AsyncComputeTaskPool::get()
-                .spawn(async move { compute(&config, &params, &prompt, position, step) }),
-        );
+        self.task =
+            Some(AsyncComputeTaskPool::get().spawn(async move {
+                compute(&config, &params, &prompt, position, step, optimizer)
+            }));
     }
 
     /// Takes a finished result.
@@ -123,6 +134,7 @@ pub fn compute(
     prompt: &[u8],
     position: Option<usize>,
     step: u64,
+    optimizer: Option<(Vec<NamedTensor>, StepParams)>,
 ) -> Result<Computed, String> {
     let mut backend = CpuBackend::<f32>::new(Program::new(config));
     for p in params {
@@ -134,6 +146,9 @@ pub fn compute(
     let next = flow.tokens.get(flow.position + 1).copied();
     let target = next.unwrap_or_else(|| crate::flow::top5(&flow.probs)[0].byte);
     crate::flow::backward(&mut backend, &mut flow, target)?;
+    if let Some((moments, step_params)) = optimizer {
+        crate::flow::adamw(&mut backend, &mut flow, &moments, step_params)?;
+    }
     Ok(Computed {
         flow,
         step,

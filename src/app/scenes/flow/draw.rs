@@ -41,6 +41,13 @@ pub enum FlowTarget {
     Head { layer: usize, head: usize },
 }
 
+/// A label shown while the backward pass plays (`at_end: false`) or once
+/// it has ended (`at_end: true`: AdamW's update).
+#[derive(Component)]
+pub struct Reveal {
+    pub at_end: bool,
+}
+
 /// The moving dot of a pass.
 #[derive(Component)]
 pub struct Pulse;
@@ -332,13 +339,28 @@ pub fn spawn(
                 })
                 .collect();
             if !norms.is_empty() {
-                commands.spawn(t(
-                    norms.join("  "),
-                    17.0,
-                    Anchor::CENTER_LEFT,
-                    Vec2::new((strip.max.x + 70.0).max(layout::EXTRA_X), mid - 11.0),
-                    BACKWARD,
+                let at = Vec2::new((strip.max.x + 70.0).max(layout::EXTRA_X), mid - 11.0);
+                commands.spawn((
+                    t(norms.join("  "), 17.0, Anchor::CENTER_LEFT, at, BACKWARD),
+                    Reveal { at_end: false },
                 ));
+                // When the pass has ended: AdamW's step on that gradient.
+                if let Some(updates) = &b.adamw {
+                    let steps: Vec<String> = params_of(program, &node.name)
+                        .iter()
+                        .filter(|p| p.ends_with("weight"))
+                        .filter_map(|p| {
+                            let u = updates.iter().find(|g| &g.name == p)?;
+                            let module = p.rsplit('.').nth(1).unwrap_or("W");
+                            Some(format!("AdamW moves {module} by {}", short(u.norm)))
+                        })
+                        .collect();
+                    commands.spawn((
+                        t(steps.join("  "), 17.0, Anchor::CENTER_LEFT, at, ACCENT),
+                        Reveal { at_end: true },
+                        Visibility::Hidden,
+                    ));
+                }
             }
         }
     }

@@ -32,7 +32,7 @@ use crate::app::ui::state::UiState;
 use crate::lesson::{Action, Focus};
 use bevy::prelude::*;
 use compute::{FlowCompute, FlowRequest};
-use draw::{FlowTarget, NodeStrip, Pulse};
+use draw::{FlowTarget, NodeStrip, Pulse, Reveal};
 pub use layout::Zoom;
 
 /// Which pass the picture plays and shows.
@@ -164,12 +164,24 @@ fn ask(
 ) {
     compute.poll();
     let Some(run) = run else { return };
-    let names = run
+    // The weights, and AdamW's moments for the end of the backward pass.
+    let params: Vec<String> = run
         .program
         .params()
         .map(|id| run.program.tensors[id].name.clone())
         .collect();
-    wants.set("flow", names);
+    let moments: Vec<String> = params
+        .iter()
+        .flat_map(|p| [format!("adam.m.{p}"), format!("adam.v.{p}")])
+        .collect();
+    wants.set(
+        "flow",
+        params
+            .iter()
+            .cloned()
+            .chain(moments.iter().cloned())
+            .collect(),
+    );
     if !view.prompt_set {
         view.prompt = default_prompt(run.config().ctx);
         view.prompt_set = true;
@@ -183,6 +195,32 @@ fn ask(
     let Some(mut params) = snapshot.params(&run.program) else {
         return;
     };
+    // AdamW's moments as read back with the weights, and the run's next
+    // step (its learning rate and AdamW count).
+    let optimizer = moments
+        .iter()
+        .map(|name| {
+            let values = snapshot.tensors.get(name)?;
+            let param = name
+                .trim_start_matches("adam.m.")
+                .trim_start_matches("adam.v.");
+            let id = run.program.tensor_id(param)?;
+            Some(crate::model::params::NamedTensor {
+                name: name.clone(),
+                shape: run.program.tensors[id].shape.clone(),
+                values: values.to_vec(),
+            })
+        })
+        .collect::<Option<Vec<_>>>()
+        .map(|m| {
+            let config = run.config();
+            let step = crate::backend::StepParams {
+                lr: crate::train::schedule::learning_rate(config, snapshot.step),
+                adam_t: snapshot.step + 1,
+                dropout_seed: 0,
+            };
+            (m, step)
+        });
     // The model as the learner has taken it apart (Take it apart's knockouts).
     if knockouts.apply(&mut params, run.config()).is_err() {
         return;
@@ -193,9 +231,11 @@ fn ask(
             position: view.position,
             step: snapshot.step,
             knockouts: knockouts.0.clone(),
+            with_optimizer: optimizer.is_some(),
         },
         run.config(),
         params,
+        optimizer,
     );
 }
 
@@ -287,6 +327,7 @@ fn animate(
     ui_state: Res<UiState>,
     mut strips: Query<(&NodeStrip, &mut Sprite), Without<Pulse>>,
     mut pulses: Query<(&mut Transform, &mut Sprite, &mut Visibility), With<Pulse>>,
+    mut reveals: Query<(&Reveal, &mut Visibility), Without<Pulse>>,
 ) {
     let (Some(layout), Some(computed)) = (&shown.layout, &compute.latest) else {
         return;
@@ -326,6 +367,20 @@ fn animate(
         let alpha = if lit { 1.0 } else { 0.16 };
         if (sprite.color.alpha() - alpha).abs() > 1e-3 {
             sprite.color.set_alpha(alpha);
+        }
+    }
+    // The gradient norms while the backward pass plays; AdamW's update of
+    // each weight once it has reached the bottom.
+    let ended = view.progress >= n as f32;
+    for (reveal, mut visibility) in &mut reveals {
+        let show = reveal.at_end == ended;
+        let want = if show {
+            Visibility::Inherited
+        } else {
+            Visibility::Hidden
+        };
+        if *visibility != want {
+            *visibility = want;
         }
     }
     let colour = if view.pass == FlowPass::Forward {

@@ -43,6 +43,7 @@ fn headless(
             &GlobalTransform,
             &bevy::sprite::Anchor,
             &bevy::text::TextLayoutInfo,
+            &InheritedVisibility,
         ),
         With<FlowItem>,
     >,
@@ -58,7 +59,8 @@ fn headless(
     // headless target's scale factor is 1).
     let labels: Vec<Value> = labels
         .iter()
-        .filter_map(|(text, at, anchor, info)| {
+        .filter(|(.., visible)| visible.get())
+        .filter_map(|(text, at, anchor, info, _)| {
             let centre = at.translation().truncate() - anchor.as_vec() * info.size;
             let rect = Rect::from_center_size(centre, info.size);
             Some(json!({ "text": text.0, "rect": world_rect_to_px(camera, camera_at, rect)? }))

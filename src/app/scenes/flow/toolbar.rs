@@ -89,7 +89,9 @@ pub fn toolbar(
                 ui.label("knock out:");
                 let parts = (0..run.config().n_head)
                     .map(|head| crate::interventions::Part::Head { layer: b, head })
-                    .chain(std::iter::once(crate::interventions::Part::Mlp { layer: b }));
+                    .chain(std::iter::once(crate::interventions::Part::Mlp {
+                        layer: b,
+                    }));
                 for part in parts {
                     let on = knockouts.0.contains(&part);
                     let name = match part {
@@ -157,7 +159,12 @@ pub fn toolbar(
             } else {
                 format!(
                     " and {} knocked out",
-                    knockouts.0.iter().map(|p| p.label()).collect::<Vec<_>>().join(", ")
+                    knockouts
+                        .0
+                        .iter()
+                        .map(|p| p.label())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 )
             },
             if run.state == RunState::Training {
