@@ -260,7 +260,8 @@ pub fn layout(names: &[String], tokens: usize, position: usize, zoom: &Zoom) -> 
     );
     y += PROBS_H + 40.0;
     let bounds = match (zoom, open) {
-        (Zoom::Model, _) | (_, None) => Rect::new(-10.0, -40.0, WIDTH, y),
+        // Room at the top for the toolbar's status line.
+        (Zoom::Model, _) | (_, None) => Rect::new(-10.0, -40.0, WIDTH, y + 100.0),
         (_, Some(b)) => {
             // The open block, with the stream entering and leaving it.
             let r = blocks

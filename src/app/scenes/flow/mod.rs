@@ -252,12 +252,14 @@ fn rebuild(
     old: Query<Entity, With<FlowItem>>,
     mut images: ResMut<Assets<Image>>,
     mut bounds: ResMut<SceneBounds>,
-    ui_state: Res<UiState>,
 ) {
     let (Some(run), Some(computed)) = (run, &compute.latest) else {
         return;
     };
-    let text_scale = if ui_state.presenter { 1.35 } else { 1.0 };
+    // Labels keep their size in presenter mode: at 1.35× they overlapped
+    // the strips and each other at 1280×720 (the layout would have to make
+    // room for them first).
+    let text_scale = 1.0;
     let key = (
         compute.generation,
         view.zoom.clone(),

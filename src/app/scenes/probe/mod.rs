@@ -22,7 +22,6 @@ use super::Scene;
 use crate::app::canvas::{Hover, SceneBounds, SceneCursor};
 use crate::app::lesson::{LessonAction, LessonFocus};
 use crate::app::training::{Knockouts, Run, RunCreated, Snapshots, TensorWants};
-use crate::app::ui::state::UiState;
 use crate::interventions::Part;
 use crate::lesson::{Action, Focus};
 use bevy::prelude::*;
@@ -193,7 +192,6 @@ fn rebuild(
     mut built: ResMut<Built>,
     old: Query<Entity, With<ProbeItem>>,
     mut bounds: ResMut<SceneBounds>,
-    ui_state: Res<UiState>,
 ) {
     let Some((question, answer)) = &compute.latest else {
         return;
@@ -201,7 +199,9 @@ fn rebuild(
     if question.tool != view.tool {
         return;
     }
-    let scale = if ui_state.presenter { 1.35 } else { 1.0 };
+    // Labels keep their size in presenter mode: at 1.35× the titles ran
+    // past the picture at 1280×720.
+    let scale = 1.0;
     let key = (
         compute.generation,
         knockouts.0.clone(),
