@@ -206,10 +206,10 @@ pub fn run(
                 .collect()
         })
         .collect();
-    let probs = distribution(&logits);
+    let probs = next_byte_probs(&logits);
     let lens = residual
         .iter()
-        .map(|r| lens_at(params, r, c).map(|logits| top5(&distribution(&logits))))
+        .map(|r| lens_at(params, r, c).map(|logits| top5(&next_byte_probs(&logits))))
         .collect::<Result<_, _>>()?;
     Ok(Flow {
         tokens,
@@ -377,7 +377,7 @@ pub fn adamw(
 
 /// Softmax at temperature 1 over all 256 bytes, through the sampler's own
 /// distribution, indexed by byte.
-fn distribution(logits: &[f32]) -> Vec<f32> {
+pub fn next_byte_probs(logits: &[f32]) -> Vec<f32> {
     let all = SampleOptions {
         temperature: 1.0,
         top_k: VOCAB,

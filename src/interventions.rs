@@ -16,7 +16,7 @@
 //!   tensors and apply ln_f and the tied head through the CPU's kernels.
 
 use crate::backend::Backend;
-use crate::flow::{Guess, batch_for, lens_at, top5};
+use crate::flow::{Guess, batch_for, lens_at, next_byte_probs, top5};
 use crate::model::config::VOCAB;
 use crate::model::params::NamedTensor;
 use crate::program::{Op, Program, Step};
@@ -172,26 +172,12 @@ pub fn lens(
         let row = (0..tokens.len())
             .map(|t| {
                 let logits = lens_at(params, &all[t * c..(t + 1) * c], c)?;
-                Ok(top5(&softmax(&logits)))
+                Ok(top5(&next_byte_probs(&logits)))
             })
             .collect::<Result<Vec<_>, String>>()?;
         lens.push(row);
     }
     Ok(LensGrid { tokens, lens })
-}
-
-/// Softmax at temperature 1, through the sampler's own distribution.
-fn softmax(logits: &[f32]) -> Vec<f32> {
-    let all = crate::train::sample::SampleOptions {
-        temperature: 1.0,
-        top_k: VOCAB,
-        seed: 0,
-    };
-    let mut probs = vec![0.0; VOCAB];
-    for (byte, p) in crate::train::sample::next_byte_distribution(logits, &all) {
-        probs[byte as usize] = p as f32;
-    }
-    probs
 }
 
 /// One part's knockout.

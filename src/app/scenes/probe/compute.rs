@@ -140,21 +140,14 @@ impl ProbeCompute {
 fn next_and_loss(backend: &mut dyn Backend, prompt: &[u8]) -> Result<(f32, Vec<Guess>), String> {
     let logits = interventions::last_logits(backend, prompt, None)?;
     let loss = interventions::prompt_loss(backend, prompt)?;
-    let probs = softmax(&logits);
+    let probs = crate::flow::next_byte_probs(&logits);
     Ok((loss, top5(&probs)))
-}
-
-fn softmax(logits: &[f32]) -> Vec<f32> {
-    let m = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let e: Vec<f64> = logits.iter().map(|&x| ((x - m) as f64).exp()).collect();
-    let s: f64 = e.iter().sum();
-    e.iter().map(|x| (x / s) as f32).collect()
 }
 
 /// The model's two likeliest bytes after the prompt.
 pub fn top_two(backend: &mut dyn Backend, prompt: &[u8]) -> Result<(u8, u8), String> {
     let logits = interventions::last_logits(backend, prompt, None)?;
-    let t = top5(&softmax(&logits));
+    let t = top5(&crate::flow::next_byte_probs(&logits));
     Ok((t[0].byte, t[1].byte))
 }
 
