@@ -12,6 +12,7 @@ use tinygpt::backend::{Backend, StepParams};
 use tinygpt::cpu::CpuBackend;
 use tinygpt::data::rng::Rng;
 use tinygpt::data::{Batch, Corpus};
+use tinygpt::gpu::matmul_tiles::{MatmulChoice, TILES, TileConfig};
 use tinygpt::gpu::{GpuBackend, GpuContext};
 use tinygpt::model::config::Config;
 use tinygpt::program::{Op, Program, Step, TensorKind};
@@ -43,9 +44,13 @@ fn random_batch(cfg: &Config, seed: u64) -> Batch {
 /// the CPU op and the GPU kernel(s) get identical inputs, and every output
 /// must agree to ≤ 1e-5 relative.
 fn per_op_parity(cfg: &Config) {
+    per_op_parity_on(context(), cfg);
+}
+
+fn per_op_parity_on(ctx: GpuContext, cfg: &Config) {
     let program = Program::new(cfg);
     let mut cpu = CpuBackend::<f32>::new(program.clone());
-    let mut gpu = GpuBackend::new(context(), program.clone()).unwrap();
+    let mut gpu = GpuBackend::new(ctx, program.clone()).unwrap();
     let batch = random_batch(cfg, 1);
     cpu.set_batch(&batch);
     gpu.set_batch(&batch);
@@ -141,6 +146,40 @@ fn every_kernel_matches_the_cpu_with_split_k() {
     per_op_parity(&config(1, 2, 20, 151, 4, 0.0));
 }
 
+/// The context with every matmul forced onto one warp-tiled configuration
+/// (each must run on the test adapter, or the test would check the flat one).
+fn with_tile(tile: &'static TileConfig) -> GpuContext {
+    let mut ctx = context();
+    assert!(
+        tile.fits(&ctx.limits),
+        "{} does not fit {}",
+        tile.name,
+        ctx.describe()
+    );
+    ctx.matmul = MatmulChoice::Tile(tile);
+    ctx
+}
+
+#[test]
+fn every_matmul_tile_matches_the_cpu_at_ragged_shapes() {
+    for tile in TILES {
+        // no size a multiple of a tile: one ragged tile of C = 20 ...
+        per_op_parity_on(with_tile(tile), &config(1, 2, 20, 13, 3, 0.0));
+        // ... several tiles each way (C = 132, 4C = 528, B·T = 145; K = 132
+        // is not a multiple of BK), and split-K for the weight gradients
+        // (K = B·T = 604)
+        per_op_parity_on(with_tile(tile), &config(1, 2, 132, 29, 5, 0.0));
+        per_op_parity_on(with_tile(tile), &config(1, 2, 20, 151, 4, 0.0));
+    }
+}
+
+#[test]
+fn twenty_steps_match_the_cpu_on_every_matmul_tile() {
+    for tile in TILES {
+        whole_step_parity_on(with_tile(tile), 0.0, Default::default());
+    }
+}
+
 #[test]
 fn every_kernel_matches_the_cpu_with_dropout() {
     per_op_parity(&config(1, 2, 20, 13, 3, 0.25));
@@ -215,6 +254,10 @@ fn whole_step_parity(dropout: f32) {
 }
 
 fn whole_step_parity_in(dropout: f32, lab: tinygpt::model::config::Lab) {
+    whole_step_parity_on(context(), dropout, lab);
+}
+
+fn whole_step_parity_on(ctx: GpuContext, dropout: f32, lab: tinygpt::model::config::Lab) {
     let mut cfg = Config::load("tiny").unwrap();
     cfg.dropout = dropout;
     cfg.lab = lab;
@@ -227,7 +270,7 @@ fn whole_step_parity_in(dropout: f32, lab: tinygpt::model::config::Lab) {
     )
     .unwrap();
     let mut gpu = Trainer::new(
-        Box::new(GpuBackend::new(context(), Program::new(&cfg)).unwrap()),
+        Box::new(GpuBackend::new(ctx, Program::new(&cfg)).unwrap()),
         corpus,
         42,
     )

@@ -361,53 +361,113 @@ pub fn gemm_contest(config: &Config) -> Vec<GemmResult> {
     out
 }
 
-/// The GPU matmul kernel alone: TFLOP/s of `C = A·Bᵀ` (the linear forward
-/// layout) at M×K×N, timed over `reps` dispatches in one submit.
+/// The GPU matmul kernel the backends pick for this shape, alone: TFLOP/s
+/// of `C = A·Bᵀ` (the linear forward layout) at M×K×N, as a step runs it
+/// (split-K and its reduce included), the best of `tries`.
 pub fn gpu_matmul_tflops(
     ctx: &crate::gpu::GpuContext,
     m: usize,
     k: usize,
     n: usize,
-    reps: usize,
+    tries: usize,
 ) -> f64 {
     let kernels = crate::gpu::kernels::Kernels::new(&ctx.device, 32, Default::default());
-    matmul_best_tflops(ctx, &kernels, [m, k, n], reps, 1)
+    let tile = crate::gpu::matmul_tiles::tile_for(m, k, n, Layout::Nt, ctx.matmul, &ctx.limits);
+    matmul_best_tflops(ctx, &kernels, tile, Layout::Nt, [m, k, n], tries)
 }
 
-/// [`gpu_matmul_tflops`] with kernels already built: the best of `tries`
-/// timings of `reps` dispatches each, on one set of operands.
+use crate::gpu::matmul_tiles::{Layout, TileConfig};
+
+/// One row of [`gpu_matmul_sweep`].
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct MatmulTiming {
+    /// `flat` (matmul.wgsl) or a warp-tiled configuration's name.
+    pub kernel: &'static str,
+    /// `A·Bᵀ`, `A·B` or `Aᵀ·B`.
+    pub layout: &'static str,
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    /// Pieces K is cut into (split-K), as a step runs this kernel here.
+    pub splits: usize,
+    /// The best of the tries.
+    pub tflops: f64,
+    /// Whether the backends pick this kernel for this shape.
+    pub picked: bool,
+}
+
+/// Every matmul kernel this adapter runs (matmul.wgsl's flat one and each
+/// warp-tiled configuration that fits) at each (layout, M×K×N), as a step
+/// runs it (split-K and its reduce included): the best of `tries`.
+pub fn gpu_matmul_sweep(
+    ctx: &crate::gpu::GpuContext,
+    shapes: &[(Layout, [usize; 3])],
+    tries: usize,
+) -> Vec<MatmulTiming> {
+    use crate::gpu::matmul_tiles::{MatmulChoice, split_k_for, tile_dims, tile_for, usable};
+    let kernels = crate::gpu::kernels::Kernels::new(&ctx.device, 32, Default::default());
+    let tiles: Vec<Option<&'static TileConfig>> = std::iter::once(None)
+        .chain(usable(&ctx.limits).map(Some))
+        .collect();
+    let mut out = Vec::new();
+    for &(layout, [m, k, n]) in shapes {
+        let picked = tile_for(m, k, n, layout, MatmulChoice::ByShape, &ctx.limits);
+        for &tile in &tiles {
+            out.push(MatmulTiming {
+                kernel: tile.map_or("flat", |t| t.name),
+                layout: layout.formula(),
+                m,
+                k,
+                n,
+                splits: split_k_for(tile_dims(tile), m, k, n).0,
+                tflops: matmul_best_tflops(ctx, &kernels, tile, layout, [m, k, n], tries),
+                picked: picked == tile,
+            });
+        }
+    }
+    out
+}
+
+/// One kernel timed as a step runs it (split-K and its reduce included):
+/// enough dispatches per timing for about 30 ms of work after a warm-up of
+/// as many, the best of `tries` timings, on one set of operands.
 fn matmul_best_tflops(
     ctx: &crate::gpu::GpuContext,
     kernels: &crate::gpu::kernels::Kernels,
+    tile: Option<&'static TileConfig>,
+    layout: Layout,
     [m, k, n]: [usize; 3],
-    reps: usize,
     tries: usize,
 ) -> f64 {
+    use crate::gpu::matmul_tiles::{split_k_for, tile_dims};
     use wgpu::util::DeviceExt;
     let device = &ctx.device;
     let mut rng = crate::data::rng::Rng::new(3);
     let mut buffer = |len: usize, label: &str| {
-        let data: Vec<f32> = (0..len).map(|_| rng.normal() as f32).collect();
+        let data: Vec<f32> = (0..len.max(4)).map(|_| rng.normal() as f32).collect();
         device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
             label: Some(label),
             contents: bytemuck::cast_slice(&data),
             usage: wgpu::BufferUsages::STORAGE,
         })
     };
+    let (tile_m, tile_n) = tile_dims(tile);
+    let (splits, k_split) = split_k_for((tile_m, tile_n), m, k, n);
     let (a, b, c, bias) = (
         buffer(m * k, "a"),
         buffer(n * k, "b"),
         buffer(m * n, "c"),
         buffer(n, "bias"),
     );
+    let scratch = (splits > 1).then(|| buffer(splits * m * n, "split"));
     let params: [u32; 8] = [
         m as u32,
         k as u32,
         n as u32,
         0,
         1f32.to_bits(),
-        k as u32,
-        1,
+        k_split as u32,
+        splits as u32,
         0,
     ];
     let uniform = device.create_buffer_init(&wgpu::util::BufferInitDescriptor {
@@ -415,34 +475,56 @@ fn matmul_best_tflops(
         contents: bytemuck::cast_slice(&params),
         usage: wgpu::BufferUsages::UNIFORM,
     });
-    let entries: Vec<wgpu::BindGroupEntry> = [&a, &b, &c, &bias, &uniform]
-        .iter()
-        .enumerate()
-        .map(|(i, buf)| wgpu::BindGroupEntry {
-            binding: i as u32,
-            resource: buf.as_entire_binding(),
+    let entry = tile.map_or(layout.flat_entry(), |t| t.entries[layout.index()]);
+    let bind = |entry: &str, buffers: [&wgpu::Buffer; 5]| {
+        let entries: Vec<wgpu::BindGroupEntry> = buffers
+            .iter()
+            .enumerate()
+            .map(|(i, buf)| wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource: buf.as_entire_binding(),
+            })
+            .collect();
+        device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: kernels.layout_of(entry),
+            entries: &entries,
         })
-        .collect();
-    let bind = device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: None,
-        layout: kernels.layout_of("matmul_nt"),
-        entries: &entries,
-    });
-    let pipeline = &kernels.pipelines["matmul_nt"].1;
+    };
+    let out = scratch.as_ref().unwrap_or(&c);
+    let main = bind(entry, [&a, &b, out, &bias, &uniform]);
+    let reduce = scratch
+        .as_ref()
+        .map(|s| bind("matmul_split_reduce", [s, &bias, &c, &bias, &uniform]));
+    let groups = [
+        n.div_ceil(tile_n) as u32,
+        m.div_ceil(tile_m) as u32,
+        splits as u32,
+    ];
+    let reduce_groups = (m * n).div_ceil(256).clamp(1, 65535) as u32;
     let run = |count: usize| {
         let mut encoder = device.create_command_encoder(&Default::default());
         {
             let mut pass = encoder.begin_compute_pass(&Default::default());
-            pass.set_pipeline(pipeline);
-            pass.set_bind_group(0, &bind, &[]);
             for _ in 0..count {
-                pass.dispatch_workgroups(n.div_ceil(64) as u32, m.div_ceil(64) as u32, 1);
+                pass.set_pipeline(&kernels.pipelines[entry].1);
+                pass.set_bind_group(0, &main, &[]);
+                pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+                if let Some(reduce) = &reduce {
+                    pass.set_pipeline(&kernels.pipelines["matmul_split_reduce"].1);
+                    pass.set_bind_group(0, reduce, &[]);
+                    pass.dispatch_workgroups(reduce_groups, 1, 1);
+                }
             }
         }
         ctx.queue.submit([encoder.finish()]);
         let _ = device.poll(wgpu::PollType::wait_indefinitely());
     };
-    run(2);
+    let start = Instant::now();
+    run(3);
+    let one = start.elapsed().as_secs_f64() / 3.0;
+    let reps = ((0.03 / one.max(1e-9)) as usize).clamp(3, 2000);
+    run(reps);
     (0..tries)
         .map(|_| {
             let start = Instant::now();
@@ -473,14 +555,18 @@ pub fn gpu_ceilings(ctx: &crate::gpu::GpuContext) -> Ceilings {
     // from an idle clock before the matmul is timed.
     let copy_gbps = gpu_copy_gbps(ctx, 128 << 20);
     let kernels = crate::gpu::kernels::Kernels::new(&ctx.device, 32, Default::default());
+    let time = |[m, k, n]: [usize; 3], tries: usize| {
+        let tile = crate::gpu::matmul_tiles::tile_for(m, k, n, Layout::Nt, ctx.matmul, &ctx.limits);
+        matmul_best_tflops(ctx, &kernels, tile, Layout::Nt, [m, k, n], tries)
+    };
     let small = [512, 512, 512];
-    let mut best = (matmul_best_tflops(ctx, &kernels, small, 3, 1), small);
+    let mut best = (time(small, 1), small);
     // Past 50 GFLOP/s at 512³ (launch-bound on a big GPU, far beyond a
     // software adapter) the big shapes are worth their time.
     if best.0 > 0.05 {
         // Three tries each: the first can catch the GPU before it clocks up.
         for shape in [[4096, 1024, 4096], [16384, 384, 1536]] {
-            let t = matmul_best_tflops(ctx, &kernels, shape, 20, 3);
+            let t = time(shape, 3);
             if t > best.0 {
                 best = (t, shape);
             }

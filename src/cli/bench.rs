@@ -3,6 +3,7 @@
 use super::backend::{BackendChoice, Resolved, build, resolve};
 use anyhow::{Context, Result};
 use tinygpt::bench::{BenchOptions, Machine, bench};
+use tinygpt::gpu::matmul_tiles::Layout;
 use tinygpt::model::config::Config;
 
 #[derive(clap::Args)]
@@ -47,8 +48,12 @@ pub struct BenchArgs {
     /// one object per preset.
     #[arg(long)]
     kernels: bool,
-    /// Measure the GPU matmul kernel alone, in TFLOP/s, at M×K×N (e.g. 16384x384x1536).
-    #[arg(long, value_name = "MxKxN")]
+    /// Measure every GPU matmul kernel alone (the flat one and each warp-tiled
+    /// configuration), in TFLOP/s, as a step runs it: at M×K×N in all three
+    /// layouts, or at every matmul of a preset's step (preset:NAME); several
+    /// comma-separated (e.g. 16384x384x1536,preset:xl); --json prints one
+    /// object per kernel and shape.
+    #[arg(long, value_name = "MxKxN|preset:NAME[,…]")]
     matmul: Option<String>,
     /// Compare the CPU matmul contenders (GEMM crate vs hand-written loop) at each preset's layer shapes.
     #[arg(long)]
@@ -106,19 +111,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         .iter()
         .map(|p| Ok((p.clone(), Config::load(p)?)))
         .collect::<Result<Vec<_>>>()?;
-    if let Some(shape) = &args.matmul {
-        let dims: Vec<usize> = shape
-            .split('x')
-            .map(|d| d.parse())
-            .collect::<Result<_, _>>()
-            .map_err(|_| anyhow::anyhow!("--matmul wants MxKxN, e.g. 16384x384x1536"))?;
-        let [m, k, n] = dims[..] else {
-            anyhow::bail!("--matmul wants MxKxN, e.g. 16384x384x1536")
-        };
-        anyhow::ensure!(
-            m > 0 && k > 0 && n > 0,
-            "--matmul {shape}: every dimension must be at least 1, e.g. 16384x384x1536"
-        );
+    if let Some(shapes) = &args.matmul {
+        let shapes = matmul_shapes(shapes)?;
         let Resolved::Gpu(ctx) = resolve(BackendChoice::Gpu)? else {
             unreachable!()
         };
@@ -126,22 +120,45 @@ pub fn run(args: BenchArgs) -> Result<()> {
         // cannot bind (or this machine could not fill) before allocating.
         let limit = (ctx.device.limits().max_storage_buffer_binding_size as u64)
             .min(ctx.device.limits().max_buffer_size);
-        let largest = [(m, k), (k, n), (m, n)]
-            .into_iter()
-            .map(|(a, b)| a as u128 * b as u128 * 4)
-            .max()
-            .unwrap_or(0);
-        anyhow::ensure!(
-            largest <= limit as u128,
-            "--matmul {shape}: an operand of {} MB is more than this adapter binds ({} MB); choose smaller dimensions",
-            largest >> 20,
-            limit >> 20
-        );
-        let tflops = tinygpt::bench::gpu_matmul_tflops(&ctx, m, k, n, 20);
-        println!(
-            "matmul_nt {m}x{k}x{n} on {}: {tflops:.2} TFLOP/s",
-            ctx.describe()
-        );
+        for &(_, [m, k, n]) in &shapes {
+            let largest = [(m, k), (k, n), (m, n)]
+                .into_iter()
+                .map(|(a, b)| a as u128 * b as u128 * 4)
+                .max()
+                .unwrap_or(0);
+            anyhow::ensure!(
+                largest <= limit as u128,
+                "--matmul {m}x{k}x{n}: an operand of {} MB is more than this adapter binds ({} MB); choose smaller dimensions",
+                largest >> 20,
+                limit >> 20
+            );
+        }
+        if !args.json {
+            println!(
+                "matmul kernels on {}: TFLOP/s as a step runs them (split-K included), best of 5 timings of ~30 ms; * = picked for the shape",
+                ctx.describe()
+            );
+        }
+        for shape in shapes {
+            let rows = tinygpt::bench::gpu_matmul_sweep(&ctx, &[shape], 5);
+            for r in &rows {
+                if args.json {
+                    println!("{}", serde_json::to_string(r)?);
+                } else {
+                    println!(
+                        "{}x{}x{} {:<5} {:<9} {:>2} {:7.3}{}",
+                        r.m,
+                        r.k,
+                        r.n,
+                        r.layout,
+                        r.kernel,
+                        r.splits,
+                        r.tflops,
+                        if r.picked { " *" } else { "" }
+                    );
+                }
+            }
+        }
         return Ok(());
     }
     if args.kernels {
@@ -319,4 +336,47 @@ pub fn run(args: BenchArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// `--matmul`'s list: `MxKxN` (all three layouts) or `preset:NAME` (the
+/// matmuls of a training step of that preset, each once), comma-separated.
+fn matmul_shapes(list: &str) -> Result<Vec<(Layout, [usize; 3])>> {
+    let mut out: Vec<(Layout, [usize; 3])> = Vec::new();
+    for item in list.split(',') {
+        let found = match item.trim().strip_prefix("preset:") {
+            Some(name) => {
+                let program = tinygpt::program::Program::new(&Config::load(name)?);
+                tinygpt::gpu::matmul_tiles::matmul_shapes(&program)
+            }
+            None => {
+                let shape = parse_matmul_shape(item)?;
+                Layout::ALL.iter().map(|&l| (l, shape)).collect()
+            }
+        };
+        for s in found {
+            if !out.contains(&s) {
+                out.push(s);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// `MxKxN`, each at least 1.
+fn parse_matmul_shape(shape: &str) -> Result<[usize; 3]> {
+    let want = || anyhow::anyhow!("--matmul wants MxKxN, e.g. 16384x384x1536, not {shape:?}");
+    let dims: Vec<usize> = shape
+        .trim()
+        .split('x')
+        .map(|d| d.parse())
+        .collect::<Result<_, _>>()
+        .map_err(|_| want())?;
+    let [m, k, n] = dims[..] else {
+        return Err(want());
+    };
+    anyhow::ensure!(
+        m > 0 && k > 0 && n > 0,
+        "--matmul {shape}: every dimension must be at least 1, e.g. 16384x384x1536"
+    );
+    Ok([m, k, n])
 }

@@ -13,6 +13,9 @@ pub struct GpuContext {
     /// Why the device was lost (a driver reset, `destroy`), once it was;
     /// set by wgpu's device-lost callback on a device this program opened.
     pub lost: std::sync::Arc<std::sync::Mutex<Option<String>>>,
+    /// Which matmul kernels backends on this device run (by shape unless
+    /// `TINYGPT_MATMUL_TILE` says otherwise).
+    pub matmul: super::matmul_tiles::MatmulChoice,
 }
 
 impl fmt::Debug for GpuContext {
@@ -66,7 +69,8 @@ fn check_backend_variable() -> Result<(), GpuError> {
     };
     let value = value.to_string_lossy().into_owned();
     const KNOWN: [&str; 12] = [
-        "vulkan", "vk", "dx12", "d3d12", "metal", "mtl", "opengl", "gles", "gl", "webgpu", "noop", "",
+        "vulkan", "vk", "dx12", "d3d12", "metal", "mtl", "opengl", "gles", "gl", "webgpu", "noop",
+        "",
     ];
     let all_known = value
         .to_lowercase()
@@ -77,6 +81,15 @@ fn check_backend_variable() -> Result<(), GpuError> {
     } else {
         Err(GpuError::BadBackendVariable(value))
     }
+}
+
+/// `TINYGPT_MATMUL_TILE`'s choice; a bad name is said once and ignored.
+fn matmul_choice() -> super::matmul_tiles::MatmulChoice {
+    super::matmul_tiles::MatmulChoice::from_env().unwrap_or_else(|why| {
+        static SAID: std::sync::Once = std::sync::Once::new();
+        SAID.call_once(|| eprintln!("{why}"));
+        Default::default()
+    })
 }
 
 impl GpuContext {
@@ -92,15 +105,12 @@ impl GpuContext {
         };
         let adapter = match wgpu::util::initialize_adapter_from_env(&instance, None).await {
             Ok(a) => a,
-            Err(_) => instance
-                .request_adapter(&options)
-                .await
-                .map_err(|e| {
-                    GpuError::NoAdapter(match std::env::var("WGPU_BACKEND") {
-                        Ok(b) => format!("{e}; WGPU_BACKEND={b} limits the search to that backend"),
-                        Err(_) => e.to_string(),
-                    })
-                })?,
+            Err(_) => instance.request_adapter(&options).await.map_err(|e| {
+                GpuError::NoAdapter(match std::env::var("WGPU_BACKEND") {
+                    Ok(b) => format!("{e}; WGPU_BACKEND={b} limits the search to that backend"),
+                    Err(_) => e.to_string(),
+                })
+            })?,
         };
         let info = adapter.get_info();
         let mut features = wgpu::Features::empty();
@@ -146,6 +156,7 @@ impl GpuContext {
             info,
             limits,
             lost,
+            matmul: matmul_choice(),
         })
     }
 
@@ -178,6 +189,7 @@ impl GpuContext {
             info,
             limits,
             lost: Default::default(),
+            matmul: matmul_choice(),
         }
     }
 

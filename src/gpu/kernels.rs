@@ -151,7 +151,12 @@ pub fn attention_workgroup_bytes(head_dim: usize) -> u64 {
 /// The full WGSL source of a file as compiled for a model with this head
 /// size and lab switches (common declarations first, templates filled in).
 pub fn full_source(file: &ShaderFile, head_dim: usize, lab: Lab) -> String {
-    format!("{COMMON}\n{}", file.source)
+    with_common(file.source, head_dim, lab)
+}
+
+/// `source` after common.wgsl, the templates filled in.
+pub(crate) fn with_common(source: &str, head_dim: usize, lab: Lab) -> String {
+    format!("{COMMON}\n{source}")
         .replace("{{DPL}}", &attention_dims_per_lane(head_dim).to_string())
         .replace("{{TILE}}", &ATTENTION_TILE.to_string())
         .replace("{{CAUSAL}}", &lab.causal_mask.to_string())
@@ -247,6 +252,26 @@ impl Kernels {
             for entry in file.entries {
                 let p = pipeline(device, &pipeline_layout, &module, entry, entry, false);
                 pipelines.insert(*entry, (file_index, p));
+            }
+            if file.name == "matmul" {
+                // The warp-tiled configurations share matmul.wgsl's bindings.
+                for tile in super::matmul_tiles::usable(&device.limits()) {
+                    let source = with_common(&tile.source(), head_dim, lab);
+                    // SAFETY: as above; the template guards every global access.
+                    let module = unsafe {
+                        device.create_shader_module_trusted(
+                            wgpu::ShaderModuleDescriptor {
+                                label: Some(&format!("tinygpt:shader:matmul_{}", tile.name)),
+                                source: wgpu::ShaderSource::Wgsl(source.into()),
+                            },
+                            wgpu::ShaderRuntimeChecks::unchecked(),
+                        )
+                    };
+                    for entry in tile.entries {
+                        let p = pipeline(device, &pipeline_layout, &module, entry, entry, false);
+                        pipelines.insert(entry, (file_index, p));
+                    }
+                }
             }
             if TRACED.iter().any(|(e, _)| file.entries.contains(e)) {
                 traced_from = Some((module, pipeline_layout));

@@ -17,6 +17,7 @@ pub mod context;
 mod flash;
 pub mod generate;
 pub mod kernels;
+pub mod matmul_tiles;
 pub mod params;
 mod plan;
 pub mod readback;
@@ -442,27 +443,11 @@ impl GpuBackend {
             (cfg.batch * cfg.n_head * cfg.ctx) as u64 * 4,
         );
         // Split-K partials: the largest splits × M × N of any matmul of the step.
-        let split_floats = program
-            .ops
-            .iter()
-            .flat_map(|node| {
-                let shapes: Vec<(usize, usize, usize)> = match node.op {
-                    Op::Linear {
-                        in_features: i,
-                        out_features: o,
-                        ..
-                    } => vec![(rows, i, o), (rows, o, i), (o, rows, i)],
-                    Op::TiedHead { .. } => vec![
-                        (rows, cfg.d_model, VOCAB),
-                        (rows, VOCAB, cfg.d_model),
-                        (VOCAB, rows, cfg.d_model),
-                    ],
-                    _ => vec![],
-                };
-                shapes.into_iter().map(|(m, k, n)| {
-                    let (splits, _) = split_k(m, k, n);
-                    if splits > 1 { splits * m * n } else { 0 }
-                })
+        let split_floats = matmul_tiles::matmul_shapes(&program)
+            .into_iter()
+            .map(|(layout, [m, k, n])| {
+                let (_, splits, _) = plan::matmul_tiling(m, k, n, layout, ctx.matmul, &limits);
+                if splits > 1 { splits * m * n } else { 0 }
             })
             .max()
             .unwrap_or(0);
@@ -504,7 +489,7 @@ impl GpuBackend {
             order: order_buf,
             offsets: offsets_buf,
         };
-        let planned_steps = plan::plan_steps(&program, &places, &scratch);
+        let planned_steps = plan::plan_steps(&program, &places, &scratch, ctx.matmul, &limits);
 
         // --- one uniform buffer for every dispatch's parameters
         let ualign = limits.min_uniform_buffer_offset_alignment.max(16) as usize;

@@ -4,6 +4,7 @@
 //! groups once; nothing here touches the device.
 
 use super::kernels::ATTENTION_TILE;
+use super::matmul_tiles::{Layout, MatmulChoice, TileConfig, split_k_for, tile_dims, tile_for};
 use super::params::{
     AttnParams, CeParams, EmbParams, EwParams, LnParams, MatmulParams, OptParams, WgslMirror,
 };
@@ -50,13 +51,22 @@ pub(super) const ROWS_PER_CHUNK: usize = 16;
 /// dinp at small widths) leave most of the GPU idle, so K is cut into pieces
 /// of at least 64 until there are about 256 workgroups.
 pub fn split_k(m: usize, k: usize, n: usize) -> (usize, usize) {
-    let tiles = m.div_ceil(64) * n.div_ceil(64);
-    if tiles >= 128 || k < 256 {
-        return (1, k);
-    }
-    let want = 256usize.div_ceil(tiles).min(k / 64).max(1);
-    let k_split = k.div_ceil(want).next_multiple_of(16);
-    (k.div_ceil(k_split), k_split)
+    split_k_for((64, 64), m, k, n)
+}
+
+/// The kernel of an M×K×N matmul on a device with these limits (a
+/// warp-tiled configuration, or `None`: matmul.wgsl's), and its split-K plan.
+pub(super) fn matmul_tiling(
+    m: usize,
+    k: usize,
+    n: usize,
+    layout: Layout,
+    choice: MatmulChoice,
+    limits: &wgpu::Limits,
+) -> (Option<&'static TileConfig>, usize, usize) {
+    let tile = tile_for(m, k, n, layout, choice, limits);
+    let (splits, k_split) = split_k_for(tile_dims(tile), m, k, n);
+    (tile, splits, k_split)
 }
 
 pub(super) fn words(values: &[u32]) -> Vec<u8> {
@@ -98,8 +108,10 @@ pub(super) fn plan_steps(
     program: &Program,
     places: &[Option<Place>],
     scratch: &Scratch,
+    matmul: MatmulChoice,
+    limits: &wgpu::Limits,
 ) -> Vec<(Step, Vec<Planned>)> {
-    let planner = Planner::new(program, places, scratch);
+    let planner = Planner::new(program, places, scratch, matmul, limits);
     program
         .steps
         .iter()
@@ -116,6 +128,9 @@ struct Planner<'a> {
     program: &'a Program,
     places: &'a [Option<Place>],
     scratch: &'a Scratch,
+    /// Which matmul kernels to run, and the device's limits (which it runs).
+    matmul: MatmulChoice,
+    limits: &'a wgpu::Limits,
     /// B·T.
     rows: usize,
     /// Row chunks of the column sums (`ROWS_PER_CHUNK` rows each).
@@ -123,12 +138,20 @@ struct Planner<'a> {
 }
 
 impl<'a> Planner<'a> {
-    fn new(program: &'a Program, places: &'a [Option<Place>], scratch: &'a Scratch) -> Self {
+    fn new(
+        program: &'a Program,
+        places: &'a [Option<Place>],
+        scratch: &'a Scratch,
+        matmul: MatmulChoice,
+        limits: &'a wgpu::Limits,
+    ) -> Self {
         let rows = program.rows();
         Self {
             program,
             places,
             scratch,
+            matmul,
+            limits,
             rows,
             chunks_n: rows.div_ceil(ROWS_PER_CHUNK),
         }
@@ -274,7 +297,7 @@ impl<'a> Planner<'a> {
     #[allow(clippy::too_many_arguments)]
     fn matmul(
         &self,
-        entry: &'static str,
+        layout: Layout,
         a: Src,
         b: Src,
         out: Src,
@@ -285,7 +308,9 @@ impl<'a> Planner<'a> {
         accumulate: bool,
     ) -> Vec<Planned> {
         let flags = if accumulate { 1 } else { 0 } | if bias.is_some() { 2 } else { 0 };
-        let (splits, k_split) = split_k(m, k, n);
+        let (tile, splits, k_split) = matmul_tiling(m, k, n, layout, self.matmul, self.limits);
+        let (tile_m, tile_n) = tile_dims(tile);
+        let entry = tile.map_or(layout.flat_entry(), |t| t.entries[layout.index()]);
         let params = MatmulParams {
             m: m as u32,
             k: k as u32,
@@ -297,7 +322,11 @@ impl<'a> Planner<'a> {
             ..Default::default()
         }
         .bytes();
-        let tiles = [n.div_ceil(64) as u32, m.div_ceil(64) as u32, splits as u32];
+        let tiles = [
+            n.div_ceil(tile_n) as u32,
+            m.div_ceil(tile_m) as u32,
+            splits as u32,
+        ];
         if splits == 1 {
             return vec![Planned {
                 entry,
@@ -595,7 +624,7 @@ impl<'a> Planner<'a> {
     ) -> Vec<Planned> {
         let (x, w, y) = (self.p(inp), self.p(weight), self.p(out));
         self.matmul(
-            "matmul_nt",
+            Layout::Nt,
             x,
             w,
             y,
@@ -618,7 +647,7 @@ impl<'a> Planner<'a> {
     ) -> Vec<Planned> {
         let rows = self.rows;
         let mut v = self.matmul(
-            "matmul_nn",
+            Layout::Nn,
             self.g(out),
             self.p(weight),
             self.g(inp),
@@ -629,7 +658,7 @@ impl<'a> Planner<'a> {
             true,
         );
         v.extend(self.matmul(
-            "matmul_tn",
+            Layout::Tn,
             self.g(out),
             self.p(inp),
             self.g(weight),
@@ -837,7 +866,7 @@ impl<'a> Planner<'a> {
     fn tied_head_forward(&self, inp: TensorId, wte: TensorId, out: TensorId) -> Vec<Planned> {
         let c = self.cfg().d_model;
         self.matmul(
-            "matmul_nt",
+            Layout::Nt,
             self.p(inp),
             self.p(wte),
             self.p(out),
@@ -852,7 +881,7 @@ impl<'a> Planner<'a> {
     fn tied_head_backward(&self, inp: TensorId, wte: TensorId, out: TensorId) -> Vec<Planned> {
         let (rows, c) = (self.rows, self.cfg().d_model);
         let mut d = self.matmul(
-            "matmul_nn",
+            Layout::Nn,
             self.g(out),
             self.p(wte),
             self.g(inp),
@@ -863,7 +892,7 @@ impl<'a> Planner<'a> {
             true,
         );
         d.extend(self.matmul(
-            "matmul_tn",
+            Layout::Tn,
             self.g(out),
             self.p(inp),
             self.g(wte),
