@@ -373,13 +373,25 @@ pub fn tile_for(
     }
 }
 
-/// [`super::split_k`] for a kernel whose workgroups compute `tile` = (rows, columns) of C.
+/// [`super::split_k`] for a kernel whose workgroups compute `tile` = (rows,
+/// columns) of C: K cut until the grid has about 256 workgroups (at most 264
+/// for the 128×128 tile).
 pub fn split_k_for(tile: (usize, usize), m: usize, k: usize, n: usize) -> (usize, usize) {
     let tiles = m.div_ceil(tile.0) * n.div_ceil(tile.1);
     if tiles >= 128 || k < 256 {
         return (1, k);
     }
-    let want = 256usize.div_ceil(tiles).min(k / 64).max(1);
+    let want = if tile == (128, 128) {
+        // At most one wave: by their registers about two of these
+        // 256-thread workgroups fit an SM, and a second wave of a few leaves
+        // a 132-SM GPU nearly idle (rounding up instead cost nanogpt-char
+        // 3 ms a step on the H100: docs/performance.md).
+        264 / tiles
+    } else {
+        256usize.div_ceil(tiles)
+    }
+    .min(k / 64)
+    .max(1);
     let k_split = k.div_ceil(want).next_multiple_of(16);
     (k.div_ceil(k_split), k_split)
 }
