@@ -25,6 +25,10 @@
 //                            down; accumulates dK, dV of its keys in registers
 //   attention_backward_dq    group (query tile, b·H + h): walks key tiles up to the diagonal;
 //                            accumulates dQ of its queries in registers
+//   attention_forward_rows   group (64 queries, b·H + h): training's forward; a thread
+//                            owns a query row (see the kernel); same out and lse
+//   attention_backward_dq_rows  group (64 queries, b·H + h): training's dQ, likewise
+// (The 16×16-tile forward and dQ stay for the trace, which replays them.)
 // dQ and dK/dV come from two kernels so that no two workgroups write one element
 // (no float atomics; deterministic). DPL = dims per lane = ceil(D / TILE), templated
 // in when the pipeline is built; D ≤ TILE·DPL ≤ 128.
@@ -237,6 +241,101 @@ fn attention_forward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invoca
     }
 }
 
+// --- attention_forward_rows: the training forward. One thread owns one query
+// row: q and the output accumulator sit in its registers (DV4 vec4s each, D
+// padded to a multiple of 4), and it walks the keys up to its workgroup's
+// last query, KB at a time through workgroup memory (every lane reads the
+// same key: a broadcast), with the online softmax kept per key (Milakov &
+// Gimelshein 2018): a new running max rescales l and o once, when it
+// comes. No reductions across lanes, no score tile. It writes what
+// attention_forward writes (out, lse); attention_forward, the 16×16-tile
+// kernel above, is the one the FlashAttention trace replays.
+// Group (ceil(T / ROWS_Q), b·H + h), ROWS_Q threads.
+const ROWS_Q: u32 = 64u;
+const KB: u32 = {{KB}}u;
+const DV4: u32 = {{DV4}}u;
+
+var<workgroup> k_rows: array<vec4<f32>, KB * DV4>;
+var<workgroup> v_rows: array<vec4<f32>, KB * DV4>;
+
+// Elements 4c..4c+3 of part `part` (0 q, 1 k, 2 v) of head h at (b, t); zero past D.
+fn qkv_vec4(b: u32, t: u32, part: u32, h: u32, c: u32) -> vec4<f32> {
+    let base = qkv_at(b, t, part, h);
+    let d = 4u * c;
+    var v = vec4<f32>(0.0);
+    if (d < at.d) { v.x = qkv[base + d]; }
+    if (d + 1u < at.d) { v.y = qkv[base + d + 1u]; }
+    if (d + 2u < at.d) { v.z = qkv[base + d + 2u]; }
+    if (d + 3u < at.d) { v.w = qkv[base + d + 3u]; }
+    return v;
+}
+
+@compute @workgroup_size(64, 1, 1)
+fn attention_forward_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let bh = wg.y;
+    let b = bh / at.h;
+    let h = bh % at.h;
+    let q0 = wg.x * ROWS_Q;
+    let i = q0 + tid;
+    let valid = i < at.t;
+    var q: array<vec4<f32>, DV4>;
+    var o: array<vec4<f32>, DV4>;
+    for (var c = 0u; c < DV4; c++) {
+        q[c] = qkv_vec4(b, min(i, at.t - 1u), 0u, h, c) * at.scale;
+        o[c] = vec4<f32>(0.0);
+    }
+    var m = NEG_FLT_MAX;
+    var l = 0.0;
+    let last = select(at.t, min(q0 + ROWS_Q, at.t), CAUSAL);
+    for (var j0 = 0u; j0 < last; j0 += KB) {
+        workgroupBarrier();
+        for (var e = tid; e < KB * DV4; e += ROWS_Q) {
+            let j = j0 + e / DV4;
+            let c = e % DV4;
+            var kv = vec4<f32>(0.0);
+            var vv = vec4<f32>(0.0);
+            if (j < at.t) {
+                kv = qkv_vec4(b, j, 1u, h, c);
+                vv = qkv_vec4(b, j, 2u, h, c);
+            }
+            k_rows[e] = kv;
+            v_rows[e] = vv;
+        }
+        workgroupBarrier();
+        if (valid) {
+            let keys = min(KB, last - j0);
+            for (var jj = 0u; jj < keys; jj++) {
+                let j = j0 + jj;
+                if (!sees(i, j)) { break; }
+                var s = 0.0;
+                for (var c = 0u; c < DV4; c++) { s += dot(q[c], k_rows[jj * DV4 + c]); }
+                if (s > m) {
+                    let alpha = exp(m - s);
+                    l *= alpha;
+                    for (var c = 0u; c < DV4; c++) { o[c] *= alpha; }
+                    m = s;
+                }
+                let p = exp(s - m);
+                l += p;
+                let pd = p * mask(bh, i, j);
+                for (var c = 0u; c < DV4; c++) { o[c] += pd * v_rows[jj * DV4 + c]; }
+            }
+        }
+    }
+    if (valid) {
+        let ybase = y_at(b, i, h);
+        for (var c = 0u; c < DV4; c++) {
+            let v = o[c] / l;
+            let d = 4u * c;
+            if (d < at.d) { out[ybase + d] = v.x; }
+            if (d + 1u < at.d) { out[ybase + d + 1u] = v.y; }
+            if (d + 2u < at.d) { out[ybase + d + 2u] = v.z; }
+            if (d + 3u < at.d) { out[ybase + d + 3u] = v.w; }
+        }
+        lse[bh * at.t + i] = m + log(l);
+    }
+}
+
 @compute @workgroup_size(256)
 fn attention_backward_delta(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     for (var idx = gid.x; idx < at.b * at.h * at.t; idx += nwg.x * 256u) {
@@ -405,6 +504,84 @@ fn attention_backward_dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_in
         for (var u = 0u; u < DPL; u++) {
             let d = lane + BC * u;
             if (d < at.d) { dqkv[qbase + d] += at.scale * dq[u]; }
+        }
+    }
+}
+
+// --- attention_backward_dq_rows: training's dQ, one thread per query row (as
+// attention_forward_rows): q, dO and the dQ accumulator in its registers,
+// the keys and values KB at a time through workgroup memory; per key
+// P = exp(q·k·scale − lse), dS = P ∘ (dO·v ∘ mask − delta), dQ += dS·k.
+// attention_backward_dq, the 16×16-tile kernel above, is the one the trace
+// replays. Group (ceil(T / ROWS_Q), b·H + h), ROWS_Q threads.
+@compute @workgroup_size(64, 1, 1)
+fn attention_backward_dq_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let bh = wg.y;
+    let b = bh / at.h;
+    let h = bh % at.h;
+    let q0 = wg.x * ROWS_Q;
+    let i = q0 + tid;
+    let valid = i < at.t;
+    let ic = min(i, at.t - 1u);
+    let lse_i = lse[bh * at.t + ic];
+    let delta_i = delta[bh * at.t + ic];
+    let obase = y_at(b, ic, h);
+    var q: array<vec4<f32>, DV4>;
+    var dy: array<vec4<f32>, DV4>;
+    var dq: array<vec4<f32>, DV4>;
+    for (var c = 0u; c < DV4; c++) {
+        q[c] = qkv_vec4(b, ic, 0u, h, c);
+        let d = 4u * c;
+        var v = vec4<f32>(0.0);
+        if (d < at.d) { v.x = dout[obase + d]; }
+        if (d + 1u < at.d) { v.y = dout[obase + d + 1u]; }
+        if (d + 2u < at.d) { v.z = dout[obase + d + 2u]; }
+        if (d + 3u < at.d) { v.w = dout[obase + d + 3u]; }
+        dy[c] = v;
+        dq[c] = vec4<f32>(0.0);
+    }
+    let last = select(at.t, min(q0 + ROWS_Q, at.t), CAUSAL);
+    for (var j0 = 0u; j0 < last; j0 += KB) {
+        workgroupBarrier();
+        for (var e = tid; e < KB * DV4; e += ROWS_Q) {
+            let j = j0 + e / DV4;
+            let c = e % DV4;
+            var kv = vec4<f32>(0.0);
+            var vv = vec4<f32>(0.0);
+            if (j < at.t) {
+                kv = qkv_vec4(b, j, 1u, h, c);
+                vv = qkv_vec4(b, j, 2u, h, c);
+            }
+            k_rows[e] = kv;
+            v_rows[e] = vv;
+        }
+        workgroupBarrier();
+        if (valid) {
+            let keys = min(KB, last - j0);
+            for (var jj = 0u; jj < keys; jj++) {
+                let j = j0 + jj;
+                if (!sees(i, j)) { break; }
+                var s = 0.0;
+                var dp = 0.0;
+                for (var c = 0u; c < DV4; c++) {
+                    s += dot(q[c], k_rows[jj * DV4 + c]);
+                    dp += dot(dy[c], v_rows[jj * DV4 + c]);
+                }
+                let p = exp(s * at.scale - lse_i);
+                let ds = p * (dp * mask(bh, i, j) - delta_i);
+                for (var c = 0u; c < DV4; c++) { dq[c] += ds * k_rows[jj * DV4 + c]; }
+            }
+        }
+    }
+    if (valid) {
+        let base = qkv_at(b, i, 0u, h);
+        for (var c = 0u; c < DV4; c++) {
+            let v = at.scale * dq[c];
+            let d = 4u * c;
+            if (d < at.d) { dqkv[base + d] += v.x; }
+            if (d + 1u < at.d) { dqkv[base + d + 1u] += v.y; }
+            if (d + 2u < at.d) { dqkv[base + d + 2u] += v.z; }
+            if (d + 3u < at.d) { dqkv[base + d + 3u] += v.w; }
         }
     }
 }

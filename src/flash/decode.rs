@@ -262,8 +262,9 @@ pub struct Summary {
     /// tile's last forward visit.
     pub lse_from_trace_max_abs_diff: f64,
     /// Whether the traced run's O, log-sum-exp and dQKV of the whole row (all
-    /// heads) equal the program's own untraced values bit for bit (the GPU;
-    /// the CPU model is compared with the CPU backend's own attention).
+    /// heads) equal the same kernels' untraced values bit for bit (the GPU:
+    /// the 16×16-tile kernels, run untraced on the row first; the CPU model
+    /// is compared with the CPU backend's own attention).
     pub bit_identical_to_untraced: bool,
     pub untraced_max_abs_diff: f64,
     pub traffic: Traffic,

@@ -186,7 +186,8 @@ pub(crate) fn record_at(nt: usize, pass: Pass, a: usize, c: usize) -> usize {
 }
 
 /// Where each part of a flat trace result lies (in floats). `ref_*` are the
-/// program's own (untraced) values for the row; the others the traced run's.
+/// untraced values for the row (the GPU: the traced kernels run untraced;
+/// the CPU: the program's own); the others the traced run's.
 #[derive(Clone, Debug)]
 pub struct Parts {
     pub trace: std::ops::Range<usize>,

@@ -2,8 +2,10 @@
 //! run up to the block's attention backward, one batch row of that op's q,
 //! k, v and dO is copied aside and the attention kernels run on it again,
 //! their traced pipelines (attention.wgsl with `TRACE` = true) recording the
-//! chosen head. The program's own values for the row go into the same
-//! readback, so the decoder checks the traced run against them bit for bit.
+//! chosen head. The same kernels run untraced on the row first, into the
+//! same readback, so the decoder checks the traced run against them bit for
+//! bit. (These are the 16×16-tile kernels: training's forward is
+//! `attention_forward_rows`, the same function by another schedule.)
 //!
 //! The trace's buffers and traced pipelines are made on the first trace and
 //! kept (their sizes depend only on the model); training never builds them.
@@ -44,7 +46,7 @@ impl GpuBackend {
         let cfg = self.program.config.clone();
         let (t, c, h) = (cfg.ctx, cfg.d_model, cfg.n_head);
         let parts = Parts::new(&cfg);
-        let (op, [qkv, out, lse]) = attention_tensors(&self.program, request.layer)
+        let (op, [qkv, out, _lse]) = attention_tensors(&self.program, request.layer)
             .expect("run_to_attention_backward checked the block");
         let crate::program::Op::Attention {
             n_head,
@@ -60,7 +62,7 @@ impl GpuBackend {
                 .grad
                 .expect("activations have gradients")
         };
-        let (dout_id, dqkv_id) = (grad(out), grad(qkv));
+        let dout_id = grad(out);
         let device = self.ctx.device.clone();
         if self.flash.is_none() {
             let storage = |label: &str, floats: usize| {
@@ -113,26 +115,16 @@ impl GpuBackend {
         let place = |id: usize| self.places[id].expect("every tensor is placed");
         let floats = |r: &std::ops::Range<usize>| (r.start * 4) as u64;
         let row_bytes = |r: &std::ops::Range<usize>| (r.len() * 4) as u64;
-        // The row of each tensor of the program: into the trace's inputs, and
-        // as the untraced reference into the readback.
-        let copies: [(usize, &std::ops::Range<usize>, Option<&wgpu::Buffer>); 5] = [
-            (qkv, &parts.qkv, Some(&fb.qkv)),
-            (dout_id, &parts.dout, Some(&fb.dout)),
-            (out, &parts.ref_out, None),
-            (lse, &parts.ref_lse, None),
-            (dqkv_id, &parts.ref_dqkv, None),
-        ];
-        for (id, range, into) in copies {
+        // The row of the program's q, k, v and dO: into the trace's inputs
+        // and the readback.
+        for (id, range, into) in [(qkv, &parts.qkv, &fb.qkv), (dout_id, &parts.dout, &fb.dout)] {
             let p = place(id);
             let size = row_bytes(range);
             let from = &self.buffers[p.buffer];
             let offset = p.offset + row * size;
             encoder.copy_buffer_to_buffer(from, offset, staging, floats(range), size);
-            if let Some(into) = into {
-                encoder.copy_buffer_to_buffer(from, offset, into, 0, size);
-            }
+            encoder.copy_buffer_to_buffer(from, offset, into, 0, size);
         }
-        encoder.clear_buffer(&fb.dqkv, 0, None);
         let layout = self.kernels.layout_of("attention_forward");
         let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: Some("tinygpt:bind:flash-trace"),
@@ -156,27 +148,47 @@ impl GpuBackend {
             })
             .collect::<Vec<_>>(),
         });
-        {
-            // The traced pipeline where there is one (not the delta kernel).
-            let traced = |entry: &str| {
-                fb.traced
-                    .get(entry)
-                    .unwrap_or(&self.kernels.pipelines[entry].1)
-            };
-            let tiles = [t.div_ceil(ATTENTION_TILE) as u32, n_head as u32, 1];
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some("tinygpt:flash-trace"),
-                timestamp_writes: None,
-            });
-            pass.set_bind_group(0, &bind_group, &[]);
-            for (entry, groups) in [
-                ("attention_forward", tiles),
-                ("attention_backward_delta", plan::grid(n_head * t)),
-                ("attention_backward_dkdv", tiles),
-                ("attention_backward_dq", tiles),
-            ] {
-                pass.set_pipeline(traced(entry));
-                pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+        // The 16×16-tile kernels twice on the same row: untraced (the
+        // reference, into the readback), then traced. (Training's forward is
+        // attention_forward_rows; the trace replays the tiled kernels.)
+        for traced_run in [false, true] {
+            encoder.clear_buffer(&fb.dqkv, 0, None);
+            {
+                // The traced pipeline where there is one (not the delta kernel).
+                let pipeline = |entry: &str| match fb.traced.get(entry) {
+                    Some(p) if traced_run => p,
+                    _ => &self.kernels.pipelines[entry].1,
+                };
+                let tiles = [t.div_ceil(ATTENTION_TILE) as u32, n_head as u32, 1];
+                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some("tinygpt:flash-trace"),
+                    timestamp_writes: None,
+                });
+                pass.set_bind_group(0, &bind_group, &[]);
+                for (entry, groups) in [
+                    ("attention_forward", tiles),
+                    ("attention_backward_delta", plan::grid(n_head * t)),
+                    ("attention_backward_dkdv", tiles),
+                    ("attention_backward_dq", tiles),
+                ] {
+                    pass.set_pipeline(pipeline(entry));
+                    pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+                }
+            }
+            if !traced_run {
+                for (from, range) in [
+                    (&fb.out, &parts.ref_out),
+                    (&fb.lse, &parts.ref_lse),
+                    (&fb.dqkv, &parts.ref_dqkv),
+                ] {
+                    encoder.copy_buffer_to_buffer(
+                        from,
+                        0,
+                        staging,
+                        floats(range),
+                        row_bytes(range),
+                    );
+                }
             }
         }
         for (from, range) in [

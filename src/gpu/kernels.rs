@@ -114,9 +114,11 @@ pub const SHADERS: &[ShaderFile] = &[
         slots: &[Ro, Rw, Rw, Ro, Rw, Rw, Uniform, Uniform, Rw],
         entries: &[
             "attention_forward",
+            "attention_forward_rows",
             "attention_backward_delta",
             "attention_backward_dkdv",
             "attention_backward_dq",
+            "attention_backward_dq_rows",
         ],
     },
     ShaderFile {
@@ -140,12 +142,26 @@ pub fn attention_dims_per_lane(head_dim: usize) -> usize {
     head_dim.div_ceil(ATTENTION_TILE).max(1)
 }
 
-/// Workgroup memory the attention kernels need for a head size, in bytes:
-/// two tiles of TILE rows of D + 1 floats, two TILE×TILE score tiles.
+/// Queries per workgroup of `attention_forward_rows` (`ROWS_Q`), one per thread.
+pub const ATTENTION_ROWS: usize = 64;
+
+/// Keys per shared block of `attention_forward_rows` (`KB`): 32, fewer where
+/// a block of K and V rows would pass 16 KiB.
+pub fn attention_rows_keys(head_dim: usize) -> usize {
+    (512 / head_dim.div_ceil(4).max(1)).clamp(1, 32)
+}
+
+/// Workgroup memory the 16×16-tile attention kernels need for a head size,
+/// in bytes: two tiles of TILE rows of D + 1 floats, two TILE×TILE score tiles.
 pub fn attention_workgroup_bytes(head_dim: usize) -> u64 {
     let tile = ATTENTION_TILE;
     let dmax = tile * attention_dims_per_lane(head_dim);
     ((2 * tile * (dmax + 1) + 2 * tile * tile) * 4) as u64
+}
+
+/// Workgroup memory of `attention_forward_rows`: a block of K and of V rows.
+pub fn attention_rows_workgroup_bytes(head_dim: usize) -> u64 {
+    (2 * attention_rows_keys(head_dim) * head_dim.div_ceil(4).max(1) * 16) as u64
 }
 
 /// The full WGSL source of a file as compiled for a model with this head
@@ -159,6 +175,8 @@ pub(crate) fn with_common(source: &str, head_dim: usize, lab: Lab) -> String {
     format!("{COMMON}\n{source}")
         .replace("{{DPL}}", &attention_dims_per_lane(head_dim).to_string())
         .replace("{{TILE}}", &ATTENTION_TILE.to_string())
+        .replace("{{DV4}}", &head_dim.div_ceil(4).max(1).to_string())
+        .replace("{{KB}}", &attention_rows_keys(head_dim).to_string())
         .replace("{{CAUSAL}}", &lab.causal_mask.to_string())
         .replace("{{POSITIONS}}", &lab.position_embeddings.to_string())
 }

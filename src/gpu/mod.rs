@@ -161,7 +161,8 @@ fn check_limits(
             limits.max_storage_buffer_binding_size,
         ));
     }
-    let attn_bytes = kernels::attention_workgroup_bytes(cfg.head_dim());
+    let attn_bytes = kernels::attention_workgroup_bytes(cfg.head_dim())
+        .max(kernels::attention_rows_workgroup_bytes(cfg.head_dim()));
     if attn_bytes > limits.max_compute_workgroup_storage_size as u64 {
         return Err(refuse(
             format!("attention with head_dim {}", cfg.head_dim()),

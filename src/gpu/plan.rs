@@ -3,7 +3,7 @@
 //! workgroup counts. [`super::GpuBackend::new`] turns the plan into bind
 //! groups once; nothing here touches the device.
 
-use super::kernels::ATTENTION_TILE;
+use super::kernels::{ATTENTION_ROWS, ATTENTION_TILE};
 use super::matmul_tiles::{Layout, MatmulChoice, TileConfig, split_k_for, tile_dims, tile_for};
 use super::params::{
     AttnParams, CeParams, EmbParams, EwParams, LnParams, MatmulParams, OptParams, WgslMirror,
@@ -694,7 +694,7 @@ impl<'a> Planner<'a> {
         stream: u32,
     ) -> Vec<Planned> {
         vec![Planned {
-            entry: "attention_forward",
+            entry: "attention_forward_rows",
             bindings: vec![
                 self.p(qkv),
                 self.p(out),
@@ -707,7 +707,11 @@ impl<'a> Planner<'a> {
                 Src::DummyRw, // trace: only traced pipelines write it
             ],
             params: attn_params(self.cfg(), self.cfg().batch, n_head, stream, dropout),
-            groups: self.attention_tiles(n_head),
+            groups: [
+                self.cfg().ctx.div_ceil(ATTENTION_ROWS) as u32,
+                (self.cfg().batch * n_head) as u32,
+                1,
+            ],
         }]
     }
 
@@ -748,10 +752,14 @@ impl<'a> Planner<'a> {
                 groups: tiles,
             },
             Planned {
-                entry: "attention_backward_dq",
+                entry: "attention_backward_dq_rows",
                 bindings: binds,
                 params,
-                groups: tiles,
+                groups: [
+                    cfg.ctx.div_ceil(ATTENTION_ROWS) as u32,
+                    (cfg.batch * n_head) as u32,
+                    1,
+                ],
             },
         ]
     }

@@ -283,7 +283,7 @@ pub(super) fn why(
         ui.label(egui::RichText::new(check).size(14.0));
         let same = match trace.source {
             TraceSource::Kernel if s.bit_identical_to_untraced => {
-                "The traced kernels' O, lse and dQKV equal the untraced ones training ran, bit for bit.".to_string()
+                "The traced 16×16-tile kernels' O, lse and dQKV equal the same kernels run untraced, bit for bit (training's forward and dQ run the row kernels: the same function, one query row per thread).".to_string()
             }
             TraceSource::Kernel => format!(
                 "The traced kernels differ from the untraced ones by {:.2e}: tracing changed the arithmetic.",
