@@ -270,6 +270,39 @@ fn qkv_vec4(b: u32, t: u32, part: u32, h: u32, c: u32) -> vec4<f32> {
     return v;
 }
 
+// Elements 4c..4c+3 of the dO row starting at `base`; zero past D.
+fn dout_vec4(base: u32, c: u32) -> vec4<f32> {
+    let d = 4u * c;
+    var v = vec4<f32>(0.0);
+    if (d < at.d) { v.x = dout[base + d]; }
+    if (d + 1u < at.d) { v.y = dout[base + d + 1u]; }
+    if (d + 2u < at.d) { v.z = dout[base + d + 2u]; }
+    if (d + 3u < at.d) { v.w = dout[base + d + 3u]; }
+    return v;
+}
+
+// Keys j0..j0+KB of head h: their k rows into k_rows, v rows into v_rows
+// (zero past T), shared by the ROWS_Q threads.
+fn load_key_block(b: u32, h: u32, j0: u32, tid: u32) {
+    for (var e = tid; e < KB * DV4; e += ROWS_Q) {
+        let j = j0 + e / DV4;
+        let c = e % DV4;
+        var kv = vec4<f32>(0.0);
+        var vv = vec4<f32>(0.0);
+        if (j < at.t) {
+            kv = qkv_vec4(b, j, 1u, h, c);
+            vv = qkv_vec4(b, j, 2u, h, c);
+        }
+        k_rows[e] = kv;
+        v_rows[e] = vv;
+    }
+}
+
+// One past the last key the ROWS_Q queries from q0 see (keys_end for the row kernels).
+fn row_keys_end(q0: u32) -> u32 {
+    return select(at.t, min(q0 + ROWS_Q, at.t), CAUSAL);
+}
+
 @compute @workgroup_size(64, 1, 1)
 fn attention_forward_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let bh = wg.y;
@@ -286,21 +319,10 @@ fn attention_forward_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_i
     }
     var m = NEG_FLT_MAX;
     var l = 0.0;
-    let last = select(at.t, min(q0 + ROWS_Q, at.t), CAUSAL);
+    let last = row_keys_end(q0);
     for (var j0 = 0u; j0 < last; j0 += KB) {
         workgroupBarrier();
-        for (var e = tid; e < KB * DV4; e += ROWS_Q) {
-            let j = j0 + e / DV4;
-            let c = e % DV4;
-            var kv = vec4<f32>(0.0);
-            var vv = vec4<f32>(0.0);
-            if (j < at.t) {
-                kv = qkv_vec4(b, j, 1u, h, c);
-                vv = qkv_vec4(b, j, 2u, h, c);
-            }
-            k_rows[e] = kv;
-            v_rows[e] = vv;
-        }
+        load_key_block(b, h, j0, tid);
         workgroupBarrier();
         if (valid) {
             let keys = min(KB, last - j0);
@@ -531,30 +553,13 @@ fn attention_backward_dq_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(loc
     var dq: array<vec4<f32>, DV4>;
     for (var c = 0u; c < DV4; c++) {
         q[c] = qkv_vec4(b, ic, 0u, h, c);
-        let d = 4u * c;
-        var v = vec4<f32>(0.0);
-        if (d < at.d) { v.x = dout[obase + d]; }
-        if (d + 1u < at.d) { v.y = dout[obase + d + 1u]; }
-        if (d + 2u < at.d) { v.z = dout[obase + d + 2u]; }
-        if (d + 3u < at.d) { v.w = dout[obase + d + 3u]; }
-        dy[c] = v;
+        dy[c] = dout_vec4(obase, c);
         dq[c] = vec4<f32>(0.0);
     }
-    let last = select(at.t, min(q0 + ROWS_Q, at.t), CAUSAL);
+    let last = row_keys_end(q0);
     for (var j0 = 0u; j0 < last; j0 += KB) {
         workgroupBarrier();
-        for (var e = tid; e < KB * DV4; e += ROWS_Q) {
-            let j = j0 + e / DV4;
-            let c = e % DV4;
-            var kv = vec4<f32>(0.0);
-            var vv = vec4<f32>(0.0);
-            if (j < at.t) {
-                kv = qkv_vec4(b, j, 1u, h, c);
-                vv = qkv_vec4(b, j, 2u, h, c);
-            }
-            k_rows[e] = kv;
-            v_rows[e] = vv;
-        }
+        load_key_block(b, h, j0, tid);
         workgroupBarrier();
         if (valid) {
             let keys = min(KB, last - j0);
