@@ -16,6 +16,7 @@
 //!   tensors and apply ln_f and the tied head through the CPU's kernels.
 
 use crate::backend::Backend;
+use crate::data::Batch;
 use crate::flow::{Guess, batch_for, lens_at, next_byte_probs, top5};
 use crate::model::config::VOCAB;
 use crate::model::params::NamedTensor;
@@ -191,30 +192,79 @@ pub struct Knockout {
     pub delta: f32,
 }
 
-/// Every part knocked out in turn, on the prompt.
+/// What a knockout's loss is measured on: the prompt ([`prompt_loss`]), or
+/// rows of the run's validation windows, each a batch of one row of `ctx`
+/// bytes and their next bytes (the mean of their losses is the run's
+/// validation loss when the rows are all of its validation batches).
+#[derive(Clone, Copy, Debug)]
+pub enum LossOn<'a> {
+    Prompt(&'a [u8]),
+    Rows(&'a [Batch]),
+}
+
+impl LossOn<'_> {
+    /// `"prompt"` or `"validation"`.
+    pub fn key(&self) -> &'static str {
+        match self {
+            LossOn::Prompt(_) => "prompt",
+            LossOn::Rows(_) => "validation",
+        }
+    }
+}
+
+/// The mean loss over `rows` (batches of one row, the program's context),
+/// with the weights the backend holds.
+pub fn rows_loss(backend: &mut dyn Backend, rows: &[Batch]) -> Result<f32, String> {
+    let ctx = backend.program().config.ctx;
+    if rows.is_empty() {
+        return Err("no validation rows to measure the loss on".into());
+    }
+    if let Some(r) = rows.iter().find(|r| r.batch != 1 || r.ctx != ctx) {
+        return Err(format!(
+            "a validation row of {} × {} bytes does not fit the model's 1 × {ctx}",
+            r.batch, r.ctx
+        ));
+    }
+    let sum: f64 = rows.iter().map(|r| backend.eval_loss(r) as f64).sum();
+    Ok((sum / rows.len() as f64) as f32)
+}
+
+/// The loss on `on` with the weights the backend holds.
+pub fn loss_on(backend: &mut dyn Backend, on: LossOn) -> Result<f32, String> {
+    match on {
+        LossOn::Prompt(prompt) => prompt_loss(backend, prompt),
+        LossOn::Rows(rows) => rows_loss(backend, rows),
+    }
+}
+
+/// Every part knocked out in turn, on the prompt or validation rows.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Ablation {
+    /// What the loss is measured on: `"prompt"` or `"validation"`.
+    pub on: &'static str,
+    /// Validation rows measured (0 for the prompt).
+    pub rows: usize,
     pub intact_loss: f32,
     pub parts: Vec<Knockout>,
 }
 
-/// [`Ablation`] of `prompt`: each of `parts` knocked out alone from
-/// `params`; the backend is left holding `params` intact.
+/// [`Ablation`] on `on`: each of `parts` knocked out alone from `params`;
+/// the backend is left holding `params` intact.
 pub fn ablate(
     backend: &mut dyn Backend,
     params: &[NamedTensor],
-    prompt: &[u8],
+    on: LossOn,
     parts: &[Part],
 ) -> Result<Ablation, String> {
     let config = backend.program().config.clone();
     put(backend, params)?;
-    let intact_loss = prompt_loss(backend, prompt)?;
+    let intact_loss = loss_on(backend, on)?;
     let mut out = Vec::with_capacity(parts.len());
     for &part in parts {
         let mut edited = params.to_vec();
         knock_out(&mut edited, part, config.d_model, config.n_head)?;
         put(backend, &edited)?;
-        let loss = prompt_loss(backend, prompt)?;
+        let loss = loss_on(backend, on)?;
         let (layer, head, mlp) = match part {
             Part::Head { layer, head } => (layer, Some(head), false),
             Part::Mlp { layer } => (layer, None, true),
@@ -229,6 +279,11 @@ pub fn ablate(
     }
     put(backend, params)?;
     Ok(Ablation {
+        on: on.key(),
+        rows: match on {
+            LossOn::Prompt(_) => 0,
+            LossOn::Rows(r) => r.len(),
+        },
         intact_loss,
         parts: out,
     })

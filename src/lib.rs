@@ -12,7 +12,10 @@
 //!    backend (rayon-parallel, f32 or f64); [`gpu`]: the same program as
 //!    WGSL compute shaders on any wgpu device.
 //!    [`flow`]: one prompt's forward pass read at one position (the
-//!    residual stream, every activation, the logit lens).
+//!    residual stream, every activation, the logit lens); [`worked`]: one
+//!    output of an op worked out by hand from what the flow read;
+//!    [`interventions`]: taking the model apart (knockouts, patching,
+//!    attribution).
 //!    [`probe`]: a look inside one forward pass (attention weights, logits),
 //!    on either backend. [`stepthrough`]: one training step entry by
 //!    entry, with the tensors each entry reads and writes.
@@ -42,3 +45,4 @@ pub mod probe;
 pub mod program;
 pub mod stepthrough;
 pub mod train;
+pub mod worked;

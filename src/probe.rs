@@ -221,9 +221,59 @@ pub fn byte_label(byte: u8) -> String {
     }
 }
 
+/// A byte as a person types it: one ASCII character, what [`byte_label`]
+/// writes (`␠` or `␣` for the space, `\n`, `\t`, `\r`, `\x41`), or its
+/// value from 0 to 255 (two or three digits; one digit is the character).
+pub fn parse_byte(s: &str) -> Result<u8, String> {
+    if let Some(h) = s.strip_prefix("\\x")
+        && let Ok(b) = u8::from_str_radix(h, 16)
+    {
+        return Ok(b);
+    }
+    match s.as_bytes() {
+        [b] => Ok(*b),
+        _ if s == "\\n" => Ok(b'\n'),
+        _ if s == "\\t" => Ok(b'\t'),
+        _ if s == "\\r" => Ok(b'\r'),
+        _ if s == "␠" || s == "␣" => Ok(b' '),
+        _ => s.parse::<u8>().map_err(|_| {
+            format!(
+                "`{s}` is not a byte: give one character, `\\n`, `␠` for the space, `\\x41`, or a value from 00 to 255"
+            )
+        }),
+    }
+}
+
+/// Two bytes as `A,B` (each as [`parse_byte`] reads it; `,,a` is a comma
+/// and an `a`).
+pub fn parse_byte_pair(s: &str) -> Result<(u8, u8), String> {
+    let (a, b) = s
+        .rsplit_once(',')
+        .filter(|(a, _)| !a.is_empty())
+        .ok_or(format!(
+            "`{s}` is not two bytes: give them as A,B (e.g. e,a)"
+        ))?;
+    Ok((parse_byte(a)?, parse_byte(b)?))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_typed_byte_reads_back_from_its_label() {
+        for b in 0..=255u8 {
+            assert_eq!(parse_byte(&byte_label(b)), Ok(b), "{b}");
+        }
+        assert_eq!(parse_byte("␣"), Ok(b' '));
+        assert_eq!(parse_byte("65"), Ok(65));
+        assert_eq!(parse_byte("7"), Ok(b'7'));
+        assert!(parse_byte("256").is_err() && parse_byte("ab").is_err());
+        assert_eq!(parse_byte_pair("e,a"), Ok((b'e', b'a')));
+        assert_eq!(parse_byte_pair(",,a"), Ok((b',', b'a')));
+        assert_eq!(parse_byte_pair("␠,\\n"), Ok((b' ', b'\n')));
+        assert!(parse_byte_pair("e").is_err() && parse_byte_pair(",a").is_err());
+    }
 
     #[test]
     fn a_prompt_fills_row_zero_and_keeps_its_last_ctx_bytes() {

@@ -1494,6 +1494,23 @@ fn headless_flow_scene_plays_the_passes_where_it_says() {
     }
     assert_regions_drawn(&r, &shot, &["emb", "h.1.res_2", "block1", "next-byte"], (100, 20), 0.2);
     check_labels(&r, (1280.0, 720.0));
+    // Presenter mode at 1280×720: the picture as wide as the screen, its
+    // labels about 1.8× as tall, still whole and apart (the camera follows
+    // the pulse).
+    let shot = dir.join("flow-presenter.png");
+    let p = run_headless(
+        &["app", "--headless", "--scene", "flow", "--checkpoint", "small", "--presenter", "--frames", "90", "--width", "1280", "--height", "720"],
+        &shot,
+    );
+    assert_eq!(p["presenter"], true, "{p}");
+    let median_height = |r: &serde_json::Value| {
+        let mut h: Vec<f64> = label_rects(&r["flow"]).iter().map(|(_, b)| b[3] - b[1]).collect();
+        h.sort_by(f64::total_cmp);
+        h[h.len() / 2]
+    };
+    let (normal, large) = (median_height(&r), median_height(&p));
+    assert!(large >= 1.5 * normal, "presenter labels {large} px against {normal} px");
+    check_labels(&p, (1280.0, 720.0));
 
     // Into a block, and the backward pass, at 1920×1080: the lesson steps
     // that do it.

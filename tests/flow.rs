@@ -425,3 +425,68 @@ fn adamw_after_the_flow_is_the_programs_step_on_that_gradient() {
         );
     }
 }
+
+#[test]
+fn each_ops_worked_example_redoes_the_programs_own_output() {
+    // The op zoom's "worked out by hand": the formula filled in with the
+    // flow's values and the weights, redone in f64, lands on the number the
+    // program computed, for every kind of op that has one.
+    let ck = shipped();
+    let config = config_for(&ck.config);
+    let program = Program::new(&config);
+    let mut cpu = CpuBackend::<f32>::new(program.clone());
+    let flow = flow_on(&mut cpu, &ck, Some(5));
+    let mut kinds = std::collections::BTreeSet::new();
+    for (i, n) in flow.nodes.iter().enumerate() {
+        let Some(w) = tinygpt::worked::worked(&program, &ck.params, &flow, i) else {
+            continue;
+        };
+        let computed = n.values[w.index];
+        assert_eq!(w.computed, computed, "{}", n.name);
+        assert!(
+            (w.result - computed as f64).abs() <= 1e-4 * (1.0 + computed.abs() as f64),
+            "{}: redone {} vs the program's {computed}",
+            n.name,
+            w.result
+        );
+        // The worked output is the node's largest.
+        assert!(n.values.iter().all(|v| v.abs() <= computed.abs()));
+        assert!(w.filled.ends_with(&tinygpt::worked::num(w.result)), "{}", w.filled);
+        if let Some(win) = &w.window {
+            // A window of the product: its y are the node's values at its
+            // rows, and its W the weight's entries.
+            assert!(win.rows.contains(&w.index));
+            let weight = param(&ck, &win.weight);
+            let n_in = weight.len() / n.values.len();
+            for (r, &row) in win.rows.iter().enumerate() {
+                assert_eq!(win.y[r], n.values[row]);
+                for (k, &col) in win.cols.iter().enumerate() {
+                    assert_eq!(win.w[r][k], weight[row * n_in + col]);
+                }
+            }
+            assert_eq!(win.cols.len(), tinygpt::worked::TERMS.min(n_in));
+        }
+        kinds.insert(
+            w.formula
+                .split(" = ")
+                .nth(1)
+                .map_or("", |f| {
+                    if f.starts_with("Σ") {
+                        "product"
+                    } else if f.contains("erf") {
+                        "gelu"
+                    } else if f.contains("μ") {
+                        "layernorm"
+                    } else if f.starts_with("wte") {
+                        "embedding"
+                    } else {
+                        "residual"
+                    }
+                })
+                .to_string(),
+        );
+    }
+    for kind in ["product", "gelu", "layernorm", "embedding", "residual"] {
+        assert!(kinds.contains(kind), "no {kind} worked out: {kinds:?}");
+    }
+}

@@ -7,7 +7,7 @@ use tinygpt::backend::Backend;
 use tinygpt::cpu::CpuBackend;
 use tinygpt::flow::config_for;
 use tinygpt::gpu::GpuBackend;
-use tinygpt::interventions::{self, Part};
+use tinygpt::interventions::{self, LossOn, Part};
 use tinygpt::model::checkpoint::Checkpoint;
 use tinygpt::model::params::NamedTensor;
 use tinygpt::program::Program;
@@ -71,6 +71,53 @@ fn the_lens_tops_out_at_the_models_own_distribution_on_both_backends() {
 }
 
 #[test]
+fn importance_on_validation_rows_starts_from_the_runs_validation_loss() {
+    // The run's own validation loss (its fixed batches, the training
+    // program) equals the batch-1 program's mean over every row of them:
+    // what the importance map measures "on validation text" is the number
+    // the loss chart shows.
+    let ck = shipped();
+    let corpus = tinygpt::data::Corpus::tiny_shakespeare(ck.config.ctx).unwrap();
+    let program = Program::new(&ck.config);
+    let mut trainer = tinygpt::train::Trainer::resume(
+        Box::new(CpuBackend::<f32>::new(program)),
+        corpus,
+        &ck,
+    )
+    .unwrap();
+    let val_loss = trainer.evaluate();
+    let all = ck.config.batch * ck.config.eval_batches;
+    let rows = trainer.validation_rows(usize::MAX);
+    assert_eq!(rows.len(), all);
+    assert_eq!(trainer.validation_rows(3), rows[..3].to_vec());
+    let mut b = cpu(&ck);
+    let a = interventions::ablate(&mut b, &ck.params, LossOn::Rows(&rows), &[]).unwrap();
+    assert_eq!((a.on, a.rows), ("validation", all));
+    assert!(
+        (a.intact_loss - val_loss).abs() < 1e-4,
+        "rows {} vs the run's validation loss {val_loss}",
+        a.intact_loss
+    );
+    // A part's importance there is the loss with it knocked out, row by row.
+    let part = Part::Mlp { layer: 0 };
+    let some = &rows[..4];
+    let k = interventions::ablate(&mut b, &ck.params, LossOn::Rows(some), &[part]).unwrap();
+    let mut edited = ck.params.clone();
+    interventions::knock_out(&mut edited, part, ck.config.d_model, ck.config.n_head).unwrap();
+    put(&mut b, &edited);
+    let by_hand = some.iter().map(|r| b.eval_loss(r) as f64).sum::<f64>() / 4.0;
+    assert!((k.parts[0].loss as f64 - by_hand).abs() < 1e-6);
+    assert!(k.parts[0].delta > 0.0, "the first MLP matters on Shakespeare");
+    // Rows of another shape are refused with a reason.
+    let wide = tinygpt::data::Batch {
+        batch: 2,
+        ..rows[0].clone()
+    };
+    let err = interventions::ablate(&mut b, &ck.params, LossOn::Rows(&[wide]), &[]).unwrap_err();
+    assert!(err.contains("does not fit"), "{err}");
+}
+
+#[test]
 fn a_knockout_is_the_part_zeroed_and_nothing_knocked_out_is_the_model() {
     let ck = shipped();
     let config = config_for(&ck.config);
@@ -79,7 +126,7 @@ fn a_knockout_is_the_part_zeroed_and_nothing_knocked_out_is_the_model() {
     let mut b = cpu(&ck);
     // Knocking out nothing: the intact loss exactly.
     let intact = interventions::prompt_loss(&mut b, PROMPT).unwrap();
-    let none = interventions::ablate(&mut b, &ck.params, PROMPT, &[]).unwrap();
+    let none = interventions::ablate(&mut b, &ck.params, LossOn::Prompt(PROMPT), &[]).unwrap();
     assert_eq!(none.intact_loss, intact);
     // A head's knockout equals zeroing its slice of attn.y by hand, mid-run.
     let part = Part::Head { layer: 1, head: 2 };
@@ -121,17 +168,17 @@ fn a_knockout_is_the_part_zeroed_and_nothing_knocked_out_is_the_model() {
     assert!(worst < 1e-5, "knockout vs zeroed by hand: {worst}");
     // Every part, bit for bit across runs, and the GPU within 1e-5.
     let parts = Part::all(config.n_layer, n_head);
-    let a = interventions::ablate(&mut b, &ck.params, PROMPT, &parts).unwrap();
+    let a = interventions::ablate(&mut b, &ck.params, LossOn::Prompt(PROMPT), &parts).unwrap();
     assert_eq!(a.parts.len(), parts.len());
     assert!(
         a.parts.iter().any(|k| k.delta.abs() > 1e-3),
         "some part matters"
     );
     assert_eq!(
-        interventions::ablate(&mut b, &ck.params, PROMPT, &parts).unwrap(),
+        interventions::ablate(&mut b, &ck.params, LossOn::Prompt(PROMPT), &parts).unwrap(),
         a
     );
-    let g = interventions::ablate(&mut gpu(&ck), &ck.params, PROMPT, &parts).unwrap();
+    let g = interventions::ablate(&mut gpu(&ck), &ck.params, LossOn::Prompt(PROMPT), &parts).unwrap();
     assert!((g.intact_loss - a.intact_loss).abs() < 1e-5);
     for (x, y) in a.parts.iter().zip(&g.parts) {
         assert!((x.loss - y.loss).abs() < 1e-4, "{x:?} vs {y:?}");
@@ -201,4 +248,40 @@ fn attribution_sums_to_the_real_logit_difference_on_both_backends() {
             assert!((x - y).abs() < 1e-4, "{n}: {x} vs {y}");
         }
     }
+}
+
+#[test]
+fn the_ablate_cli_measures_on_the_runs_validation_rows_when_asked() {
+    let (out, _) = common::tinygpt(&[
+        "ablate",
+        "--preset",
+        "tiny",
+        "--seed",
+        "7",
+        "--validation",
+        "4",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["on"], "validation");
+    assert_eq!(v["rows"], 4);
+    // The same rows as a run of that preset and seed validates on.
+    let config = tinygpt::model::config::Config::load("tiny").unwrap();
+    let corpus = tinygpt::data::Corpus::tiny_shakespeare(config.ctx).unwrap();
+    let mut backend = CpuBackend::<f32>::new(Program::new(&config));
+    backend.initialize(7).unwrap();
+    let params = tinygpt::train::read_params(&mut backend).unwrap();
+    let trainer = tinygpt::train::Trainer::new(Box::new(backend), corpus, 7).unwrap();
+    let rows = trainer.validation_rows(4);
+    let mut b = CpuBackend::<f32>::new(Program::new(&config_for(&config)));
+    put(&mut b, &params);
+    let loss = interventions::rows_loss(&mut b, &rows).unwrap();
+    assert_eq!(v["intact_loss"].as_f64().unwrap() as f32, loss);
+    // More rows than the run has: one line saying how many it has.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+        .args(["ablate", "--preset", "tiny", "--validation", "4096"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("or fewer"), "{err}");
 }

@@ -37,6 +37,12 @@ pub fn view_key(view: HeatmapView) -> &'static str {
 }
 
 impl Link {
+    /// A link that asks for nothing (the page's plain address): the page
+    /// then opens as the native app does, on a trained model predicting.
+    pub fn is_bare(&self) -> bool {
+        *self == Link::default()
+    }
+
     /// Reads a fragment (with or without its `#`). What it cannot use is
     /// skipped, with one message per problem saying what would work; the
     /// rest still applies.

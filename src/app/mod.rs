@@ -10,8 +10,9 @@
 //! [`registry`] and through the lesson's events), [`ui`] (the panels),
 //! [`sample`] (text generation), [`files`] (corpora, presets, checkpoints in),
 //! [`export`] (the view or a chart out as PNG), [`lesson`] (the lesson player),
-//! [`headless`] (offscreen runs for checks), and in the browser `web` (the
-//! page: start, files, downloads, the link of [`link`]).
+//! [`headless`] (offscreen runs for checks), [`worker`] (the scenes'
+//! questions of the run's model, off the frame), and in the browser `web`
+//! (the page: start, files, downloads, the link of [`link`]).
 
 #[cfg(target_arch = "wasm32")]
 pub mod browser;
@@ -34,6 +35,7 @@ pub mod training;
 pub mod ui;
 #[cfg(target_arch = "wasm32")]
 pub mod web;
+pub mod worker;
 
 use bevy::camera::{CameraOutputMode, RenderTarget, visibility::RenderLayers};
 use bevy::prelude::*;

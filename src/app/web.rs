@@ -35,9 +35,22 @@ pub fn main() {
     if let Some(backend) = link.backend {
         settings.backend = backend;
     }
+    // The plain address opens as the native app does: a trained model
+    // predicting, in "Inside the model" (the shipped small with WebGPU;
+    // without it, the shipped tiny, which the page's one CPU thread keeps
+    // up with).
+    let bare = link.is_bare();
+    let opening = bare.then(|| {
+        let name = if webgpu { "small" } else { "tiny" };
+        crate::model::shipped::shipped(name).map(|b| (format!("{name} (shipped)"), b.to_vec()))
+    });
     let mut app = super::build(AppOptions {
         settings,
-        scene: link.scene.unwrap_or_default(),
+        scene: link.scene.unwrap_or(if bare {
+            super::scenes::Scene::Flow
+        } else {
+            Default::default()
+        }),
         step_op: 0,
         flash_pass: crate::flash::Pass::Forward,
         flash_visit: None,
@@ -51,7 +64,7 @@ pub fn main() {
             Some((name.clone(), lesson, step))
         }),
         headless: None,
-        checkpoint: None,
+        checkpoint: opening.flatten(),
     });
     if let Some(view) = link.view {
         app.world_mut().resource_mut::<Snapshots>().set_view(view);

@@ -13,7 +13,10 @@ pub struct FlowArgs {
     #[command(flatten)]
     weights: super::weights::WeightsArgs,
     /// The text to run (its last ctx bytes).
-    #[arg(long, default_value = "First Citizen:\nBefore we proceed any further, hear me speak")]
+    #[arg(
+        long,
+        default_value = "First Citizen:\nBefore we proceed any further, hear me speak"
+    )]
     prompt: String,
     /// The position to read (0-based, after the context cut; default the last).
     #[arg(long, value_name = "I")]
@@ -24,7 +27,7 @@ pub struct FlowArgs {
     backward: bool,
     /// With --backward at the prompt's last byte: the byte to predict next
     /// (one character, `\n`, or its value in two or three digits: `032`).
-    #[arg(long, value_name = "B", requires = "backward", value_parser = parse_byte)]
+    #[arg(long, value_name = "B", requires = "backward", value_parser = tinygpt::probe::parse_byte)]
     target: Option<u8>,
     /// Where to compute.
     #[arg(long, value_enum, default_value = "cpu")]
@@ -47,9 +50,13 @@ pub fn run(args: FlowArgs) -> Result<()> {
     let params = args
         .weights
         .put_on(&mut *backend, checkpoint.map(|ck| ck.params))?;
-    let mut flow =
-        tinygpt::flow::run(&mut *backend, &params, args.prompt.as_bytes(), args.position)
-            .map_err(anyhow::Error::msg)?;
+    let mut flow = tinygpt::flow::run(
+        &mut *backend,
+        &params,
+        args.prompt.as_bytes(),
+        args.position,
+    )
+    .map_err(anyhow::Error::msg)?;
     if args.backward {
         let target = tinygpt::flow::target_at(&flow.tokens, flow.position, args.target)
             .map_err(anyhow::Error::msg)?;
@@ -99,16 +106,4 @@ pub fn run(args: FlowArgs) -> Result<()> {
     }
     println!("({} nodes; --json prints every value)", flow.nodes.len());
     Ok(())
-}
-
-/// A byte: one character (`a`, `7`; `\n` for a newline), or its value
-/// written with two or three digits (`32` or `032` for a space).
-pub(super) fn parse_byte(s: &str) -> std::result::Result<u8, String> {
-    match s.as_bytes() {
-        [b] => Ok(*b),
-        _ if s == "\\n" => Ok(b'\n'),
-        _ => s.parse::<u8>().map_err(|_| {
-            format!("`{s}` is not a byte: give one character, `\\n`, or a value from 00 to 255")
-        }),
-    }
 }

@@ -4,7 +4,6 @@
 //! for people, or with `--json` the numbers the scene draws.
 
 use super::backend::{BackendChoice, build, resolve};
-use super::flow::parse_byte;
 use anyhow::{Result, bail};
 use tinygpt::backend::Backend;
 use tinygpt::interventions::{self, Part};
@@ -87,22 +86,68 @@ pub struct AblateArgs {
     #[command(flatten)]
     common: Common,
     /// The text whose loss each knockout changes (its last ctx bytes).
-    #[arg(long, default_value = PROMPT)]
+    #[arg(long, default_value = PROMPT, conflicts_with = "validation")]
     prompt: String,
+    /// Measure the loss on this many rows of the run's validation windows
+    /// instead of the prompt (the windows `tinygpt train` evaluates on:
+    /// its seed's, from the corpus's last 10%).
+    #[arg(long, value_name = "ROWS", value_parser = clap::value_parser!(u64).range(1..=4096))]
+    validation: Option<u64>,
+    /// With --validation: the text the model was trained on (default:
+    /// TinyShakespeare).
+    #[arg(long, value_name = "FILE", requires = "validation")]
+    corpus: Option<std::path::PathBuf>,
 }
 
 pub fn ablate(args: AblateArgs) -> Result<()> {
     let (mut backend, params) = args.common.open()?;
     let config = backend.program().config.clone();
     let parts = Part::all(config.n_layer, config.n_head);
-    let a = interventions::ablate(&mut *backend, &params, args.prompt.as_bytes(), &parts)
-        .map_err(anyhow::Error::msg)?;
+    let rows = match args.validation {
+        None => Vec::new(),
+        Some(n) => {
+            let corpus = match &args.corpus {
+                Some(p) => tinygpt::data::Corpus::from_file(p, config.ctx)?,
+                None => tinygpt::data::Corpus::tiny_shakespeare(config.ctx)?,
+            };
+            let checkpoint = args.common.weights.checkpoint()?;
+            let trained = args.common.weights.config(checkpoint.as_ref())?;
+            let seed = checkpoint.map_or(args.common.weights.seed(), |ck| ck.seed);
+            // The run's own validation batches, row by row.
+            let all = tinygpt::data::validation_batches(
+                &corpus,
+                trained.batch,
+                trained.ctx,
+                trained.eval_batches,
+                seed,
+            );
+            let rows: Vec<_> = all.iter().flat_map(|b| b.rows()).collect();
+            if rows.len() < n as usize {
+                bail!(
+                    "the run's validation batches hold {} rows; give --validation {} or fewer",
+                    rows.len(),
+                    rows.len()
+                );
+            }
+            rows.into_iter().take(n as usize).collect()
+        }
+    };
+    let on = match args.validation {
+        None => interventions::LossOn::Prompt(args.prompt.as_bytes()),
+        Some(_) => interventions::LossOn::Rows(&rows),
+    };
+    let a =
+        interventions::ablate(&mut *backend, &params, on, &parts).map_err(anyhow::Error::msg)?;
     if args.common.json {
         println!("{}", serde_json::to_string(&a)?);
         return Ok(());
     }
+    let what = match on {
+        interventions::LossOn::Prompt(_) => "the prompt's loss".to_string(),
+        interventions::LossOn::Rows(r) => format!("the loss on {} validation rows", r.len()),
+    };
     println!(
-        "the prompt's loss intact: {:.4}; with one part knocked out (zeroed before it is added to the stream):",
+        "{what} intact: {:.4}; with one part knocked out (zeroed before it is added to the stream):",
         a.intact_loss
     );
     for (part, k) in parts.iter().zip(&a.parts) {
@@ -123,7 +168,7 @@ pub struct PatchArgs {
     corrupt: String,
     /// The two bytes whose logit difference is compared (A,B); default the
     /// clean and the corrupted run's answers.
-    #[arg(long, value_name = "A,B", value_parser = parse_pair)]
+    #[arg(long, value_name = "A,B", value_parser = tinygpt::probe::parse_byte_pair)]
     bytes: Option<(u8, u8)>,
 }
 
@@ -168,7 +213,7 @@ pub struct AttributeArgs {
     #[arg(long, value_name = "I")]
     position: Option<usize>,
     /// The two bytes: why A and not B (`e,a`; `\n` or a value like 032 for either).
-    #[arg(long, value_name = "A,B", value_parser = parse_pair)]
+    #[arg(long, value_name = "A,B", value_parser = tinygpt::probe::parse_byte_pair)]
     bytes: (u8, u8),
 }
 
@@ -202,15 +247,4 @@ pub fn attribute(args: AttributeArgs) -> Result<()> {
         println!("{name:>16}: {v:+.4}");
     }
     Ok(())
-}
-
-/// Two bytes, `A,B` (each as [`parse_byte`] reads one).
-fn parse_pair(s: &str) -> std::result::Result<(u8, u8), String> {
-    let (a, b) = s
-        .rsplit_once(',')
-        .filter(|(a, _)| !a.is_empty())
-        .ok_or(format!(
-            "`{s}` is not two bytes: give them as A,B (e.g. e,a)"
-        ))?;
-    Ok((parse_byte(a)?, parse_byte(b)?))
 }

@@ -57,7 +57,10 @@ pub fn read_file(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
     // By its type before it is opened: opening a pipe with no writer blocks
     // forever (`--corpus` given a FIFO).
     let not_regular = "it is not a regular file (a folder, a device or a pipe)";
-    if !std::fs::metadata(path).map_err(|e| e.to_string())?.is_file() {
+    if !std::fs::metadata(path)
+        .map_err(|e| e.to_string())?
+        .is_file()
+    {
         return Err(not_regular.into());
     }
     let mut options = std::fs::OpenOptions::new();
@@ -173,6 +176,19 @@ impl Batch {
             inputs,
             targets,
         }
+    }
+}
+
+impl Batch {
+    /// Each row as a batch of its own (what a batch-1 program runs).
+    pub fn rows(&self) -> impl Iterator<Item = Batch> + '_ {
+        let t = self.ctx;
+        (0..self.batch).map(move |b| Batch {
+            batch: 1,
+            ctx: t,
+            inputs: self.inputs[b * t..(b + 1) * t].to_vec(),
+            targets: self.targets[b * t..(b + 1) * t].to_vec(),
+        })
     }
 }
 

@@ -709,6 +709,17 @@ impl Trainer {
         self.sampler.rng.state()
     }
 
+    /// The first `n` rows of the run's fixed validation batches, each a
+    /// batch of one row (what the batch-1 programs of the flow and the
+    /// interventions run).
+    pub fn validation_rows(&self, n: usize) -> Vec<Batch> {
+        self.val_batches
+            .iter()
+            .flat_map(Batch::rows)
+            .take(n)
+            .collect()
+    }
+
     /// Mean loss over the run's fixed validation batches.
     pub fn evaluate(&mut self) -> f32 {
         let batches = std::mem::take(&mut self.val_batches);

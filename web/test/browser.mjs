@@ -10,7 +10,10 @@
 //    checkpoint saved as a download and loaded back through the file input.
 // 2. WebGPU turned off: the page draws through WebGL2, the app trains on the
 //    CPU backend and shows the notice that says why.
-// 3. The scenes that compute in the page: CPU vs GPU compares one step on
+// 3. The scenes that compute in the page: the plain address opens Inside
+//    the model on the shipped small, its flow computed in the page; a
+//    `lesson=which-heads&step=2` link computes a Take-it-apart tool there;
+//    CPU vs GPU compares one step on
 //    the page's CPU and WebGPU; a `lesson=why-flash&step=2` link opens that
 //    lesson's step on the shipped small checkpoint (step 1500) in the Flash
 //    scene with its narration; a `bench=tiny` link measures the CPU in the
@@ -316,6 +319,26 @@ async function scenesRun(base) {
         },
       ],
       [
+        "flow",
+        "",
+        (s) => s.scene === "flow" && (s.flow?.nodes > 0 || s.flow?.error),
+        (s) => {
+          if (s.flow.error) return `the flow could not be computed: ${s.flow.error}`;
+          if (!(s.step >= 1000)) return `the plain address did not open the shipped trained model: step ${s.step}`;
+          return null;
+        },
+      ],
+      [
+        "probe",
+        "lesson=which-heads&step=2",
+        (s) => s.scene === "probe" && (s.probe?.tool || s.probe?.error),
+        (s) => {
+          if (s.probe.error) return `the tool could not be computed: ${s.probe.error}`;
+          if (s.probe.tool !== s.probe.showing) return `the tool on screen has no numbers: ${JSON.stringify(s.probe)}`;
+          return null;
+        },
+      ],
+      [
         "speedup",
         "preset=tiny&seed=1337&scene=speedup&bench=tiny",
         (s) => s.speedup && !s.speedup.running && (s.speedup.results.length > 0 || s.speedup.message),
@@ -333,7 +356,7 @@ async function scenesRun(base) {
       const shotPath = path.join(outDir, `scene-${scene}.png`);
       fs.mkdirSync(outDir, { recursive: true });
       const picture = pictureStats(await page.screenshot({ path: shotPath }));
-      console.log(JSON.stringify({ scene, status: status && { scene: status.scene, step: status.step, lesson: status.lesson, speedup: status.speedup, correctness: status.correctness, errors: status.errors }, screenshot: picture }));
+      console.log(JSON.stringify({ scene, status: status && { scene: status.scene, step: status.step, lesson: status.lesson, speedup: status.speedup, correctness: status.correctness, flow: status.flow, probe: status.probe, errors: status.errors }, screenshot: picture }));
       if (!status) problems.push(`${scene}: not ready in ${TIMEOUT_S} s`);
       else {
         const why = check(status);

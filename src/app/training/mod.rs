@@ -19,7 +19,9 @@ pub use device::GpuDevice;
 pub use earlier::{EarlierRun, EarlierRuns};
 pub use records::{StepRecord, TrainingRun};
 pub use requests::{FlashTraces, HeatmapView, Knockouts, Probes, Snapshots, TensorWants};
-pub use run::{RECOVERY_INTERVAL_S, Run, RunCreated, RunState, TrainOnStart, build_run};
+pub use run::{
+    RECOVERY_INTERVAL_S, Run, RunCreated, RunState, TrainOnStart, VALIDATION_ROWS, build_run,
+};
 pub use settings::{CorpusSource, RunSettings};
 pub use status::AppStatus;
 

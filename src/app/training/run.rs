@@ -57,7 +57,15 @@ pub struct Run {
     /// When the last recovery read was asked for, and whether it is out.
     pub(super) recovery_asked: Option<Instant>,
     pub(super) recovery_out: bool,
+    /// The first [`VALIDATION_ROWS`] rows of the run's validation batches,
+    /// each a batch of one row (what Take it apart's importance map
+    /// measures on, on request).
+    pub validation_rows: Vec<crate::data::Batch>,
 }
+
+/// Rows of the run's validation windows kept for the scenes' batch-1
+/// programs ([`Run::validation_rows`]).
+pub const VALIDATION_ROWS: usize = 16;
 
 /// Seconds between the host copies of a GPU run ([`Run::recovery`]).
 pub const RECOVERY_INTERVAL_S: f64 = 30.0;
@@ -163,6 +171,7 @@ pub fn build_run(
     }
     .map_err(|e| e.to_string())?;
     let step = trainer.step;
+    let validation_rows = trainer.validation_rows(VALIDATION_ROWS);
     let last = trainer.history.last().map(|p| StepMetrics {
         step: p.step,
         loss: p.loss,
@@ -193,6 +202,7 @@ pub fn build_run(
         recovery: None,
         recovery_asked: None,
         recovery_out: false,
+        validation_rows,
     })
 }
 

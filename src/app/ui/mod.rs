@@ -23,7 +23,7 @@ use std::path::PathBuf;
 pub mod state;
 pub mod toolbar;
 pub use state::UiState;
-pub use toolbar::{scene_toolbar, toolbar_bottom};
+pub use toolbar::{scene_status, scene_toolbar, toolbar_bottom};
 
 pub struct UiPlugin;
 

@@ -29,3 +29,29 @@ pub fn toolbar_bottom(ctx: &egui::Context, id: &'static str, view: egui::Rect) -
     ctx.memory(|m| m.area_rect(egui::Id::new(id)))
         .map_or(view.min.y + 48.0, |r| r.max.y + 4.0)
 }
+
+/// The status line under a scene's toolbar (`toolbar_id`): where the
+/// numbers come from, or why there are none, in weak type, one line wide
+/// as the main view.
+pub fn scene_status(
+    ctx: &egui::Context,
+    id: &'static str,
+    toolbar_id: &'static str,
+    view: egui::Rect,
+    text: impl Into<String>,
+) {
+    egui::Area::new(egui::Id::new(id))
+        .fixed_pos(egui::pos2(
+            view.min.x + 10.0,
+            toolbar_bottom(ctx, toolbar_id, view),
+        ))
+        .order(egui::Order::Middle)
+        .interactable(false)
+        .show(ctx, |ui| {
+            ui.set_max_width(view.width() - 20.0);
+            ui.add(
+                egui::Label::new(egui::RichText::new(text.into()).weak())
+                    .wrap_mode(egui::TextWrapMode::Wrap),
+            );
+        });
+}

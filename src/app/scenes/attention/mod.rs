@@ -522,21 +522,7 @@ fn toolbar(
         ),
         (None, None) => "computing the attention weights…".into(),
     };
-    egui::Area::new(egui::Id::new("attention-status"))
-        .fixed_pos(egui::pos2(
-            at.min.x + 10.0,
-            crate::app::ui::toolbar_bottom(ctx, "attention-toolbar", at),
-        ))
-        .order(egui::Order::Middle)
-        .interactable(false)
-        .show(ctx, |ui| {
-            ui.set_max_width(
-                ui_state
-                    .central
-                    .map_or(600.0, |c| c.2 as f32 / ctx.pixels_per_point() - 20.0),
-            );
-            ui.label(egui::RichText::new(status).size(13.0).weak());
-        });
+    crate::app::ui::scene_status(ctx, "attention-status", "attention-toolbar", at, status);
     Ok(())
 }
 

@@ -1,20 +1,19 @@
 //! The flow behind the picture, computed off the frame: the program's
 //! forward pass of the prompt ([`crate::flow::run`]) and the backward pass
 //! of the chosen position's loss ([`crate::flow::backward`], the
-//! step-through's entries), on a worker of the async-compute pool, from the
-//! run's latest weights. Asked again when the prompt or position changes,
-//! and while the run trains at most once a second (so training keeps its
+//! step-through's entries), on the scenes' model worker
+//! ([`crate::app::worker`]: the run's GPU or the CPU), from the run's
+//! latest weights. Asked again when the prompt or position changes, and
+//! while the run trains at most once a second (so training keeps its
 //! speed).
 
+use crate::app::worker::{Device, ModelWorker};
 use crate::backend::{Backend, StepParams};
-use crate::cpu::CpuBackend;
 use crate::flow::Flow;
 use crate::model::config::Config;
 use crate::model::params::NamedTensor;
-use crate::program::Program;
+use crate::worked::Worked;
 use bevy::prelude::*;
-use bevy::tasks::{AsyncComputeTaskPool, Task, futures::check_ready};
-use web_time::Instant;
 
 /// What one computation was asked for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,6 +30,14 @@ pub struct FlowRequest {
     pub with_optimizer: bool,
 }
 
+impl crate::app::worker::Question for FlowRequest {
+    fn same_but_weights(&self, other: &Self) -> bool {
+        self.prompt == other.prompt
+            && self.position == other.position
+            && self.knockouts == other.knockouts
+    }
+}
+
 /// A finished flow: its forward pass, its backward pass (the target and
 /// whether the target is the byte that follows in the prompt), and the
 /// weights' step.
@@ -41,117 +48,68 @@ pub struct Computed {
     /// The target follows the position in the prompt (else it is the
     /// model's own top guess, at the prompt's last byte).
     pub target_in_prompt: bool,
+    /// Per node, one output of its op worked out by hand (the op zoom).
+    pub worked: Vec<Option<Worked>>,
 }
 
-/// The worker and its results.
-#[derive(Resource, Default)]
-pub struct FlowCompute {
-    task: Option<Task<Result<Computed, String>>>,
-    /// What the task in flight (or the last) was asked.
-    asked: Option<FlowRequest>,
-    started: Option<Instant>,
-    /// The latest result, and how many have arrived (the picture rebuilds
-    /// when it changes).
-    pub latest: Option<Computed>,
-    pub generation: u64,
-    pub error: Option<String>,
-}
+/// The scene's worker ([`crate::app::worker`]) and its latest flow.
+#[derive(Resource, Default, Deref, DerefMut)]
+pub struct FlowCompute(pub ModelWorker<FlowRequest, Computed>);
 
 impl FlowCompute {
-    /// Starts a computation unless one is in flight, the same was asked
-    /// last, or (only the weights changed) it is under a second since the
-    /// last.
-    /// `optimizer`: the run's AdamW moments and the step parameters of its
-    /// next step, when read back (the backward pass then ends with AdamW's
-    /// update of each weight).
-    pub fn ask(
+    /// The latest flow computed.
+    pub fn flow(&self) -> Option<&Computed> {
+        self.latest.as_ref().map(|a| &a.value)
+    }
+
+    /// Asks for the flow of `request` with `params` (the knockouts applied)
+    /// on `device`. `optimizer`: the run's AdamW moments and the step
+    /// parameters of its next step, when read back (the backward pass then
+    /// ends with AdamW's update of each weight).
+    pub fn request(
         &mut self,
-        ask: FlowRequest,
+        request: FlowRequest,
         config: &Config,
+        device: Device,
         params: Vec<NamedTensor>,
         optimizer: Option<(Vec<NamedTensor>, StepParams)>,
     ) {
-        if self.task.is_some() || self.asked.as_ref() == Some(&ask) {
-            return;
-        }
-        let only_weights = self.asked.as_ref().is_some_and(|a| {
-            a.prompt == ask.prompt && a.position == ask.position && a.knockouts == ask.knockouts
+        self.ask(request, config, device, move |backend, r| {
+            compute(backend, &params, &r.prompt, r.position, r.step, optimizer)
         });
-        if only_weights
-            && self
-                .started
-                .is_some_and(|t| t.elapsed().as_secs_f64() < 1.0)
-        {
-            return;
-        }
-        let config = crate::flow::config_for(config);
-        let FlowRequest {
-            prompt,
-            position,
-            step,
-            ..
-        } = ask.clone();
-        self.asked = Some(ask);
-        self.started = Some(Instant::now());
-        self.task =
-            Some(AsyncComputeTaskPool::get().spawn(async move {
-                compute(&config, &params, &prompt, position, step, optimizer)
-            }));
-    }
-
-    /// Takes a finished result.
-    pub fn poll(&mut self) {
-        let Some(task) = self.task.as_mut() else {
-            return;
-        };
-        let Some(result) = check_ready(task) else {
-            return;
-        };
-        self.task = None;
-        match result {
-            Ok(c) => {
-                self.latest = Some(c);
-                self.error = None;
-            }
-            Err(e) => self.error = Some(e),
-        }
-        self.generation += 1;
-    }
-
-    /// Forgets what was asked (a new run: ask again at once).
-    pub fn reset(&mut self) {
-        self.asked = None;
-        self.started = None;
     }
 }
 
 /// The forward pass of `prompt` at `position`, then the backward pass of
 /// the loss of the byte that follows it (at the last byte, the model's own
-/// top guess), on the CPU backend.
+/// top guess), on `backend` (a batch-1 program's).
 pub fn compute(
-    config: &Config,
+    backend: &mut dyn Backend,
     params: &[NamedTensor],
     prompt: &[u8],
     position: Option<usize>,
     step: u64,
     optimizer: Option<(Vec<NamedTensor>, StepParams)>,
 ) -> Result<Computed, String> {
-    let mut backend = CpuBackend::<f32>::new(Program::new(config));
     for p in params {
         backend
             .write(&p.name, &p.values)
             .map_err(|e| e.to_string())?;
     }
-    let mut flow = crate::flow::run(&mut backend, params, prompt, position)?;
+    let mut flow = crate::flow::run(backend, params, prompt, position)?;
     let next = flow.tokens.get(flow.position + 1).copied();
     let target = next.unwrap_or_else(|| crate::flow::top5(&flow.probs)[0].byte);
-    crate::flow::backward(&mut backend, &mut flow, target)?;
+    crate::flow::backward(backend, &mut flow, target)?;
     if let Some((moments, step_params)) = optimizer {
-        crate::flow::adamw(&mut backend, &mut flow, &moments, step_params)?;
+        crate::flow::adamw(backend, &mut flow, &moments, step_params)?;
     }
+    let worked = (0..flow.nodes.len())
+        .map(|i| crate::worked::worked(backend.program(), params, &flow, i))
+        .collect();
     Ok(Computed {
         flow,
         step,
         target_in_prompt: next.is_some(),
+        worked,
     })
 }

@@ -12,6 +12,7 @@ use crate::app::scenes::Scene;
 use crate::flow::Flow;
 use crate::probe::byte_label;
 use crate::program::{Program, TensorKind};
+use crate::worked::Worked;
 use bevy::prelude::*;
 use bevy::sprite::Anchor;
 
@@ -642,6 +643,7 @@ pub fn spawn_numbers(
     program: &Program,
     flow: &Flow,
     node: usize,
+    worked: Option<&Worked>,
     text_scale: f32,
     bounds: &mut Rect,
 ) {
@@ -738,5 +740,152 @@ pub fn spawn_numbers(
         Vec2::new(0.0, y_end),
         WEAK,
     ));
-    *bounds = Rect::new(-40.0, y_end - 60.0, x0 + 12.0 * (cell.x + 6.0) + 40.0, 40.0);
+    let right = x0 + 12.0 * (cell.x + 6.0) + 40.0;
+    let bottom = match worked {
+        Some(w) => spawn_worked(commands, w, y_end - 70.0, text_scale),
+        None => y_end - 30.0,
+    };
+    *bounds = Rect::new(-40.0, bottom - 40.0, right, 40.0);
+}
+
+/// One output worked out (below the node's numbers, from `top` down): the
+/// formula, the values filled in, the program's own value beside the sum
+/// redone in f64, and for a matrix product a window of it (the weight rows
+/// around the output, over the input columns that add most to it). Returns
+/// where it ends.
+fn spawn_worked(commands: &mut Commands, w: &Worked, top: f32, text_scale: f32) -> f32 {
+    let item = || (FlowItem, DespawnOnExit(Scene::Flow));
+    let t = |s: String, size: f32, anchor: Anchor, at: Vec2, colour: Color| {
+        (text(s, size * text_scale, anchor, at, colour), item())
+    };
+    commands.spawn(t(
+        format!("worked out by hand: {}", w.formula),
+        24.0,
+        Anchor::TOP_LEFT,
+        Vec2::new(0.0, top),
+        TEXT,
+    ));
+    commands.spawn(t(
+        w.filled.clone(),
+        22.0,
+        Anchor::TOP_LEFT,
+        Vec2::new(0.0, top - 38.0),
+        ACCENT,
+    ));
+    let lines = w.filled.lines().count().max(1) as f32;
+    let below = top - 38.0 - lines * 22.0 * 1.3 * text_scale - 12.0;
+    commands.spawn(t(
+        format!(
+            "the program computed {} (redone here in f64: {})",
+            crate::worked::num(w.computed as f64),
+            crate::worked::num(w.result)
+        ),
+        20.0,
+        Anchor::TOP_LEFT,
+        Vec2::new(0.0, below),
+        WEAK,
+    ));
+    let Some(win) = &w.window else {
+        return below - 40.0;
+    };
+    // The window: x over the columns, W's rows, y at the right.
+    let cell = Vec2::new(120.0, 46.0);
+    let x0 = 320.0;
+    let col_x = |k: usize| x0 + k as f32 * (cell.x + 6.0) + cell.x / 2.0;
+    let mut y = below - 90.0;
+    let all: Vec<f32> = win
+        .x
+        .iter()
+        .chain(win.w.iter().flatten())
+        .copied()
+        .collect();
+    let half = heatmap::abs_percentile(&all, 1.0).max(1e-12);
+    let cells = |commands: &mut Commands,
+                 values: &[f32],
+                 y: f32,
+                 x_of: &dyn Fn(usize) -> f32,
+                 half: f32| {
+        let colours = heatmap::colorize(values, half);
+        for (k, v) in values.iter().enumerate() {
+            let at = Vec2::new(x_of(k), y);
+            let c = &colours[k * 4..k * 4 + 4];
+            commands.spawn((
+                Sprite::from_color(Color::srgba_u8(c[0], c[1], c[2], 255), cell),
+                Transform::from_translation(at.extend(1.0)),
+                item(),
+            ));
+            commands.spawn((
+                text(
+                    short(*v),
+                    19.0 * text_scale,
+                    Anchor::CENTER,
+                    at,
+                    Color::srgb(0.05, 0.05, 0.07),
+                ),
+                item(),
+            ));
+        }
+    };
+    for (k, &i) in win.cols.iter().enumerate() {
+        commands.spawn(t(
+            format!("i={i}"),
+            18.0,
+            Anchor::BOTTOM_CENTER,
+            Vec2::new(col_x(k), y + cell.y / 2.0 + 6.0),
+            WEAK,
+        ));
+    }
+    commands.spawn(t(
+        "x (in)".into(),
+        20.0,
+        Anchor::CENTER_RIGHT,
+        Vec2::new(x0 - 16.0, y),
+        WEAK,
+    ));
+    cells(commands, &win.x, y, &col_x, half);
+    y -= cell.y + 30.0;
+    let y_col = col_x(win.cols.len()) + 30.0;
+    commands.spawn(t(
+        format!("{} (rows × the columns above)", win.weight),
+        18.0,
+        Anchor::BOTTOM_LEFT,
+        Vec2::new(x0 - cell.x / 2.0 + 60.0, y + cell.y / 2.0 + 4.0),
+        WEAK,
+    ));
+    let y_half = heatmap::abs_percentile(&win.y, 1.0).max(1e-12);
+    for (r, (&row, values)) in win.rows.iter().zip(&win.w).enumerate() {
+        let at_y = y - r as f32 * (cell.y + 6.0);
+        let colour = if row == w.index { ACCENT } else { WEAK };
+        commands.spawn(t(
+            format!("row {row}"),
+            20.0,
+            Anchor::CENTER_RIGHT,
+            Vec2::new(x0 - 16.0, at_y),
+            colour,
+        ));
+        cells(commands, values, at_y, &col_x, half);
+        cells(commands, &win.y[r..r + 1], at_y, &|_| y_col, y_half);
+        if row == w.index {
+            // The worked row, outlined.
+            let left = col_x(0) - cell.x / 2.0 - 5.0;
+            let right = y_col + cell.x / 2.0 + 5.0;
+            let (top_y, bottom_y) = (at_y + cell.y / 2.0 + 4.0, at_y - cell.y / 2.0 - 4.0);
+            for (a, b) in [
+                (Vec2::new(left, top_y), Vec2::new(right, top_y)),
+                (Vec2::new(left, bottom_y), Vec2::new(right, bottom_y)),
+                (Vec2::new(left, top_y), Vec2::new(left, bottom_y)),
+                (Vec2::new(right, top_y), Vec2::new(right, bottom_y)),
+            ] {
+                commands.spawn((line(a, b, 3.0, ACCENT, 2.0), item()));
+            }
+        }
+    }
+    commands.spawn(t(
+        "y (out)".into(),
+        20.0,
+        Anchor::BOTTOM_CENTER,
+        Vec2::new(y_col, y + cell.y / 2.0 + 6.0),
+        WEAK,
+    ));
+    y - win.rows.len() as f32 * (cell.y + 6.0) - 10.0
 }

@@ -14,9 +14,10 @@
 //! order, each filling as it arrives. ◀ plays the backward pass of the
 //! position's loss: each node then shows dL/d(its value), and each op the
 //! gradient norms of its weights. Every number is the program's own
-//! ([`crate::flow`]), computed on a worker from the run's latest weights
-//! ([`compute`]), the picture's entities spawned by [`draw`] from the
-//! geometry of [`layout`].
+//! ([`crate::flow`]), computed on the scenes' model worker from the run's
+//! latest weights, on the run's GPU or the CPU ([`compute`]); the
+//! picture's entities are spawned by [`draw`] from the geometry of
+//! [`layout`].
 
 mod compute;
 mod draw;
@@ -27,8 +28,9 @@ mod toolbar;
 use super::Scene;
 use crate::app::canvas::{Hover, SceneBounds, SceneCursor};
 use crate::app::lesson::{LessonAction, LessonFocus, PendingFocus};
-use crate::app::training::{Knockouts, Run, RunCreated, Snapshots, TensorWants};
+use crate::app::training::{GpuDevice, Knockouts, Run, RunCreated, Snapshots, TensorWants};
 use crate::app::ui::state::UiState;
+use crate::app::worker::Device;
 use crate::lesson::{Action, Focus};
 use bevy::prelude::*;
 use compute::{FlowCompute, FlowRequest};
@@ -61,6 +63,9 @@ pub struct FlowView {
     /// The nodes the pulse reached, in the order it reached them (for
     /// checks: the program's order forward, the reverse backward).
     pub visited: Vec<String>,
+    /// A node to open (the op zoom) once the flow that has it arrives (a
+    /// lesson's focus on a tensor before the first flow).
+    pub open_tensor: Option<String>,
 }
 
 impl Default for FlowView {
@@ -75,6 +80,7 @@ impl Default for FlowView {
             playing: true,
             speed: 4.0,
             visited: Vec::new(),
+            open_tensor: None,
         }
     }
 }
@@ -117,7 +123,7 @@ impl Plugin for ScenePlugin {
             .add_systems(OnExit(Scene::Flow), leave)
             .add_systems(
                 Update,
-                (new_run, ask, rebuild, animate, click, hover)
+                (new_run, ask, rebuild, animate, follow, click, hover)
                     .chain()
                     .in_set(crate::app::schedule::AppSystems::Scene)
                     .run_if(in_state(Scene::Flow)),
@@ -161,6 +167,7 @@ fn ask(
     mut wants: ResMut<TensorWants>,
     mut view: ResMut<FlowView>,
     mut compute: ResMut<FlowCompute>,
+    gpu: Res<GpuDevice>,
 ) {
     compute.poll();
     let Some(run) = run else { return };
@@ -225,7 +232,7 @@ fn ask(
     if knockouts.apply(&mut params, run.config()).is_err() {
         return;
     }
-    compute.ask(
+    compute.request(
         FlowRequest {
             prompt: view.prompt.clone().into_bytes(),
             position: view.position,
@@ -234,6 +241,7 @@ fn ask(
             with_optimizer: optimizer.is_some(),
         },
         run.config(),
+        Device::of_run(run.engine.on_gpu(), &gpu),
         params,
         optimizer,
     );
@@ -253,12 +261,18 @@ fn rebuild(
     mut images: ResMut<Assets<Image>>,
     mut bounds: ResMut<SceneBounds>,
 ) {
-    let (Some(run), Some(computed)) = (run, &compute.latest) else {
+    let (Some(run), Some(computed)) = (run, compute.flow()) else {
         return;
     };
-    // Labels keep their size in presenter mode: at 1.35× they overlapped
-    // the strips and each other at 1280×720 (the layout would have to make
-    // room for them first).
+    if let Some(name) = view.open_tensor.take()
+        && let Some(i) = computed.flow.nodes.iter().position(|n| n.name == name)
+    {
+        view.zoom = Zoom::Op(i);
+    }
+    // Labels keep their size relative to the picture (at 1.35× they
+    // overlapped the strips and each other); presenter mode makes them
+    // large on screen by showing the picture as wide as the screen instead
+    // ([`follow`]).
     let text_scale = 1.0;
     let key = (
         compute.generation,
@@ -279,7 +293,16 @@ fn rebuild(
         && node < flow.nodes.len()
     {
         let mut b = Rect::default();
-        draw::spawn_numbers(&mut commands, &run.program, flow, node, text_scale, &mut b);
+        let worked = computed.worked.get(node).and_then(Option::as_ref);
+        draw::spawn_numbers(
+            &mut commands,
+            &run.program,
+            flow,
+            node,
+            worked,
+            text_scale,
+            &mut b,
+        );
         bounds.0 = b;
         shown.layout = None;
         return;
@@ -331,7 +354,7 @@ fn animate(
     mut pulses: Query<(&mut Transform, &mut Sprite, &mut Visibility), With<Pulse>>,
     mut reveals: Query<(&Reveal, &mut Visibility), Without<Pulse>>,
 ) {
-    let (Some(layout), Some(computed)) = (&shown.layout, &compute.latest) else {
+    let (Some(layout), Some(computed)) = (&shown.layout, compute.flow()) else {
         return;
     };
     let n = layout.nodes.len();
@@ -397,17 +420,67 @@ fn animate(
         } else {
             Visibility::Visible
         };
-        let k = (view.progress.floor() as usize).min(n - 1);
-        let a = layout.nodes[order[k]].anchor;
-        let b = layout.nodes[order[(k + 1).min(n - 1)]].anchor;
-        let f = if ui_state.reduced_motion {
-            0.0
-        } else {
-            view.progress.fract()
-        };
-        let at = a.lerp(b, f);
+        let at = pulse_at(layout, &view, ui_state.reduced_motion);
         transform.translation = at.extend(5.0);
         sprite.color = colour;
+    }
+}
+
+/// Where the pulse is: between the anchors of the nodes it is passing, in
+/// the pass's order (on a node, with reduced motion).
+fn pulse_at(layout: &layout::Picture, view: &FlowView, reduced_motion: bool) -> Vec2 {
+    let n = layout.nodes.len();
+    let order = order(n, view.pass);
+    let k = (view.progress.max(0.0).floor() as usize).min(n - 1);
+    let a = layout.nodes[order[k]].anchor;
+    let b = layout.nodes[order[(k + 1).min(n - 1)]].anchor;
+    let f = if reduced_motion {
+        0.0
+    } else {
+        view.progress.fract()
+    };
+    a.lerp(b, f)
+}
+
+/// In presenter mode the picture is shown as wide as the screen, so that
+/// its own labels read from the back of a room (about 1.8× their size when
+/// the whole model fits at 1280×720), and the camera follows the pulse up
+/// and down the model; a learner pans the rest (drag, arrows). Elsewhere
+/// the whole picture fits.
+fn follow(
+    ui_state: Res<UiState>,
+    view: Res<FlowView>,
+    shown: Res<Shown>,
+    cameras: Query<&Camera, With<crate::app::canvas::SceneCamera>>,
+    mut bounds: ResMut<SceneBounds>,
+) {
+    let Some(layout) = &shown.layout else {
+        return;
+    };
+    let whole = layout.bounds;
+    let viewport = cameras.iter().find_map(|c| c.logical_viewport_size());
+    let want = match viewport {
+        Some(v) if ui_state.presenter && v.x >= 1.0 && v.y >= 1.0 => {
+            // The height in view when the width fits (the camera's fit).
+            let free = (v.y - crate::app::canvas::camera::TOOLBAR_PX).max(v.y * 0.5);
+            let visible = free * whole.width() * 1.04 / v.x;
+            if visible >= whole.height() {
+                whole
+            } else {
+                let half = visible / 2.0;
+                let y = pulse_at(layout, &view, ui_state.reduced_motion)
+                    .y
+                    .clamp(whole.min.y + half, whole.max.y - half);
+                Rect::new(whole.min.x, y - 1.0, whole.max.x, y + 1.0)
+            }
+        }
+        _ => whole,
+    };
+    // Moves of under a unit leave the camera (and the learner's pan) alone.
+    let b = bounds.0;
+    if (b.min - want.min).abs().max_element() > 0.5 || (b.max - want.max).abs().max_element() > 0.5
+    {
+        bounds.0 = want;
     }
 }
 
@@ -436,8 +509,7 @@ fn click(
     match *target {
         FlowTarget::Chip(p) => {
             let last = compute
-                .latest
-                .as_ref()
+                .flow()
                 .map_or(0, |c| c.flow.tokens.len().saturating_sub(1));
             view.position = (p != last).then_some(p);
         }
@@ -466,7 +538,7 @@ fn hover(
 ) {
     let text = (|| {
         let world = cursor.0?;
-        let computed = compute.latest.as_ref()?;
+        let computed = compute.flow()?;
         let flow = &computed.flow;
         let (target, region) = targets.iter().find(|(_, r)| r.rect.contains(world))?;
         Some(match *target {
@@ -520,15 +592,14 @@ fn lesson_focus(event: On<LessonFocus>, mut view: ResMut<FlowView>, compute: Res
                 None => Zoom::Model,
             }
         }
-        Focus::Tensor(name) => {
-            if let Some(i) = compute
-                .latest
-                .as_ref()
-                .and_then(|c| c.flow.nodes.iter().position(|n| &n.name == name))
-            {
-                view.zoom = Zoom::Op(i);
-            }
-        }
+        Focus::Tensor(name) => match compute
+            .flow()
+            .and_then(|c| c.flow.nodes.iter().position(|n| &n.name == name))
+        {
+            Some(i) => view.zoom = Zoom::Op(i),
+            // Not computed yet: opened when the flow arrives.
+            None => view.open_tensor = Some(name.clone()),
+        },
         _ => {}
     }
 }

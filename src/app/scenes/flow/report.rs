@@ -14,16 +14,34 @@ use serde_json::{Value, json};
 /// Registers the scene's data and field.
 pub fn register(app: &mut App) {
     app.scene_data(Scene::Flow, data)
-        .report_field(Report::Headless, "flow", headless);
+        .report_field(Report::Headless, "flow", headless)
+        .report_field(Report::Page, "flow", page);
+}
+
+/// The page's field (the browser test reads it): what the flow shows and
+/// where it was computed.
+fn page(scene: Res<State<Scene>>, view: Res<FlowView>, compute: Res<FlowCompute>) -> Value {
+    if *scene.get() != Scene::Flow {
+        return Value::Null;
+    }
+    json!({
+        "zoom": format!("{:?}", view.zoom),
+        "pass": if view.pass == FlowPass::Forward { "forward" } else { "backward" },
+        "nodes": compute.flow().map(|c| c.flow.nodes.len()),
+        "top": compute.flow().map(|c| crate::flow::top5(&c.flow.probs)[0].byte),
+        "backend": compute.latest.as_ref().map(|a| &a.backend),
+        "error": compute.error.as_ref().map(|(_, e)| e),
+    })
 }
 
 fn data(compute: Res<FlowCompute>) -> Value {
-    match (&compute.latest, &compute.error) {
+    match (compute.flow(), compute.error.as_ref().map(|(_, e)| e)) {
         (_, Some(e)) => json!({ "error": e }),
         (Some(c), None) => {
             let mut v = c.flow.to_json();
             v["step"] = json!(c.step);
             v["target_in_prompt"] = json!(c.target_in_prompt);
+            v["worked"] = json!(c.worked);
             v
         }
         (None, None) => json!({ "error": "not computed yet" }),
@@ -74,7 +92,7 @@ fn headless(
                 .iter()
                 .filter(|s| s.shown)
                 .filter_map(|s| {
-                    let name = &compute.latest.as_ref()?.flow.nodes.get(s.node)?.name;
+                    let name = &compute.flow()?.flow.nodes.get(s.node)?.name;
                     Some(json!({ "name": name, "rect": world_rect_to_px(camera, camera_at, s.row)? }))
                 })
                 .collect()
@@ -88,9 +106,10 @@ fn headless(
         "playing": view.playing,
         "progress": view.progress,
         "visited": view.visited,
-        "position": compute.latest.as_ref().map(|c| c.flow.position),
-        "step": compute.latest.as_ref().map(|c| c.step),
-        "error": compute.error,
+        "position": compute.flow().map(|c| c.flow.position),
+        "step": compute.flow().map(|c| c.step),
+        "backend": compute.latest.as_ref().map(|a| &a.backend),
+        "error": compute.error.as_ref().map(|(_, e)| e),
         "nodes": nodes,
         "regions": region_names,
         "labels": labels,

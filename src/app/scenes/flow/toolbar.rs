@@ -28,7 +28,7 @@ pub fn toolbar(
     let (Some(at), Some(run)) = (ui_state.central_rect(ctx), run) else {
         return Ok(());
     };
-    let flow = compute.latest.as_ref().map(|c| &c.flow);
+    let flow = compute.flow().map(|c| &c.flow);
     let mut link: Option<(Scene, Focus)> = None;
     crate::app::ui::scene_toolbar(ctx, "flow-toolbar", at, |ui| {
         ui.add(
@@ -149,11 +149,12 @@ pub fn toolbar(
         });
         next_scene.set(scene);
     }
-    let status = match (&compute.latest, &compute.error) {
+    let status = match (&compute.latest, compute.error.as_ref().map(|(_, e)| e)) {
         (_, Some(e)) => format!("cannot compute the flow: {e}"),
-        (Some(c), None) => format!(
-            "the program's own forward and backward pass of this prompt, on the CPU, with the run's weights after step {}{}{}",
-            c.step,
+        (Some(a), None) => format!(
+            "the program's own forward and backward pass of this prompt, on {}, with the run's weights after step {}{}{}",
+            a.backend,
+            a.value.step,
             if knockouts.0.is_empty() {
                 String::new()
             } else {
@@ -175,18 +176,6 @@ pub fn toolbar(
         ),
         (None, None) => "computing the flow…".into(),
     };
-    egui::Area::new(egui::Id::new("flow-status"))
-        .fixed_pos(egui::pos2(
-            at.min.x + 10.0,
-            crate::app::ui::toolbar_bottom(ctx, "flow-toolbar", at),
-        ))
-        .order(egui::Order::Middle)
-        .show(ctx, |ui| {
-            ui.set_max_width(at.width() - 20.0);
-            ui.add(
-                egui::Label::new(egui::RichText::new(status).weak())
-                    .wrap_mode(egui::TextWrapMode::Extend),
-            );
-        });
+    crate::app::ui::scene_status(ctx, "flow-status", "flow-toolbar", at, status);
     Ok(())
 }

@@ -1,19 +1,18 @@
 //! The tools' numbers, computed off the frame: each asks the program itself
-//! ([`crate::interventions`]) on a CPU backend of the batch-1 program with
-//! the run's latest weights, on a worker of the async-compute pool. Only
-//! the tool on screen is computed; it is asked again when its inputs change
-//! and, while the run trains, at most once a second.
+//! ([`crate::interventions`]) on a backend of the batch-1 program with the
+//! run's latest weights, on the scenes' model worker
+//! ([`crate::app::worker`]: the run's GPU or the CPU). Only the tool on
+//! screen is computed; it is asked again when its inputs change and, while
+//! the run trains, at most once a second.
 
+use crate::app::worker::{Device, ModelWorker};
 use crate::backend::Backend;
-use crate::cpu::CpuBackend;
+use crate::data::Batch;
 use crate::flow::{Guess, top5};
-use crate::interventions::{self, Ablation, Attribution, LensGrid, Part, Patching};
+use crate::interventions::{self, Ablation, Attribution, LensGrid, LossOn, Part, Patching};
 use crate::model::config::Config;
 use crate::model::params::NamedTensor;
-use crate::program::Program;
 use bevy::prelude::*;
-use bevy::tasks::{AsyncComputeTaskPool, Task, futures::check_ready};
-use web_time::Instant;
 
 /// Which tool.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -56,6 +55,9 @@ pub struct Question {
     /// The "why" tool's A and B (None: the model's top two at the last byte).
     pub bytes: Option<(u8, u8)>,
     pub knockouts: Vec<Part>,
+    /// The importance map measures the loss on the run's validation rows
+    /// (else on the prompt).
+    pub validation: bool,
     pub step: u64,
 }
 
@@ -78,61 +80,34 @@ pub enum Answer {
     Why(Attribution),
 }
 
-/// The worker and the latest answer.
-#[derive(Resource, Default)]
-pub struct ProbeCompute {
-    task: Option<Task<(Question, Result<Answer, String>)>>,
-    asked: Option<Question>,
-    started: Option<Instant>,
-    /// The latest answer with what it answered; bumped when it changes.
-    pub latest: Option<(Question, Result<Answer, String>)>,
-    pub generation: u64,
+impl crate::app::worker::Question for Question {
+    fn same_but_weights(&self, other: &Self) -> bool {
+        Question {
+            step: other.step,
+            ..self.clone()
+        } == *other
+    }
 }
 
+/// The scene's worker ([`crate::app::worker`]) and its latest answer.
+#[derive(Resource, Default, Deref, DerefMut)]
+pub struct ProbeCompute(pub ModelWorker<Question, Answer>);
+
 impl ProbeCompute {
-    /// Starts a computation unless one is in flight, the same was asked
-    /// last, or only the weights changed under a second ago.
-    pub fn ask(&mut self, question: Question, config: &Config, params: Vec<NamedTensor>) {
-        if self.task.is_some() || self.asked.as_ref() == Some(&question) {
-            return;
-        }
-        let only_weights = self.asked.as_ref().is_some_and(|a| {
-            Question {
-                step: question.step,
-                ..a.clone()
-            } == question
+    /// Asks `question` of the model `params` on `device`; `rows`: the
+    /// run's validation rows, for the importance map on request.
+    pub fn request(
+        &mut self,
+        question: Question,
+        config: &Config,
+        device: Device,
+        params: Vec<NamedTensor>,
+        rows: Vec<Batch>,
+    ) {
+        let c = config.clone();
+        self.ask(question, config, device, move |backend, q| {
+            answer(backend, &c, params, &rows, q)
         });
-        if only_weights
-            && self
-                .started
-                .is_some_and(|t| t.elapsed().as_secs_f64() < 1.0)
-        {
-            return;
-        }
-        let config = crate::flow::config_for(config);
-        self.asked = Some(question.clone());
-        self.started = Some(Instant::now());
-        self.task = Some(AsyncComputeTaskPool::get().spawn(async move {
-            let answer = answer(&config, params, &question);
-            (question, answer)
-        }));
-    }
-
-    pub fn poll(&mut self) {
-        let Some(task) = self.task.as_mut() else {
-            return;
-        };
-        let Some(done) = check_ready(task) else {
-            return;
-        };
-        self.task = None;
-        self.latest = Some(done);
-        self.generation += 1;
-    }
-
-    /// Forgets what was asked (a new run).
-    pub fn reset(&mut self) {
-        self.asked = None;
     }
 }
 
@@ -152,10 +127,16 @@ pub fn top_two(backend: &mut dyn Backend, prompt: &[u8]) -> Result<(u8, u8), Str
 }
 
 /// Computes `question`'s tool with `params` (knockouts applied where the
-/// tool looks at the learner's model).
-pub fn answer(config: &Config, params: Vec<NamedTensor>, q: &Question) -> Result<Answer, String> {
-    let mut backend = CpuBackend::<f32>::new(Program::new(config));
-    let put = |backend: &mut CpuBackend<f32>, params: &[NamedTensor]| -> Result<(), String> {
+/// tool looks at the learner's model) on `backend` (a batch-1 program's);
+/// `rows`: the run's validation rows, for the importance map over them.
+pub fn answer(
+    backend: &mut dyn Backend,
+    config: &Config,
+    params: Vec<NamedTensor>,
+    rows: &[Batch],
+    q: &Question,
+) -> Result<Answer, String> {
+    let put = |backend: &mut dyn Backend, params: &[NamedTensor]| -> Result<(), String> {
         for p in params {
             backend
                 .write(&p.name, &p.values)
@@ -169,20 +150,23 @@ pub fn answer(config: &Config, params: Vec<NamedTensor>, q: &Question) -> Result
     }
     match q.tool {
         Tool::Lens => {
-            put(&mut backend, &edited)?;
+            put(backend, &edited)?;
             Ok(Answer::Lens(interventions::lens(
-                &mut backend,
-                &edited,
-                &q.prompt,
+                backend, &edited, &q.prompt,
             )?))
         }
         Tool::Knockout => {
             let parts = Part::all(config.n_layer, config.n_head);
-            let ablation = interventions::ablate(&mut backend, &params, &q.prompt, &parts)?;
-            put(&mut backend, &params)?;
-            let before = next_and_loss(&mut backend, &q.prompt)?;
-            put(&mut backend, &edited)?;
-            let after = next_and_loss(&mut backend, &q.prompt)?;
+            let on = if q.validation {
+                LossOn::Rows(rows)
+            } else {
+                LossOn::Prompt(&q.prompt)
+            };
+            let ablation = interventions::ablate(backend, &params, on, &parts)?;
+            put(backend, &params)?;
+            let before = next_and_loss(backend, &q.prompt)?;
+            put(backend, &edited)?;
+            let after = next_and_loss(backend, &q.prompt)?;
             Ok(Answer::Knockout(KnockoutView {
                 ablation,
                 before,
@@ -190,23 +174,19 @@ pub fn answer(config: &Config, params: Vec<NamedTensor>, q: &Question) -> Result
             }))
         }
         Tool::Patch => {
-            put(&mut backend, &edited)?;
-            let p = interventions::patch(&mut backend, &q.prompt, &q.corrupt, None)?;
+            put(backend, &edited)?;
+            let p = interventions::patch(backend, &q.prompt, &q.corrupt, None)?;
             let cut = |b: &[u8]| b[b.len().saturating_sub(config.ctx)..].to_vec();
             Ok(Answer::Patch(p, cut(&q.prompt), cut(&q.corrupt)))
         }
         Tool::Why => {
-            put(&mut backend, &edited)?;
+            put(backend, &edited)?;
             let bytes = match q.bytes {
                 Some(b) => b,
-                None => top_two(&mut backend, &q.prompt)?,
+                None => top_two(backend, &q.prompt)?,
             };
             Ok(Answer::Why(interventions::attribute(
-                &mut backend,
-                &edited,
-                &q.prompt,
-                None,
-                bytes,
+                backend, &edited, &q.prompt, None, bytes,
             )?))
         }
     }

@@ -21,7 +21,8 @@ mod toolbar;
 use super::Scene;
 use crate::app::canvas::{Hover, SceneBounds, SceneCursor};
 use crate::app::lesson::{LessonAction, LessonFocus};
-use crate::app::training::{Knockouts, Run, RunCreated, Snapshots, TensorWants};
+use crate::app::training::{GpuDevice, Knockouts, Run, RunCreated, Snapshots, TensorWants};
+use crate::app::worker::Device;
 use crate::interventions::Part;
 use crate::lesson::{Action, Focus};
 use bevy::prelude::*;
@@ -38,6 +39,9 @@ pub struct ProbeView {
     pub corrupt: String,
     /// The "why" tool's two bytes as typed (`e,a`; empty: the model's top two).
     pub pair: String,
+    /// The importance map measures the loss on the run's validation rows
+    /// (else on the prompt).
+    pub validation: bool,
 }
 
 impl Default for ProbeView {
@@ -48,6 +52,7 @@ impl Default for ProbeView {
             prompt_set: false,
             corrupt: String::new(),
             pair: String::new(),
+            validation: false,
         }
     }
 }
@@ -73,18 +78,6 @@ fn corrupt_of(prompt: &str) -> String {
         };
     }
     String::from_utf8_lossy(&bytes).into_owned()
-}
-
-/// `A,B` as two bytes (each one character or `\n`).
-fn parse_pair(s: &str) -> Option<(u8, u8)> {
-    let byte = |t: &str| match t.as_bytes() {
-        [b] => Some(*b),
-        _ if t == "\\n" => Some(b'\n'),
-        _ if t == "␣" => Some(b' '),
-        _ => None,
-    };
-    let (a, b) = s.rsplit_once(',')?;
-    Some((byte(a)?, byte(b)?))
 }
 
 /// Everything the picture spawned.
@@ -143,6 +136,7 @@ fn ask(
     run: Option<Res<Run>>,
     snapshots: Res<Snapshots>,
     knockouts: Res<Knockouts>,
+    gpu: Res<GpuDevice>,
     mut wants: ResMut<TensorWants>,
     mut view: ResMut<ProbeView>,
     mut compute: ResMut<ProbeCompute>,
@@ -172,15 +166,23 @@ fn ask(
     let Some(params) = snapshot.params(&run.program) else {
         return;
     };
+    let validation = view.validation && view.tool == Tool::Knockout;
     let question = Question {
         tool: view.tool,
         prompt: view.prompt.clone().into_bytes(),
         corrupt: view.corrupt.clone().into_bytes(),
-        bytes: parse_pair(&view.pair),
+        bytes: crate::probe::parse_byte_pair(&view.pair).ok(),
         knockouts: knockouts.0.clone(),
+        validation,
         step: snapshot.step,
     };
-    compute.ask(question, run.config(), params);
+    let device = Device::of_run(run.engine.on_gpu(), &gpu);
+    let rows = if validation {
+        run.validation_rows.clone()
+    } else {
+        Vec::new()
+    };
+    compute.request(question, run.config(), device, params, rows);
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -193,8 +195,11 @@ fn rebuild(
     old: Query<Entity, With<ProbeItem>>,
     mut bounds: ResMut<SceneBounds>,
 ) {
-    let Some((question, answer)) = &compute.latest else {
-        return;
+    // The latest answer, or why the latest question has none.
+    let (question, answer) = match (&compute.error, &compute.latest) {
+        (Some((q, e)), _) => (q, Err(e)),
+        (None, Some(a)) => (&a.question, Ok(&a.value)),
+        (None, None) => return,
     };
     if question.tool != view.tool {
         return;

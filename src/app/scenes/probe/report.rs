@@ -14,14 +14,30 @@ pub fn register(app: &mut App) {
     app.scene_data(Scene::Probe, |compute: Res<ProbeCompute>| {
         answer_json(&compute)
     })
-    .report_field(Report::Headless, "probe", headless);
+    .report_field(Report::Headless, "probe", headless)
+    .report_field(Report::Page, "probe", page);
+}
+
+/// The page's field (the browser test reads it): the tool, and whether its
+/// numbers arrived.
+fn page(scene: Res<State<Scene>>, compute: Res<ProbeCompute>, view: Res<ProbeView>) -> Value {
+    if *scene.get() != Scene::Probe {
+        return Value::Null;
+    }
+    json!({
+        "showing": view.tool.key(),
+        "tool": compute.latest.as_ref().map(|a| a.question.tool.key()),
+        "backend": compute.latest.as_ref().map(|a| &a.backend),
+        "error": compute.error.as_ref().map(|(_, e)| e),
+    })
 }
 
 fn answer_json(compute: &ProbeCompute) -> Value {
-    match &compute.latest {
-        None => json!({ "error": "not computed yet" }),
-        Some((q, Err(e))) => json!({ "tool": q.tool.key(), "error": e }),
-        Some((q, Ok(a))) => {
+    match (&compute.error, &compute.latest) {
+        (None, None) => json!({ "error": "not computed yet" }),
+        (Some((q, e)), _) => json!({ "tool": q.tool.key(), "error": e }),
+        (None, Some(answered)) => {
+            let (q, a) = (&answered.question, &answered.value);
             let numbers = match a {
                 Answer::Lens(g) => json!(g),
                 Answer::Knockout(k) => json!({
@@ -37,7 +53,13 @@ fn answer_json(compute: &ProbeCompute) -> Value {
                 }
                 Answer::Why(w) => json!(w),
             };
-            json!({ "tool": q.tool.key(), "step": q.step, "knockouts": q.knockouts, "numbers": numbers })
+            json!({
+                "tool": q.tool.key(),
+                "step": q.step,
+                "knockouts": q.knockouts,
+                "backend": answered.backend,
+                "numbers": numbers,
+            })
         }
     }
 }

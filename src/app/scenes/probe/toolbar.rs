@@ -3,7 +3,7 @@
 
 use super::compute::{ProbeCompute, Tool};
 use super::{ProbeView, corrupt_of, draw};
-use crate::app::training::{Knockouts, Run, RunState};
+use crate::app::training::{Knockouts, Run, RunState, VALIDATION_ROWS};
 use crate::app::ui::state::UiState;
 use bevy::prelude::*;
 use bevy_egui::{EguiContexts, egui};
@@ -50,6 +50,10 @@ pub fn toolbar(
                 .on_hover_text("why byte A and not byte B (empty: the model's top two)");
             }
             Tool::Knockout => {
+                ui.checkbox(&mut view.validation, "on validation text")
+                    .on_hover_text(format!(
+                        "measure each part's importance on {VALIDATION_ROWS} rows of the run's validation windows (the text its validation loss is measured on) instead of the prompt"
+                    ));
                 ui.weak(draw::describe(&knockouts.0));
                 if !knockouts.0.is_empty() && ui.button("bring all back").clicked() {
                     knockouts.0.clear();
@@ -58,38 +62,41 @@ pub fn toolbar(
             Tool::Lens => {}
         }
     });
-    let status = match &compute.latest {
-        Some((q, Err(e))) if q.tool == view.tool => {
+    let status = match (&compute.error, &compute.latest) {
+        (Some((q, e)), _) if q.tool == view.tool => {
             format!("cannot compute the {}: {e}", view.tool.title())
         }
-        Some((q, Ok(_))) if q.tool == view.tool => format!(
-            "the program's own forward pass on the CPU, with the run's weights after step {}{}{}",
-            q.step,
-            if q.knockouts.is_empty() {
-                String::new()
-            } else {
-                format!(" and {} knocked out", draw::describe(&q.knockouts))
-            },
-            if run.state == RunState::Training {
-                " · following the training run"
-            } else {
-                ""
-            }
-        ),
+        (None, Some(a)) if a.question.tool == view.tool => {
+            let q = &a.question;
+            format!(
+                "the program's own forward pass on {}{}, with the run's weights after step {}{}{}",
+                a.backend,
+                if q.tool == Tool::Knockout {
+                    if q.validation {
+                        format!(
+                            "; importance: the loss on {VALIDATION_ROWS} rows of the run's validation windows"
+                        )
+                    } else {
+                        "; importance: the loss on the prompt".to_string()
+                    }
+                } else {
+                    String::new()
+                },
+                q.step,
+                if q.knockouts.is_empty() {
+                    String::new()
+                } else {
+                    format!(" and {} knocked out", draw::describe(&q.knockouts))
+                },
+                if run.state == RunState::Training {
+                    " · following the training run"
+                } else {
+                    ""
+                }
+            )
+        }
         _ => format!("computing the {}…", view.tool.title()),
     };
-    egui::Area::new(egui::Id::new("probe-status"))
-        .fixed_pos(egui::pos2(
-            at.min.x + 10.0,
-            crate::app::ui::toolbar_bottom(ctx, "probe-toolbar", at),
-        ))
-        .order(egui::Order::Middle)
-        .show(ctx, |ui| {
-            ui.set_max_width(at.width() - 20.0);
-            ui.add(
-                egui::Label::new(egui::RichText::new(status).weak())
-                    .wrap_mode(egui::TextWrapMode::Extend),
-            );
-        });
+    crate::app::ui::scene_status(ctx, "probe-status", "probe-toolbar", at, status);
     Ok(())
 }
