@@ -53,6 +53,9 @@ pub enum PendingRead {
     Gpu(crate::gpu::readback::ReadbackHandle),
 }
 
+/// The most floats one read of [`Backend::read_many`] moves (64 MB).
+pub const READ_CHUNK_FLOATS: usize = 16 << 20;
+
 /// `Send` where threads exist: the app moves a CPU trainer onto a worker
 /// task. In the browser (one thread; wgpu's handles are not `Send` there)
 /// it asks nothing.
@@ -136,6 +139,64 @@ pub trait Backend: MaybeSend {
 
     /// Lets the device make progress without waiting (nothing on the CPU).
     fn poll(&mut self) {}
+
+    /// Waits for the device to make progress (the GPU; nothing on the CPU):
+    /// what a blocking read does between its checks.
+    fn wait(&mut self) {}
+
+    /// Reads tensors back, waiting once for all of them rather than once
+    /// each (a batch-1 flow reads a hundred tensors: a hundred waits behind
+    /// whatever else the device runs). In chunks of at most
+    /// [`READ_CHUNK_FLOATS`] (one staging buffer each). Not for a browser,
+    /// which cannot wait.
+    fn read_many(&mut self, names: &[&str]) -> Result<Vec<Vec<f32>>, BackendError> {
+        let program = self.program();
+        let sizes = names
+            .iter()
+            .map(|n| {
+                program
+                    .tensor_id(n)
+                    .map(|id| program.tensors[id].numel())
+                    .ok_or_else(|| BackendError::UnknownTensor(n.to_string()))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut chunks: Vec<std::ops::Range<usize>> = Vec::new();
+        let (mut start, mut floats) = (0, 0);
+        for (i, &n) in sizes.iter().enumerate() {
+            if floats + n > READ_CHUNK_FLOATS && i > start {
+                chunks.push(start..i);
+                (start, floats) = (i, 0);
+            }
+            floats += n;
+        }
+        chunks.push(start..names.len());
+        let mut pending = chunks
+            .iter()
+            .map(|r| self.start_reads(&names[r.clone()]).map(Some))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut flat: Vec<Option<Vec<f32>>> = vec![None; chunks.len()];
+        while flat.iter().any(Option::is_none) {
+            self.wait();
+            for (k, slot) in pending.iter_mut().enumerate() {
+                if let Some(read) = slot.take() {
+                    match self.try_take_reads(read) {
+                        Ok(values) => flat[k] = Some(values),
+                        Err(read) => *slot = Some(read),
+                    }
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(names.len());
+        for (range, values) in chunks.iter().zip(flat) {
+            let values = values.expect("every chunk arrived");
+            let mut at = 0;
+            for &n in &sizes[range.clone()] {
+                out.push(values[at..at + n].to_vec());
+                at += n;
+            }
+        }
+        Ok(out)
+    }
 
     /// The GPU backend behind this one, for the asynchronous paths (several
     /// steps per submit, readbacks without waiting) that only it has.

@@ -152,31 +152,14 @@ pub fn run(
     let (tokens, position, batch) = batch_for(config, prompt, position)?;
     backend.eval_loss(&batch);
     let (t, c) = (config.ctx, config.d_model);
-    let mut read_row = |name: &str, width: usize| -> Result<Vec<f32>, String> {
-        let all = backend.read(name).map_err(|e| e.to_string())?;
-        Ok(all[position * width..(position + 1) * width].to_vec())
-    };
     // The nodes: every activation (1, T, width), in the program's order.
-    let mut nodes = Vec::new();
-    for tensor in &program.tensors {
-        let [1, rows, width] = tensor.shape[..] else {
-            continue;
-        };
-        if tensor.kind != TensorKind::Activation || rows != t {
-            continue;
-        }
-        let layer = program.layers[tensor.layer]
-            .name
-            .strip_prefix("h.")
-            .and_then(|i| i.parse().ok());
-        nodes.push(Node {
-            name: tensor.name.clone(),
-            layer,
-            shape: tensor.shape.clone(),
-            values: read_row(&tensor.name, width)?,
-            grad: None,
-        });
-    }
+    let node_tensors: Vec<&crate::program::TensorInfo> = program
+        .tensors
+        .iter()
+        .filter(|x| {
+            x.kind == TensorKind::Activation && matches!(x.shape[..], [1, rows, _] if rows == t)
+        })
+        .collect();
     // The stream: what enters block 0 is what block 0's first LayerNorm
     // reads (the embeddings, after their dropout); then each block's output.
     let stream_in = program
@@ -189,11 +172,39 @@ pub fn run(
             _ => None,
         })
         .ok_or("the program has no LayerNorm h.0.ln_1")?;
-    let mut residual = vec![read_row(&stream_in, c)?];
-    for i in 0..config.n_layer {
-        residual.push(read_row(&format!("h.{i}.res_2"), c)?);
+    let stream: Vec<String> = std::iter::once(stream_in)
+        .chain((0..config.n_layer).map(|i| format!("h.{i}.res_2")))
+        .collect();
+    // Everything read back at once (one wait, not one per tensor).
+    let names: Vec<&str> = node_tensors
+        .iter()
+        .map(|x| x.name.as_str())
+        .chain(stream.iter().map(String::as_str))
+        .chain(std::iter::once("logits"))
+        .collect();
+    let all = backend.read_many(&names).map_err(|e| e.to_string())?;
+    let row =
+        |values: &[f32], width: usize| values[position * width..(position + 1) * width].to_vec();
+    let mut nodes = Vec::new();
+    for (tensor, values) in node_tensors.iter().zip(&all) {
+        let width = tensor.shape[2];
+        let layer = program.layers[tensor.layer]
+            .name
+            .strip_prefix("h.")
+            .and_then(|i| i.parse().ok());
+        nodes.push(Node {
+            name: tensor.name.clone(),
+            layer,
+            shape: tensor.shape.clone(),
+            values: row(values, width),
+            grad: None,
+        });
     }
-    let logits = read_row("logits", VOCAB)?;
+    let residual: Vec<Vec<f32>> = all[node_tensors.len()..node_tensors.len() + stream.len()]
+        .iter()
+        .map(|v| row(v, c))
+        .collect();
+    let logits = row(all.last().expect("the logits were read"), VOCAB);
     // Each head's row of P at the position, from the probe (FlashAttention
     // never stores P; the probe recomputes it from Q, K and the log-sum-exp).
     let request = crate::probe::ProbeRequest::for_prompt(config, prompt)?;
@@ -280,34 +291,49 @@ pub fn backward(backend: &mut dyn Backend, flow: &mut Flow, target: u8) -> Resul
         .read(&program.tensors[program.losses].name)
         .map_err(err)?[position];
     let t = config.ctx;
-    for node in &mut flow.nodes {
-        let Some(info) = program.tensors.iter().find(|x| x.name == node.name) else {
-            continue;
-        };
-        let Some(g) = info.grad else { continue };
-        let width = node.values.len();
-        let all = backend.read(&program.tensors[g].name).map_err(err)?;
-        if all.len() == t * width {
-            node.grad = Some(all[position * width..(position + 1) * width].to_vec());
+    // Each node's gradient and each parameter's, read back at once.
+    let node_grads: Vec<(usize, String)> = flow
+        .nodes
+        .iter()
+        .enumerate()
+        .filter_map(|(k, node)| {
+            let info = program.tensors.iter().find(|x| x.name == node.name)?;
+            Some((k, program.tensors[info.grad?].name.clone()))
+        })
+        .collect();
+    let param_grads = program
+        .params()
+        .map(|id| {
+            let info = &program.tensors[id];
+            info.grad
+                .map(|g| (info.name.clone(), program.tensors[g].name.clone()))
+                .ok_or(format!("`{}` has no gradient", info.name))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let names: Vec<&str> = node_grads
+        .iter()
+        .map(|(_, g)| g.as_str())
+        .chain(param_grads.iter().map(|(_, g)| g.as_str()))
+        .collect();
+    let all = backend.read_many(&names).map_err(err)?;
+    for ((k, _), values) in node_grads.iter().zip(&all) {
+        let width = flow.nodes[*k].values.len();
+        if values.len() == t * width {
+            flow.nodes[*k].grad = Some(values[position * width..(position + 1) * width].to_vec());
         }
     }
-    let mut param_grad_norms = Vec::new();
-    for id in program.params() {
-        let info = &program.tensors[id];
-        let g = info
-            .grad
-            .ok_or(format!("`{}` has no gradient", info.name))?;
-        let values = backend.read(&program.tensors[g].name).map_err(err)?;
-        let norm = values
-            .iter()
-            .map(|&x| x as f64 * x as f64)
-            .sum::<f64>()
-            .sqrt() as f32;
-        param_grad_norms.push(ParamGrad {
-            name: info.name.clone(),
-            norm,
-        });
-    }
+    let param_grad_norms = param_grads
+        .iter()
+        .zip(&all[node_grads.len()..])
+        .map(|((name, _), values)| ParamGrad {
+            name: name.clone(),
+            norm: values
+                .iter()
+                .map(|&x| x as f64 * x as f64)
+                .sum::<f64>()
+                .sqrt() as f32,
+        })
+        .collect();
     flow.backward = Some(Backward {
         target,
         loss,
@@ -347,19 +373,17 @@ pub fn adamw(
         .params()
         .map(|id| program.tensors[id].name.clone())
         .collect();
-    let before = params
-        .iter()
-        .map(|name| backend.read(name).map_err(err))
-        .collect::<Result<Vec<_>, _>>()?;
+    let names: Vec<&str> = params.iter().map(String::as_str).collect();
+    let before = backend.read_many(&names).map_err(err)?;
     let (_, position, mut batch) = batch_for(&program.config, &flow.tokens, Some(flow.position))?;
     batch.targets[position] = back.target as u32;
     // The batch is the same; the step parameters switch AdamW on (the
     // program has no dropout here: config_for).
     backend.load_step(&batch, Some(step));
     backend.run_entries(clip..program.steps.len());
+    let after = backend.read_many(&names).map_err(err)?;
     let mut updates = Vec::with_capacity(params.len());
-    for (name, old) in params.iter().zip(&before) {
-        let new = backend.read(name).map_err(err)?;
+    for ((name, old), new) in params.iter().zip(&before).zip(&after) {
         let norm = new
             .iter()
             .zip(old)

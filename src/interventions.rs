@@ -168,8 +168,9 @@ pub fn lens(
     let (tokens, _, batch) = batch_for(&program.config, prompt, None)?;
     backend.eval_loss(&batch);
     let mut lens = Vec::new();
-    for name in stream_points(&program)? {
-        let all = backend.read(&name).map_err(|e| e.to_string())?;
+    let points = stream_points(&program)?;
+    let names: Vec<&str> = points.iter().map(String::as_str).collect();
+    for all in backend.read_many(&names).map_err(|e| e.to_string())? {
         let row = (0..tokens.len())
             .map(|t| {
                 let logits = lens_at(params, &all[t * c..(t + 1) * c], c)?;
@@ -387,10 +388,11 @@ pub fn patch(
     let points = stream_points(&program)?;
     // The clean run's streams.
     let clean_logits = last_logits(backend, clean, None)?;
-    let clean_streams = points[..program.config.n_layer]
+    let names: Vec<&str> = points[..program.config.n_layer]
         .iter()
-        .map(|name| backend.read(name).map_err(|e| e.to_string()))
-        .collect::<Result<Vec<_>, _>>()?;
+        .map(String::as_str)
+        .collect();
+    let clean_streams = backend.read_many(&names).map_err(|e| e.to_string())?;
     let corrupt_logits = last_logits(backend, corrupt, None)?;
     let (a, b) = bytes.unwrap_or((argmax(&clean_logits), argmax(&corrupt_logits)));
     if a == b {

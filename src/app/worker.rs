@@ -39,8 +39,11 @@ pub enum Device {
 impl Device {
     /// The run's kind: its GPU device where it trains on one and a worker
     /// may wait for the GPU (natively), else the CPU.
+    /// `TINYGPT_SCENE_DEVICE=cpu` keeps the questions on the CPU (the
+    /// measured trade-off is in docs/performance.md).
     pub fn of_run(on_gpu: bool, gpu: &crate::app::training::GpuDevice) -> Device {
-        match (&gpu.context, on_gpu && !cfg!(target_arch = "wasm32")) {
+        let cpu_asked = std::env::var("TINYGPT_SCENE_DEVICE").is_ok_and(|v| v == "cpu");
+        match (&gpu.context, on_gpu && !cpu_asked && !cfg!(target_arch = "wasm32")) {
             (Some(ctx), true) => Device::Gpu(ctx.clone()),
             _ => Device::Cpu,
         }

@@ -16,6 +16,9 @@ pub struct GpuContext {
     /// Which matmul kernels backends on this device run (by shape unless
     /// `TINYGPT_MATMUL_TILE` says otherwise).
     pub matmul: super::matmul_tiles::MatmulChoice,
+    /// The device is someone else's too (the app's renderer): a blocking
+    /// read then waits by polling without blocking ([`GpuContext::wait_until`]).
+    pub shared: bool,
 }
 
 impl fmt::Debug for GpuContext {
@@ -157,6 +160,7 @@ impl GpuContext {
             limits,
             lost,
             matmul: matmul_choice(),
+            shared: false,
         })
     }
 
@@ -190,7 +194,48 @@ impl GpuContext {
             limits,
             lost: Default::default(),
             matmul: matmul_choice(),
+            shared: true,
         }
+    }
+
+    /// Blocks until `done()` (a map's callback has run, the queue's work is
+    /// done), polling the device; Err when the device is lost first. On a
+    /// device of its own wgpu waits; on a shared device (the app's, where a
+    /// worker computes beside the renderer) it polls without waiting and
+    /// yields between polls: wgpu holds the device's fence while a poll
+    /// waits, and every frame's submit would queue behind the wait (the
+    /// flow scene's frames went from 17 to 30–35 ms while xl trained on the
+    /// H100 host).
+    pub fn wait_until(&self, mut done: impl FnMut() -> bool) -> Result<(), ()> {
+        loop {
+            let poll = if self.shared {
+                wgpu::PollType::Poll
+            } else {
+                wgpu::PollType::wait_indefinitely()
+            };
+            let polled = self.device.poll(poll);
+            if done() {
+                return Ok(());
+            }
+            if polled.is_err() || self.lost().is_some() {
+                return Err(());
+            }
+            if self.shared {
+                #[cfg(not(target_arch = "wasm32"))]
+                #[cfg(not(target_arch = "wasm32"))]
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Blocks until the work submitted to the queue so far is done
+    /// ([`GpuContext::wait_until`]).
+    pub fn wait_for_queue(&self) {
+        let flag = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let set = flag.clone();
+        self.queue
+            .on_submitted_work_done(move || set.store(true, std::sync::atomic::Ordering::Release));
+        let _ = self.wait_until(|| flag.load(std::sync::atomic::Ordering::Acquire));
     }
 
     /// e.g. `NVIDIA H100 80GB HBM3 (Vulkan, DiscreteGpu)`

@@ -974,16 +974,14 @@ impl GpuBackend {
         slice.map_async(wgpu::MapMode::Read, move |r| {
             *flag.lock().unwrap() = Some(r)
         });
-        loop {
-            let polled = self.ctx.device.poll(wgpu::PollType::wait_indefinitely());
-            if done.lock().unwrap().is_some() {
-                break;
-            }
-            if polled.is_err() || self.ctx.lost().is_some() {
-                // A lost device: NaN where the values would be; the
-                // trainer sees `lost` and stops before it uses them.
-                return bytemuck::cast_slice(&vec![f32::NAN; size as usize / 4]).to_vec();
-            }
+        if self
+            .ctx
+            .wait_until(|| done.lock().unwrap().is_some())
+            .is_err()
+        {
+            // A lost device: NaN where the values would be; the trainer
+            // sees `lost` and stops before it uses them.
+            return bytemuck::cast_slice(&vec![f32::NAN; size as usize / 4]).to_vec();
         }
         let result = done.lock().unwrap().take().unwrap();
         if result.is_err() {
@@ -1108,6 +1106,17 @@ impl GpuBackend {
         Ok(values)
     }
 
+    /// Waits for the device to make progress: a blocking poll on a device of
+    /// its own; on a shared one a poll that does not wait and a yield
+    /// ([`GpuContext::wait_until`]).
+    fn wait_a_little(&self) {
+        let _ = self.ctx.wait_until(|| true);
+        if self.ctx.shared {
+            #[cfg(not(target_arch = "wasm32"))]
+            std::thread::yield_now();
+        }
+    }
+
     /// Lets the device make progress without waiting (a no-op in browsers,
     /// where the page's event loop does it).
     pub fn poll(&self) {
@@ -1154,7 +1163,7 @@ impl GpuBackend {
             steps.iter().map(|&s| self.dispatches_of(s)),
         );
         self.ctx.queue.submit([encoder.finish()]);
-        let _ = self.ctx.device.poll(wgpu::PollType::wait_indefinitely());
+        self.ctx.wait_for_queue();
     }
 
     /// Times every dispatch of one training step with GPU timestamps (each in
@@ -1381,6 +1390,10 @@ impl Backend for GpuBackend {
         GpuBackend::poll(self);
     }
 
+    fn wait(&mut self) {
+        self.wait_a_little();
+    }
+
     fn clips_in_place(&self) -> bool {
         false
     }
@@ -1397,7 +1410,7 @@ impl Backend for GpuBackend {
     fn probe(&mut self, request: &ProbeRequest) -> Result<ProbeResult, BackendError> {
         let mut handle = self.submit_probe(request)?;
         loop {
-            let _ = self.ctx.device.poll(wgpu::PollType::wait_indefinitely());
+            self.wait_a_little();
             match self.try_finish_probe(handle) {
                 Ok(result) => return result,
                 Err(h) => handle = h,
@@ -1408,7 +1421,7 @@ impl Backend for GpuBackend {
     fn read(&mut self, name: &str) -> Result<Vec<f32>, BackendError> {
         let mut handle = self.request_read(name)?;
         loop {
-            let _ = self.ctx.device.poll(wgpu::PollType::wait_indefinitely());
+            self.wait_a_little();
             match self.try_take(handle) {
                 Ok(values) => return Ok(values),
                 Err(h) => handle = h,

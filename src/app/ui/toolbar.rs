@@ -49,9 +49,17 @@ pub fn scene_status(
         .interactable(false)
         .show(ctx, |ui| {
             ui.set_max_width(view.width() - 20.0);
-            ui.add(
-                egui::Label::new(egui::RichText::new(text.into()).weak())
-                    .wrap_mode(egui::TextWrapMode::Wrap),
-            );
+            // On a backing, so a picture scrolled under it does not show
+            // through the letters.
+            egui::Frame::new()
+                .fill(ui.visuals().panel_fill.gamma_multiply(0.85))
+                .inner_margin(egui::Margin::symmetric(4, 1))
+                .corner_radius(3.0)
+                .show(ui, |ui| {
+                    ui.add(
+                        egui::Label::new(egui::RichText::new(text.into()).weak())
+                            .wrap_mode(egui::TextWrapMode::Wrap),
+                    );
+                });
         });
 }

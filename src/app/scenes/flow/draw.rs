@@ -638,6 +638,11 @@ pub fn short(x: f32) -> String {
 /// The numbers of one node (the op zoom): its name and maths, and a window
 /// of its values (and gradients after the backward pass), each a cell with
 /// its number, beside the node's input where the op has one.
+/// The op zoom's type, larger than the picture's (it shows few numbers,
+/// each to be read), and the values it shows of a vector.
+const ZOOM_TYPE: f32 = 1.25;
+const CELLS: usize = 10;
+
 pub fn spawn_numbers(
     commands: &mut Commands,
     program: &Program,
@@ -649,7 +654,10 @@ pub fn spawn_numbers(
 ) {
     let item = || (FlowItem, DespawnOnExit(Scene::Flow));
     let t = |s: String, size: f32, anchor: Anchor, at: Vec2, colour: Color| {
-        (text(s, size * text_scale, anchor, at, colour), item())
+        (
+            text(s, size * ZOOM_TYPE * text_scale, anchor, at, colour),
+            item(),
+        )
     };
     let n = &flow.nodes[node];
     let (title, maths) = describe(program, &n.name, &n.shape);
@@ -658,7 +666,7 @@ pub fn spawn_numbers(
         maths,
         24.0,
         Anchor::TOP_LEFT,
-        Vec2::new(0.0, -46.0),
+        Vec2::new(0.0, -50.0),
         WEAK,
     ));
     // Its input: what the op read from the node before it in the program.
@@ -690,7 +698,7 @@ pub fn spawn_numbers(
         }
         r
     };
-    let shown = n.values.len().min(12);
+    let shown = n.values.len().min(CELLS);
     let cell = Vec2::new(130.0, 56.0);
     let x0 = 320.0;
     for (k, (name, values, colour)) in rows.iter().enumerate() {
@@ -715,7 +723,7 @@ pub fn spawn_numbers(
             commands.spawn((
                 text(
                     short(values[j]),
-                    20.0 * text_scale,
+                    20.0 * ZOOM_TYPE * text_scale,
                     Anchor::CENTER,
                     at,
                     Color::srgb(0.05, 0.05, 0.07),
@@ -740,12 +748,13 @@ pub fn spawn_numbers(
         Vec2::new(0.0, y_end),
         WEAK,
     ));
-    let right = x0 + 12.0 * (cell.x + 6.0) + 40.0;
+    let right = x0 + CELLS as f32 * (cell.x + 6.0) + 40.0;
     let bottom = match worked {
         Some(w) => spawn_worked(commands, w, y_end - 70.0, text_scale),
         None => y_end - 30.0,
     };
-    *bounds = Rect::new(-40.0, bottom - 40.0, right, 40.0);
+    // Room above for the toolbar's second row and the status line.
+    *bounds = Rect::new(-40.0, bottom - 40.0, right, 110.0);
 }
 
 /// One output worked out (below the node's numbers, from `top` down): the
@@ -756,7 +765,10 @@ pub fn spawn_numbers(
 fn spawn_worked(commands: &mut Commands, w: &Worked, top: f32, text_scale: f32) -> f32 {
     let item = || (FlowItem, DespawnOnExit(Scene::Flow));
     let t = |s: String, size: f32, anchor: Anchor, at: Vec2, colour: Color| {
-        (text(s, size * text_scale, anchor, at, colour), item())
+        (
+            text(s, size * ZOOM_TYPE * text_scale, anchor, at, colour),
+            item(),
+        )
     };
     commands.spawn(t(
         format!("worked out by hand: {}", w.formula),
@@ -769,11 +781,11 @@ fn spawn_worked(commands: &mut Commands, w: &Worked, top: f32, text_scale: f32) 
         w.filled.clone(),
         22.0,
         Anchor::TOP_LEFT,
-        Vec2::new(0.0, top - 38.0),
+        Vec2::new(0.0, top - 44.0),
         ACCENT,
     ));
     let lines = w.filled.lines().count().max(1) as f32;
-    let below = top - 38.0 - lines * 22.0 * 1.3 * text_scale - 12.0;
+    let below = top - 44.0 - lines * 22.0 * 1.3 * ZOOM_TYPE * text_scale - 12.0;
     commands.spawn(t(
         format!(
             "the program computed {} (redone here in f64: {})",
@@ -817,7 +829,7 @@ fn spawn_worked(commands: &mut Commands, w: &Worked, top: f32, text_scale: f32) 
             commands.spawn((
                 text(
                     short(*v),
-                    19.0 * text_scale,
+                    19.0 * ZOOM_TYPE * text_scale,
                     Anchor::CENTER,
                     at,
                     Color::srgb(0.05, 0.05, 0.07),
@@ -843,7 +855,7 @@ fn spawn_worked(commands: &mut Commands, w: &Worked, top: f32, text_scale: f32) 
         WEAK,
     ));
     cells(commands, &win.x, y, &col_x, half);
-    y -= cell.y + 30.0;
+    y -= cell.y + 44.0;
     let y_col = col_x(win.cols.len()) + 30.0;
     commands.spawn(t(
         format!("{} (rows × the columns above)", win.weight),

@@ -177,10 +177,17 @@ fn ask(
         .params()
         .map(|id| run.program.tensors[id].name.clone())
         .collect();
-    let moments: Vec<String> = params
-        .iter()
-        .flat_map(|p| [format!("adam.m.{p}"), format!("adam.v.{p}")])
-        .collect();
+    // The moments only while the backward pass is shown (AdamW's update
+    // ends it): they are twice the weights' size, read back four times a
+    // second while the run trains.
+    let moments: Vec<String> = if view.pass == FlowPass::Backward {
+        params
+            .iter()
+            .flat_map(|p| [format!("adam.m.{p}"), format!("adam.v.{p}")])
+            .collect()
+    } else {
+        Vec::new()
+    };
     wants.set(
         "flow",
         params
@@ -219,6 +226,7 @@ fn ask(
             })
         })
         .collect::<Option<Vec<_>>>()
+        .filter(|m| !m.is_empty())
         .map(|m| {
             let config = run.config();
             let step = crate::backend::StepParams {
@@ -463,7 +471,9 @@ fn follow(
         Some(v) if ui_state.presenter && v.x >= 1.0 && v.y >= 1.0 => {
             // The height in view when the width fits (the camera's fit).
             let free = (v.y - crate::app::canvas::camera::TOOLBAR_PX).max(v.y * 0.5);
-            let visible = free * whole.width() * 1.04 / v.x;
+            // Less the toolbar's second row and the status line above, and
+            // as much below, so neither covers the picture's ends.
+            let visible = (free - 120.0).max(free * 0.5) * whole.width() * 1.04 / v.x;
             if visible >= whole.height() {
                 whole
             } else {
