@@ -49,7 +49,7 @@ enum Command {
     Presets,
     /// Measure training speed (ms per step, tokens per second) per preset.
     Bench(bench::BenchArgs),
-    /// Write a checkpoint's weights as half precision (f16), for sharing.
+    /// Write a checkpoint's weights as half precision (f16) or 4-bit matrices (--int4), for sharing.
     Export(generate::ExportArgs),
     /// Print a checkpoint's loss on a fixed validation batch (and dump its logits).
     Eval(generate::EvalArgs),

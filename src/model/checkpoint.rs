@@ -61,7 +61,15 @@ pub enum Precision {
     F32,
     /// Weights only, half precision (an export for sharing; not for resuming).
     F16,
+    /// Weights only, the matrices in 4 bits ([`super::int4`]: blocks of 64,
+    /// an f16 scale each, stored as `NAME.q4` and `NAME.q4_scale`), the
+    /// vectors in f16; dequantised once when loaded.
+    Int4,
 }
+
+/// The suffixes of a 4-bit tensor's two parts in the file.
+pub const Q4_NIBBLES: &str = ".q4";
+pub const Q4_SCALES: &str = ".q4_scale";
 
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
@@ -214,43 +222,87 @@ impl Checkpoint {
             serde_json::to_string(&self.loss_history).map_err(|e| werr(e.to_string()))?,
         );
 
-        let (dtype, tensors): (Dtype, Vec<&NamedTensor>) = match precision {
-            Precision::F32 => (Dtype::F32, self.all_tensors().collect()),
-            Precision::F16 => (Dtype::F16, self.params.iter().collect()),
+        if precision == Precision::Int4 {
+            meta.insert(
+                "quantization".to_string(),
+                format!(
+                    "int4: matrices in blocks of {} along the flattened tensor, one f16 scale each (NAME{Q4_NIBBLES}: two values per byte, low nibble first, value (nibble - 8) * scale; NAME{Q4_SCALES}); vectors f16",
+                    super::int4::BLOCK
+                ),
+            );
+        }
+        let f16_bytes = |values: &[f32]| -> Cow<'_, [u8]> {
+            Cow::Owned(
+                values
+                    .iter()
+                    .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+                    .collect(),
+            )
         };
-        let mut tensors: Vec<(&NamedTensor, Cow<'_, [u8]>)> = tensors
-            .into_iter()
-            .map(|t| {
-                let bytes = match precision {
-                    Precision::F32 if cfg!(target_endian = "little") => {
+        // Each stored tensor: name, dtype, shape, bytes.
+        let mut tensors: Vec<(String, Dtype, Vec<usize>, Cow<'_, [u8]>)> = Vec::new();
+        match precision {
+            Precision::F32 => {
+                for t in self.all_tensors() {
+                    let bytes = if cfg!(target_endian = "little") {
                         Cow::Borrowed(bytemuck::cast_slice(&t.values))
-                    }
-                    Precision::F32 => {
+                    } else {
                         Cow::Owned(t.values.iter().flat_map(|x| x.to_le_bytes()).collect())
+                    };
+                    tensors.push((t.name.clone(), Dtype::F32, t.shape.clone(), bytes));
+                }
+            }
+            Precision::F16 => {
+                for t in &self.params {
+                    tensors.push((
+                        t.name.clone(),
+                        Dtype::F16,
+                        t.shape.clone(),
+                        f16_bytes(&t.values),
+                    ));
+                }
+            }
+            Precision::Int4 => {
+                for t in &self.params {
+                    if t.shape.len() < 2 {
+                        tensors.push((
+                            t.name.clone(),
+                            Dtype::F16,
+                            t.shape.clone(),
+                            f16_bytes(&t.values),
+                        ));
+                        continue;
                     }
-                    Precision::F16 => Cow::Owned(
-                        t.values
-                            .iter()
-                            .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
-                            .collect(),
-                    ),
-                };
-                (t, bytes)
-            })
-            .collect();
-        // safetensors' order: by name within one dtype.
-        tensors.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+                    let q = super::int4::quantise(&t.values);
+                    let blocks = q.scales.len();
+                    tensors.push((
+                        format!("{}{Q4_NIBBLES}", t.name),
+                        Dtype::U8,
+                        vec![blocks, super::int4::BLOCK / 2],
+                        Cow::Owned(q.nibbles),
+                    ));
+                    tensors.push((
+                        format!("{}{Q4_SCALES}", t.name),
+                        Dtype::F16,
+                        vec![blocks],
+                        Cow::Owned(q.scales.iter().flat_map(|d| d.to_le_bytes()).collect()),
+                    ));
+                }
+            }
+        }
+        // safetensors' order: by name.
+        tensors.sort_by(|a, b| a.0.cmp(&b.0));
         let mut offset = 0;
         let infos = tensors
             .iter()
-            .map(|(t, bytes)| {
+            .map(|(name, dtype, shape, bytes)| {
                 let info = TensorInfo {
-                    dtype,
-                    shape: t.shape.clone(),
+                    dtype: *dtype,
+                    shape: shape.clone(),
                     data_offsets: (offset, offset + bytes.len()),
                 };
                 offset += bytes.len();
-                (t.name.clone(), info)
+                (name.clone(), info)
             })
             .collect();
         let metadata = Metadata::new(Some(meta), infos).map_err(|e| werr(e.to_string()))?;
@@ -258,7 +310,7 @@ impl Checkpoint {
         header.resize(header.len().next_multiple_of(8), b' ');
         Ok(SafetensorsFile {
             header,
-            data: tensors.into_iter().map(|(_, b)| b).collect(),
+            data: tensors.into_iter().map(|(.., b)| b).collect(),
         })
     }
 
@@ -334,9 +386,21 @@ impl Checkpoint {
 
         let program = Program::new(&config);
         let read = |tname: &str, shape: &[usize]| -> Result<NamedTensor, CheckpointError> {
-            let view = st
-                .tensor(tname)
-                .map_err(|_| invalid(format!("tensor `{tname}` is missing")))?;
+            let view = match st.tensor(tname) {
+                Ok(view) => view,
+                // A 4-bit export's matrix: its nibbles and scales.
+                Err(_) => match read_int4(&st, tname, shape) {
+                    Some(values) => {
+                        let values = values.map_err(invalid)?;
+                        return Ok(NamedTensor {
+                            name: tname.to_string(),
+                            shape: shape.to_vec(),
+                            values,
+                        });
+                    }
+                    None => return Err(invalid(format!("tensor `{tname}` is missing"))),
+                },
+            };
             if view.shape() != shape {
                 return Err(invalid(format!(
                     "tensor `{tname}` has shape {:?}, but its config needs {:?}",
@@ -391,21 +455,28 @@ impl Checkpoint {
         } else {
             None
         };
-        let known = params.len() * if has_opt { 3 } else { 1 };
-        if st.len() != known {
-            let mut expected: Vec<String> = params.iter().map(|p| p.name.clone()).collect();
-            if has_opt {
-                expected.extend(
-                    params
-                        .iter()
-                        .flat_map(|p| [format!("adam.m.{}", p.name), format!("adam.v.{}", p.name)]),
-                );
+        // Every stored name is one of these (a 4-bit matrix is two).
+        let mut expected: Vec<String> = Vec::new();
+        for p in &params {
+            if st.tensor(&p.name).is_ok() {
+                expected.push(p.name.clone());
+            } else {
+                expected.push(format!("{}{Q4_NIBBLES}", p.name));
+                expected.push(format!("{}{Q4_SCALES}", p.name));
             }
-            let extra = st
-                .names()
-                .into_iter()
-                .find(|n| !expected.iter().any(|e| e == n))
-                .unwrap_or("?");
+        }
+        if has_opt {
+            expected.extend(
+                params
+                    .iter()
+                    .flat_map(|p| [format!("adam.m.{}", p.name), format!("adam.v.{}", p.name)]),
+            );
+        }
+        if let Some(extra) = st
+            .names()
+            .into_iter()
+            .find(|n| !expected.iter().any(|e| e == *n))
+        {
             return Err(invalid(format!(
                 "unexpected tensor `{extra}`, which this config does not have"
             )));
@@ -564,4 +635,48 @@ fn remove_stale_temp_files(path: &Path) {
     }
     #[cfg(not(unix))]
     let _ = path;
+}
+
+/// The 4-bit tensor `name` of `shape` ([`Precision::Int4`]), dequantised:
+/// None when the file has no such parts, Err when they do not fit the shape
+/// or hold a non-finite scale.
+fn read_int4(
+    st: &SafeTensors<'_>,
+    name: &str,
+    shape: &[usize],
+) -> Option<Result<Vec<f32>, String>> {
+    let nibbles = st.tensor(&format!("{name}{Q4_NIBBLES}")).ok()?;
+    let Ok(scales) = st.tensor(&format!("{name}{Q4_SCALES}")) else {
+        return Some(Err(format!(
+            "tensor `{name}{Q4_SCALES}` is missing (the scales of `{name}{Q4_NIBBLES}`)"
+        )));
+    };
+    if nibbles.dtype() != Dtype::U8 || scales.dtype() != Dtype::F16 {
+        return Some(Err(format!(
+            "`{name}`'s 4-bit parts have dtypes {:?} and {:?}; tinygpt reads U8 nibbles and F16 scales",
+            nibbles.dtype(),
+            scales.dtype()
+        )));
+    }
+    let q = super::int4::Quantised {
+        nibbles: nibbles.data().to_vec(),
+        scales: scales
+            .data()
+            .chunks_exact(2)
+            .map(|b| half::f16::from_le_bytes([b[0], b[1]]))
+            .collect(),
+    };
+    if let Some(i) = q.scales.iter().position(|d| !d.to_f32().is_finite()) {
+        return Some(Err(format!(
+            "`{name}{Q4_SCALES}` holds a non-finite scale at block {i}"
+        )));
+    }
+    let numel: usize = shape.iter().product();
+    Some(super::int4::dequantise(&q, numel).ok_or(format!(
+        "`{name}`'s 4-bit parts hold {} bytes and {} scales; its shape {shape:?} needs {} and {}",
+        q.nibbles.len(),
+        q.scales.len(),
+        super::int4::blocks(numel) * super::int4::BLOCK / 2,
+        super::int4::blocks(numel)
+    )))
 }

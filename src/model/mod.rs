@@ -3,5 +3,6 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod int4;
 pub mod params;
 pub mod shipped;
