@@ -43,7 +43,10 @@ impl Device {
     /// measured trade-off is in docs/performance.md).
     pub fn of_run(on_gpu: bool, gpu: &crate::app::training::GpuDevice) -> Device {
         let cpu_asked = std::env::var("TINYGPT_SCENE_DEVICE").is_ok_and(|v| v == "cpu");
-        match (&gpu.context, on_gpu && !cpu_asked && !cfg!(target_arch = "wasm32")) {
+        match (
+            &gpu.context,
+            on_gpu && !cpu_asked && !cfg!(target_arch = "wasm32"),
+        ) {
             (Some(ctx), true) => Device::Gpu(ctx.clone()),
             _ => Device::Cpu,
         }
@@ -92,6 +95,16 @@ pub struct ModelWorker<Q: Question, T> {
     /// Counts the questions finished (a picture rebuilds when it changes).
     pub generation: u64,
 }
+
+// SAFETY: in the browser (wasm32 without atomics) the app has one thread,
+// so nothing is ever sent or shared between threads; a backend there is
+// not `Send` (wgpu does not mark its handles so), and Bevy's resources must
+// be. Natively the worker is `Send + Sync` on its own (a backend is `Send`
+// and sits in a `SyncCell`) and this does not apply. As for the engine.
+#[cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
+unsafe impl<Q: Question, T> Send for ModelWorker<Q, T> {}
+#[cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
+unsafe impl<Q: Question, T> Sync for ModelWorker<Q, T> {}
 
 impl<Q: Question, T> Default for ModelWorker<Q, T> {
     fn default() -> Self {
