@@ -81,7 +81,7 @@ mod tests {
     fn values_read_back_within_half_a_step_of_their_block() {
         // A ragged tensor: two full blocks and a short one, mixed scales.
         let values: Vec<f32> = (0..150)
-            .map(|i| ((i as f32 * 0.37).sin() * if i < 64 { 0.02 } else { 3.0 }))
+            .map(|i| (i as f32 * 0.37).sin() * if i < 64 { 0.02 } else { 3.0 })
             .collect();
         let q = quantise(&values);
         assert_eq!((q.scales.len(), q.nibbles.len()), (3, 96));
