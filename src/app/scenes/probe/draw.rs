@@ -200,7 +200,14 @@ impl Spawner<'_, '_, '_> {
             .map(|k| k.delta.abs())
             .fold(1e-6f32, f32::max);
         self.text(
-            format!("how much the prompt's loss ({:.3}) rises when one part is knocked out · click a part to knock it out for good (sampling too)", a.intact_loss),
+            format!(
+                "how much {} rises when one part is knocked out · click a part to knock it out for good (sampling too)",
+                if a.on == "validation" {
+                    format!("the validation loss ({} rows: {:.3})", a.rows, a.intact_loss)
+                } else {
+                    format!("the prompt's loss ({:.3})", a.intact_loss)
+                },
+            ),
             20.0,
             Anchor::BOTTOM_LEFT,
             Vec2::new(0.0, layers as f32 * h + 44.0),
