@@ -193,8 +193,13 @@ pub fn run_app(args: AppArgs) -> Result<()> {
     // A checkpoint to open: a shipped one by name, else a file.
     let checkpoint = match &args.checkpoint {
         None => None,
-        Some(name) => match tinygpt::model::shipped::shipped(name) {
-            Some(bytes) => Some((format!("{name} (shipped)"), bytes.to_vec())),
+        Some(name) => match tinygpt::model::shipped::shipped(name)
+            .map(|b| Ok((name.as_str(), b)))
+            .or_else(|| tinygpt::model::gallery::named(name).map(|e| e.map(|e| (e.id, e.bytes))))
+            .transpose()
+            .map_err(anyhow::Error::msg)?
+        {
+            Some((id, bytes)) => Some((format!("{id} (shipped)"), bytes.to_vec())),
             None => {
                 let path = std::path::Path::new(name);
                 let bytes = tinygpt::data::read_file(path, 8 << 30).map_err(|e| {
@@ -234,7 +239,9 @@ pub fn run_app(args: AppArgs) -> Result<()> {
                     .filter(|p| p.is_file())
                     .map(|p| Input::new("--checkpoint", p)),
                 preset.is_file().then(|| Input::new("--preset", preset)),
-                lesson.filter(|p| p.is_file()).map(|p| Input::new("--lesson", p)),
+                lesson
+                    .filter(|p| p.is_file())
+                    .map(|p| Input::new("--lesson", p)),
             ]
             .into_iter()
             .flatten()

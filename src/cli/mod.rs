@@ -9,6 +9,7 @@ mod bench;
 mod correctness;
 mod flash;
 mod flow;
+mod gallery;
 mod generate;
 mod probe;
 mod run;
@@ -53,6 +54,9 @@ enum Command {
     Export(generate::ExportArgs),
     /// Print a checkpoint's loss on a fixed validation batch (and dump its logits).
     Eval(generate::EvalArgs),
+    /// List the trained models that ship with the program (`gallery:ID`
+    /// wherever a checkpoint is taken).
+    Gallery(gallery::GalleryArgs),
     /// Print the attention weights of every layer and head for a prompt.
     Attention(attention::AttentionArgs),
     /// Run a prompt's forward pass and read it at one position: the residual
@@ -137,6 +141,7 @@ pub fn main() -> ExitCode {
         }
         Command::Bench(a) => bench::run(a),
         Command::Export(a) => generate::export(a),
+        Command::Gallery(a) => gallery::run(a),
         Command::Eval(a) => generate::eval(a),
         Command::Attention(a) => attention::run(a),
         Command::Flow(a) => flow::run(a),

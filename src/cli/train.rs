@@ -56,6 +56,17 @@ pub struct TrainArgs {
 }
 
 pub fn run(args: TrainArgs) -> Result<()> {
+    if let Some(resume) = &args.resume
+        && args.out.is_none()
+        && resume
+            .to_str()
+            .is_some_and(|r| r.starts_with(tinygpt::model::gallery::PREFIX))
+    {
+        anyhow::bail!(
+            "{} is a gallery model, not a file to continue in place: give --out FILE for the run",
+            resume.display()
+        );
+    }
     let resumed = match &args.resume {
         Some(path) => Some(Checkpoint::load(path)?),
         None => None,
@@ -193,7 +204,10 @@ pub fn run(args: TrainArgs) -> Result<()> {
                 if let (Some(path), true) = (&args.resume, trainer.step == first_step) {
                     // Nothing was trained: the weights are what was loaded,
                     // so neither the learning rate nor a save can help.
-                    let TrainError::Diverged { loss, grad_norm, .. } = e else {
+                    let TrainError::Diverged {
+                        loss, grad_norm, ..
+                    } = e
+                    else {
                         unreachable!("matched above")
                     };
                     bail!(

@@ -29,7 +29,11 @@ pub struct WeightsArgs {
 impl WeightsArgs {
     /// The checkpoint, loaded, if one was given.
     pub fn checkpoint(&self) -> Result<Option<Checkpoint>> {
-        Ok(self.checkpoint.as_deref().map(Checkpoint::load).transpose()?)
+        Ok(self
+            .checkpoint
+            .as_deref()
+            .map(Checkpoint::load)
+            .transpose()?)
     }
 
     /// The model: the checkpoint's config, else the preset's.

@@ -322,7 +322,17 @@ impl Checkpoint {
         self.params.iter().chain(opt)
     }
 
+    /// Reads a checkpoint file, or the gallery's entry for `gallery:ID`
+    /// ([`super::gallery`]).
     pub fn load(path: &Path) -> Result<Self, CheckpointError> {
+        if let Some(entry) = path.to_str().and_then(super::gallery::named) {
+            return entry
+                .map_err(|message| CheckpointError::Io {
+                    path: path.display().to_string(),
+                    message,
+                })?
+                .checkpoint();
+        }
         // A device or a pipe is refused before it is read (`--checkpoint /dev/zero`).
         let bytes =
             crate::data::read_file(path, 64 << 30).map_err(|message| CheckpointError::Io {

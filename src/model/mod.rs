@@ -3,6 +3,7 @@
 
 pub mod checkpoint;
 pub mod config;
+pub mod gallery;
 pub mod int4;
 pub mod params;
 pub mod shipped;
