@@ -141,8 +141,9 @@ pub trait Backend: MaybeSend {
     fn poll(&mut self) {}
 
     /// Waits for the device to make progress (the GPU; nothing on the CPU):
-    /// what a blocking read does between its checks.
-    fn wait(&mut self) {}
+    /// what a blocking read does between its checks; `since` is when the
+    /// wait began.
+    fn wait(&mut self, _since: web_time::Instant) {}
 
     /// Reads tensors back, waiting once for all of them rather than once
     /// each (a batch-1 flow reads a hundred tensors: a hundred waits behind
@@ -175,8 +176,9 @@ pub trait Backend: MaybeSend {
             .map(|r| self.start_reads(&names[r.clone()]).map(Some))
             .collect::<Result<Vec<_>, _>>()?;
         let mut flat: Vec<Option<Vec<f32>>> = vec![None; chunks.len()];
+        let since = web_time::Instant::now();
         while flat.iter().any(Option::is_none) {
-            self.wait();
+            self.wait(since);
             for (k, slot) in pending.iter_mut().enumerate() {
                 if let Some(read) = slot.take() {
                     match self.try_take_reads(read) {

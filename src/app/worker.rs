@@ -22,7 +22,7 @@ use web_time::Instant;
 pub const WEIGHTS_INTERVAL_S: f64 = 1.0;
 
 /// A question a scene asks its [`ModelWorker`].
-pub trait Question: Clone + PartialEq + ConditionalSend + 'static {
+pub trait ModelQuestion: Clone + PartialEq + ConditionalSend + 'static {
     /// The same question of other weights (asked again at most once a
     /// [`WEIGHTS_INTERVAL_S`]).
     fn same_but_weights(&self, other: &Self) -> bool;
@@ -79,7 +79,7 @@ pub struct Answered<Q, T> {
 type Finished<Q, T> = (Q, Result<T, String>, String, Kept);
 
 /// The worker: the question in flight, and the latest answer.
-pub struct ModelWorker<Q: Question, T> {
+pub struct ModelWorker<Q: ModelQuestion, T> {
     task: Option<Task<Finished<Q, T>>>,
     asked: Option<Q>,
     started: Option<Instant>,
@@ -102,11 +102,11 @@ pub struct ModelWorker<Q: Question, T> {
 // be. Natively the worker is `Send + Sync` on its own (a backend is `Send`
 // and sits in a `SyncCell`) and this does not apply. As for the engine.
 #[cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
-unsafe impl<Q: Question, T> Send for ModelWorker<Q, T> {}
+unsafe impl<Q: ModelQuestion, T> Send for ModelWorker<Q, T> {}
 #[cfg(all(target_arch = "wasm32", not(target_feature = "atomics")))]
-unsafe impl<Q: Question, T> Sync for ModelWorker<Q, T> {}
+unsafe impl<Q: ModelQuestion, T> Sync for ModelWorker<Q, T> {}
 
-impl<Q: Question, T> Default for ModelWorker<Q, T> {
+impl<Q: ModelQuestion, T> Default for ModelWorker<Q, T> {
     fn default() -> Self {
         Self {
             task: None,
@@ -120,7 +120,7 @@ impl<Q: Question, T> Default for ModelWorker<Q, T> {
     }
 }
 
-impl<Q: Question, T: ConditionalSend + 'static> ModelWorker<Q, T> {
+impl<Q: ModelQuestion, T: ConditionalSend + 'static> ModelWorker<Q, T> {
     /// Starts `work` on `question` unless a question is in flight, the same
     /// was asked last, or only the weights changed under
     /// [`WEIGHTS_INTERVAL_S`] ago. `work` gets a batch-1 backend of

@@ -207,6 +207,7 @@ impl GpuContext {
     /// flow scene's frames went from 17 to 30–35 ms while xl trained on the
     /// H100 host).
     pub fn wait_until(&self, mut done: impl FnMut() -> bool) -> Result<(), ()> {
+        let started = web_time::Instant::now();
         loop {
             let poll = if self.shared {
                 wgpu::PollType::Poll
@@ -221,9 +222,7 @@ impl GpuContext {
                 return Err(());
             }
             if self.shared {
-                #[cfg(not(target_arch = "wasm32"))]
-                #[cfg(not(target_arch = "wasm32"))]
-                std::thread::yield_now();
+                pause(started);
             }
         }
     }
@@ -251,4 +250,18 @@ impl GpuContext {
             self.info.backend, self.info.device_type
         )
     }
+}
+
+/// Between two polls of a shared device: a yield for the first two
+/// milliseconds of a wait (a short wait keeps its latency), then a sleep of
+/// 50 µs (a long one does not spin a core).
+pub(crate) fn pause(started: web_time::Instant) {
+    #[cfg(not(target_arch = "wasm32"))]
+    if started.elapsed().as_secs_f64() < 2e-3 {
+        std::thread::yield_now();
+    } else {
+        std::thread::sleep(std::time::Duration::from_micros(50));
+    }
+    #[cfg(target_arch = "wasm32")]
+    let _ = started;
 }

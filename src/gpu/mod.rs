@@ -1109,11 +1109,12 @@ impl GpuBackend {
     /// Waits for the device to make progress: a blocking poll on a device of
     /// its own; on a shared one a poll that does not wait and a yield
     /// ([`GpuContext::wait_until`]).
-    fn wait_a_little(&self) {
+    /// `since`: when the wait began (a long wait on a shared device sleeps
+    /// between polls instead of spinning a core).
+    fn wait_a_little(&self, since: web_time::Instant) {
         let _ = self.ctx.wait_until(|| true);
         if self.ctx.shared {
-            #[cfg(not(target_arch = "wasm32"))]
-            std::thread::yield_now();
+            context::pause(since);
         }
     }
 
@@ -1390,8 +1391,8 @@ impl Backend for GpuBackend {
         GpuBackend::poll(self);
     }
 
-    fn wait(&mut self) {
-        self.wait_a_little();
+    fn wait(&mut self, since: web_time::Instant) {
+        self.wait_a_little(since);
     }
 
     fn clips_in_place(&self) -> bool {
@@ -1409,8 +1410,9 @@ impl Backend for GpuBackend {
     /// where [`GpuBackend::request_read`] is the way).
     fn probe(&mut self, request: &ProbeRequest) -> Result<ProbeResult, BackendError> {
         let mut handle = self.submit_probe(request)?;
+        let since = web_time::Instant::now();
         loop {
-            self.wait_a_little();
+            self.wait_a_little(since);
             match self.try_finish_probe(handle) {
                 Ok(result) => return result,
                 Err(h) => handle = h,
@@ -1420,8 +1422,9 @@ impl Backend for GpuBackend {
 
     fn read(&mut self, name: &str) -> Result<Vec<f32>, BackendError> {
         let mut handle = self.request_read(name)?;
+        let since = web_time::Instant::now();
         loop {
-            self.wait_a_little();
+            self.wait_a_little(since);
             match self.try_take(handle) {
                 Ok(values) => return Ok(values),
                 Err(h) => handle = h,

@@ -30,7 +30,7 @@ pub struct FlowRequest {
     pub with_optimizer: bool,
 }
 
-impl crate::app::worker::Question for FlowRequest {
+impl crate::app::worker::ModelQuestion for FlowRequest {
     fn same_but_weights(&self, other: &Self) -> bool {
         self.prompt == other.prompt
             && self.position == other.position

@@ -80,7 +80,7 @@ pub enum Answer {
     Why(Attribution),
 }
 
-impl crate::app::worker::Question for Question {
+impl crate::app::worker::ModelQuestion for Question {
     fn same_but_weights(&self, other: &Self) -> bool {
         Question {
             step: other.step,
