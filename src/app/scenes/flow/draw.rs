@@ -715,21 +715,14 @@ pub fn spawn_numbers(
         for j in 0..shown.min(values.len()) {
             let at = Vec2::new(x0 + j as f32 * (cell.x + 6.0) + cell.x / 2.0, y);
             let c = &colours[j * 4..j * 4 + 4];
-            commands.spawn((
-                Sprite::from_color(Color::srgba_u8(c[0], c[1], c[2], 255), cell),
-                Transform::from_translation(at.extend(1.0)),
-                item(),
-            ));
-            commands.spawn((
-                text(
-                    short(values[j]),
-                    20.0 * ZOOM_TYPE * text_scale,
-                    Anchor::CENTER,
-                    at,
-                    Color::srgb(0.05, 0.05, 0.07),
-                ),
-                item(),
-            ));
+            number_cell(
+                commands,
+                at,
+                cell,
+                c,
+                values[j],
+                20.0 * ZOOM_TYPE * text_scale,
+            );
         }
     }
     let y_end = -140.0 - rows.len() as f32 * (cell.y + 24.0);
@@ -755,6 +748,34 @@ pub fn spawn_numbers(
     };
     // Room above for the toolbar's second row and the status line.
     *bounds = Rect::new(-40.0, bottom - 40.0, right, 110.0);
+}
+
+/// One number on its colour: a cell of `size` at `at` coloured `rgba`, the
+/// value printed on it in `type_size`.
+fn number_cell(
+    commands: &mut Commands,
+    at: Vec2,
+    size: Vec2,
+    rgba: &[u8],
+    value: f32,
+    type_size: f32,
+) {
+    let item = || (FlowItem, DespawnOnExit(Scene::Flow));
+    commands.spawn((
+        Sprite::from_color(Color::srgba_u8(rgba[0], rgba[1], rgba[2], 255), size),
+        Transform::from_translation(at.extend(1.0)),
+        item(),
+    ));
+    commands.spawn((
+        text(
+            short(value),
+            type_size,
+            Anchor::CENTER,
+            at,
+            Color::srgb(0.05, 0.05, 0.07),
+        ),
+        item(),
+    ));
 }
 
 /// One output worked out (below the node's numbers, from `top` down): the
@@ -821,21 +842,7 @@ fn spawn_worked(commands: &mut Commands, w: &Worked, top: f32, text_scale: f32) 
         for (k, v) in values.iter().enumerate() {
             let at = Vec2::new(x_of(k), y);
             let c = &colours[k * 4..k * 4 + 4];
-            commands.spawn((
-                Sprite::from_color(Color::srgba_u8(c[0], c[1], c[2], 255), cell),
-                Transform::from_translation(at.extend(1.0)),
-                item(),
-            ));
-            commands.spawn((
-                text(
-                    short(*v),
-                    19.0 * ZOOM_TYPE * text_scale,
-                    Anchor::CENTER,
-                    at,
-                    Color::srgb(0.05, 0.05, 0.07),
-                ),
-                item(),
-            ));
+            number_cell(commands, at, cell, c, *v, 19.0 * ZOOM_TYPE * text_scale);
         }
     };
     for (k, &i) in win.cols.iter().enumerate() {
