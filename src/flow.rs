@@ -297,8 +297,8 @@ pub fn backward(backend: &mut dyn Backend, flow: &mut Flow, target: u8) -> Resul
         .iter()
         .enumerate()
         .filter_map(|(k, node)| {
-            let info = program.tensors.iter().find(|x| x.name == node.name)?;
-            Some((k, program.tensors[info.grad?].name.clone()))
+            let grad = program.tensors[program.tensor_id(&node.name)?].grad?;
+            Some((k, program.tensors[grad].name.clone()))
         })
         .collect();
     let param_grads = program

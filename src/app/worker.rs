@@ -183,6 +183,21 @@ impl<Q: ModelQuestion, T: ConditionalSend + 'static> ModelWorker<Q, T> {
         self.generation += 1;
     }
 
+    /// The latest question finished, and its outcome: the answer, or why
+    /// there is none.
+    pub fn last(&self) -> Option<(&Q, Result<&T, &str>)> {
+        match (&self.error, &self.latest) {
+            (Some((q, e)), _) => Some((q, Err(e.as_str()))),
+            (None, Some(a)) => Some((&a.question, Ok(&a.value))),
+            (None, None) => None,
+        }
+    }
+
+    /// Why the latest question could not be answered, if it could not.
+    pub fn error_message(&self) -> Option<&str> {
+        self.error.as_ref().map(|(_, e)| e.as_str())
+    }
+
     /// Forgets what was asked and the backend (a new run: ask again at
     /// once, on a backend of its own).
     pub fn reset(&mut self) {

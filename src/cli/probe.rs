@@ -23,17 +23,40 @@ pub struct Common {
     json: bool,
 }
 
+/// What [`Common::open_run`] opens: the batch-1 backend with the weights on
+/// it, the weights, and the run they come from (its config and seed).
+struct Opened {
+    backend: Box<dyn Backend>,
+    params: Vec<NamedTensor>,
+    trained: tinygpt::model::config::Config,
+    seed: u64,
+}
+
 impl Common {
     /// The batch-1 backend with the weights on it, and the weights.
     fn open(&self) -> Result<(Box<dyn Backend>, Vec<NamedTensor>)> {
+        self.open_run().map(|o| (o.backend, o.params))
+    }
+
+    /// [`Common::open`], with the config and seed of the run.
+    fn open_run(&self) -> Result<Opened> {
         let checkpoint = self.weights.checkpoint()?;
-        let config = tinygpt::flow::config_for(&self.weights.config(checkpoint.as_ref())?);
+        let trained = self.weights.config(checkpoint.as_ref())?;
+        let config = tinygpt::flow::config_for(&trained);
         let resolved = resolve(self.backend)?;
         let mut backend = build(&resolved, self.backend, &config)?;
+        let seed = checkpoint
+            .as_ref()
+            .map_or(self.weights.seed(), |ck| ck.seed);
         let params = self
             .weights
             .put_on(&mut *backend, checkpoint.map(|ck| ck.params))?;
-        Ok((backend, params))
+        Ok(Opened {
+            backend,
+            params,
+            trained,
+            seed,
+        })
     }
 }
 
@@ -100,7 +123,12 @@ pub struct AblateArgs {
 }
 
 pub fn ablate(args: AblateArgs) -> Result<()> {
-    let (mut backend, params) = args.common.open()?;
+    let Opened {
+        mut backend,
+        params,
+        trained,
+        seed,
+    } = args.common.open_run()?;
     let config = backend.program().config.clone();
     let parts = Part::all(config.n_layer, config.n_head);
     let rows = match args.validation {
@@ -110,9 +138,6 @@ pub fn ablate(args: AblateArgs) -> Result<()> {
                 Some(p) => tinygpt::data::Corpus::from_file(p, config.ctx)?,
                 None => tinygpt::data::Corpus::tiny_shakespeare(config.ctx)?,
             };
-            let checkpoint = args.common.weights.checkpoint()?;
-            let trained = args.common.weights.config(checkpoint.as_ref())?;
-            let seed = checkpoint.map_or(args.common.weights.seed(), |ck| ck.seed);
             // The run's own validation batches, row by row.
             let all = tinygpt::data::validation_batches(
                 &corpus,

@@ -30,12 +30,12 @@ fn page(scene: Res<State<Scene>>, view: Res<FlowView>, compute: Res<FlowCompute>
         "nodes": compute.flow().map(|c| c.flow.nodes.len()),
         "top": compute.flow().map(|c| crate::flow::top5(&c.flow.probs)[0].byte),
         "backend": compute.latest.as_ref().map(|a| &a.backend),
-        "error": compute.error.as_ref().map(|(_, e)| e),
+        "error": compute.error_message(),
     })
 }
 
 fn data(compute: Res<FlowCompute>) -> Value {
-    match (compute.flow(), compute.error.as_ref().map(|(_, e)| e)) {
+    match (compute.flow(), compute.error_message()) {
         (_, Some(e)) => json!({ "error": e }),
         (Some(c), None) => {
             let mut v = c.flow.to_json();
@@ -109,7 +109,7 @@ fn headless(
         "position": compute.flow().map(|c| c.flow.position),
         "step": compute.flow().map(|c| c.step),
         "backend": compute.latest.as_ref().map(|a| &a.backend),
-        "error": compute.error.as_ref().map(|(_, e)| e),
+        "error": compute.error_message(),
         "nodes": nodes,
         "regions": region_names,
         "labels": labels,

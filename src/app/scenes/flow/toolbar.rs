@@ -149,7 +149,7 @@ pub fn toolbar(
         });
         next_scene.set(scene);
     }
-    let status = match (&compute.latest, compute.error.as_ref().map(|(_, e)| e)) {
+    let status = match (&compute.latest, compute.error_message()) {
         (_, Some(e)) => format!("cannot compute the flow: {e}"),
         (Some(a), None) => format!(
             "the program's own forward and backward pass of this prompt, on {}, with the run's weights after step {}{}{}",

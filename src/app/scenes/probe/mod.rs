@@ -195,11 +195,8 @@ fn rebuild(
     old: Query<Entity, With<ProbeItem>>,
     mut bounds: ResMut<SceneBounds>,
 ) {
-    // The latest answer, or why the latest question has none.
-    let (question, answer) = match (&compute.error, &compute.latest) {
-        (Some((q, e)), _) => (q, Err(e)),
-        (None, Some(a)) => (&a.question, Ok(&a.value)),
-        (None, None) => return,
+    let Some((question, answer)) = compute.last() else {
+        return;
     };
     if question.tool != view.tool {
         return;

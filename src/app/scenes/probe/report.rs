@@ -28,16 +28,15 @@ fn page(scene: Res<State<Scene>>, compute: Res<ProbeCompute>, view: Res<ProbeVie
         "showing": view.tool.key(),
         "tool": compute.latest.as_ref().map(|a| a.question.tool.key()),
         "backend": compute.latest.as_ref().map(|a| &a.backend),
-        "error": compute.error.as_ref().map(|(_, e)| e),
+        "error": compute.error_message(),
     })
 }
 
 fn answer_json(compute: &ProbeCompute) -> Value {
-    match (&compute.error, &compute.latest) {
-        (None, None) => json!({ "error": "not computed yet" }),
-        (Some((q, e)), _) => json!({ "tool": q.tool.key(), "error": e }),
-        (None, Some(answered)) => {
-            let (q, a) = (&answered.question, &answered.value);
+    match compute.last() {
+        None => json!({ "error": "not computed yet" }),
+        Some((q, Err(e))) => json!({ "tool": q.tool.key(), "error": e }),
+        Some((q, Ok(a))) => {
             let numbers = match a {
                 Answer::Lens(g) => json!(g),
                 Answer::Knockout(k) => json!({
@@ -57,7 +56,7 @@ fn answer_json(compute: &ProbeCompute) -> Value {
                 "tool": q.tool.key(),
                 "step": q.step,
                 "knockouts": q.knockouts,
-                "backend": answered.backend,
+                "backend": compute.latest.as_ref().map(|l| &l.backend),
                 "numbers": numbers,
             })
         }

@@ -62,15 +62,15 @@ pub fn toolbar(
             Tool::Lens => {}
         }
     });
-    let status = match (&compute.error, &compute.latest) {
-        (Some((q, e)), _) if q.tool == view.tool => {
+    let backend = compute.latest.as_ref().map_or("", |a| a.backend.as_str());
+    let status = match compute.last() {
+        Some((q, Err(e))) if q.tool == view.tool => {
             format!("cannot compute the {}: {e}", view.tool.title())
         }
-        (None, Some(a)) if a.question.tool == view.tool => {
-            let q = &a.question;
+        Some((q, Ok(_))) if q.tool == view.tool => {
             format!(
                 "the program's own forward pass on {}{}, with the run's weights after step {}{}{}",
-                a.backend,
+                backend,
                 if q.tool == Tool::Knockout {
                     if q.validation {
                         format!(
