@@ -12,6 +12,7 @@
 //   gelu_backward     dst += x · gelu'(y)                 x: dout, y: inp
 //   residual_forward  dst = x + y
 //   accumulate2       dst += x and y += x (a residual's backward, both inputs at once)
+//   accumulate        dst += x (a LoRA update's base output, forward and backward)
 //   dropout_forward   dst = x · mask (or x when evaluating)
 //   dropout_backward  dst += x · mask
 // Workgroup: 256 threads, grid-stride loop (dispatch at most 65535 groups).
@@ -63,6 +64,13 @@ fn accumulate2(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workg
         let g = x[i];
         dst[i] += g;
         y[i] += g;
+    }
+}
+
+@compute @workgroup_size(256)
+fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    for (var i = gid.x; i < ew.n; i += nwg.x * 256u) {
+        dst[i] += x[i];
     }
 }
 

@@ -301,15 +301,15 @@ pub fn backward(backend: &mut dyn Backend, flow: &mut Flow, target: u8) -> Resul
             Some((k, program.tensors[grad].name.clone()))
         })
         .collect();
-    let param_grads = program
-        .params()
+    // A LoRA fine-tune's frozen weights have none.
+    let param_grads: Vec<(String, String)> = program
+        .trained()
         .map(|id| {
             let info = &program.tensors[id];
-            info.grad
-                .map(|g| (info.name.clone(), program.tensors[g].name.clone()))
-                .ok_or(format!("`{}` has no gradient", info.name))
+            let grad = info.grad.expect("a trained parameter has a gradient");
+            (info.name.clone(), program.tensors[grad].name.clone())
         })
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect();
     let names: Vec<&str> = node_grads
         .iter()
         .map(|(_, g)| g.as_str())

@@ -81,9 +81,16 @@ pub fn knock_out(
             }
             let d = c / n_head;
             let w = param_mut(params, &format!("transformer.h.{layer}.attn.c_proj.weight"))?;
-            // (C_out, C_in): every output reads the head's D inputs.
+            // (C_out, C_in): every output reads the head's D inputs. A LoRA
+            // adapter's A (r, C_in) reads them too.
             for row in w.values.chunks_mut(c) {
                 row[head * d..(head + 1) * d].fill(0.0);
+            }
+            let lora_a = format!("transformer.h.{layer}.attn.c_proj.lora_A.weight");
+            if let Ok(a) = param_mut(params, &lora_a) {
+                for row in a.values.chunks_mut(c) {
+                    row[head * d..(head + 1) * d].fill(0.0);
+                }
             }
         }
         Part::Mlp { layer } => {
@@ -91,6 +98,11 @@ pub fn knock_out(
                 param_mut(params, &format!("transformer.h.{layer}.mlp.c_proj.{name}"))?
                     .values
                     .fill(0.0);
+            }
+            // A LoRA adapter's update of that output (B = 0 silences it).
+            let lora_b = format!("transformer.h.{layer}.mlp.c_proj.lora_B.weight");
+            if let Ok(b) = param_mut(params, &lora_b) {
+                b.values.fill(0.0);
             }
         }
     }

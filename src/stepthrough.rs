@@ -84,7 +84,7 @@ pub fn entries(program: &Program) -> Vec<Entry> {
                         node.layer,
                         format!("{} backward", node.label),
                         node.op.kind_name().to_string(),
-                        backward_math(&node.op),
+                        backward_math(&node.op, program),
                     )
                 }
                 Step::ZeroGrads => (
@@ -140,6 +140,9 @@ fn forward_math(op: &Op) -> String {
         }
         Op::LayerNorm { .. } => "y = (x − mean(x)) / √(var(x) + 1e-5) · γ + β   (per row)".into(),
         Op::Linear { .. } => "out = inp · Wᵀ + b".into(),
+        Op::LowRank { scale, .. } => format!(
+            "down = inp · Aᵀ,  out = base + {scale} · down · Bᵀ   (LoRA: W stays frozen; A and B learn)"
+        ),
         Op::Attention { causal: true, .. } => {
             "P = softmax(QKᵀ/√D + causal mask),  y = P·V   (FlashAttention: P is never stored; lse = log Σ exp(row))".into()
         }
@@ -156,14 +159,28 @@ fn forward_math(op: &Op) -> String {
     }
 }
 
-fn backward_math(op: &Op) -> String {
+fn backward_math(op: &Op, program: &Program) -> String {
+    let frozen = |id: TensorId| program.tensors[id].is_frozen();
     match op {
+        Op::Embedding { wte, .. } if frozen(*wte) => {
+            "nothing: the embeddings are frozen (a LoRA fine-tune)".into()
+        }
+        Op::LayerNorm { weight, .. } if frozen(*weight) => {
+            "dx += rstd · (dn − mean(dn) − n · mean(dn · n)),  n = (x − mean)·rstd, dn = dy·γ   (γ, β frozen)".into()
+        }
+        Op::Linear { weight, .. } if frozen(*weight) => {
+            "dinp += dout · W   (W and b frozen: no gradient, no AdamW state)".into()
+        }
+        Op::TiedHead { wte, .. } if frozen(*wte) => "dx += dlogits · wte   (wte frozen)".into(),
         Op::Embedding { wpe: Some(_), .. } => "dwte[token] += dx,  dwpe[t] += Σ_b dx[b,t]".into(),
         Op::Embedding { wpe: None, .. } => "dwte[token] += dx   (no position embeddings to train)".into(),
         Op::LayerNorm { .. } => {
             "dx += rstd · (dn − mean(dn) − n · mean(dn · n)),  n = (x − mean)·rstd, dn = dy·γ;  dγ += Σ dy·n,  dβ += Σ dy".into()
         }
         Op::Linear { .. } => "dinp += dout · W,  dW += doutᵀ · inp,  db += Σ_rows dout".into(),
+        Op::LowRank { scale, .. } => format!(
+            "dbase += dout,  dB += {scale} · doutᵀ · down,  ddown = {scale} · dout · B,  dA += ddownᵀ · inp,  dinp += ddown · A"
+        ),
         Op::Attention { .. } => {
             "dV = Pᵀ·dy,  dP = dy·Vᵀ,  dS = P ∘ (dP − rowsum(dy ∘ y)),  dQ = dS·K/√D,  dK = dSᵀ·Q/√D   (P recomputed from lse)".into()
         }
@@ -505,10 +522,12 @@ pub fn read_plan(program: &Program, entry: &Entry, focus: TensorId) -> ReadPlan 
 /// The parameter the clip and AdamW views show unless another is chosen:
 /// the token embedding (its rows are bytes; only bytes in the batch get a
 /// gradient, yet AdamW moves the others too).
+/// In a LoRA fine-tune (whose embedding is frozen), the first adapter.
 pub fn default_focus(program: &Program) -> TensorId {
     program
         .tensor_id("transformer.wte.weight")
-        .unwrap_or_else(|| program.params().next().expect("a model has parameters"))
+        .filter(|&id| !program.tensors[id].is_frozen())
+        .unwrap_or_else(|| program.trained().next().expect("a model has parameters"))
 }
 
 /// One entry on its way: the reads before it, its execution, the reads

@@ -120,7 +120,7 @@ fn layernorm_backward() {
             let (mut out, mut m, mut s) = (vec![0.0; n * c], vec![0.0; n], vec![0.0; n]);
             ops::layernorm_forward(&mut out, &mut m, &mut s, &x[0], &x[1], &x[2], c);
             let (mut di, mut dw, mut db) = (vec![0.0; n * c], vec![0.0; c], vec![0.0; c]);
-            ops::layernorm_backward(&mut di, &mut dw, &mut db, dout, &x[0], &x[1], &m, &s, c);
+            ops::layernorm_backward(&mut di, Some((&mut dw, &mut db)), dout, &x[0], &x[1], &m, &s, c);
             vec![di, dw, db]
         },
     );
@@ -146,8 +146,50 @@ fn linear_backward() {
         },
         |x, dout| {
             let (mut di, mut dw, mut db) = (vec![0.0; n * i], vec![0.0; o * i], vec![0.0; o]);
-            ops::linear_backward(&mut di, &mut dw, &mut db, dout, &x[0], &x[1], i, o);
+            ops::linear_backward(&mut di, Some((&mut dw, &mut db)), dout, &x[0], &x[1], i, o);
             vec![di, dw, db]
+        },
+    );
+}
+
+/// LoRA's update: every input's gradient, A's and B's included (B not zero,
+/// so that A gets one).
+#[test]
+fn lowrank_backward() {
+    let (n, i, o, r) = (6, 5, 7, 3);
+    let d = ops::LowRankDims {
+        rank: r,
+        n_in: i,
+        n_out: o,
+        scale: 1.5,
+    };
+    let mut rng = Rng::new(13);
+    let inputs = vec![
+        randn(n * i, &mut rng, 1.0),
+        randn(r * i, &mut rng, 1.0),
+        randn(o * r, &mut rng, 1.0),
+        randn(n * o, &mut rng, 1.0),
+    ];
+    let forward = move |x: &[Vec<f64>]| {
+        let (mut mid, mut out) = (vec![0.0; n * r], vec![0.0; n * o]);
+        ops::lowrank_forward(&mut mid, &mut out, &x[0], &x[1], &x[2], &x[3], d);
+        (mid, out)
+    };
+    check(
+        "lowrank",
+        inputs,
+        n * o,
+        |x| forward(x).1,
+        |x, dout| {
+            let mid = forward(x).0;
+            let mut g = [n * i, r * i, o * r, n * o].map(|len| vec![0.0; len]);
+            // dmid holds garbage: the op overwrites it.
+            let mut dmid = vec![f64::NAN; n * r];
+            let [di, da, db, dbase] = &mut g;
+            ops::lowrank_backward(
+                di, da, db, dbase, &mut dmid, dout, &x[0], &x[1], &x[2], &mid, d,
+            );
+            g.to_vec()
         },
     );
 }
@@ -273,7 +315,7 @@ fn tied_head_and_cross_entropy_backward() {
         },
         |x, dout| {
             let (mut di, mut dw) = (vec![0.0; n * c], vec![0.0; v * c]);
-            ops::tied_head_backward(&mut di, &mut dw, dout, &x[0], &x[1], c, v);
+            ops::tied_head_backward(&mut di, Some(&mut dw), dout, &x[0], &x[1], c, v);
             vec![di, dw]
         },
     );
@@ -311,7 +353,13 @@ fn small_config(dropout: f32) -> Config {
 
 /// The whole model: every parameter's gradient of the loss, in f64.
 fn whole_model(dropout: f32) {
-    let cfg = small_config(dropout);
+    whole_model_of(small_config(dropout));
+}
+
+/// Every trained parameter's gradient of `cfg`'s loss against central
+/// differences, in f64; frozen parameters (LoRA's base) have none.
+fn whole_model_of(cfg: Config) {
+    let dropout = cfg.dropout;
     let program = Program::new(&cfg);
     let mut be = CpuBackend::<f64>::new(program.clone());
     // Bigger than GPT-2 init so that every path carries signal.
@@ -331,7 +379,7 @@ fn whole_model(dropout: f32) {
     be.set_mode(true, 4242);
     be.forward();
     be.backward();
-    for pid in program.params().collect::<Vec<_>>() {
+    for pid in program.trained().collect::<Vec<_>>() {
         let info = &program.tensors[pid];
         let analytic = be.tensor(info.grad.unwrap()).to_vec();
         let mut numeric = vec![0.0; analytic.len()];
@@ -363,6 +411,24 @@ fn whole_model_gradients() {
 #[test]
 fn whole_model_gradients_with_dropout() {
     whole_model(0.25);
+}
+
+/// A LoRA fine-tune on every linear (attention and MLP): A's and B's
+/// gradients through the whole model (B perturbed away from zero by the
+/// helper's noise, so that A gets a gradient), with dropout.
+#[test]
+fn whole_model_lora_gradients() {
+    use tinygpt::model::config::{Lora, LoraTargets};
+    let mut cfg = small_config(0.25);
+    cfg.lora = Some(Lora {
+        rank: 2,
+        alpha: 3.0,
+        targets: LoraTargets::parse("attn,mlp").unwrap(),
+        base: 0,
+    });
+    let program = Program::new(&cfg);
+    assert!(program.trained().count() == 2 * 4 * cfg.n_layer);
+    whole_model_of(cfg);
 }
 
 /// The f32 training path computes the same function as the f64 reference.

@@ -23,6 +23,9 @@ pub struct SampleState {
     pub from_step: Option<u64>,
     /// Waiting for weights to sample from.
     pub waiting: bool,
+    /// On a fine-tune: sample the frozen base instead of the fine-tuned
+    /// model (the A/B switch; the same prompt and seed).
+    pub from_base: bool,
     pub error: Option<String>,
     task: Option<Task<()>>,
     cancel: Arc<AtomicBool>,
@@ -37,6 +40,7 @@ impl Default for SampleState {
             text: Arc::default(),
             from_step: None,
             waiting: false,
+            from_base: false,
             error: None,
             task: None,
             cancel: Arc::default(),
@@ -118,7 +122,17 @@ fn run_sampler(
         state.error = Some(format!("cannot sample: {e}"));
         return;
     }
-    let generator = match Generator::new(run.config(), &params) {
+    // A fine-tune samples its merged weights (Generator::new folds the
+    // adapters in), or on the A/B switch its base alone.
+    let mut config = run.config().clone();
+    if state.from_base && config.lora.take().is_some() {
+        params.retain(|p| {
+            run.program
+                .tensor_id(&p.name)
+                .is_some_and(|id| run.program.tensors[id].is_frozen())
+        });
+    }
+    let generator = match Generator::new(&config, &params) {
         Ok(g) => g,
         Err(e) => {
             state.error = Some(format!("cannot sample: {e}"));

@@ -16,6 +16,11 @@ pub struct GenerateArgs {
     /// A checkpoint written by `tinygpt train`.
     #[arg(long, value_name = "FILE")]
     checkpoint: PathBuf,
+    /// A LoRA adapter of that checkpoint (`tinygpt finetune`): generate from
+    /// the fine-tuned model (the adapter merged into the weights, which
+    /// computes the same function).
+    #[arg(long, value_name = "ADAPTER")]
+    adapter: Option<PathBuf>,
     /// Text to continue (bytes beyond the model's context keep only the last ctx).
     #[arg(long, default_value = "")]
     prompt: String,
@@ -37,7 +42,12 @@ pub struct GenerateArgs {
 }
 
 pub fn run(args: GenerateArgs) -> Result<()> {
-    let ck = Checkpoint::load(&args.checkpoint)?;
+    let ck = match super::finetune::model_with_adapter(&args.checkpoint, args.adapter.as_deref())? {
+        (base, Some(adapter)) => {
+            tinygpt::model::lora::merge(&base, &adapter).map_err(anyhow::Error::msg)?
+        }
+        (base, None) => base,
+    };
     let opts = SampleOptions {
         temperature: args.temperature,
         top_k: args.top_k as usize,
@@ -221,6 +231,11 @@ pub struct EvalArgs {
     /// The checkpoint to evaluate.
     #[arg(long, value_name = "FILE")]
     checkpoint: PathBuf,
+    /// A LoRA adapter of that checkpoint (`tinygpt finetune`): evaluate the
+    /// fine-tuned model, running the adapters as their own ops (the dumps
+    /// then hold the adapters' gradients and step).
+    #[arg(long, value_name = "ADAPTER")]
+    adapter: Option<PathBuf>,
     /// Text whose validation split is read (default: TinyShakespeare).
     #[arg(long, value_name = "FILE")]
     corpus: Option<PathBuf>,
@@ -249,7 +264,20 @@ pub struct EvalArgs {
 /// implementations (`tests/reference/tinygpt_torch.py --check`) rebuild the
 /// same batch and compare.
 pub fn eval(args: EvalArgs) -> Result<()> {
-    let ck = Checkpoint::load(&args.checkpoint)?;
+    // The checkpoint a step continues (the adapter, with one), and every
+    // parameter of the model evaluated.
+    let (ck, all_params) =
+        match super::finetune::model_with_adapter(&args.checkpoint, args.adapter.as_deref())? {
+            (base, Some(adapter)) => {
+                let params = tinygpt::model::lora::adapted_params(&base, &adapter)
+                    .map_err(anyhow::Error::msg)?;
+                (adapter, params)
+            }
+            (base, None) => {
+                let params = base.params.clone();
+                (base, params)
+            }
+        };
     let mut config = ck.config.clone();
     let dumps_step = args.dump_grads.is_some() || args.dump_step.is_some();
     if dumps_step {
@@ -257,6 +285,9 @@ pub fn eval(args: EvalArgs) -> Result<()> {
         config.dropout = 0.0;
     }
     let mut inputs = vec![Input::new("--checkpoint", &args.checkpoint)];
+    if let Some(adapter) = &args.adapter {
+        inputs.push(Input::new("--adapter", adapter));
+    }
     if let Some(corpus) = &args.corpus {
         inputs.push(Input::new("--corpus", corpus));
     }
@@ -290,7 +321,7 @@ pub fn eval(args: EvalArgs) -> Result<()> {
     };
     let resolved = super::backend::resolve(args.backend)?;
     let mut backend = super::backend::build(&resolved, args.backend, &config)?;
-    for p in &ck.params {
+    for p in &all_params {
         backend.write(&p.name, &p.values)?;
     }
     let loss = backend.eval_loss(&batch);
@@ -375,6 +406,7 @@ fn one_step(
     backend.run_entries(clip..n);
     if let Some(path) = &args.dump_step {
         let params = tinygpt::train::read_params(backend)?;
+        let params = tinygpt::train::saved_params(backend.program(), params);
         let after = Checkpoint {
             config: ck.config.clone(),
             step: ck.step + 1,

@@ -7,6 +7,7 @@ mod attention;
 mod backend;
 mod bench;
 mod correctness;
+mod finetune;
 mod flash;
 mod flow;
 mod gallery;
@@ -46,6 +47,11 @@ enum Command {
     Train(train::TrainArgs),
     /// Generate text from a checkpoint, streaming it to stdout.
     Generate(generate::GenerateArgs),
+    /// Fine-tune a trained model on your own text with LoRA: its weights
+    /// stay frozen, and small low-rank adapters learn (an adapter file).
+    Finetune(finetune::FinetuneArgs),
+    /// Fold a LoRA adapter into its base: a checkpoint of plain weights.
+    Merge(finetune::MergeArgs),
     /// List the built-in presets (model sizes) with their parameter counts.
     Presets,
     /// Measure training speed (ms per step, tokens per second) per preset.
@@ -135,6 +141,8 @@ pub fn main() -> ExitCode {
         Command::App(a) => app::run_app(a),
         Command::Train(a) => train::run(a),
         Command::Generate(a) => generate::run(a),
+        Command::Finetune(a) => finetune::run(a),
+        Command::Merge(a) => finetune::merge(a),
         Command::Presets => {
             presets();
             Ok(())

@@ -120,7 +120,6 @@ pub fn run(args: TrainArgs) -> Result<()> {
         Some(ck) => Trainer::resume(backend, corpus, ck)?,
         None => Trainer::new(backend, corpus, args.seed)?,
     };
-    let first_step = trainer.step;
     if trainer.step >= config.steps {
         bail!(
             "the checkpoint already has {} steps; ask for more with --steps",
@@ -128,12 +127,6 @@ pub fn run(args: TrainArgs) -> Result<()> {
         );
     }
 
-    let interrupted = Arc::new(AtomicBool::new(false));
-    {
-        let flag = interrupted.clone();
-        ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst))
-            .context("cannot install the Ctrl-C/SIGTERM handler")?;
-    }
     if !args.json {
         eprintln!(
             "training {} ({} parameters) on {} ({} train / {} val bytes) with {description}",
@@ -144,120 +137,13 @@ pub fn run(args: TrainArgs) -> Result<()> {
             trainer.corpus.val.len()
         );
     }
-    let bar = if args.json {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(config.steps)
-    };
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{bar:30.cyan/blue} {pos}/{len} {msg} [{elapsed_precise}, ETA {eta}]",
-        )
-        .expect("valid template")
-        .progress_chars("█▉▊▋▌▍▎▏ "),
-    );
-    bar.set_position(trainer.step);
-    let mut last_val = None;
-    // On the GPU, a copy of the run on the host, refreshed every half
-    // minute: what is saved if the device is lost (its memory goes with it).
-    let mut last_read: Option<(tinygpt::model::checkpoint::Checkpoint, std::time::Instant)> = None;
-    let lose_gpu_after = tinygpt::gpu::GpuContext::test_lose_after();
-    while trainer.step < config.steps {
-        if trainer.backend.as_gpu().is_some()
-            && last_read
-                .as_ref()
-                .is_none_or(|(_, at)| at.elapsed().as_secs() >= 30)
-        {
-            last_read = Some((trainer.checkpoint(true)?, std::time::Instant::now()));
-        }
-        if lose_gpu_after == Some(trainer.step)
-            && let Some(gpu) = trainer.backend.as_gpu()
-        {
-            gpu.destroy_device();
-        }
-        if interrupted.load(Ordering::SeqCst) {
-            bar.abandon();
-            let saved = save(&mut trainer, &out);
-            claim.release();
-            saved?;
-            eprintln!(
-                "interrupted at step {}: checkpoint saved to {}",
-                trainer.step,
-                out.display()
-            );
-            std::process::exit(130);
-        }
-        let m = match trainer.train_step() {
-            Ok(m) => m,
-            Err(e @ TrainError::Diverged { .. }) => {
-                bar.abandon();
-                // Run the step again op by op, to say where it went wrong.
-                match trainer.find_first_non_finite() {
-                    Ok(Some(at)) => {
-                        eprintln!("the first value that is not finite came out of {at}")
-                    }
-                    Ok(None) => eprintln!(
-                        "run again op by op, every output of the step was finite (a value that overflows only sometimes?)"
-                    ),
-                    Err(err) => eprintln!("could not run the step again op by op: {err}"),
-                }
-                if let (Some(path), true) = (&args.resume, trainer.step == first_step) {
-                    // Nothing was trained: the weights are what was loaded,
-                    // so neither the learning rate nor a save can help.
-                    let TrainError::Diverged {
-                        loss, grad_norm, ..
-                    } = e
-                    else {
-                        unreachable!("matched above")
-                    };
-                    bail!(
-                        "the first step from {} diverged (the loss is {loss}, the gradient norm \
-                         {grad_norm}), so the loaded state (its weights or its AdamW moments) is the \
-                         cause, not the learning rate; nothing was written and {} is unchanged \
-                         (resume from an earlier checkpoint)",
-                        path.display(),
-                        path.display()
-                    );
-                } else if trainer.step > 0 {
-                    save(&mut trainer, &out)?;
-                    eprintln!(
-                        "the last good weights (step {}) are saved in {}",
-                        trainer.step,
-                        out.display()
-                    );
-                }
-                return Err(e.into());
-            }
-            Err(e @ TrainError::DeviceLost(_)) => {
-                bar.abandon();
-                if let Some((checkpoint, at)) = last_read {
-                    let (step, ago) = (checkpoint.step, at.elapsed().as_secs());
-                    checkpoint.save(&out, Precision::F32)?;
-                    eprintln!(
-                        "the weights of step {step}, read back from the GPU {ago} s before it was lost, are saved in {} \
-                         (continue with `tinygpt train --resume {} --backend cpu`, or on the GPU once it is back)",
-                        out.display(),
-                        out.display()
-                    );
-                }
-                return Err(e.into());
-            }
-            Err(e) => return Err(e.into()),
-        };
-        if args.json {
-            println!("{}", serde_json::to_string(&m)?);
-        } else {
-            last_val = m.val_loss.or(last_val);
-            let val = last_val.map(|v| format!(" val {v:.4}")).unwrap_or_default();
-            bar.set_message(format!(
-                "loss {:.4}{val} | {:.0} tok/s",
-                m.loss, m.tokens_per_s
-            ));
-            bar.set_position(m.step);
-        }
-    }
-    bar.finish();
-    save(&mut trainer, &out)?;
+    let last_val = train_loop(
+        &mut trainer,
+        &out,
+        &mut claim,
+        args.json,
+        args.resume.as_deref(),
+    )?;
     if !args.json {
         let recent: Vec<f32> = trainer
             .history
@@ -292,6 +178,143 @@ pub fn run(args: TrainArgs) -> Result<()> {
     Ok(())
 }
 
+/// Trains `trainer` to its config's steps with a progress bar (or JSON
+/// lines), saving to `out` at the end, on Ctrl-C or SIGTERM, and the last
+/// good step when a step diverges; what a lost GPU last gave back is saved
+/// too. `resume`: the checkpoint the run continues, if it does. The last
+/// validation loss, if one was measured.
+pub(super) fn train_loop(
+    trainer: &mut Trainer,
+    out: &std::path::Path,
+    claim: &mut tinygpt::output::Claim,
+    json: bool,
+    resume: Option<&std::path::Path>,
+) -> Result<Option<f32>> {
+    let steps = trainer.config.steps;
+    let first_step = trainer.step;
+    let interrupted = Arc::new(AtomicBool::new(false));
+    {
+        let flag = interrupted.clone();
+        ctrlc::set_handler(move || flag.store(true, Ordering::SeqCst))
+            .context("cannot install the Ctrl-C/SIGTERM handler")?;
+    }
+    let bar = if json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(steps)
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{bar:30.cyan/blue} {pos}/{len} {msg} [{elapsed_precise}, ETA {eta}]",
+        )
+        .expect("valid template")
+        .progress_chars("█▉▊▋▌▍▎▏ "),
+    );
+    bar.set_position(trainer.step);
+    let mut last_val = None;
+    // On the GPU, a copy of the run on the host, refreshed every half
+    // minute: what is saved if the device is lost (its memory goes with it).
+    let mut last_read: Option<(tinygpt::model::checkpoint::Checkpoint, std::time::Instant)> = None;
+    let lose_gpu_after = tinygpt::gpu::GpuContext::test_lose_after();
+    while trainer.step < steps {
+        if trainer.backend.as_gpu().is_some()
+            && last_read
+                .as_ref()
+                .is_none_or(|(_, at)| at.elapsed().as_secs() >= 30)
+        {
+            last_read = Some((trainer.checkpoint(true)?, std::time::Instant::now()));
+        }
+        if lose_gpu_after == Some(trainer.step)
+            && let Some(gpu) = trainer.backend.as_gpu()
+        {
+            gpu.destroy_device();
+        }
+        if interrupted.load(Ordering::SeqCst) {
+            bar.abandon();
+            let saved = save(trainer, out);
+            claim.release();
+            saved?;
+            eprintln!(
+                "interrupted at step {}: checkpoint saved to {}",
+                trainer.step,
+                out.display()
+            );
+            std::process::exit(130);
+        }
+        let m = match trainer.train_step() {
+            Ok(m) => m,
+            Err(e @ TrainError::Diverged { .. }) => {
+                bar.abandon();
+                // Run the step again op by op, to say where it went wrong.
+                match trainer.find_first_non_finite() {
+                    Ok(Some(at)) => {
+                        eprintln!("the first value that is not finite came out of {at}")
+                    }
+                    Ok(None) => eprintln!(
+                        "run again op by op, every output of the step was finite (a value that overflows only sometimes?)"
+                    ),
+                    Err(err) => eprintln!("could not run the step again op by op: {err}"),
+                }
+                if let (Some(path), true) = (resume, trainer.step == first_step) {
+                    // Nothing was trained: the weights are what was loaded,
+                    // so neither the learning rate nor a save can help.
+                    let TrainError::Diverged {
+                        loss, grad_norm, ..
+                    } = e
+                    else {
+                        unreachable!("matched above")
+                    };
+                    bail!(
+                        "the first step from {} diverged (the loss is {loss}, the gradient norm \
+                         {grad_norm}), so the loaded state (its weights or its AdamW moments) is the \
+                         cause, not the learning rate; nothing was written and {} is unchanged \
+                         (resume from an earlier checkpoint)",
+                        path.display(),
+                        path.display()
+                    );
+                } else if trainer.step > 0 {
+                    save(trainer, out)?;
+                    eprintln!(
+                        "the last good weights (step {}) are saved in {}",
+                        trainer.step,
+                        out.display()
+                    );
+                }
+                return Err(e.into());
+            }
+            Err(e @ TrainError::DeviceLost(_)) => {
+                bar.abandon();
+                if let Some((checkpoint, at)) = last_read {
+                    let (step, ago) = (checkpoint.step, at.elapsed().as_secs());
+                    checkpoint.save(out, Precision::F32)?;
+                    eprintln!(
+                        "the weights of step {step}, read back from the GPU {ago} s before it was lost, are saved in {} \
+                         (continue with `{} --backend cpu`, or on the GPU once it is back)",
+                        out.display(),
+                        resume_command(&checkpoint.config, out)
+                    );
+                }
+                return Err(e.into());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if json {
+            println!("{}", serde_json::to_string(&m)?);
+        } else {
+            last_val = m.val_loss.or(last_val);
+            let val = last_val.map(|v| format!(" val {v:.4}")).unwrap_or_default();
+            bar.set_message(format!(
+                "loss {:.4}{val} | {:.0} tok/s",
+                m.loss, m.tokens_per_s
+            ));
+            bar.set_position(m.step);
+        }
+    }
+    bar.finish();
+    save(trainer, out)?;
+    Ok(last_val)
+}
+
 /// Saves the run to `out`; when that fails (a full disk, a folder gone),
 /// the weights are not lost: they go to a rescue file in the temporary
 /// folder or the home folder, and the error says where.
@@ -322,16 +345,28 @@ fn save(trainer: &mut Trainer, out: &std::path::Path) -> Result<()> {
         {
             anyhow::bail!(
                 "{error}\nthe trained weights (step {}) are not lost: they were saved to {} \
-                 (move the file where you want it; `tinygpt train --resume {}` continues the run)",
+                 (move the file where you want it; `{}` continues the run)",
                 checkpoint.step,
                 rescue.display(),
-                rescue.display()
+                resume_command(&checkpoint.config, &rescue)
             );
         }
     }
     anyhow::bail!(
         "{error}\nand no rescue file could be written in the temporary or the home folder either"
     )
+}
+
+/// The command that continues a run saved in `path`: a training run's, or
+/// a LoRA fine-tune's (which needs its base again).
+fn resume_command(config: &Config, path: &std::path::Path) -> String {
+    match config.lora {
+        Some(_) => format!(
+            "tinygpt finetune --base BASE --resume {} (BASE: the model it fine-tunes)",
+            path.display()
+        ),
+        None => format!("tinygpt train --resume {}", path.display()),
+    }
 }
 
 /// The checkpoint this run writes, checked and locked before any work (the

@@ -45,6 +45,16 @@ pub struct Generator {
 impl Generator {
     /// Builds a generator from parameters named as in the program/checkpoint.
     pub fn new(config: &Config, params: &[NamedTensor]) -> Result<Self, String> {
+        // A LoRA fine-tune samples through its merged weights, W + (α/r)·B·A:
+        // the same function, at the base's cost per token.
+        if let Some(lora) = config.lora {
+            let merged = crate::model::lora::merge_params(lora, params)?;
+            let base = Config {
+                lora: None,
+                ..config.clone()
+            };
+            return Self::new(&base, &merged);
+        }
         let mut by_name: HashMap<&str, &Vec<f32>> = params
             .iter()
             .map(|t| (t.name.as_str(), &t.values))
@@ -137,7 +147,15 @@ impl Generator {
             causal: true,
         };
         for (layer, blk) in self.blocks.iter().enumerate() {
-            ops::layernorm_forward(&mut ln, &mut mean, &mut rstd, &x, &blk.ln_1.0, &blk.ln_1.1, c);
+            ops::layernorm_forward(
+                &mut ln,
+                &mut mean,
+                &mut rstd,
+                &x,
+                &blk.ln_1.0,
+                &blk.ln_1.1,
+                c,
+            );
             ops::linear_forward(&mut qkv, &ln, &blk.c_attn.0, &blk.c_attn.1, c, 3 * c);
             for (pos, row) in qkv.chunks(3 * c).enumerate() {
                 self.k_cache[layer][pos * c..pos * c + c].copy_from_slice(&row[c..2 * c]);
@@ -146,7 +164,15 @@ impl Generator {
             ops::attention_forward(&mut y, &mut lse, &qkv, &dims, 0.0, 0, 0, false);
             ops::linear_forward(&mut proj, &y, &blk.c_proj.0, &blk.c_proj.1, c, c);
             x.iter_mut().zip(&proj).for_each(|(x, p)| *x += p);
-            ops::layernorm_forward(&mut ln, &mut mean, &mut rstd, &x, &blk.ln_2.0, &blk.ln_2.1, c);
+            ops::layernorm_forward(
+                &mut ln,
+                &mut mean,
+                &mut rstd,
+                &x,
+                &blk.ln_2.0,
+                &blk.ln_2.1,
+                c,
+            );
             ops::linear_forward(&mut fc, &ln, &blk.c_fc.0, &blk.c_fc.1, c, 4 * c);
             ops::gelu_forward(&mut gelu, &fc);
             ops::linear_forward(&mut proj, &gelu, &blk.mlp_proj.0, &blk.mlp_proj.1, 4 * c, c);
@@ -155,7 +181,15 @@ impl Generator {
         // Only the last position's next byte is asked for.
         let last = &x[(t - 1) * c..];
         let (mut ln, mut mean, mut rstd) = (vec![0.0; c], [0.0f32], [0.0f32]);
-        ops::layernorm_forward(&mut ln, &mut mean, &mut rstd, last, &self.ln_f.0, &self.ln_f.1, c);
+        ops::layernorm_forward(
+            &mut ln,
+            &mut mean,
+            &mut rstd,
+            last,
+            &self.ln_f.0,
+            &self.ln_f.1,
+            c,
+        );
         let mut logits = vec![0.0; VOCAB];
         ops::tied_head_forward(&mut logits, &ln, &self.wte, c, VOCAB);
         self.len = t;

@@ -16,6 +16,26 @@ use float::Float;
 use ops::AttnDims;
 use rayon::prelude::*;
 
+/// A [`Op::LowRank`]'s sizes.
+fn lowrank_dims(op: &Op) -> ops::LowRankDims {
+    let Op::LowRank {
+        rank,
+        in_features,
+        out_features,
+        scale,
+        ..
+    } = *op
+    else {
+        unreachable!("lowrank_dims of a {}", op.kind_name());
+    };
+    ops::LowRankDims {
+        rank,
+        n_in: in_features,
+        n_out: out_features,
+        scale,
+    }
+}
+
 pub struct CpuBackend<F: Float> {
     program: Program,
     /// One buffer per tensor of the program (empty for inputs).
@@ -128,15 +148,15 @@ impl<F: Float> CpuBackend<F> {
         }
     }
 
-    /// Global gradient norm over all parameters.
+    /// Global gradient norm over the trained parameters.
     /// Parallel over tensors, each summed in order, the sums added in
     /// program order: deterministic, and one task per tensor rather than one
     /// parallel job per tensor.
     pub fn grad_norm(&self) -> f64 {
         let grads: Vec<&[F]> = self
             .program
-            .params()
-            .map(|p| &self.data[self.program.tensors[p].grad.unwrap()][..])
+            .trained()
+            .map(|p| &self.data[self.grad_of(p)][..])
             .collect();
         let sums: Vec<f64> = grads
             .par_iter()
@@ -215,7 +235,7 @@ impl<F: Float> CpuBackend<F> {
                     scale = s;
                     if s < F::one() {
                         let mut is_param_grad = vec![false; self.data.len()];
-                        for p in self.program.params() {
+                        for p in self.program.trained() {
                             is_param_grad[self.grad_of(p)] = true;
                         }
                         self.data
@@ -243,7 +263,7 @@ impl<F: Float> CpuBackend<F> {
                 let h = adam
                     .or_else(|| self.adam_hyper())
                     .expect("AdamW needs its hyperparameters (load_step with StepParams)");
-                for p in self.program.params().collect::<Vec<_>>() {
+                for p in self.program.trained().collect::<Vec<_>>() {
                     let info = &self.program.tensors[p];
                     let (g, (m, v)) = (info.grad.unwrap(), info.adam.unwrap());
                     let decay = self.program.decays(p);
@@ -313,6 +333,28 @@ impl<F: Float> CpuBackend<F> {
                     out_features,
                 );
                 self.data[out] = o;
+            }
+            Op::LowRank {
+                inp,
+                lora_a,
+                lora_b,
+                base,
+                mid,
+                out,
+                ..
+            } => {
+                let (mut m, mut o) = (self.take(mid), self.take(out));
+                let d = &self.data;
+                ops::lowrank_forward(
+                    &mut m,
+                    &mut o,
+                    &d[inp],
+                    &d[lora_a],
+                    &d[lora_b],
+                    &d[base],
+                    lowrank_dims(&op),
+                );
+                (self.data[mid], self.data[out]) = (m, o);
             }
             Op::Attention {
                 qkv,
@@ -402,6 +444,8 @@ impl<F: Float> CpuBackend<F> {
         let (t, c, b) = (cfg.ctx, cfg.d_model, cfg.batch);
         let op = self.program.ops[i].op.clone();
         match op {
+            // A frozen embedding (a LoRA fine-tune) has nothing to learn.
+            Op::Embedding { wte, .. } if self.program.tensors[wte].is_frozen() => {}
             Op::Embedding { wte, wpe, out, .. } => {
                 let (gwte, gout) = (self.grad_of(wte), self.grad_of(out));
                 let gwpe = wpe.map(|wpe| self.grad_of(wpe));
@@ -428,20 +472,23 @@ impl<F: Float> CpuBackend<F> {
                 mean,
                 rstd,
             } => {
-                let (gi, gw, gb, go) = (
-                    self.grad_of(inp),
-                    self.grad_of(weight),
-                    self.grad_of(bias),
-                    self.grad_of(out),
-                );
-                let (mut di, mut dw, mut db) = (self.take(gi), self.take(gw), self.take(gb));
+                let (gi, go) = (self.grad_of(inp), self.grad_of(out));
+                let mut di = self.take(gi);
+                let mut grads = self.take_param_grads(weight, bias);
                 let width = self.program.tensors[inp].shape.last().copied().unwrap();
                 let d = &self.data;
                 ops::layernorm_backward(
-                    &mut di, &mut dw, &mut db, &d[go], &d[inp], &d[weight], &d[mean], &d[rstd],
+                    &mut di,
+                    grads.as_mut().map(|(w, b)| (&mut w.1[..], &mut b.1[..])),
+                    &d[go],
+                    &d[inp],
+                    &d[weight],
+                    &d[mean],
+                    &d[rstd],
                     width,
                 );
-                (self.data[gi], self.data[gw], self.data[gb]) = (di, dw, db);
+                self.data[gi] = di;
+                self.put_param_grads(grads);
             }
             Op::Linear {
                 inp,
@@ -451,25 +498,55 @@ impl<F: Float> CpuBackend<F> {
                 in_features,
                 out_features,
             } => {
-                let (gi, gw, gb, go) = (
-                    self.grad_of(inp),
-                    self.grad_of(weight),
-                    self.grad_of(bias),
-                    self.grad_of(out),
-                );
-                let (mut di, mut dw, mut db) = (self.take(gi), self.take(gw), self.take(gb));
+                let (gi, go) = (self.grad_of(inp), self.grad_of(out));
+                let mut di = self.take(gi);
+                let mut grads = self.take_param_grads(weight, bias);
                 let d = &self.data;
                 ops::linear_backward(
                     &mut di,
-                    &mut dw,
-                    &mut db,
+                    grads.as_mut().map(|(w, b)| (&mut w.1[..], &mut b.1[..])),
                     &d[go],
                     &d[inp],
                     &d[weight],
                     in_features,
                     out_features,
                 );
-                (self.data[gi], self.data[gw], self.data[gb]) = (di, dw, db);
+                self.data[gi] = di;
+                self.put_param_grads(grads);
+            }
+            Op::LowRank {
+                inp,
+                lora_a,
+                lora_b,
+                base,
+                mid,
+                out,
+                ..
+            } => {
+                let [gi, ga, gb, gbase, gmid, go] =
+                    [inp, lora_a, lora_b, base, mid, out].map(|id| self.grad_of(id));
+                let [mut di, mut da, mut db, mut dbase, mut dmid] =
+                    [gi, ga, gb, gbase, gmid].map(|g| self.take(g));
+                let d = &self.data;
+                ops::lowrank_backward(
+                    &mut di,
+                    &mut da,
+                    &mut db,
+                    &mut dbase,
+                    &mut dmid,
+                    &d[go],
+                    &d[inp],
+                    &d[lora_a],
+                    &d[lora_b],
+                    &d[mid],
+                    lowrank_dims(&op),
+                );
+                for (g, values) in [gi, ga, gb, gbase, gmid]
+                    .into_iter()
+                    .zip([di, da, db, dbase, dmid])
+                {
+                    self.data[g] = values;
+                }
             }
             Op::Attention {
                 qkv,
@@ -528,19 +605,24 @@ impl<F: Float> CpuBackend<F> {
                 self.data[gi] = di;
             }
             Op::TiedHead { inp, wte, out } => {
-                let (gi, gw, go) = (self.grad_of(inp), self.grad_of(wte), self.grad_of(out));
-                let (mut di, mut dw) = (self.take(gi), self.take(gw));
+                let (gi, go) = (self.grad_of(inp), self.grad_of(out));
+                let gw = self.program.tensors[wte].grad;
+                let mut di = self.take(gi);
+                let mut dw = gw.map(|g| self.take(g));
                 let v = crate::model::config::VOCAB;
                 ops::tied_head_backward(
                     &mut di,
-                    &mut dw,
+                    dw.as_deref_mut(),
                     &self.data[go],
                     &self.data[inp],
                     &self.data[wte],
                     c,
                     v,
                 );
-                (self.data[gi], self.data[gw]) = (di, dw);
+                self.data[gi] = di;
+                if let (Some(g), Some(d)) = (gw, dw) {
+                    self.data[g] = d;
+                }
             }
             Op::CrossEntropy { logits, .. } => {
                 let gl = self.grad_of(logits);
@@ -553,6 +635,29 @@ impl<F: Float> CpuBackend<F> {
                 );
                 self.data[gl] = dl;
             }
+        }
+    }
+
+    /// The gradients of a weight and a bias, taken out to be written (with
+    /// their ids); `None` when they are frozen.
+    #[allow(clippy::type_complexity)]
+    fn take_param_grads(
+        &mut self,
+        weight: TensorId,
+        bias: TensorId,
+    ) -> Option<((TensorId, Vec<F>), (TensorId, Vec<F>))> {
+        let (gw, gb) = (
+            self.program.tensors[weight].grad?,
+            self.program.tensors[bias].grad?,
+        );
+        Some(((gw, self.take(gw)), (gb, self.take(gb))))
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn put_param_grads(&mut self, grads: Option<((TensorId, Vec<F>), (TensorId, Vec<F>))>) {
+        if let Some(((gw, dw), (gb, db))) = grads {
+            self.data[gw] = dw;
+            self.data[gb] = db;
         }
     }
 
@@ -604,7 +709,7 @@ impl<F: Float> Backend for CpuBackend<F> {
     fn stash_weights(&mut self) {
         let ids: Vec<TensorId> = self
             .program
-            .params()
+            .trained()
             .flat_map(|p| {
                 let (m, v) = self.program.tensors[p].adam.unwrap();
                 [p, m, v]

@@ -137,11 +137,12 @@ pub fn layernorm_forward<F: Float>(
         });
 }
 
+/// `params`: the gain's and bias's gradients, `None` when they are frozen
+/// (a LoRA fine-tune), which skips their column sums.
 #[allow(clippy::too_many_arguments)]
 pub fn layernorm_backward<F: Float>(
     dinp: &mut [F],
-    dweight: &mut [F],
-    dbias: &mut [F],
+    params: Option<(&mut [F], &mut [F])>,
     dout: &[F],
     inp: &[F],
     weight: &[F],
@@ -176,6 +177,9 @@ pub fn layernorm_backward<F: Float>(
                 }
             }
         });
+    let Some((dweight, dbias)) = params else {
+        return;
+    };
     let mut dwb = vec![F::zero(); 2 * c];
     column_sums_into(&mut dwb, rows, 2 * c, |row, part| {
         let (x, g) = (&inp[row * c..row * c + c], &dout[row * c..row * c + c]);
@@ -222,11 +226,12 @@ pub fn linear_forward<F: Float>(
     );
 }
 
+/// `params`: the weight's and bias's gradients, `None` when they are frozen
+/// (a LoRA fine-tune), which skips their matmul and sums.
 #[allow(clippy::too_many_arguments)]
 pub fn linear_backward<F: Float>(
     dinp: &mut [F],
-    dweight: &mut [F],
-    dbias: &mut [F],
+    params: Option<(&mut [F], &mut [F])>,
     dout: &[F],
     inp: &[F],
     weight: &[F],
@@ -246,6 +251,9 @@ pub fn linear_backward<F: Float>(
         dinp,
         n_in,
     );
+    let Some((dweight, dbias)) = params else {
+        return;
+    };
     // dweight (OUT,IN) += doutᵀ (OUT,N) · inp (N,IN)
     gemm(
         n_out,
@@ -264,6 +272,126 @@ pub fn linear_backward<F: Float>(
             *p += g;
         }
     });
+}
+
+// --------------------------------------------------------------------- lora
+// mid (N,R) = inp (N,IN) · Aᵀ; out (N,OUT) = base + scale · mid · Bᵀ
+// A (R,IN), B (OUT,R)
+
+/// The sizes of a LoRA update: rank and the adapted linear's widths.
+#[derive(Clone, Copy, Debug)]
+pub struct LowRankDims {
+    pub rank: usize,
+    pub n_in: usize,
+    pub n_out: usize,
+    pub scale: f32,
+}
+
+pub fn lowrank_forward<F: Float>(
+    mid: &mut [F],
+    out: &mut [F],
+    inp: &[F],
+    lora_a: &[F],
+    lora_b: &[F],
+    base: &[F],
+    d: LowRankDims,
+) {
+    let rows = inp.len() / d.n_in;
+    // mid (N,R) = inp (N,IN) · Aᵀ (IN,R)
+    gemm(
+        rows,
+        d.n_in,
+        d.rank,
+        F::one(),
+        View::rows(inp, d.n_in),
+        View::transposed(lora_a, d.n_in),
+        F::zero(),
+        mid,
+        d.rank,
+    );
+    // out (N,OUT) = base + scale · mid (N,R) · Bᵀ (R,OUT)
+    out.copy_from_slice(base);
+    gemm(
+        rows,
+        d.rank,
+        d.n_out,
+        F::c(d.scale as f64),
+        View::rows(mid, d.rank),
+        View::transposed(lora_b, d.rank),
+        F::one(),
+        out,
+        d.n_out,
+    );
+}
+
+/// Accumulates the gradients of a LoRA update's inputs; `dmid` (the
+/// gradient of `mid`, which nothing else reads) is overwritten.
+#[allow(clippy::too_many_arguments)]
+pub fn lowrank_backward<F: Float>(
+    dinp: &mut [F],
+    dlora_a: &mut [F],
+    dlora_b: &mut [F],
+    dbase: &mut [F],
+    dmid: &mut [F],
+    dout: &[F],
+    inp: &[F],
+    lora_a: &[F],
+    lora_b: &[F],
+    mid: &[F],
+    d: LowRankDims,
+) {
+    let rows = inp.len() / d.n_in;
+    let scale = F::c(d.scale as f64);
+    // dbase += dout (the frozen linear's output passes straight through)
+    accumulate(dbase, dout);
+    // dB (OUT,R) += scale · doutᵀ (OUT,N) · mid (N,R)
+    gemm(
+        d.n_out,
+        rows,
+        d.rank,
+        scale,
+        View::transposed(dout, d.n_out),
+        View::rows(mid, d.rank),
+        F::one(),
+        dlora_b,
+        d.rank,
+    );
+    // dmid (N,R) = scale · dout (N,OUT) · B (OUT,R)
+    gemm(
+        rows,
+        d.n_out,
+        d.rank,
+        scale,
+        View::rows(dout, d.n_out),
+        View::rows(lora_b, d.rank),
+        F::zero(),
+        dmid,
+        d.rank,
+    );
+    // dA (R,IN) += dmidᵀ (R,N) · inp (N,IN)
+    gemm(
+        d.rank,
+        rows,
+        d.n_in,
+        F::one(),
+        View::transposed(dmid, d.rank),
+        View::rows(inp, d.n_in),
+        F::one(),
+        dlora_a,
+        d.n_in,
+    );
+    // dinp (N,IN) += dmid (N,R) · A (R,IN)
+    gemm(
+        rows,
+        d.rank,
+        d.n_in,
+        F::one(),
+        View::rows(dmid, d.rank),
+        View::rows(lora_a, d.n_in),
+        F::one(),
+        dinp,
+        d.n_in,
+    );
 }
 
 // -------------------------------------------------------------------- gelu
@@ -704,9 +832,10 @@ pub fn tied_head_forward<F: Float>(logits: &mut [F], inp: &[F], wte: &[F], c: us
     );
 }
 
+/// `dwte`: `None` when the embedding is frozen (a LoRA fine-tune).
 pub fn tied_head_backward<F: Float>(
     dinp: &mut [F],
-    dwte: &mut [F],
+    dwte: Option<&mut [F]>,
     dlogits: &[F],
     inp: &[F],
     wte: &[F],
@@ -726,6 +855,9 @@ pub fn tied_head_backward<F: Float>(
         dinp,
         c,
     );
+    let Some(dwte) = dwte else {
+        return;
+    };
     // dwte (V,C) += dlogitsᵀ (V,N) · inp (N,C)
     gemm(
         v,

@@ -67,6 +67,7 @@ pub const SHADERS: &[ShaderFile] = &[
             "gelu_backward",
             "residual_forward",
             "accumulate2",
+            "accumulate",
             "dropout_forward",
             "dropout_backward",
         ],

@@ -58,6 +58,22 @@ pub fn matmul_shapes(program: &Program) -> Vec<(Layout, [usize; 3])> {
                     ..
                 } => (in_features, out_features),
                 Op::TiedHead { .. } => (c, VOCAB),
+                // See Planner::lowrank_forward and lowrank_backward.
+                Op::LowRank {
+                    rank: r,
+                    in_features: i,
+                    out_features: o,
+                    ..
+                } => {
+                    return vec![
+                        (Layout::Nt, [rows, i, r]),
+                        (Layout::Nt, [rows, r, o]),
+                        (Layout::Tn, [o, rows, r]),
+                        (Layout::Nn, [rows, o, r]),
+                        (Layout::Tn, [r, rows, i]),
+                        (Layout::Nn, [rows, r, i]),
+                    ];
+                }
                 _ => return vec![],
             };
             vec![

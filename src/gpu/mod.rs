@@ -192,8 +192,9 @@ fn check_limits(
     Ok(())
 }
 
-/// Where each parameter sits in the flat buffers (weights, gradients and
-/// moments share it): decayed tensors first, each aligned for a binding.
+/// Where each trained parameter sits in the flat buffers (weights,
+/// gradients and moments share it): decayed tensors first, each aligned for
+/// a binding. (A LoRA fine-tune's frozen base has buffers of its own.)
 struct FlatLayout {
     /// In floats, by tensor id (parameters only).
     offsets: Vec<usize>,
@@ -205,7 +206,7 @@ struct FlatLayout {
 
 impl FlatLayout {
     fn new(program: &Program, align_floats: usize) -> Self {
-        let params: Vec<TensorId> = program.params().collect();
+        let params: Vec<TensorId> = program.trained().collect();
         let mut order: Vec<TensorId> = params
             .iter()
             .copied()
@@ -368,7 +369,7 @@ impl GpuBackend {
                 ));
             }
         }
-        let params: Vec<TensorId> = program.params().collect();
+        let params: Vec<TensorId> = program.trained().collect();
 
         let device = ctx.device.clone();
         let kernels = Kernels::new(&device, cfg.head_dim(), cfg.lab);

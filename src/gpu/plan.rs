@@ -221,6 +221,24 @@ impl<'a> Planner<'a> {
                     linear_backward(inp, weight, bias, out, in_features, out_features)
                 )
             }
+            Op::LowRank {
+                inp,
+                lora_a,
+                lora_b,
+                base,
+                mid,
+                out,
+                rank,
+                in_features,
+                out_features,
+                scale,
+            } => {
+                let dims = [rank, in_features, out_features];
+                pass!(
+                    lowrank_forward,
+                    lowrank_backward(inp, lora_a, lora_b, base, mid, out, dims, scale)
+                )
+            }
             Op::Attention {
                 qkv,
                 out,
@@ -268,6 +286,12 @@ impl<'a> Planner<'a> {
         Src::At(self.places[id].unwrap())
     }
 
+    /// Whether a parameter is frozen (a LoRA fine-tune's base): its
+    /// gradient is never computed.
+    fn frozen(&self, id: TensorId) -> bool {
+        self.program.tensors[id].is_frozen()
+    }
+
     /// A tensor's gradient.
     fn g(&self, id: TensorId) -> Src {
         Src::At(self.places[self.program.tensors[id].grad.unwrap()].unwrap())
@@ -307,6 +331,25 @@ impl<'a> Planner<'a> {
         n: usize,
         accumulate: bool,
     ) -> Vec<Planned> {
+        self.matmul_scaled(layout, a, b, out, bias, m, k, n, accumulate, 1.0)
+    }
+
+    /// [`Planner::matmul`] with the product scaled by `alpha` (before the
+    /// bias and what C held are added).
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_scaled(
+        &self,
+        layout: Layout,
+        a: Src,
+        b: Src,
+        out: Src,
+        bias: Option<Src>,
+        m: usize,
+        k: usize,
+        n: usize,
+        accumulate: bool,
+        alpha: f32,
+    ) -> Vec<Planned> {
         let flags = if accumulate { 1 } else { 0 } | if bias.is_some() { 2 } else { 0 };
         let (tile, splits, k_split) = matmul_tiling(m, k, n, layout, self.matmul, self.limits);
         let (tile_m, tile_n) = tile_dims(tile);
@@ -316,7 +359,7 @@ impl<'a> Planner<'a> {
             k: k as u32,
             n: n as u32,
             flags,
-            alpha: 1.0,
+            alpha,
             k_split: k_split as u32,
             splits: splits as u32,
             ..Default::default()
@@ -496,6 +539,10 @@ impl<'a> Planner<'a> {
         wpe: Option<TensorId>,
         out: TensorId,
     ) -> Vec<Planned> {
+        // A frozen embedding (a LoRA fine-tune) has nothing to learn.
+        if self.frozen(wte) {
+            return vec![];
+        }
         let c = self.cfg().d_model;
         let binds = self.embedding_bindings(
             self.p(tokens),
@@ -561,22 +608,26 @@ impl<'a> Planner<'a> {
     ) -> Vec<Planned> {
         let width = self.width(inp);
         let part = self.whole(self.scratch.part, 0);
+        let dx = Planned {
+            entry: "layernorm_backward_dx",
+            bindings: vec![
+                self.p(inp),
+                self.p(weight),
+                self.g(inp),
+                self.p(mean),
+                self.p(rstd),
+                self.g(out),
+                Src::DummyRw,
+                Src::Params,
+            ],
+            params: self.ln_params(width, 0, 0),
+            groups: per_row(self.rows),
+        };
+        if self.frozen(weight) {
+            return vec![dx];
+        }
         vec![
-            Planned {
-                entry: "layernorm_backward_dx",
-                bindings: vec![
-                    self.p(inp),
-                    self.p(weight),
-                    self.g(inp),
-                    self.p(mean),
-                    self.p(rstd),
-                    self.g(out),
-                    Src::DummyRw,
-                    Src::Params,
-                ],
-                params: self.ln_params(width, 0, 0),
-                groups: per_row(self.rows),
-            },
+            dx,
             Planned {
                 entry: "layernorm_backward_part",
                 bindings: vec![
@@ -657,6 +708,9 @@ impl<'a> Planner<'a> {
             in_features,
             true,
         );
+        if self.frozen(weight) {
+            return v;
+        }
         v.extend(self.matmul(
             Layout::Tn,
             self.g(out),
@@ -669,6 +723,130 @@ impl<'a> Planner<'a> {
             true,
         ));
         v.extend(self.bias_grad(self.g(out), self.g(bias), out_features));
+        v
+    }
+
+    // --- LoRA's low-rank update ([`Op::LowRank`]) -----------------------------
+
+    /// mid (N,R) = inp · Aᵀ; out (N,OUT) = scale · mid · Bᵀ, then += base.
+    #[allow(clippy::too_many_arguments)]
+    fn lowrank_forward(
+        &self,
+        inp: TensorId,
+        lora_a: TensorId,
+        lora_b: TensorId,
+        base: TensorId,
+        mid: TensorId,
+        out: TensorId,
+        [rank, n_in, n_out]: [usize; 3],
+        scale: f32,
+    ) -> Vec<Planned> {
+        let rows = self.rows;
+        let mut v = self.matmul(
+            Layout::Nt,
+            self.p(inp),
+            self.p(lora_a),
+            self.p(mid),
+            None,
+            rows,
+            n_in,
+            rank,
+            false,
+        );
+        v.extend(self.matmul_scaled(
+            Layout::Nt,
+            self.p(mid),
+            self.p(lora_b),
+            self.p(out),
+            None,
+            rows,
+            rank,
+            n_out,
+            false,
+            scale,
+        ));
+        v.push(self.elementwise(
+            "accumulate",
+            self.p(out),
+            self.p(base),
+            Src::DummyRw,
+            self.numel(out),
+            0,
+            0.0,
+        ));
+        v
+    }
+
+    /// dbase += dout; dB += scale · doutᵀ · mid; dmid = scale · dout · B;
+    /// dA += dmidᵀ · inp; dinp += dmid · A.
+    #[allow(clippy::too_many_arguments)]
+    fn lowrank_backward(
+        &self,
+        inp: TensorId,
+        lora_a: TensorId,
+        lora_b: TensorId,
+        base: TensorId,
+        mid: TensorId,
+        out: TensorId,
+        [rank, n_in, n_out]: [usize; 3],
+        scale: f32,
+    ) -> Vec<Planned> {
+        let rows = self.rows;
+        let mut v = vec![self.elementwise(
+            "accumulate",
+            self.g(base),
+            self.g(out),
+            Src::DummyRw,
+            self.numel(out),
+            0,
+            0.0,
+        )];
+        v.extend(self.matmul_scaled(
+            Layout::Tn,
+            self.g(out),
+            self.p(mid),
+            self.g(lora_b),
+            None,
+            n_out,
+            rows,
+            rank,
+            true,
+            scale,
+        ));
+        v.extend(self.matmul_scaled(
+            Layout::Nn,
+            self.g(out),
+            self.p(lora_b),
+            self.g(mid),
+            None,
+            rows,
+            n_out,
+            rank,
+            false,
+            scale,
+        ));
+        v.extend(self.matmul(
+            Layout::Tn,
+            self.g(mid),
+            self.p(inp),
+            self.g(lora_a),
+            None,
+            rank,
+            rows,
+            n_in,
+            true,
+        ));
+        v.extend(self.matmul(
+            Layout::Nn,
+            self.g(mid),
+            self.p(lora_a),
+            self.g(inp),
+            None,
+            rows,
+            rank,
+            n_in,
+            true,
+        ));
         v
     }
 
@@ -899,6 +1077,9 @@ impl<'a> Planner<'a> {
             c,
             true,
         );
+        if self.frozen(wte) {
+            return d;
+        }
         d.extend(self.matmul(
             Layout::Tn,
             self.g(out),

@@ -12,7 +12,7 @@
 //! inconsistent with its config, or holding NaN/inf, and says which.
 
 use super::config::Config;
-use super::params::NamedTensor;
+use super::params::{LORA_A, LORA_B, NamedTensor};
 use crate::data::tokenizer;
 use crate::program::Program;
 use safetensors::tensor::{Dtype, Metadata, SafeTensors, TensorInfo};
@@ -222,6 +222,11 @@ impl Checkpoint {
             serde_json::to_string(&self.loss_history).map_err(|e| werr(e.to_string()))?,
         );
 
+        if precision == Precision::Int4 && self.config.lora.is_some() {
+            return Err(werr(
+                "a LoRA adapter is not quantised (it is small already): export it in f32 or f16, or `tinygpt merge` it into its base and export that".into(),
+            ));
+        }
         if precision == Precision::Int4 {
             meta.insert(
                 "quantization".to_string(),
@@ -244,18 +249,23 @@ impl Checkpoint {
         match precision {
             Precision::F32 => {
                 for t in self.all_tensors() {
+                    let name = if self.params.iter().any(|p| std::ptr::eq(p, t)) {
+                        stored_name(&self.config, &t.name)
+                    } else {
+                        t.name.clone()
+                    };
                     let bytes = if cfg!(target_endian = "little") {
                         Cow::Borrowed(bytemuck::cast_slice(&t.values))
                     } else {
                         Cow::Owned(t.values.iter().flat_map(|x| x.to_le_bytes()).collect())
                     };
-                    tensors.push((t.name.clone(), Dtype::F32, t.shape.clone(), bytes));
+                    tensors.push((name, Dtype::F32, t.shape.clone(), bytes));
                 }
             }
             Precision::F16 => {
                 for t in &self.params {
                     tensors.push((
-                        t.name.clone(),
+                        stored_name(&self.config, &t.name),
                         Dtype::F16,
                         t.shape.clone(),
                         f16_bytes(&t.values),
@@ -342,8 +352,45 @@ impl Checkpoint {
         Self::from_bytes(&bytes, &path.display().to_string())
     }
 
-    /// Parses and validates checkpoint bytes; `name` is used in messages.
+    /// Parses and validates a model's checkpoint bytes; `name` is used in
+    /// messages. A LoRA adapter is refused here (it holds no base): see
+    /// [`Checkpoint::adapter_from_bytes`].
     pub fn from_bytes(bytes: &[u8], name: &str) -> Result<Self, CheckpointError> {
+        let checkpoint = Self::parse(bytes, name)?;
+        if checkpoint.config.lora.is_some() {
+            return Err(CheckpointError::Invalid {
+                path: name.to_string(),
+                message: "this is a LoRA adapter, not a whole model: load the model it was fine-tuned from, and this file as its adapter (`--adapter`), or `tinygpt merge` the two".into(),
+            });
+        }
+        Ok(checkpoint)
+    }
+
+    /// Reads a LoRA adapter ([`super::lora`]): a checkpoint of a fine-tune,
+    /// holding its A and B matrices but not its base.
+    pub fn load_adapter(path: &Path) -> Result<Self, CheckpointError> {
+        let bytes =
+            crate::data::read_file(path, 4 << 30).map_err(|message| CheckpointError::Io {
+                path: path.display().to_string(),
+                message,
+            })?;
+        Self::adapter_from_bytes(&bytes, &path.display().to_string())
+    }
+
+    /// [`Checkpoint::load_adapter`] of bytes; `name` is used in messages.
+    pub fn adapter_from_bytes(bytes: &[u8], name: &str) -> Result<Self, CheckpointError> {
+        let checkpoint = Self::parse(bytes, name)?;
+        if checkpoint.config.lora.is_none() {
+            return Err(CheckpointError::Invalid {
+                path: name.to_string(),
+                message: "this is a whole model, not a LoRA adapter: give it with --checkpoint (or --base), and an adapter written by `tinygpt finetune` with --adapter".into(),
+            });
+        }
+        Ok(checkpoint)
+    }
+
+    /// Parses and validates checkpoint bytes of either kind.
+    fn parse(bytes: &[u8], name: &str) -> Result<Self, CheckpointError> {
         let invalid = |message: String| CheckpointError::Invalid {
             path: name.to_string(),
             message,
@@ -446,10 +493,14 @@ impl Checkpoint {
                 values,
             })
         };
+        // A LoRA fine-tune's checkpoint (an adapter) holds what it trains,
+        // its A and B under PEFT's names; its base is a checkpoint of its own.
         let mut params = Vec::new();
-        for id in program.params() {
+        for id in program.trained() {
             let t = &program.tensors[id];
-            params.push(read(&t.name, &t.shape)?);
+            let mut tensor = read(&stored_name(&config, &t.name), &t.shape)?;
+            tensor.name = t.name.clone();
+            params.push(tensor);
         }
         let has_opt = st.names().iter().any(|n| n.starts_with("adam."));
         let optimizer = if has_opt {
@@ -468,8 +519,9 @@ impl Checkpoint {
         // Every stored name is one of these (a 4-bit matrix is two).
         let mut expected: Vec<String> = Vec::new();
         for p in &params {
-            if st.tensor(&p.name).is_ok() {
-                expected.push(p.name.clone());
+            let stored = stored_name(&config, &p.name);
+            if st.tensor(&stored).is_ok() {
+                expected.push(stored);
             } else {
                 expected.push(format!("{}{Q4_NIBBLES}", p.name));
                 expected.push(format!("{}{Q4_SCALES}", p.name));
@@ -500,6 +552,19 @@ impl Checkpoint {
             params,
             optimizer,
         })
+    }
+}
+
+/// PEFT's prefix of an adapter's tensors (`base_model.model.NAME.lora_A.weight`).
+pub const PEFT_PREFIX: &str = "base_model.model.";
+
+/// A parameter's name in the file: its own, or PEFT's for a LoRA adapter's
+/// matrices (so the tools people know read our adapters).
+fn stored_name(config: &Config, name: &str) -> String {
+    if config.lora.is_some() && (name.ends_with(LORA_A) || name.ends_with(LORA_B)) {
+        format!("{PEFT_PREFIX}{name}")
+    } else {
+        name.to_string()
     }
 }
 

@@ -79,6 +79,101 @@ impl Lab {
     }
 }
 
+/// Which linears of each block a LoRA adapter adapts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoraTargets {
+    /// The attention's `c_attn` (the fused q|k|v projection) and `c_proj`.
+    pub attention: bool,
+    /// The MLP's `c_fc` and `c_proj`.
+    pub mlp: bool,
+}
+
+impl LoraTargets {
+    /// Parses `attn`, `mlp` or `attn,mlp` (the CLI's `--targets`).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let mut targets = Self {
+            attention: false,
+            mlp: false,
+        };
+        for part in text.split(',').map(str::trim) {
+            match part {
+                "attn" | "attention" => targets.attention = true,
+                "mlp" => targets.mlp = true,
+                other => {
+                    return Err(format!(
+                        "`{other}` is not a LoRA target: name `attn`, `mlp` or `attn,mlp`"
+                    ));
+                }
+            }
+        }
+        Ok(targets)
+    }
+
+    /// Whether the linear labelled `h.I.attn.c_attn` (etc.) is adapted.
+    pub fn adapts(&self, linear: &str) -> bool {
+        (self.attention && linear.contains(".attn.")) || (self.mlp && linear.contains(".mlp."))
+    }
+
+    /// `attn`, `mlp` or `attn,mlp`, as `parse` reads it.
+    pub fn describe(&self) -> String {
+        let mut parts = vec![];
+        if self.attention {
+            parts.push("attn");
+        }
+        if self.mlp {
+            parts.push("mlp");
+        }
+        parts.join(",")
+    }
+}
+
+/// LoRA (Hu et al. 2021): every base weight is frozen, and each targeted
+/// linear `y = x·Wᵀ + b` gains a low-rank update,
+/// `y = x·Wᵀ + b + (α/r)·(x·Aᵀ)·Bᵀ`, A (r, in) and B (out, r) the only
+/// weights trained. The program honours it, so both backends, the
+/// step-through and the scenes run the adapted model.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Lora {
+    /// The rank r of A and B.
+    pub rank: usize,
+    /// α: the update is scaled by α/r.
+    pub alpha: f32,
+    pub targets: LoraTargets,
+    /// The fingerprint of the frozen base weights the adapters were trained
+    /// on ([`crate::model::lora::fingerprint`]): an adapter refuses any other.
+    pub base: u64,
+}
+
+impl Lora {
+    /// The default targets: the attention's two linears, as in the paper.
+    pub const DEFAULT_TARGETS: LoraTargets = LoraTargets {
+        attention: true,
+        mlp: false,
+    };
+
+    /// α/r, the update's scale.
+    pub fn scale(&self) -> f32 {
+        self.alpha / self.rank as f32
+    }
+
+    /// The trained parameters: r·(in + out) per adapted linear.
+    pub fn param_count(&self, config: &Config) -> usize {
+        let c = config.d_model;
+        let per_block = if self.targets.attention {
+            (c + 3 * c) + (c + c)
+        } else {
+            0
+        } + if self.targets.mlp {
+            (c + 4 * c) + (4 * c + c)
+        } else {
+            0
+        };
+        self.rank * per_block * config.n_layer
+    }
+}
+
 /// Everything that defines a run: the model shape and the training recipe.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -123,6 +218,9 @@ pub struct Config {
     /// Parts taken out for a "break it" lab; intact by default.
     #[serde(default, skip_serializing_if = "Lab::is_intact")]
     pub lab: Lab,
+    /// A LoRA fine-tune of a frozen base ([`Lora`]); none in a preset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora: Option<Lora>,
 }
 
 fn default_schedule() -> Schedule {
@@ -334,6 +432,29 @@ impl Config {
                 return Err(rule(
                     "schedule",
                     format!("decay_steps = {decay_steps} must be >= warmup_steps = {warmup_steps}"),
+                ));
+            }
+        }
+        if let Some(lora) = &self.lora {
+            if lora.rank == 0 || lora.rank > self.d_model {
+                return Err(rule(
+                    "lora",
+                    format!(
+                        "rank = {} must be between 1 and d_model = {}",
+                        lora.rank, self.d_model
+                    ),
+                ));
+            }
+            if !(lora.alpha.is_finite() && lora.alpha > 0.0) {
+                return Err(rule(
+                    "lora",
+                    format!("alpha = {} must be a finite number > 0", lora.alpha),
+                ));
+            }
+            if !(lora.targets.attention || lora.targets.mlp) {
+                return Err(rule(
+                    "lora",
+                    "adapts no linear: target the attention, the MLP or both".into(),
                 ));
             }
         }

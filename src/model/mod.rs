@@ -5,5 +5,6 @@ pub mod checkpoint;
 pub mod config;
 pub mod gallery;
 pub mod int4;
+pub mod lora;
 pub mod params;
 pub mod shipped;

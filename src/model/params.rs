@@ -11,19 +11,33 @@ pub struct NamedTensor {
     pub values: Vec<f32>,
 }
 
+/// The suffixes of a LoRA adapter's two matrices (PEFT's names).
+pub const LORA_A: &str = ".lora_A.weight";
+pub const LORA_B: &str = ".lora_B.weight";
+
 /// GPT-2 initialisation, drawn in program order from the run's `init` stream:
 /// weight matrices and both embeddings N(0, 0.02); the two residual output
 /// projections (`attn.c_proj`, `mlp.c_proj`) N(0, 0.02/√(2L)); biases 0;
-/// LayerNorm gains 1.
+/// LayerNorm gains 1. A LoRA fine-tune's adapters as PEFT starts them, from
+/// their own `lora` stream: A (r, in) uniform in ±1/√in (Kaiming's uniform
+/// with a = √5), B zero, so the adapted model starts as the base.
 pub fn init_params(program: &Program, seed: u64) -> Vec<NamedTensor> {
     let mut rng = Rng::for_stream(seed, "init");
+    let mut lora_rng = Rng::for_stream(seed, "lora");
     let residual_std = 0.02 / (2.0 * program.config.n_layer as f64).sqrt();
     program
         .params()
         .map(|id| {
             let t = &program.tensors[id];
             let n = t.numel();
-            let values: Vec<f32> = if t.shape.len() >= 2 {
+            let values: Vec<f32> = if t.name.ends_with(LORA_A) {
+                let bound = 1.0 / (t.shape[1] as f64).sqrt();
+                (0..n)
+                    .map(|_| ((lora_rng.uniform() * 2.0 - 1.0) * bound) as f32)
+                    .collect()
+            } else if t.name.ends_with(LORA_B) {
+                vec![0.0; n]
+            } else if t.shape.len() >= 2 {
                 let std = if t.name.ends_with("c_proj.weight") {
                     residual_std
                 } else {

@@ -53,7 +53,9 @@ impl Program {
     pub fn cost(&self, step: Step) -> Cost {
         let n = self.rows() as f64;
         let numel = |id: usize| self.tensors[id].numel() as f64;
-        let params: f64 = self.params().map(numel).sum();
+        // What training updates: every parameter, or LoRA's adapters.
+        let params: f64 = self.trained().map(numel).sum();
+        let frozen = |id: usize| self.tensors[id].is_frozen();
         let (flops, bytes) = match step {
             Step::ZeroGrads => {
                 let grads: f64 = self
@@ -98,6 +100,18 @@ impl Program {
                 Op::Gelu { inp, .. } => (GELU_FLOPS * numel(inp), b(2.0 * numel(inp))),
                 Op::Residual { out, .. } => (numel(out), b(3.0 * numel(out))),
                 Op::Dropout { inp, .. } => (numel(inp), b(2.0 * numel(inp))),
+                Op::LowRank {
+                    rank,
+                    in_features: k,
+                    out_features: m,
+                    ..
+                } => {
+                    let (r, k, m) = (rank as f64, k as f64, m as f64);
+                    (
+                        2.0 * n * r * (k + m) + 2.0 * n * m,
+                        b(n * k + r * k + n * r + r * m + 2.0 * n * m + n * m),
+                    )
+                }
                 Op::TiedHead { inp, wte, out } => (
                     2.0 * numel(inp) * c_vocab(self, wte),
                     b(numel(inp) + numel(wte) + numel(out)),
@@ -107,6 +121,8 @@ impl Program {
                 }
             },
             Step::Backward(i) => match self.ops[i].op {
+                // A frozen embedding (LoRA) has no gradient to compute.
+                Op::Embedding { wte, .. } if frozen(wte) => (0.0, 0.0),
                 // Scatter-add into the rows of wte's gradient and into wpe's.
                 Op::Embedding { wpe, out, .. } => {
                     let (x, pos) = (numel(out), wpe.map_or(0.0, numel));
@@ -115,17 +131,45 @@ impl Program {
                 Op::LayerNorm { inp, weight, .. } => {
                     let x = numel(inp);
                     let w = numel(weight);
-                    (14.0 * x, b(2.0 * x + 2.0 * n + w + x + 2.0 * w))
+                    // A frozen gain and bias (LoRA): dx only.
+                    let (params_flops, params_bytes) = if frozen(weight) {
+                        (0.0, 0.0)
+                    } else {
+                        (5.0 * x, 2.0 * w)
+                    };
+                    (
+                        9.0 * x + params_flops,
+                        b(2.0 * x + 2.0 * n + w + x + params_bytes),
+                    )
                 }
                 Op::Linear {
+                    weight,
                     in_features: k,
                     out_features: m,
                     ..
                 } => {
                     let (k, m) = (k as f64, m as f64);
+                    if frozen(weight) {
+                        // dinp only: the frozen weight gets no gradient.
+                        (2.0 * n * k * m, b(n * m + k * m + 2.0 * n * k))
+                    } else {
+                        (
+                            4.0 * n * k * m + n * m,
+                            b(n * m + n * k + k * m + n * k + k * m + m),
+                        )
+                    }
+                }
+                Op::LowRank {
+                    rank,
+                    in_features: k,
+                    out_features: m,
+                    ..
+                } => {
+                    // dbase, dB, dmid, dA, dinp.
+                    let (r, k, m) = (rank as f64, k as f64, m as f64);
                     (
-                        4.0 * n * k * m + n * m,
-                        b(n * m + n * k + k * m + n * k + k * m + m),
+                        n * m + 4.0 * n * r * m + 4.0 * n * r * k,
+                        b(3.0 * n * m + 2.0 * r * m + 3.0 * n * r + 2.0 * r * k + 3.0 * n * k),
                     )
                 }
                 Op::Attention { qkv, lse, .. } => {
@@ -140,6 +184,10 @@ impl Program {
                 Op::Gelu { inp, .. } => (GELU_BACKWARD_FLOPS * numel(inp), b(3.0 * numel(inp))),
                 Op::Residual { out, .. } => (2.0 * numel(out), b(3.0 * numel(out))),
                 Op::Dropout { inp, .. } => (numel(inp), b(2.0 * numel(inp))),
+                Op::TiedHead { inp, wte, out } if frozen(wte) => (
+                    2.0 * numel(inp) * c_vocab(self, wte),
+                    b(numel(out) + numel(wte) + 2.0 * numel(inp)),
+                ),
                 Op::TiedHead { inp, wte, out } => (
                     4.0 * numel(inp) * c_vocab(self, wte),
                     b(numel(out) + numel(inp) + numel(wte) + numel(inp) + numel(wte)),

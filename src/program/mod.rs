@@ -11,7 +11,7 @@
 
 pub mod cost;
 
-use crate::model::config::{Config, VOCAB};
+use crate::model::config::{Config, Lora, VOCAB};
 
 /// Index of a tensor in [`Program::tensors`].
 pub type TensorId = usize;
@@ -47,15 +47,22 @@ pub struct TensorInfo {
     pub kind: TensorKind,
     /// The layer this tensor belongs to (index into [`Program::layers`]).
     pub layer: usize,
-    /// Its gradient tensor, for parameters and activations that have one.
+    /// Its gradient tensor, for parameters and activations that have one
+    /// (a frozen parameter has none).
     pub grad: Option<TensorId>,
-    /// For parameters: AdamW moments, and whether weight decay applies (≥2-D).
+    /// For trained parameters: AdamW moments (weight decay applies to ≥2-D).
     pub adam: Option<(TensorId, TensorId)>,
 }
 
 impl TensorInfo {
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
+    }
+
+    /// A parameter that training leaves as it is: a LoRA fine-tune's base
+    /// weights, which get no gradient and no optimizer state.
+    pub fn is_frozen(&self) -> bool {
+        self.kind == TensorKind::Param && self.grad.is_none()
     }
 }
 
@@ -121,6 +128,21 @@ pub enum Op {
         p: f32,
         stream: u32,
     },
+    /// LoRA's low-rank update of a frozen linear's output `base`:
+    /// `mid = inp · Aᵀ`, `out = base + scale · mid · Bᵀ` (scale = α/r).
+    /// inp (N,IN), lora_a (R,IN), lora_b (OUT,R), base (N,OUT) -> mid (N,R), out (N,OUT)
+    LowRank {
+        inp: TensorId,
+        lora_a: TensorId,
+        lora_b: TensorId,
+        base: TensorId,
+        mid: TensorId,
+        out: TensorId,
+        rank: usize,
+        in_features: usize,
+        out_features: usize,
+        scale: f32,
+    },
     /// The LM head tied to the token embedding: `logits = inp · wteᵀ`. inp (N,C), wte (V,C) -> logits (N,V)
     TiedHead {
         inp: TensorId,
@@ -144,6 +166,7 @@ impl Op {
             Op::Embedding { .. } => "embedding",
             Op::LayerNorm { .. } => "layernorm",
             Op::Linear { .. } => "linear",
+            Op::LowRank { .. } => "lora",
             Op::Attention { .. } => "attention",
             Op::Gelu { .. } => "gelu",
             Op::Residual { .. } => "residual",
@@ -180,6 +203,15 @@ impl Op {
                 out,
                 ..
             } => (vec![inp, weight, bias], vec![out]),
+            Op::LowRank {
+                inp,
+                lora_a,
+                lora_b,
+                base,
+                mid,
+                out,
+                ..
+            } => (vec![inp, lora_a, lora_b, base], vec![mid, out]),
             Op::Attention { qkv, out, lse, .. } => (vec![qkv], vec![out, lse]),
             Op::Gelu { inp, out } => (vec![inp], vec![out]),
             Op::Residual { a, b, out } => (vec![a, b], vec![out]),
@@ -283,6 +315,9 @@ struct Builder {
     /// Every tensor name so far (a linear scan made a 1000-layer program
     /// take seconds to build: the fuzzer's first finding).
     names: std::collections::HashSet<String>,
+    /// The LoRA fine-tune, if this is one: then every base parameter is
+    /// frozen and the targeted linears gain their adapters.
+    lora: Option<Lora>,
 }
 
 impl Builder {
@@ -307,8 +342,17 @@ impl Builder {
         self.tensors.len() - 1
     }
 
-    /// A parameter with its gradient and AdamW moments.
+    /// A parameter of the model: trained (with its gradient and AdamW
+    /// moments), or frozen in a LoRA fine-tune (with neither).
     fn param(&mut self, name: &str, shape: &[usize]) -> TensorId {
+        if self.lora.is_some() {
+            return self.tensor(name, shape, TensorKind::Param);
+        }
+        self.trained_param(name, shape)
+    }
+
+    /// A parameter with its gradient and AdamW moments.
+    fn trained_param(&mut self, name: &str, shape: &[usize]) -> TensorId {
         let id = self.tensor(name, shape, TensorKind::Param);
         let g = self.tensor(&format!("grad.{name}"), shape, TensorKind::Grad);
         let m = self.tensor(&format!("adam.m.{name}"), shape, TensorKind::AdamM);
@@ -332,6 +376,69 @@ impl Builder {
             layer: self.layer,
             label: label.into(),
         });
+    }
+
+    /// A linear `inp · weightᵀ + bias` (weight and bias named
+    /// `{param}.weight`, `.bias`) into a new activation `out_name` of shape
+    /// `out_shape`; with LoRA on this linear, its low-rank update after it
+    /// (`out_name` is then the adapted output, `{out_name}.base` the frozen
+    /// linear's).
+    #[allow(clippy::too_many_arguments)]
+    fn linear(
+        &mut self,
+        label: &str,
+        param: &str,
+        inp: TensorId,
+        out_name: &str,
+        out_shape: &[usize],
+        in_features: usize,
+        out_features: usize,
+    ) -> TensorId {
+        let lora = self.lora.filter(|l| l.targets.adapts(label));
+        let base_name = match lora {
+            Some(_) => format!("{out_name}.base"),
+            None => out_name.to_string(),
+        };
+        let out = self.act(&base_name, out_shape);
+        let weight = self.param(&format!("{param}.weight"), &[out_features, in_features]);
+        let bias = self.param(&format!("{param}.bias"), &[out_features]);
+        self.op(
+            label,
+            Op::Linear {
+                inp,
+                weight,
+                bias,
+                out,
+                in_features,
+                out_features,
+            },
+        );
+        let Some(lora) = lora else {
+            return out;
+        };
+        let r = lora.rank;
+        let lora_a = self.trained_param(&format!("{param}.lora_A.weight"), &[r, in_features]);
+        let lora_b = self.trained_param(&format!("{param}.lora_B.weight"), &[out_features, r]);
+        let mut mid_shape = out_shape.to_vec();
+        *mid_shape.last_mut().expect("an activation has a shape") = r;
+        let mid = self.act(&format!("{label}.lora.down"), &mid_shape);
+        let adapted = self.act(out_name, out_shape);
+        self.op(
+            &format!("{label}.lora"),
+            Op::LowRank {
+                inp,
+                lora_a,
+                lora_b,
+                base: out,
+                mid,
+                out: adapted,
+                rank: r,
+                in_features,
+                out_features,
+                scale: lora.scale(),
+            },
+        );
+        adapted
     }
 
     fn stream(&mut self) -> u32 {
@@ -376,6 +483,7 @@ impl Program {
             layer: 0,
             next_stream: 0,
             names: Default::default(),
+            lora: config.lora,
         };
 
         let lab = config.lab;
@@ -423,19 +531,14 @@ impl Program {
                     rstd: ln1_rstd,
                 },
             );
-            let qkv = g.act(&format!("h.{i}.attn.qkv"), &[b, t, 3 * c]);
-            let attn_w = g.param(&format!("{n}.attn.c_attn.weight"), &[3 * c, c]);
-            let attn_b = g.param(&format!("{n}.attn.c_attn.bias"), &[3 * c]);
-            g.op(
+            let qkv = g.linear(
                 &format!("h.{i}.attn.c_attn"),
-                Op::Linear {
-                    inp: ln1,
-                    weight: attn_w,
-                    bias: attn_b,
-                    out: qkv,
-                    in_features: c,
-                    out_features: 3 * c,
-                },
+                &format!("{n}.attn.c_attn"),
+                ln1,
+                &format!("h.{i}.attn.qkv"),
+                &[b, t, 3 * c],
+                c,
+                3 * c,
             );
             let y = g.act(&format!("h.{i}.attn.y"), &[b, t, c]);
             let lse = g.tensor(&format!("h.{i}.attn.lse"), &[b, h, t], TensorKind::Saved);
@@ -452,19 +555,14 @@ impl Program {
                     stream,
                 },
             );
-            let proj = g.act(&format!("h.{i}.attn.proj"), &[b, t, c]);
-            let proj_w = g.param(&format!("{n}.attn.c_proj.weight"), &[c, c]);
-            let proj_b = g.param(&format!("{n}.attn.c_proj.bias"), &[c]);
-            g.op(
+            let proj = g.linear(
                 &format!("h.{i}.attn.c_proj"),
-                Op::Linear {
-                    inp: y,
-                    weight: proj_w,
-                    bias: proj_b,
-                    out: proj,
-                    in_features: c,
-                    out_features: c,
-                },
+                &format!("{n}.attn.c_proj"),
+                y,
+                &format!("h.{i}.attn.proj"),
+                &[b, t, c],
+                c,
+                c,
             );
             let proj = g.dropout(&format!("h.{i}.attn.drop"), proj, p, &[b, t, c]);
             let res1 = g.act(&format!("h.{i}.res_1"), &[b, t, c]);
@@ -493,35 +591,25 @@ impl Program {
                     rstd: ln2_rstd,
                 },
             );
-            let fc = g.act(&format!("h.{i}.mlp.fc"), &[b, t, 4 * c]);
-            let fc_w = g.param(&format!("{n}.mlp.c_fc.weight"), &[4 * c, c]);
-            let fc_b = g.param(&format!("{n}.mlp.c_fc.bias"), &[4 * c]);
-            g.op(
+            let fc = g.linear(
                 &format!("h.{i}.mlp.c_fc"),
-                Op::Linear {
-                    inp: ln2,
-                    weight: fc_w,
-                    bias: fc_b,
-                    out: fc,
-                    in_features: c,
-                    out_features: 4 * c,
-                },
+                &format!("{n}.mlp.c_fc"),
+                ln2,
+                &format!("h.{i}.mlp.fc"),
+                &[b, t, 4 * c],
+                c,
+                4 * c,
             );
             let gelu = g.act(&format!("h.{i}.mlp.gelu"), &[b, t, 4 * c]);
             g.op(&format!("h.{i}.mlp.gelu"), Op::Gelu { inp: fc, out: gelu });
-            let mproj = g.act(&format!("h.{i}.mlp.proj"), &[b, t, c]);
-            let mproj_w = g.param(&format!("{n}.mlp.c_proj.weight"), &[c, 4 * c]);
-            let mproj_b = g.param(&format!("{n}.mlp.c_proj.bias"), &[c]);
-            g.op(
+            let mproj = g.linear(
                 &format!("h.{i}.mlp.c_proj"),
-                Op::Linear {
-                    inp: gelu,
-                    weight: mproj_w,
-                    bias: mproj_b,
-                    out: mproj,
-                    in_features: 4 * c,
-                    out_features: c,
-                },
+                &format!("{n}.mlp.c_proj"),
+                gelu,
+                &format!("h.{i}.mlp.proj"),
+                &[b, t, c],
+                4 * c,
+                c,
             );
             let mproj = g.dropout(&format!("h.{i}.mlp.drop"), mproj, p, &[b, t, c]);
             let res2 = g.act(&format!("h.{i}.res_2"), &[b, t, c]);
@@ -625,6 +713,17 @@ impl Program {
             .enumerate()
             .filter(|(_, t)| t.kind == TensorKind::Param)
             .map(|(i, _)| i)
+    }
+
+    /// The parameters training updates, in program order: all of them, or
+    /// a LoRA fine-tune's adapters only.
+    pub fn trained(&self) -> impl Iterator<Item = TensorId> + '_ {
+        self.params().filter(|&id| !self.tensors[id].is_frozen())
+    }
+
+    /// A LoRA fine-tune's frozen base parameters (none otherwise).
+    pub fn frozen(&self) -> impl Iterator<Item = TensorId> + '_ {
+        self.params().filter(|&id| self.tensors[id].is_frozen())
     }
 
     /// Whether AdamW decays this parameter: every tensor with ≥2 dimensions.

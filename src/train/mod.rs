@@ -11,6 +11,7 @@ use crate::data::{Batch, BatchSampler, Corpus, validation_batches};
 use crate::model::checkpoint::{Checkpoint, LossPoint, OptimizerState};
 use crate::model::config::Config;
 use crate::model::params::NamedTensor;
+use crate::program::Program;
 use serde::Serialize;
 use web_time::Instant;
 
@@ -235,6 +236,40 @@ impl Trainer {
             last_finish: None,
             epoch: 0,
         })
+    }
+
+    /// A LoRA fine-tune: the backend's program must be a LoRA program
+    /// ([`crate::model::lora::finetune_config`]); the adapters start as
+    /// PEFT starts them (from `seed`), and the frozen weights are `base`'s.
+    pub fn finetune(
+        backend: Box<dyn Backend>,
+        corpus: Corpus,
+        seed: u64,
+        base: &[NamedTensor],
+    ) -> Result<Self, TrainError> {
+        if backend.program().config.lora.is_none() {
+            return Err(TrainError::Mismatch(
+                "a fine-tune needs a LoRA program (its config has no `lora`)".into(),
+            ));
+        }
+        let mut trainer = Self::new(backend, corpus, seed)?;
+        trainer.load_frozen(base)?;
+        Ok(trainer)
+    }
+
+    /// Writes a LoRA fine-tune's frozen base weights (every frozen
+    /// parameter of the program, by name, from `base`).
+    pub fn load_frozen(&mut self, base: &[NamedTensor]) -> Result<(), TrainError> {
+        let program = self.backend.program().clone();
+        for id in program.frozen() {
+            let name = &program.tensors[id].name;
+            let t = base
+                .iter()
+                .find(|t| &t.name == name)
+                .ok_or_else(|| TrainError::Mismatch(format!("the base has no tensor `{name}`")))?;
+            self.backend.write(name, &t.values)?;
+        }
+        Ok(())
     }
 
     /// Continues a run from a checkpoint (its parameters, optimizer state,
@@ -736,9 +771,11 @@ impl Trainer {
         Ok(read_params(self.backend.as_mut())?)
     }
 
-    /// A checkpoint of the run so far, with or without AdamW's moments.
+    /// A checkpoint of the run so far, with or without AdamW's moments (a
+    /// LoRA fine-tune's: its adapter, without the frozen base).
     pub fn checkpoint(&mut self, with_optimizer: bool) -> Result<Checkpoint, TrainError> {
         let params = self.params()?;
+        let params = saved_params(self.backend.program(), params);
         let optimizer = if with_optimizer {
             Some(read_moments(self.backend.as_mut(), &params)?)
         } else {
@@ -760,10 +797,23 @@ impl Trainer {
             seed: self.seed,
             sampler_state: Some(self.sampler.rng.state()),
             loss_history: self.history.clone(),
-            params,
+            params: saved_params(self.backend.program(), params),
             optimizer,
         }
     }
+}
+
+/// What a checkpoint of `program` holds of `params`: all of them, or a
+/// LoRA fine-tune's trained adapters (its base is a checkpoint of its own).
+pub fn saved_params(program: &Program, params: Vec<NamedTensor>) -> Vec<NamedTensor> {
+    params
+        .into_iter()
+        .filter(|t| {
+            program
+                .tensor_id(&t.name)
+                .is_none_or(|id| !program.tensors[id].is_frozen())
+        })
+        .collect()
 }
 
 /// A backend's parameters by name, in program order (the checkpoint's).

@@ -47,6 +47,7 @@ pub fn config(
         eval_interval: 0,
         eval_batches: 1,
         lab: Default::default(),
+        lora: None,
     }
 }
 

@@ -11,6 +11,7 @@ use super::status::AppStatus;
 use crate::backend::BackendChoice;
 use crate::model::checkpoint::Checkpoint;
 use crate::model::config::{Config, Lab};
+use crate::model::lora::FinetuneOptions;
 use bevy::prelude::*;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -55,6 +56,16 @@ pub enum RunCommand {
     /// The GPU was lost (the reason): the run goes on on the CPU from its
     /// last host copy ([`Run::recovery`]), training if it was.
     FallBackToCpu(String),
+    /// Fine-tune the run's model with LoRA on the loaded corpus: its
+    /// weights are read back, then [`RunCommand::StartFinetune`] follows.
+    Finetune(FinetuneOptions),
+    /// A fine-tune run of `base` (the weights read back): its weights
+    /// frozen, adapters trained on the loaded corpus.
+    StartFinetune {
+        base: Arc<Checkpoint>,
+        base_name: String,
+        options: FinetuneOptions,
+    },
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -76,6 +87,8 @@ pub(super) fn handle_commands(
         // Where a resumed run's weights came from, for the status line.
         let mut resumed_from = "the checkpoint";
         let mut train_on = false;
+        // A fine-tune that cannot start leaves the settings as they were.
+        let mut finetune_before = None;
         match command.clone() {
             RunCommand::Train => {
                 if matches!(run.state, RunState::Finished) {
@@ -189,8 +202,46 @@ pub(super) fn handle_commands(
             RunCommand::LoadCheckpoint { name, bytes } => {
                 match Checkpoint::from_bytes(&bytes, &name) {
                     Err(e) => status.error(format!("checkpoint not loaded: {e}")),
-                    Ok(ckpt) => rebuild = Some(Some(ckpt)),
+                    Ok(ckpt) => {
+                        settings.finetune = None;
+                        rebuild = Some(Some(ckpt));
+                    }
                 }
+            }
+            RunCommand::Finetune(options) => {
+                if run.config().lora.is_some() {
+                    status.error("this run is a fine-tune already: Reset starts it again from its base; to fine-tune something else, load that model first");
+                } else if run.saving() || run.finetune_pending() {
+                    status.error(
+                        "the run's weights are being read back; fine-tune again in a moment",
+                    );
+                } else {
+                    if run.state == RunState::Training {
+                        run.state = RunState::Paused;
+                    }
+                    run.pending_finetune = Some(options);
+                    run.finetune_requested = false;
+                    status.info =
+                        Some("reading the model's weights back to fine-tune them…".into());
+                }
+            }
+            RunCommand::StartFinetune {
+                base,
+                base_name,
+                options,
+            } => {
+                let step = base.step;
+                finetune_before = Some(settings.finetune.clone());
+                settings.finetune = Some(super::settings::Finetune {
+                    base,
+                    base_name: base_name.clone(),
+                    options,
+                });
+                status.info = Some(format!(
+                    "fine-tuning {base_name} (step {step}) on {}: its weights are frozen; press Train",
+                    settings.corpus.name()
+                ));
+                rebuild = Some(None);
             }
             RunCommand::FallBackToCpu(reason) => {
                 settings.backend = BackendChoice::Cpu;
@@ -213,9 +264,14 @@ pub(super) fn handle_commands(
         }
         if let Some(resume) = rebuild {
             match build_run(&settings, &gpu, resume.as_ref(), run.generation + 1) {
-                Err(e) => status.error(format!(
-                    "the new run could not start, the current one is kept: {e}"
-                )),
+                Err(e) => {
+                    if let Some(before) = finetune_before {
+                        settings.finetune = before;
+                    }
+                    status.error(format!(
+                        "the new run could not start, the current one is kept: {e}"
+                    ))
+                }
                 Ok(mut new_run) => {
                     if let Some(ckpt) = &resume {
                         status.info =

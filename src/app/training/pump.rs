@@ -6,6 +6,7 @@ use super::requests::{FlashTraces, Probes, Snapshots, TensorWants};
 use super::run::{RECOVERY_INTERVAL_S, Run, RunState};
 use super::save::{checkpoint_of, save_checkpoint};
 use super::status::AppStatus;
+use crate::model::checkpoint::Checkpoint;
 use crate::train::TrainError;
 use bevy::prelude::*;
 
@@ -22,6 +23,7 @@ pub(super) fn pump_training(
     mut status: ResMut<AppStatus>,
     runs: Query<(Entity, &TrainingRun)>,
     time: Res<Time<Real>>,
+    mut finetunes: MessageWriter<super::RunCommand>,
 ) {
     let Some(mut run) = run else { return };
     let run = &mut *run;
@@ -126,6 +128,22 @@ pub(super) fn pump_training(
                 run.state = RunState::Training;
             }
         }
+        if let Some(options) = run.pending_finetune
+            && run.finetune_requested
+        {
+            run.pending_finetune = None;
+            run.finetune_requested = false;
+            match base_of(run, &snapshot) {
+                Ok(base) => {
+                    finetunes.write(super::RunCommand::StartFinetune {
+                        base_name: run.preset.clone(),
+                        base: std::sync::Arc::new(base),
+                        options,
+                    });
+                }
+                Err(e) => status.error(format!("the fine-tune could not start: {e}")),
+            }
+        }
         if run.recovery_out {
             run.recovery_out = false;
             match checkpoint_of(run, &snapshot) {
@@ -153,7 +171,7 @@ pub(super) fn pump_training(
     if run.pending_save.is_some() && !run.save_requested && !run.engine.busy() {
         let names = run
             .program
-            .params()
+            .trained()
             .flat_map(|id| {
                 let n = &run.program.tensors[id].name;
                 [
@@ -166,6 +184,21 @@ pub(super) fn pump_training(
             .collect();
         run.engine.request_snapshot(names);
         run.save_requested = true;
+        return;
+    }
+    // A fine-tune waits until nothing is in flight, then reads the weights.
+    if run.pending_finetune.is_some()
+        && !run.finetune_requested
+        && run.pending_save.is_none()
+        && !run.engine.busy()
+    {
+        let names = run
+            .program
+            .params()
+            .map(|id| run.program.tensors[id].name.clone())
+            .collect();
+        run.engine.request_snapshot(names);
+        run.finetune_requested = true;
         return;
     }
     // What every view wants, each tensor once; big ones are read less
@@ -189,7 +222,7 @@ pub(super) fn pump_training(
         return;
     }
     if recovery_due {
-        for id in run.program.params() {
+        for id in run.program.trained() {
             let n = &run.program.tensors[id].name;
             for name in [n.clone(), format!("adam.m.{n}"), format!("adam.v.{n}")] {
                 if !names.contains(&name) {
@@ -229,4 +262,17 @@ pub(super) fn pump_training(
         snapshots.dirty = false;
         snapshots.wants_seen = wants.changes;
     }
+}
+
+/// The run's model from a snapshot of every weight, as the base of a
+/// fine-tune (at the snapshot's step, with its loss history).
+fn base_of(run: &mut Run, snapshot: &crate::app::engine::Snapshot) -> Result<Checkpoint, String> {
+    let params = snapshot
+        .params(&run.program)
+        .ok_or("not every weight was read back")?;
+    let trainer = run.engine.trainer().ok_or("the run was busy")?;
+    let mut base = trainer.checkpoint_from(params, None);
+    base.step = snapshot.step;
+    base.loss_history.retain(|p| p.step <= snapshot.step);
+    Ok(base)
 }

@@ -61,6 +61,10 @@ pub struct Run {
     /// each a batch of one row (what Take it apart's importance map
     /// measures on, on request).
     pub validation_rows: Vec<crate::data::Batch>,
+    /// Fine-tune this run's model when its weights are read back
+    /// ([`super::RunCommand::Finetune`]), and whether they are asked for.
+    pub(super) pending_finetune: Option<crate::model::lora::FinetuneOptions>,
+    pub(super) finetune_requested: bool,
 }
 
 /// Rows of the run's validation windows kept for the scenes' batch-1
@@ -84,10 +88,25 @@ impl Run {
         &self.program.config
     }
 
-    /// The run as the loss chart names it: `tiny, lr 3.0e-4, no causal mask`.
+    /// The run as the loss chart names it: `tiny, lr 3.0e-4, no causal mask`
+    /// (a fine-tune: `small + LoRA r8 on attn, lr 2.0e-3`).
     pub fn label(&self) -> String {
         let c = self.config();
-        format!("{}, lr {:.1e}, {}", self.preset, c.lr, c.lab.describe())
+        match c.lora {
+            Some(l) => format!(
+                "{} + LoRA r{} on {}, lr {:.1e}",
+                self.preset,
+                l.rank,
+                l.targets.describe(),
+                c.lr
+            ),
+            None => format!("{}, lr {:.1e}, {}", self.preset, c.lr, c.lab.describe()),
+        }
+    }
+
+    /// A fine-tune in progress or asked for.
+    pub fn finetune_pending(&self) -> bool {
+        self.pending_finetune.is_some()
     }
 
     pub fn step(&self) -> u64 {
@@ -165,9 +184,22 @@ pub fn build_run(
         GpuFallback::ToCpu,
     )?;
     let backend_label = backend.describe();
-    let trainer = match resume {
-        Some(ckpt) => Trainer::resume(backend, corpus.clone(), ckpt),
-        None => Trainer::new(backend, corpus.clone(), settings.seed),
+    let trainer = match (&settings.finetune, config.lora) {
+        // A fine-tune: its frozen base, and fresh or resumed adapters.
+        (Some(finetune), Some(_)) => match resume {
+            Some(ckpt) => Trainer::resume(backend, corpus.clone(), ckpt).and_then(|mut t| {
+                t.load_frozen(&finetune.base.params)?;
+                Ok(t)
+            }),
+            None => Trainer::finetune(backend, corpus.clone(), settings.seed, &finetune.base.params),
+        },
+        (None, Some(_)) => {
+            return Err("a LoRA adapter needs the model it was fine-tuned from: load that model, then fine-tune it".into());
+        }
+        (_, None) => match resume {
+            Some(ckpt) => Trainer::resume(backend, corpus.clone(), ckpt),
+            None => Trainer::new(backend, corpus.clone(), settings.seed),
+        },
     }
     .map_err(|e| e.to_string())?;
     let step = trainer.step;
@@ -183,7 +215,10 @@ pub fn build_run(
     });
     Ok(Run {
         program,
-        preset: settings.preset.clone(),
+        preset: match &settings.finetune {
+            Some(f) if config.lora.is_some() => f.base_name.clone(),
+            _ => settings.preset.clone(),
+        },
         corpus_name: corpus.name.clone(),
         engine: Engine::new(trainer),
         state: if step >= config.steps {
@@ -203,6 +238,8 @@ pub fn build_run(
         recovery_asked: None,
         recovery_out: false,
         validation_rows,
+        pending_finetune: None,
+        finetune_requested: false,
     })
 }
 

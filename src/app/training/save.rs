@@ -7,12 +7,12 @@ use crate::model::params::NamedTensor;
 use bevy::prelude::*;
 
 /// The run as a checkpoint (with AdamW's moments) from a full snapshot, at
-/// the snapshot's step.
+/// the snapshot's step: what training updates (a fine-tune's adapter).
 pub(super) fn checkpoint_of(run: &mut Run, snapshot: &Snapshot) -> Result<Checkpoint, String> {
     let program = &run.program;
     let take = |prefix: &str| -> Result<Vec<NamedTensor>, String> {
         program
-            .params()
+            .trained()
             .map(|id| {
                 let t = &program.tensors[id];
                 let name = format!("{prefix}{}", t.name);

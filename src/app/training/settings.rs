@@ -3,7 +3,9 @@
 
 use crate::backend::BackendChoice;
 use crate::data::Corpus;
+use crate::model::checkpoint::Checkpoint;
 use crate::model::config::{Config, Lab};
+use crate::model::lora::FinetuneOptions;
 use bevy::prelude::*;
 use std::sync::Arc;
 
@@ -61,6 +63,19 @@ pub struct RunSettings {
     pub backend: BackendChoice,
     /// The "break it" switches a new run gets (the preset's by default).
     pub lab: Lab,
+    /// A LoRA fine-tune of a trained model: new runs fine-tune its frozen
+    /// weights on the corpus instead of training the preset from scratch.
+    pub finetune: Option<Finetune>,
+}
+
+/// A fine-tune's base and choices ([`RunSettings::finetune`]).
+#[derive(Clone, Debug)]
+pub struct Finetune {
+    /// The trained model whose weights stay frozen.
+    pub base: Arc<Checkpoint>,
+    /// What it is called (the run it came from).
+    pub base_name: String,
+    pub options: FinetuneOptions,
 }
 
 impl RunSettings {
@@ -74,11 +89,15 @@ impl RunSettings {
             corpus: CorpusSource::Builtin,
             seed: 1337,
             backend: BackendChoice::Auto,
+            finetune: None,
         }
     }
 
     /// The configuration a new run uses: the preset with this run's overrides.
     pub fn run_config(&self) -> Result<Config, String> {
+        if let Some(f) = &self.finetune {
+            return crate::model::lora::finetune_config(&f.base, f.options);
+        }
         let mut config = self.config.clone();
         config.lr = self.lr;
         config.steps = self.steps;

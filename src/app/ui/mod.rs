@@ -309,6 +309,88 @@ fn lab_settings(
         });
 }
 
+/// Fine-tune (LoRA): the run's model frozen, small adapters trained on the
+/// loaded corpus or on pasted text; or, on a fine-tune, what it is.
+fn finetune_settings(
+    ui: &mut egui::Ui,
+    ui_state: &mut UiState,
+    settings: &RunSettings,
+    run: &Run,
+    commands: &mut MessageWriter<RunCommand>,
+) {
+    egui::CollapsingHeader::new("Fine-tune (LoRA)")
+        .default_open(run.config().lora.is_some())
+        .show(ui, |ui| {
+            if let (Some(lora), Some(f)) = (run.config().lora, &settings.finetune) {
+                ui.label(format!(
+                    "fine-tuning {} (step {}) on {}: its weights are frozen; rank-{} adapters on {} learn (α {}).",
+                    f.base_name,
+                    f.base.step,
+                    run.corpus_name,
+                    lora.rank,
+                    lora.targets.describe(),
+                    lora.alpha
+                ));
+                if let Some(share) = crate::model::lora::trained_share(run.config()) {
+                    ui.small(share);
+                }
+                ui.small("Reset starts the fine-tune again from the base. The sample box below switches between the base and the fine-tuned model.");
+                return;
+            }
+            ui.small("Freeze this model's weights and train small low-rank adapters (LoRA) on a text of your own: load or drop one above, or paste it here.");
+            let o = &mut ui_state.finetune;
+            egui::Grid::new("finetune").num_columns(2).show(ui, |ui| {
+                ui.label("rank");
+                let mut rank = o.rank as u32;
+                ui.add(egui::DragValue::new(&mut rank).range(1..=64));
+                if rank as usize != o.rank {
+                    // α follows the rank: a scale of 2, as the CLI's default.
+                    o.rank = rank as usize;
+                    o.alpha = 2.0 * o.rank as f32;
+                }
+                ui.end_row();
+                ui.label("steps");
+                ui.add(egui::DragValue::new(&mut o.steps).speed(10).range(1..=100_000));
+                ui.end_row();
+                ui.label("learning rate");
+                ui.add(egui::DragValue::new(&mut o.lr).speed(1e-4).range(1e-6..=1.0).max_decimals(5));
+                ui.end_row();
+                ui.label("adapt");
+                ui.horizontal(|ui| {
+                    ui.checkbox(&mut o.targets.attention, "attention");
+                    ui.checkbox(&mut o.targets.mlp, "MLP");
+                });
+                ui.end_row();
+            });
+            ui.add(
+                egui::TextEdit::multiline(&mut ui_state.finetune_text)
+                    .hint_text("or paste a text here (a few KB at least)")
+                    .desired_rows(3)
+                    .desired_width(f32::INFINITY),
+            );
+            let pasted = !ui_state.finetune_text.trim().is_empty();
+            let on = if pasted {
+                format!("the pasted text ({} bytes)", ui_state.finetune_text.len())
+            } else {
+                settings.corpus.name()
+            };
+            let can = ui_state.finetune.targets.attention || ui_state.finetune.targets.mlp;
+            if ui
+                .add_enabled(can, egui::Button::new(format!("Fine-tune on {on}")))
+                .on_disabled_hover_text("adapt the attention, the MLP or both")
+                .clicked()
+            {
+                if pasted {
+                    commands.write(RunCommand::LoadCorpus {
+                        name: "pasted text".into(),
+                        bytes: ui_state.finetune_text.clone().into_bytes(),
+                    });
+                }
+                commands.write(RunCommand::Finetune(ui_state.finetune));
+            }
+        });
+}
+
 /// The run panel (left) and the loss chart and sampler (right).
 #[allow(clippy::too_many_arguments)]
 #[cfg_attr(target_arch = "wasm32", allow(unused_variables))] // the path box and its errors are native
@@ -448,6 +530,7 @@ fn side_panels(
             });
             // Below the controls the browser test clicks by position.
             lab_settings(ui, settings, commands);
+            finetune_settings(ui, ui_state, settings, run, commands);
             if !run.config().lab.is_intact() {
                 ui.colored_label(egui::Color32::from_rgb(255, 170, 60), format!("this run is a lab: {}", run.config().lab.describe()));
             }
@@ -462,6 +545,9 @@ fn side_panels(
                     ui.end_row();
                 };
                 row("step", format!("{step} / {}", cfg.steps));
+                if let Some(share) = crate::model::lora::trained_share(cfg) {
+                    row("trained", share);
+                }
                 if let Some(m) = run.last {
                     row("loss", format!("{:.4}", m.loss));
                     let ppl = (m.loss as f64).exp();
@@ -541,6 +627,18 @@ fn side_panels(
                 });
             ui.separator();
             ui.strong("Sample");
+            if run.config().lora.is_some() {
+                ui.horizontal(|ui| {
+                    ui.label("model");
+                    let before = sample.from_base;
+                    ui.selectable_value(&mut sample.from_base, false, "fine-tuned");
+                    ui.selectable_value(&mut sample.from_base, true, "base");
+                    if sample.from_base != before {
+                        // The same prompt and seed through the other model.
+                        sample.start();
+                    }
+                });
+            }
             ui.horizontal(|ui| {
                 ui.label("prompt");
                 ui.text_edit_singleline(&mut sample.prompt);

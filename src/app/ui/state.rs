@@ -26,6 +26,9 @@ pub struct UiState {
     pub presenter: bool,
     /// Animations jump instead of moving (the FlashAttention replay).
     pub reduced_motion: bool,
+    /// The Fine-tune box's choices, and text pasted to fine-tune on.
+    pub finetune: crate::model::lora::FinetuneOptions,
+    pub finetune_text: String,
 }
 
 impl UiState {
@@ -57,6 +60,8 @@ impl Default for UiState {
             wide: false,
             presenter: false,
             reduced_motion: false,
+            finetune: Default::default(),
+            finetune_text: String::new(),
         }
     }
 }

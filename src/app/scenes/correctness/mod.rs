@@ -312,11 +312,14 @@ fn drive(
             Err(e) => view.fd_error = Some(e),
         }
     }
+    // Every weight, and the moments of those training updates.
     let names: Vec<String> = program
         .params()
         .flat_map(|id| {
-            let n = program.tensors[id].name.clone();
-            [format!("adam.m.{n}"), format!("adam.v.{n}"), n]
+            let t = &program.tensors[id];
+            let n = t.name.clone();
+            let moments = (!t.is_frozen()).then(|| [format!("adam.m.{n}"), format!("adam.v.{n}")]);
+            moments.into_iter().flatten().chain([n])
         })
         .collect();
     match view.job.take() {

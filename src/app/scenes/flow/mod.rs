@@ -181,8 +181,9 @@ fn ask(
     // ends it): they are twice the weights' size, read back four times a
     // second while the run trains.
     let moments: Vec<String> = if view.pass == FlowPass::Backward {
-        params
-            .iter()
+        run.program
+            .trained()
+            .map(|id| &run.program.tensors[id].name)
             .flat_map(|p| [format!("adam.m.{p}"), format!("adam.v.{p}")])
             .collect()
     } else {

@@ -221,17 +221,19 @@ fn leave(mut selection: ResMut<Selection>, mut wants: ResMut<TensorWants>) {
 fn want_tensors(run: Option<Res<Run>>, snapshots: Res<Snapshots>, mut wants: ResMut<TensorWants>) {
     let Some(run) = run else { return };
     let view = snapshots.view;
+    // (A LoRA fine-tune's frozen weights have no gradient or moments.)
+    let exists = |name: &String| run.program.tensor_id(name).is_some();
     let mut names: Vec<String> = run
         .program
         .params()
         .map(|id| view.tensor_name(&run.program.tensors[id].name))
+        .filter(exists)
         .collect();
     if let Some(p) = &snapshots.inspect
         && view != HeatmapView::Gradients
         && run.program.tensor_id(p).is_some()
     {
-        names.push(format!("grad.{p}"));
-        names.push(p.clone());
+        names.extend([format!("grad.{p}"), p.clone()].into_iter().filter(exists));
     }
     wants.set("model", names);
 }

@@ -332,7 +332,7 @@ fn draw(
             .selected_text(current.trim_start_matches("transformer."))
             .width(160.0)
             .show_ui(ui, |ui| {
-                for id in program.params() {
+                for id in program.trained() {
                     let name = &program.tensors[id].name;
                     if ui
                         .selectable_label(*name == current, name.trim_start_matches("transformer."))
