@@ -338,6 +338,175 @@ fn samples_stream_in_from_the_latest_weights() {
     assert!(s.error.is_none());
 }
 
+/// Fine-tuning in the app (issue 37): the run's weights become the frozen
+/// base of a LoRA run on the loaded text; training moves the adapters only;
+/// the sample box's switch samples the base or the fine-tuned model from
+/// the same seed; Save writes an adapter that goes back on its base.
+#[test]
+fn a_model_fine_tunes_in_the_app_and_samples_both_ways() {
+    use tinygpt::app::sample::SampleState;
+    use tinygpt::model::lora::{self, FinetuneOptions};
+    let mut app = app_with("tiny", |s| s.steps = 1000);
+    send(&mut app, RunCommand::Step);
+    update_until(&mut app, "a step", |app| {
+        run_step(app) == 1 && !app.world().resource::<Run>().engine.busy()
+    });
+    let base = weights(&mut app);
+    let text: Vec<u8> = include_str!("../src/program/mod.rs").bytes().collect();
+    send(
+        &mut app,
+        RunCommand::LoadCorpus {
+            name: "program.rs".into(),
+            bytes: text,
+        },
+    );
+    let options = FinetuneOptions {
+        rank: 2,
+        alpha: 4.0,
+        steps: 6,
+        lr: 5e-3,
+        ..Default::default()
+    };
+    send(&mut app, RunCommand::Finetune(options));
+    update_until(&mut app, "the fine-tune run", |app| {
+        app.world().resource::<Run>().config().lora.is_some()
+    });
+    let run = app.world().resource::<Run>();
+    assert_eq!((run.step(), run.corpus_name.as_str()), (0, "program.rs"));
+    assert!(run.label().contains("LoRA r2"), "{}", run.label());
+    assert_eq!(run.config().steps, 6);
+    send(&mut app, RunCommand::Train);
+    update_until(&mut app, "the fine-tune's steps", |app| {
+        let run = app.world().resource::<Run>();
+        run.state == RunState::Finished && !run.engine.busy()
+    });
+    let after = weights(&mut app);
+    for b in &base {
+        let now = after.iter().find(|p| p.name == b.name).unwrap();
+        assert!(now.values == b.values, "`{}` moved", b.name);
+    }
+    assert!(after.iter().any(|p| p.name.ends_with(".lora_B.weight") && p.values.iter().any(|&x| x != 0.0)));
+    // The A/B switch: the base's sample is the base model's, from the same seed.
+    let mut texts = vec![];
+    for from_base in [true, false] {
+        {
+            let mut sample = app.world_mut().resource_mut::<SampleState>();
+            sample.prompt = "fn ".into();
+            sample.length = 30;
+            sample.options.temperature = 0.0;
+            sample.from_base = from_base;
+            sample.start();
+        }
+        update_until(&mut app, "the sample", |app| {
+            let s = app.world().resource::<SampleState>();
+            !s.running() && s.text.lock().unwrap().len() > 3
+        });
+        let s = app.world().resource::<SampleState>();
+        assert!(s.error.is_none(), "{:?}", s.error);
+        texts.push(s.text.lock().unwrap().clone());
+    }
+    let config = app.world().resource::<Run>().config().clone();
+    let greedy = |config: &Config, params: &[tinygpt::model::params::NamedTensor]| {
+        let mut g = tinygpt::cpu::generate::Generator::new(config, params).unwrap();
+        let opts = tinygpt::train::sample::SampleOptions {
+            temperature: 0.0,
+            ..Default::default()
+        };
+        let out = tinygpt::train::sample::generate(&mut g, b"fn ", 30, &opts, |_| {});
+        format!("fn {}", String::from_utf8_lossy(&out))
+    };
+    let base_config = Config {
+        lora: None,
+        ..config.clone()
+    };
+    assert_eq!(texts[0], greedy(&base_config, &base), "the base's sample");
+    assert_eq!(texts[1], greedy(&config, &after), "the fine-tuned sample");
+    // Save: an adapter, which goes back on its base.
+    let dir = common::scratch_dir("app-lora");
+    let path = dir.join("adapter.safetensors");
+    send(
+        &mut app,
+        RunCommand::SaveCheckpoint {
+            path: path.clone(),
+            replace: false,
+        },
+    );
+    update_until(&mut app, "the save", |_| path.exists());
+    let adapter = tinygpt::model::checkpoint::Checkpoint::load_adapter(&path).unwrap();
+    assert_eq!(adapter.step, 6);
+    let base_ck = tinygpt::model::checkpoint::Checkpoint {
+        config: base_config,
+        step: 1,
+        seed: adapter.seed,
+        sampler_state: None,
+        loss_history: vec![],
+        params: base,
+        optimizer: None,
+    };
+    lora::check_base(&base_ck, &adapter).unwrap();
+}
+
+/// `tinygpt app --checkpoint BASE --adapter A` opens the fine-tune; the
+/// Model scene draws each adapter's update (α/r)·B·A beside its frozen W,
+/// computed from A and B as the merge computes it, inside the picture.
+#[test]
+fn headless_model_scene_draws_each_lora_update() {
+    let dir = common::scratch_dir("app-lora-model");
+    let code = dir.join("code.txt");
+    std::fs::write(&code, include_str!("../src/program/mod.rs").repeat(2)).unwrap();
+    let adapter = dir.join("a.safetensors");
+    common::tinygpt(&[
+        "finetune", "--base", "gallery:tiny", "--corpus", code.to_str().unwrap(),
+        "--targets", "attn,mlp", "--rank", "4", "--steps", "30", "--lr", "1e-2",
+        "--backend", "cpu", "--out", adapter.to_str().unwrap(),
+    ]);
+    let shot = dir.join("model.png");
+    let r = run_headless(
+        &[
+            "app", "--headless", "--checkpoint", "gallery:tiny", "--adapter",
+            adapter.to_str().unwrap(), "--corpus", code.to_str().unwrap(), "--backend", "cpu",
+            "--scene", "model", "--frames", "30", "--width", "1280", "--height", "720",
+        ],
+        &shot,
+    );
+    let line = r.to_string();
+    assert!(r["errors"].as_array().unwrap().is_empty(), "{line}");
+    let updates = r["lora_updates"].as_array().unwrap();
+    // Two blocks × (c_attn, attn.c_proj, c_fc, mlp.c_proj).
+    assert_eq!(updates.len(), 2 * 4, "{line}");
+    let base = tinygpt::model::checkpoint::Checkpoint::load(std::path::Path::new("gallery:tiny")).unwrap();
+    let ad = tinygpt::model::checkpoint::Checkpoint::load_adapter(&adapter).unwrap();
+    let merged = tinygpt::model::lora::merge(&base, &ad).unwrap();
+    let (w, h, pixels) = decode(&shot);
+    for u in updates {
+        let name = u["name"].as_str().unwrap();
+        let w_name = name.replace(".lora_BA", ".weight");
+        let (before, after) = (
+            base.params.iter().find(|t| t.name == w_name).unwrap(),
+            merged.params.iter().find(|t| t.name == w_name).unwrap(),
+        );
+        assert_eq!(u["shape"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            u["shape"][0].as_u64().unwrap() as usize * u["shape"][1].as_u64().unwrap() as usize,
+            before.values.len(),
+            "{name}: the update has W's shape"
+        );
+        // The drawn update is the merge's W' − W.
+        let delta: Vec<f32> = after.values.iter().zip(&before.values).map(|(a, b)| a - b).collect();
+        let (lo, hi) = delta.iter().fold((f32::MAX, f32::MIN), |(l, h), &x| (l.min(x), h.max(x)));
+        let scale = lo.abs().max(hi.abs());
+        for (key, want) in [("min", lo), ("max", hi)] {
+            let got = u[key].as_f64().unwrap_or_else(|| panic!("{name} not drawn: {line}")) as f32;
+            assert!((got - want).abs() <= 1e-4 * scale, "{name} {key}: {got} vs {want}");
+        }
+        assert!(scale > 0.0, "{name}: the adapter learned nothing");
+        let rect = rect_of(u);
+        assert!(rect[2] <= w && rect[3] <= h && rect[0] < rect[2] && rect[1] < rect[3], "{name} {rect:?}");
+        let share = drawn_share(&pixels, w, (rect[0], rect[1], rect[2], rect[3]), &not_background(&r));
+        assert!(share > 0.9, "{name}: {share} of its rectangle drawn");
+    }
+}
+
 /// RGBA pixels of a PNG.
 fn decode(path: &std::path::Path) -> (usize, usize, Vec<[u8; 4]>) {
     let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(path).unwrap()));

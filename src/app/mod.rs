@@ -71,6 +71,9 @@ pub struct AppOptions {
     /// A checkpoint to open at start (its name and bytes) instead of the
     /// fresh run of `settings`.
     pub checkpoint: Option<(String, Vec<u8>)>,
+    /// A LoRA adapter of that checkpoint (its name and bytes): the app
+    /// opens the fine-tune, its base frozen.
+    pub adapter: Option<(String, Vec<u8>)>,
     /// Run without a window for this many frames (see [`headless`]).
     pub headless: Option<headless::HeadlessConfig>,
 }
@@ -150,7 +153,7 @@ pub fn build(options: AppOptions) -> App {
     app.add_plugins(EguiPlugin::default())
         .insert_resource(options.settings)
         .insert_resource(TrainOnStart(options.train))
-        .insert_resource(training::OpenOnStart(options.checkpoint))
+        .insert_resource(training::OpenOnStart(options.checkpoint, options.adapter))
         .insert_resource(ui::UiState {
             wide: options.wide,
             ..Default::default()

@@ -65,6 +65,7 @@ pub fn main() {
         }),
         headless: None,
         checkpoint: opening.flatten(),
+        adapter: None,
     });
     if let Some(view) = link.view {
         app.world_mut().resource_mut::<Snapshots>().set_view(view);

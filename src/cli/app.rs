@@ -22,6 +22,10 @@ pub struct AppArgs {
     /// shipped small in the "Inside the model" scene.
     #[arg(long)]
     checkpoint: Option<String>,
+    /// A LoRA adapter of the --checkpoint model (`tinygpt finetune`): the
+    /// app opens the fine-tune, its base frozen (train on with --corpus).
+    #[arg(long, value_name = "ADAPTER", requires = "checkpoint")]
+    adapter: Option<PathBuf>,
     /// Training steps of the run (default: the preset's).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     steps: Option<u64>,
@@ -214,6 +218,18 @@ pub fn run_app(args: AppArgs) -> Result<()> {
             }
         },
     };
+    // An adapter: refused here, by name, unless it fits the checkpoint.
+    let adapter = match (&args.adapter, &checkpoint) {
+        (Some(path), Some((name, bytes))) => {
+            let base = tinygpt::model::checkpoint::Checkpoint::from_bytes(bytes, name)?;
+            let adapter = tinygpt::model::checkpoint::Checkpoint::load_adapter(path)?;
+            tinygpt::model::lora::check_base(&base, &adapter)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            let bytes = tinygpt::data::read_file(path, 4 << 30).map_err(anyhow::Error::msg)?;
+            Some((path.display().to_string(), bytes))
+        }
+        _ => None,
+    };
     if let Some(s) = args.steps {
         settings.steps = s;
     }
@@ -238,6 +254,7 @@ pub fn run_app(args: AppArgs) -> Result<()> {
                     .map(std::path::Path::new)
                     .filter(|p| p.is_file())
                     .map(|p| Input::new("--checkpoint", p)),
+                args.adapter.as_deref().map(|p| Input::new("--adapter", p)),
                 preset.is_file().then(|| Input::new("--preset", preset)),
                 lesson
                     .filter(|p| p.is_file())
@@ -289,6 +306,7 @@ pub fn run_app(args: AppArgs) -> Result<()> {
         lesson,
         headless,
         checkpoint,
+        adapter,
     });
     if let Some(e) = lesson_error {
         app.world_mut()

@@ -56,6 +56,14 @@ pub enum RunCommand {
     /// The GPU was lost (the reason): the run goes on on the CPU from its
     /// last host copy ([`Run::recovery`]), training if it was.
     FallBackToCpu(String),
+    /// A LoRA adapter's contents and those of the model it fine-tunes: the
+    /// fine-tune goes on from the adapter, on the loaded corpus.
+    LoadAdapter {
+        base_name: String,
+        base: Vec<u8>,
+        name: String,
+        bytes: Vec<u8>,
+    },
     /// Fine-tune the run's model with LoRA on the loaded corpus: its
     /// weights are read back, then [`RunCommand::StartFinetune`] follows.
     Finetune(FinetuneOptions),
@@ -208,6 +216,41 @@ pub(super) fn handle_commands(
                     }
                 }
             }
+            RunCommand::LoadAdapter {
+                base_name,
+                base,
+                name,
+                bytes,
+            } => {
+                let opened = Checkpoint::from_bytes(&base, &base_name)
+                    .map_err(|e| e.to_string())
+                    .and_then(|base| {
+                        let adapter = Checkpoint::adapter_from_bytes(&bytes, &name)
+                            .map_err(|e| e.to_string())?;
+                        let lora = crate::model::lora::check_base(&base, &adapter)
+                            .map_err(|e| format!("{name}: {e}"))?;
+                        Ok((base, adapter, lora))
+                    });
+                match opened {
+                    Err(e) => status.error(format!("adapter not loaded: {e}")),
+                    Ok((base, adapter, lora)) => {
+                        finetune_before = Some(settings.finetune.clone());
+                        settings.finetune = Some(super::settings::Finetune {
+                            base: Arc::new(base),
+                            base_name,
+                            options: FinetuneOptions {
+                                rank: lora.rank,
+                                alpha: lora.alpha,
+                                targets: lora.targets,
+                                steps: adapter.config.steps,
+                                lr: adapter.config.lr,
+                            },
+                        });
+                        resumed_from = "the adapter";
+                        rebuild = Some(Some(adapter));
+                    }
+                }
+            }
             RunCommand::Finetune(options) => {
                 if run.config().lora.is_some() {
                     status.error("this run is a fine-tune already: Reset starts it again from its base; to fine-tune something else, load that model first");
@@ -294,14 +337,23 @@ pub(super) fn handle_commands(
     }
 }
 
-/// A checkpoint to open as soon as the first run exists (`--checkpoint`).
+/// A checkpoint to open as soon as the first run exists (`--checkpoint`),
+/// and a LoRA adapter of it (`--adapter`), names and bytes.
 #[derive(Resource, Clone, Debug, Default)]
-pub struct OpenOnStart(pub Option<(String, Vec<u8>)>);
+pub struct OpenOnStart(pub Option<(String, Vec<u8>)>, pub Option<(String, Vec<u8>)>);
 
 /// Sends the start-up checkpoint as a load command (carried out with the
 /// others, in the first frame).
 pub(super) fn open_on_start(mut open: ResMut<OpenOnStart>, mut out: MessageWriter<RunCommand>) {
     if let Some((name, bytes)) = open.0.take() {
-        out.write(RunCommand::LoadCheckpoint { name, bytes });
+        out.write(match open.1.take() {
+            Some((adapter_name, adapter)) => RunCommand::LoadAdapter {
+                base_name: name,
+                base: bytes,
+                name: adapter_name,
+                bytes: adapter,
+            },
+            None => RunCommand::LoadCheckpoint { name, bytes },
+        });
     }
 }

@@ -23,7 +23,7 @@ pub(super) fn pump_training(
     mut status: ResMut<AppStatus>,
     runs: Query<(Entity, &TrainingRun)>,
     time: Res<Time<Real>>,
-    mut finetunes: MessageWriter<super::RunCommand>,
+    mut finetunes: MessageWriter<super::commands::RunCommand>,
 ) {
     let Some(mut run) = run else { return };
     let run = &mut *run;
@@ -135,7 +135,7 @@ pub(super) fn pump_training(
             run.finetune_requested = false;
             match base_of(run, &snapshot) {
                 Ok(base) => {
-                    finetunes.write(super::RunCommand::StartFinetune {
+                    finetunes.write(super::commands::RunCommand::StartFinetune {
                         base_name: run.preset.clone(),
                         base: std::sync::Arc::new(base),
                         options,

@@ -323,7 +323,7 @@ fn finetune_settings(
         .show(ui, |ui| {
             if let (Some(lora), Some(f)) = (run.config().lora, &settings.finetune) {
                 ui.label(format!(
-                    "fine-tuning {} (step {}) on {}: its weights are frozen; rank-{} adapters on {} learn (α {}).",
+                    "fine-tuning {} at step {} on {}: its weights are frozen; rank-{} adapters on {} learn (α {}).",
                     f.base_name,
                     f.base.step,
                     run.corpus_name,
@@ -545,8 +545,9 @@ fn side_panels(
                     ui.end_row();
                 };
                 row("step", format!("{step} / {}", cfg.steps));
-                if let Some(share) = crate::model::lora::trained_share(cfg) {
-                    row("trained", share);
+                if let Some(lora) = cfg.lora {
+                    let (trained, all) = (lora.param_count(cfg), cfg.param_count());
+                    row("trained", format!("{} of {} ({:.1}%)", crate::model::config::group_thousands(trained), crate::model::config::group_thousands(all), 100.0 * trained as f64 / all as f64));
                 }
                 if let Some(m) = run.last {
                     row("loss", format!("{:.4}", m.loss));

@@ -64,6 +64,10 @@ pub fn describe(program: &Program, name: &str, shape: &[usize]) -> (String, Stri
     let maths = match (kind, name) {
         ("embedding", _) => "wte[byte] + wpe[pos]",
         ("layernorm", _) => "(x − mean) / std · γ + β",
+        // A LoRA fine-tune: the frozen linear, the adapter's two steps.
+        ("linear", n) if n.ends_with(".base") => "x · W + b  (W frozen)",
+        ("lora", n) if n.ends_with(".lora.down") => "x · Aᵀ  (down to rank r)",
+        ("lora", _) => "frozen output + (α/r) · down · Bᵀ",
         ("linear", n) if n.ends_with("qkv") => "[q | k | v] = x · W + b",
         ("linear", n) if n.ends_with("mlp.fc") => "x · W + b  (C → 4C)",
         ("linear", n) if n.ends_with("mlp.proj") => "x · W + b  (4C → C)",
@@ -78,6 +82,9 @@ pub fn describe(program: &Program, name: &str, shape: &[usize]) -> (String, Stri
     let title = match (kind, name) {
         (_, "emb") => "embedding".to_string(),
         ("layernorm", _) => "LayerNorm".into(),
+        ("linear", n) if n.ends_with(".base") => "frozen linear".into(),
+        ("lora", n) if n.ends_with(".lora.down") => "LoRA down".into(),
+        ("lora", _) => "+ LoRA update".into(),
         ("linear", n) if n.ends_with("qkv") => "q, k, v".into(),
         ("linear", n) if n.ends_with("attn.proj") => "attention output".into(),
         ("linear", n) if n.ends_with("mlp.fc") => "MLP up".into(),

@@ -56,7 +56,51 @@ pub struct Heatmap {
     pub pixel_hash: u64,
     /// Times its pixels changed.
     pub updates: u64,
+    /// A LoRA adapter's update `(α/r)·B·A` (out, in), computed from its two
+    /// matrices rather than read: `param` then names it `….lora_BA`.
+    pub product: Option<LowRankProduct>,
 }
+
+/// What a LoRA update's heatmap multiplies: B (out, r) and A (r, in).
+#[derive(Clone, Debug)]
+pub struct LowRankProduct {
+    pub a: String,
+    pub b: String,
+    pub rank: usize,
+    pub scale: f32,
+}
+
+impl LowRankProduct {
+    /// Element (row, col) of (α/r)·B·A from the snapshot, if both are there.
+    fn at(&self, tensors: &TensorMap, row: usize, col: usize) -> Option<f32> {
+        let (a, b) = (tensors.get(&self.a)?, tensors.get(&self.b)?);
+        let n_in = a.len() / self.rank;
+        let dot: f32 = (0..self.rank)
+            .map(|k| b[row * self.rank + k] * a[k * n_in + col])
+            .sum();
+        Some(self.scale * dot)
+    }
+
+    /// All of (α/r)·B·A, (out, in) row-major.
+    fn values(&self, tensors: &TensorMap) -> Option<Vec<f32>> {
+        let (a, b) = (tensors.get(&self.a)?, tensors.get(&self.b)?);
+        let n_in = a.len() / self.rank;
+        let n_out = b.len() / self.rank;
+        let mut out = vec![0.0f32; n_out * n_in];
+        for (o, row) in out.chunks_mut(n_in).enumerate() {
+            for k in 0..self.rank {
+                let w = self.scale * b[o * self.rank + k];
+                for (x, &ak) in row.iter_mut().zip(&a[k * n_in..(k + 1) * n_in]) {
+                    *x += w * ak;
+                }
+            }
+        }
+        Some(out)
+    }
+}
+
+/// A snapshot's tensors by name.
+type TensorMap = std::collections::HashMap<String, std::sync::Arc<Vec<f32>>>;
 
 /// A layer's block in the stack.
 #[derive(Component, Debug)]
@@ -146,18 +190,23 @@ struct Column<'a> {
 fn columns<'a>(params: &[(Entity, &'a Tensor, Vec2)]) -> Vec<Column<'a>> {
     let mut out: Vec<Column<'a>> = Vec::new();
     for &(e, t, size) in params {
-        let module = t
-            .name
-            .rsplit_once('.')
-            .map_or(t.name.as_str(), |(m, _)| m)
-            .to_string();
+        // A LoRA adapter's A and B form one column, `….c_attn.lora`.
+        let module = lora_module(&t.name).unwrap_or_else(|| {
+            t.name
+                .rsplit_once('.')
+                .map_or(t.name.as_str(), |(m, _)| m)
+                .to_string()
+        });
         if out.last().is_none_or(|c| c.module != module) {
-            let shape = t
-                .shape
-                .iter()
-                .map(|d| d.to_string())
-                .collect::<Vec<_>>()
-                .join("×");
+            let shape = if lora_module(&t.name).is_some() {
+                format!("B·A, rank {}", t.shape[1])
+            } else {
+                t.shape
+                    .iter()
+                    .map(|d| d.to_string())
+                    .collect::<Vec<_>>()
+                    .join("×")
+            };
             out.push(Column {
                 module,
                 shape,
@@ -182,6 +231,39 @@ fn columns<'a>(params: &[(Entity, &'a Tensor, Vec2)]) -> Vec<Column<'a>> {
         }
     }
     out
+}
+
+/// The input width of the adapter whose B heads `column`: its A's columns
+/// (A sits in the layer beside B).
+fn columns_in(column: &Column, rows_of: &[Vec<(Entity, &Tensor, Vec2)>]) -> Option<usize> {
+    let (_, b, _) = column.params.first()?;
+    let a_name = b.name.replace(".lora_B.", ".lora_A.");
+    rows_of
+        .iter()
+        .flatten()
+        .find(|(_, t, _)| t.name == a_name)
+        .map(|(_, a, _)| a.shape[1])
+}
+
+/// `….c_attn.lora` for a LoRA adapter's A or B of `….c_attn`.
+fn lora_module(name: &str) -> Option<String> {
+    let linear = name
+        .strip_suffix(".lora_A.weight")
+        .or_else(|| name.strip_suffix(".lora_B.weight"))?;
+    Some(format!("{linear}.lora"))
+}
+
+/// An adapter matrix's drawn size: its true aspect, the long side a
+/// heatmap's height, the short side (the rank) at least a few pixels.
+fn adapter_size(rows: usize, cols: usize) -> Vec2 {
+    let unit = HEATMAP_HEIGHT / rows.max(cols) as f32;
+    Vec2::new((cols as f32 * unit).max(6.0), (rows as f32 * unit).max(6.0))
+}
+
+/// α/r as a label: `2`, `0.5`.
+fn trim_scale(scale: f32) -> String {
+    let s = format!("{scale:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
 /// The drawn size of a parameter: matrices keep their aspect within limits,
@@ -270,19 +352,47 @@ fn build_scene(
                 .filter(|(_, t, parent)| parent.parent() == *le && t.kind == TensorKind::Param)
                 .map(|(e, t, _)| {
                     let (r, c) = heatmap::grid_of(&t.shape);
-                    (e, t, drawn_size(r, c))
+                    let size = if lora_module(&t.name).is_some() {
+                        adapter_size(r, c)
+                    } else {
+                        drawn_size(r, c)
+                    };
+                    (e, t, size)
                 })
                 .collect();
             ps.sort_by_key(|(_, t, _)| t.id);
+            // An adapter's B (out × r) above its A (r × in), as B·A reads.
+            for i in 1..ps.len() {
+                if ps[i].1.name.ends_with(".lora_B.weight")
+                    && ps[i - 1].1.name.ends_with(".lora_A.weight")
+                {
+                    ps.swap(i - 1, i);
+                }
+            }
             ps
         })
         .collect();
     // Parameters group into modules (`attn.c_attn`: weight and bias), one
     // column each: the matrix on top, its vectors as strips below.
     let columns_of: Vec<Vec<Column>> = rows_of.iter().map(|ps| columns(ps)).collect();
+    // A LoRA fine-tune: each adapter's update (α/r)·B·A, drawn after its B.
+    let lora = run.as_ref().and_then(|r| r.config().lora);
+    let product_size = |c: &Column| -> Option<Vec2> {
+        lora?;
+        let (_, b, _) = c.params.first()?;
+        if !b.name.ends_with(".lora_B.weight") {
+            return None;
+        }
+        let n_in = columns_in(c, &rows_of)?;
+        Some(drawn_size(b.shape[0], n_in))
+    };
     let content_width = columns_of
         .iter()
-        .map(|cs| cs.iter().map(|c| c.width + GAP).sum::<f32>())
+        .map(|cs| {
+            cs.iter()
+                .map(|c| c.width + GAP + product_size(c).map_or(0.0, |s| s.x + GAP))
+                .sum::<f32>()
+        })
         .fold(300.0f32, f32::max);
     let width = TITLE_WIDTH + content_width + GAP;
     let mut y = 0.0;
@@ -370,6 +480,7 @@ fn build_scene(
                             half_width: 0.0,
                             pixel_hash: 0,
                             updates: 0,
+                            product: None,
                         },
                         SceneItem,
                         DespawnOnExit(Scene::Model),
@@ -383,7 +494,7 @@ fn build_scene(
                 .trim_start_matches(&format!("{}.", layer.name))
                 .to_string();
             commands.spawn(text(
-                module,
+                module.clone(),
                 LABEL_SIZE,
                 Anchor::TOP_LEFT,
                 Vec2::new(x, cy),
@@ -397,6 +508,64 @@ fn build_scene(
                 1.0,
             ));
             x += column.width + GAP;
+            // After an adapter's B: the update it adds to the frozen W.
+            if let (Some(size), Some(lora), Some((b_entity, b, _))) =
+                (product_size(column), lora, column.params.first())
+            {
+                let n_in = columns_in(column, &rows_of).expect("product_size found A");
+                let (rows, cols) = (b.shape[0], n_in);
+                let (tr, tc) = heatmap::texture_size(rows, cols);
+                let handle =
+                    crate::app::canvas::cell_texture(&mut images, tc, tr, [60, 60, 70, 255]);
+                let rect =
+                    Rect::from_corners(Vec2::new(x, top - size.y), Vec2::new(x + size.x, top));
+                let prefix = b.name.trim_end_matches(".lora_B.weight");
+                commands.spawn((
+                    Sprite {
+                        image: handle.clone(),
+                        custom_size: Some(size),
+                        ..default()
+                    },
+                    Transform::from_translation(rect.center().extend(1.0)),
+                    Heatmap {
+                        param: format!("{prefix}.lora_BA"),
+                        tensor: *b_entity,
+                        rows,
+                        cols,
+                        image: handle,
+                        rect,
+                        shown: (0, Default::default(), Default::default()),
+                        stats: None,
+                        half_width: 0.0,
+                        pixel_hash: 0,
+                        updates: 0,
+                        product: Some(LowRankProduct {
+                            a: format!("{prefix}.lora_A.weight"),
+                            b: b.name.clone(),
+                            rank: lora.rank,
+                            scale: lora.scale(),
+                        }),
+                    },
+                    SceneItem,
+                    DespawnOnExit(Scene::Model),
+                ));
+                let label_y = top - size.y - 4.0;
+                commands.spawn(text(
+                    format!("+{}·B·A", trim_scale(lora.scale())),
+                    LABEL_SIZE,
+                    Anchor::TOP_LEFT,
+                    Vec2::new(x, label_y),
+                    1.0,
+                ));
+                commands.spawn(text(
+                    "= ΔW".to_string(),
+                    LABEL_SIZE,
+                    Anchor::TOP_LEFT,
+                    Vec2::new(x, label_y - LABEL_SIZE - 1.0),
+                    1.0,
+                ));
+                x += size.x + GAP;
+            }
         }
         y += height + 10.0;
     }
@@ -477,10 +646,25 @@ fn update_heatmaps(
         if h.shown == want || budget == 0 {
             continue;
         }
-        let name = snapshots.view.tensor_name(&h.param);
-        let Some(values) = snapshot.tensors.get(&name) else {
-            continue;
+        let values: std::borrow::Cow<[f32]> = match &h.product {
+            // An update's heatmap shows weights only (B·A has no gradient
+            // or moments of its own).
+            Some(p) if snapshots.view == HeatmapView::Weights => {
+                let Some(v) = p.values(&snapshot.tensors) else {
+                    continue;
+                };
+                v.into()
+            }
+            Some(_) => continue,
+            None => {
+                let name = snapshots.view.tensor_name(&h.param);
+                let Some(values) = snapshot.tensors.get(&name) else {
+                    continue;
+                };
+                values.as_slice().into()
+            }
         };
+        let values = &values[..];
         if values.len() != h.rows * h.cols {
             continue;
         }
@@ -584,11 +768,13 @@ fn hover(
         let (_, h) = heatmaps.get(heatmap_at(&heatmaps, world)?).ok()?;
         let (r, c) = crate::app::canvas::cell_at(h.rect, world, h.rows, h.cols);
         let name = snapshots.view.tensor_name(&h.param);
-        let value = snapshots
-            .latest
-            .as_ref()
-            .and_then(|s| s.tensors.get(&name))
-            .and_then(|values| values.get(r * h.cols + c).copied());
+        let value = snapshots.latest.as_ref().and_then(|s| match &h.product {
+            Some(p) => p.at(&s.tensors, r, c),
+            None => s
+                .tensors
+                .get(&name)
+                .and_then(|values| values.get(r * h.cols + c).copied()),
+        });
         let index = if h.rows == 1 {
             format!("[{c}]")
         } else {

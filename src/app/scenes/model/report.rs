@@ -17,6 +17,7 @@ pub fn register(app: &mut App) {
         .add_systems(Last, count_heatmap_updates)
         .scene_data(Scene::Model, data)
         .report_field(Report::Headless, "blocks", blocks)
+        .report_field(Report::Headless, "lora_updates", lora_updates)
         .report_field(
             Report::Headless,
             "heatmap_snapshots",
@@ -67,6 +68,31 @@ fn blocks(
             })
             .collect(),
     )
+}
+
+/// A fine-tune's update heatmaps, (α/r)·B·A: where each is on screen and
+/// the range of what it shows (null until drawn).
+fn lora_updates(
+    heatmaps: Query<&Heatmap>,
+    cameras: Query<(&Camera, &GlobalTransform), With<SceneCamera>>,
+) -> Value {
+    let camera = cameras.single().ok();
+    let mut out: Vec<Value> = heatmaps
+        .iter()
+        .filter(|h| h.product.is_some())
+        .map(|h| {
+            let rect = camera.and_then(|(c, t)| world_rect_to_px(c, t, h.rect));
+            json!({
+                "name": h.param,
+                "shape": [h.rows, h.cols],
+                "rect": rect,
+                "min": h.stats.map(|s| s.min),
+                "max": h.stats.map(|s| s.max),
+            })
+        })
+        .collect();
+    out.sort_by_key(|v| v["name"].as_str().unwrap_or_default().to_string());
+    Value::Array(out)
 }
 
 fn data(run: Option<Res<Run>>, snapshots: Res<Snapshots>) -> Value {
