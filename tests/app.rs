@@ -444,6 +444,61 @@ fn a_model_fine_tunes_in_the_app_and_samples_both_ways() {
         optimizer: None,
     };
     lora::check_base(&base_ck, &adapter).unwrap();
+    // Load: the base as a model, then the adapter dropped on it: the
+    // fine-tune goes on from its saved step with its saved adapters.
+    let base_bytes = base_ck
+        .to_bytes(tinygpt::model::checkpoint::Precision::F32, "base.safetensors")
+        .unwrap();
+    send(
+        &mut app,
+        RunCommand::LoadCheckpoint {
+            name: "base.safetensors".into(),
+            bytes: base_bytes,
+        },
+    );
+    update_until(&mut app, "the base as a plain run", |app| {
+        app.world().resource::<Run>().config().lora.is_none()
+    });
+    send(
+        &mut app,
+        RunCommand::LoadCheckpoint {
+            name: "adapter.safetensors".into(),
+            bytes: std::fs::read(&path).unwrap(),
+        },
+    );
+    update_until(&mut app, "the adapter on its base", |app| {
+        let run = app.world().resource::<Run>();
+        run.config().lora.is_some() && !run.engine.busy()
+    });
+    assert_eq!(run_step(&mut app), 6);
+    assert_eq!(weights(&mut app), after, "the fine-tune as it was saved");
+    // An adapter on another model is refused, and the run stays.
+    let generation = app.world().resource::<Run>().generation;
+    let other = tinygpt::model::checkpoint::Checkpoint::load(std::path::Path::new("gallery:tiny")).unwrap();
+    send(
+        &mut app,
+        RunCommand::LoadCheckpoint {
+            name: "tiny.safetensors".into(),
+            bytes: other.to_bytes(tinygpt::model::checkpoint::Precision::F32, "tiny").unwrap(),
+        },
+    );
+    update_until(&mut app, "the shipped tiny", |app| {
+        app.world().resource::<Run>().generation > generation
+    });
+    let errors = app.world().resource::<AppStatus>().errors.len();
+    send(
+        &mut app,
+        RunCommand::LoadCheckpoint {
+            name: "adapter.safetensors".into(),
+            bytes: std::fs::read(&path).unwrap(),
+        },
+    );
+    update_until(&mut app, "the refusal", |app| {
+        app.world().resource::<AppStatus>().errors.len() > errors
+    });
+    let status = app.world().resource::<AppStatus>();
+    assert!(status.errors.last().unwrap().contains("fingerprint"), "{:?}", status.errors);
+    assert!(app.world().resource::<Run>().config().lora.is_none());
 }
 
 /// `tinygpt app --checkpoint BASE --adapter A` opens the fine-tune; the

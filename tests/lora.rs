@@ -107,7 +107,7 @@ fn with_b_zero_the_adapted_model_is_the_base_bit_for_bit() {
 /// Fine-tuning moves A and B only: the base's weights read back
 /// bit-identical, AdamW holds moments for the adapters alone, the loss on
 /// the new text falls, and merge(base, adapter) gives the adapted model's
-/// logits within 1e-6 (relative to the logits' size).
+/// logits within 1e-6 of the largest logit.
 #[test]
 fn fine_tuning_trains_the_adapters_only_and_merges() {
     let base = shipped_small();
@@ -174,7 +174,8 @@ fn fine_tuning_trains_the_adapters_only_and_merges() {
         .zip(&plain)
         .map(|(a, b)| (a - b).abs())
         .fold(0.0f32, f32::max);
-    assert!(worst <= 1e-6 * scale.max(1.0) * 10.0, "merged logits differ by {worst} (largest logit {scale})");
+    eprintln!("merged against adapted logits: largest difference {worst:e}, largest logit {scale}");
+    assert!(worst <= 1e-6 * scale, "merged logits differ by {worst} (largest logit {scale})");
     let base_logits = logits(&Program::new(&base.config), &base.params, &batch);
     let moved = adapted
         .iter()

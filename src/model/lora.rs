@@ -55,6 +55,23 @@ pub struct FinetuneOptions {
     pub lr: f32,
 }
 
+impl FinetuneOptions {
+    /// The choices an adapter was trained with (its config's LoRA, steps
+    /// and learning rate); an error for a config without LoRA.
+    pub fn of(config: &Config) -> Result<Self, String> {
+        let lora = config
+            .lora
+            .ok_or("this is a whole model, not a LoRA adapter")?;
+        Ok(Self {
+            rank: lora.rank,
+            alpha: lora.alpha,
+            targets: lora.targets,
+            steps: config.steps,
+            lr: config.lr,
+        })
+    }
+}
+
 impl Default for FinetuneOptions {
     /// Rank 8, α 16 (a scale of 2), the attention's linears, 300 steps at a
     /// constant 2e-3: 12 s on a 2-core CPU for the shipped small model,

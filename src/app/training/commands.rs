@@ -5,7 +5,7 @@ use super::device::GpuDevice;
 use super::earlier::EarlierRuns;
 use super::records::{StepRecord, TrainingRun};
 use super::run::RunCreated;
-use super::run::{Run, RunState, build_run, install_run};
+use super::run::{PendingFinetune, Run, RunState, build_run, install_run};
 use super::settings::{CorpusSource, RunSettings};
 use super::status::AppStatus;
 use crate::backend::BackendChoice;
@@ -73,6 +73,8 @@ pub enum RunCommand {
         base: Arc<Checkpoint>,
         base_name: String,
         options: FinetuneOptions,
+        /// An adapter to go on from, instead of fresh adapters.
+        resume: Option<Arc<Checkpoint>>,
     },
 }
 
@@ -209,11 +211,50 @@ pub(super) fn handle_commands(
             }
             RunCommand::LoadCheckpoint { name, bytes } => {
                 match Checkpoint::from_bytes(&bytes, &name) {
-                    Err(e) => status.error(format!("checkpoint not loaded: {e}")),
                     Ok(ckpt) => {
                         settings.finetune = None;
                         rebuild = Some(Some(ckpt));
                     }
+                    // A LoRA adapter goes on the run's model, if it was
+                    // trained on it (checked when its weights are read back).
+                    Err(e) => match Checkpoint::adapter_from_bytes(&bytes, &name) {
+                        Err(_) => status.error(format!("checkpoint not loaded: {e}")),
+                        Ok(adapter) => {
+                            let base = settings.finetune.as_ref().map(|f| f.base.clone());
+                            match (run.config().lora, base) {
+                                // A fine-tune: onto the same base.
+                                (Some(_), Some(base)) => {
+                                    match crate::model::lora::check_base(&base, &adapter)
+                                        .and_then(|_| FinetuneOptions::of(&adapter.config))
+                                    {
+                                        Err(e) => status.error(format!("adapter not loaded: {name}: {e}")),
+                                        Ok(options) => {
+                                            finetune_before = Some(settings.finetune.clone());
+                                            if let Some(f) = settings.finetune.as_mut() {
+                                                f.options = options;
+                                            }
+                                            resumed_from = "the adapter";
+                                            rebuild = Some(Some(adapter));
+                                        }
+                                    }
+                                }
+                                _ if run.saving() || run.finetune_pending() => status.error(
+                                    "the run's weights are being read back; load the adapter again in a moment",
+                                ),
+                                _ => {
+                                    if run.state == RunState::Training {
+                                        run.state = RunState::Paused;
+                                    }
+                                    run.pending_finetune =
+                                        Some(PendingFinetune::Adapter(Arc::new(adapter)));
+                                    run.finetune_requested = false;
+                                    status.info = Some(format!(
+                                        "{name} is a LoRA adapter: reading the model's weights back to put it on them…"
+                                    ));
+                                }
+                            }
+                        }
+                    },
                 }
             }
             RunCommand::LoadAdapter {
@@ -262,7 +303,7 @@ pub(super) fn handle_commands(
                     if run.state == RunState::Training {
                         run.state = RunState::Paused;
                     }
-                    run.pending_finetune = Some(options);
+                    run.pending_finetune = Some(PendingFinetune::New(options));
                     run.finetune_requested = false;
                     status.info =
                         Some("reading the model's weights back to fine-tune them…".into());
@@ -272,6 +313,7 @@ pub(super) fn handle_commands(
                 base,
                 base_name,
                 options,
+                resume,
             } => {
                 let step = base.step;
                 finetune_before = Some(settings.finetune.clone());
@@ -281,10 +323,13 @@ pub(super) fn handle_commands(
                     options,
                 });
                 status.info = Some(format!(
-                    "fine-tuning {base_name} (step {step}) on {}: its weights are frozen; press Train",
+                    "fine-tuning {base_name} at step {step} on {}: its weights are frozen; press Train",
                     settings.corpus.name()
                 ));
-                rebuild = Some(None);
+                if resume.is_some() {
+                    resumed_from = "the adapter";
+                }
+                rebuild = Some(resume.map(|adapter| (*adapter).clone()));
             }
             RunCommand::FallBackToCpu(reason) => {
                 settings.backend = BackendChoice::Cpu;

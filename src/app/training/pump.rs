@@ -3,10 +3,11 @@
 
 use super::records::{StepRecord, TrainingRun};
 use super::requests::{FlashTraces, Probes, Snapshots, TensorWants};
-use super::run::{RECOVERY_INTERVAL_S, Run, RunState};
+use super::run::{PendingFinetune, RECOVERY_INTERVAL_S, Run, RunState};
 use super::save::{checkpoint_of, save_checkpoint};
 use super::status::AppStatus;
 use crate::model::checkpoint::Checkpoint;
+use crate::model::lora::FinetuneOptions;
 use crate::train::TrainError;
 use bevy::prelude::*;
 
@@ -128,18 +129,30 @@ pub(super) fn pump_training(
                 run.state = RunState::Training;
             }
         }
-        if let Some(options) = run.pending_finetune
+        if let Some(pending) = run.pending_finetune.clone()
             && run.finetune_requested
         {
             run.pending_finetune = None;
             run.finetune_requested = false;
-            match base_of(run, &snapshot) {
-                Ok(base) => {
-                    finetunes.write(super::commands::RunCommand::StartFinetune {
-                        base_name: run.preset.clone(),
-                        base: std::sync::Arc::new(base),
-                        options,
-                    });
+            let start = base_of(run, &snapshot).and_then(|base| {
+                let (options, resume) = match pending {
+                    PendingFinetune::New(options) => (options, None),
+                    // An adapter goes only on the weights it was trained on.
+                    PendingFinetune::Adapter(adapter) => {
+                        crate::model::lora::check_base(&base, &adapter)?;
+                        (FinetuneOptions::of(&adapter.config)?, Some(adapter))
+                    }
+                };
+                Ok(super::commands::RunCommand::StartFinetune {
+                    base_name: run.preset.clone(),
+                    base: std::sync::Arc::new(base),
+                    options,
+                    resume,
+                })
+            });
+            match start {
+                Ok(command) => {
+                    finetunes.write(command);
                 }
                 Err(e) => status.error(format!("the fine-tune could not start: {e}")),
             }

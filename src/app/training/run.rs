@@ -63,8 +63,18 @@ pub struct Run {
     pub validation_rows: Vec<crate::data::Batch>,
     /// Fine-tune this run's model when its weights are read back
     /// ([`super::RunCommand::Finetune`]), and whether they are asked for.
-    pub(super) pending_finetune: Option<crate::model::lora::FinetuneOptions>,
+    pub(super) pending_finetune: Option<PendingFinetune>,
     pub(super) finetune_requested: bool,
+}
+
+/// A fine-tune of the run's model, waiting for its weights to be read back.
+#[derive(Clone, Debug)]
+pub(super) enum PendingFinetune {
+    /// New adapters with these choices.
+    New(crate::model::lora::FinetuneOptions),
+    /// An adapter loaded (dropped, or Load): it goes on if it was trained
+    /// on these weights.
+    Adapter(std::sync::Arc<Checkpoint>),
 }
 
 /// Rows of the run's validation windows kept for the scenes' batch-1
