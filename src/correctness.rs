@@ -215,6 +215,16 @@ pub fn finite_difference(
                     .join(", ")
             )
         })?;
+    if program.tensors[id].is_frozen() {
+        return Err(format!(
+            "`{param}` is frozen in this LoRA fine-tune, so it has no gradient to check; check one of the adapters: {}",
+            program
+                .trained()
+                .map(|p| program.tensors[p].name.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     let numel = program.tensors[id].numel();
     if index >= numel {
         return Err(format!(

@@ -165,7 +165,30 @@ fn fine_tuning_trains_the_adapters_only_and_merges() {
     assert!(e.contains("LoRA adapter") && e.contains("--adapter"), "{e}");
 
     let batch = val_batch(config.ctx, config.batch);
-    let adapted = logits(&program, &lora::adapted_params(&base, &loaded).unwrap(), &batch);
+    let all = lora::adapted_params(&base, &loaded).unwrap();
+    // The CPU-vs-GPU scene's finite differences: an adapter's gradient
+    // checks out; a frozen weight has none to check, and says so.
+    let fd = tinygpt::correctness::finite_difference(
+        &program,
+        &all,
+        &batch,
+        0,
+        "transformer.h.0.attn.c_attn.lora_B.weight",
+        3,
+    )
+    .unwrap();
+    assert!(fd.rel_err < 1e-4, "{fd:?}");
+    let frozen = tinygpt::correctness::finite_difference(
+        &program,
+        &all,
+        &batch,
+        0,
+        "transformer.wte.weight",
+        0,
+    )
+    .unwrap_err();
+    assert!(frozen.contains("frozen") && frozen.contains("lora_A"), "{frozen}");
+    let adapted = logits(&program, &all, &batch);
     let merged = lora::merge(&base, &loaded).unwrap();
     let plain = logits(&Program::new(&merged.config), &merged.params, &batch);
     let scale = adapted.iter().map(|x| x.abs()).fold(0.0f32, f32::max);

@@ -4,14 +4,12 @@
 use super::{BackendChoice, positive_f32};
 use anyhow::{Result, bail};
 use std::path::{Path, PathBuf};
-use tinygpt::cpu::generate::Generator;
 use tinygpt::data::Corpus;
 use tinygpt::model::checkpoint::{Checkpoint, Precision};
 use tinygpt::model::config::LoraTargets;
 use tinygpt::model::lora::{self, FinetuneOptions};
 use tinygpt::output::{Input, claim, numbered, same_file};
 use tinygpt::train::Trainer;
-use tinygpt::train::sample::{SampleOptions, generate};
 
 #[derive(clap::Args)]
 pub struct FinetuneArgs {
@@ -151,18 +149,7 @@ pub fn run(args: FinetuneArgs) -> Result<()> {
     let adapter = trainer.checkpoint(false)?;
     let merged = lora::merge(&base, &adapter).map_err(anyhow::Error::msg)?;
     for (title, params) in [("base", &base.params), ("fine-tuned", &merged.params)] {
-        let mut generator = Generator::new(&merged.config, params).map_err(anyhow::Error::msg)?;
-        let text = generate(
-            &mut generator,
-            b"\n",
-            200,
-            &SampleOptions::default(),
-            |_| {},
-        );
-        eprintln!(
-            "{title}:\n{}\n",
-            super::printable(&String::from_utf8_lossy(&text))
-        );
+        super::train::print_sample(title, &merged.config, params)?;
     }
     Ok(())
 }

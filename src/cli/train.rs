@@ -161,20 +161,30 @@ pub fn run(args: TrainArgs) -> Result<()> {
             last_val.map(|v| format!("{v:.4}")).unwrap_or("-".into()),
             out.display()
         );
-        let params = trainer.params()?;
-        let mut generator = Generator::new(&config, &params).map_err(anyhow::Error::msg)?;
-        let text = generate(
-            &mut generator,
-            b"\n",
-            200,
-            &SampleOptions::default(),
-            |_| {},
-        );
-        eprintln!(
-            "sample:\n{}",
-            super::printable(&String::from_utf8_lossy(&text))
-        );
+        print_sample("sample", &config, &trainer.params()?)?;
     }
+    Ok(())
+}
+
+/// Prints, under `title`, 200 bytes sampled after a newline from `params`
+/// at the default settings: the CLI's look at what a run learned.
+pub(super) fn print_sample(
+    title: &str,
+    config: &Config,
+    params: &[tinygpt::model::params::NamedTensor],
+) -> Result<()> {
+    let mut generator = Generator::new(config, params).map_err(anyhow::Error::msg)?;
+    let text = generate(
+        &mut generator,
+        b"\n",
+        200,
+        &SampleOptions::default(),
+        |_| {},
+    );
+    eprintln!(
+        "{title}:\n{}",
+        super::printable(&String::from_utf8_lossy(&text))
+    );
     Ok(())
 }
 

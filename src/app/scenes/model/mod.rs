@@ -61,6 +61,34 @@ pub struct Heatmap {
     pub product: Option<LowRankProduct>,
 }
 
+impl Heatmap {
+    /// A heatmap of `param` (rows × cols) drawn in `rect` into `image`,
+    /// nothing shown yet.
+    fn new(
+        param: String,
+        tensor: Entity,
+        (rows, cols): (usize, usize),
+        image: Handle<Image>,
+        rect: Rect,
+        product: Option<LowRankProduct>,
+    ) -> Self {
+        Self {
+            param,
+            tensor,
+            rows,
+            cols,
+            image,
+            rect,
+            shown: (0, Default::default(), Default::default()),
+            stats: None,
+            half_width: 0.0,
+            pixel_hash: 0,
+            updates: 0,
+            product,
+        }
+    }
+}
+
 /// What a LoRA update's heatmap multiplies: B (out, r) and A (r, in).
 #[derive(Clone, Debug)]
 pub struct LowRankProduct {
@@ -468,20 +496,14 @@ fn build_scene(
                             ..default()
                         },
                         Transform::from_translation(rect.center().extend(1.0)),
-                        Heatmap {
-                            param: t.name.clone(),
-                            tensor: *tensor_entity,
-                            rows,
-                            cols,
-                            image: handle,
+                        Heatmap::new(
+                            t.name.clone(),
+                            *tensor_entity,
+                            (rows, cols),
+                            handle,
                             rect,
-                            shown: (0, Default::default(), Default::default()),
-                            stats: None,
-                            half_width: 0.0,
-                            pixel_hash: 0,
-                            updates: 0,
-                            product: None,
-                        },
+                            None,
+                        ),
                         SceneItem,
                         DespawnOnExit(Scene::Model),
                     ))
@@ -527,25 +549,19 @@ fn build_scene(
                         ..default()
                     },
                     Transform::from_translation(rect.center().extend(1.0)),
-                    Heatmap {
-                        param: format!("{prefix}.lora_BA"),
-                        tensor: *b_entity,
-                        rows,
-                        cols,
-                        image: handle,
+                    Heatmap::new(
+                        format!("{prefix}.lora_BA"),
+                        *b_entity,
+                        (rows, cols),
+                        handle,
                         rect,
-                        shown: (0, Default::default(), Default::default()),
-                        stats: None,
-                        half_width: 0.0,
-                        pixel_hash: 0,
-                        updates: 0,
-                        product: Some(LowRankProduct {
+                        Some(LowRankProduct {
                             a: format!("{prefix}.lora_A.weight"),
                             b: b.name.clone(),
                             rank: lora.rank,
                             scale: lora.scale(),
                         }),
-                    },
+                    ),
                     SceneItem,
                     DespawnOnExit(Scene::Model),
                 ));
