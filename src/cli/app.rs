@@ -222,9 +222,7 @@ pub fn run_app(args: AppArgs) -> Result<()> {
     let adapter = match (&args.adapter, &checkpoint) {
         (Some(path), Some((name, bytes))) => {
             let base = tinygpt::model::checkpoint::Checkpoint::from_bytes(bytes, name)?;
-            let adapter = tinygpt::model::checkpoint::Checkpoint::load_adapter(path)?;
-            tinygpt::model::lora::check_base(&base, &adapter)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            super::finetune::adapter_of(&base, path)?;
             let bytes = tinygpt::data::read_file(path, 4 << 30).map_err(anyhow::Error::msg)?;
             Some((path.display().to_string(), bytes))
         }

@@ -67,12 +67,7 @@ pub fn run(args: FinetuneArgs) -> Result<()> {
     let out = claim.path().to_path_buf();
     let base = Checkpoint::load(&args.base)?;
     let resumed = match &args.resume {
-        Some(path) => {
-            let adapter = Checkpoint::load_adapter(path)?;
-            lora::check_base(&base, &adapter)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-            Some(adapter)
-        }
+        Some(path) => Some(adapter_of(&base, path)?),
         None => None,
     };
     let config = match &resumed {
@@ -246,7 +241,14 @@ pub fn model_with_adapter(
     let Some(path) = adapter else {
         return Ok((base, None));
     };
-    let adapter = Checkpoint::load_adapter(path)?;
-    lora::check_base(&base, &adapter).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    let adapter = adapter_of(&base, path)?;
     Ok((base, Some(adapter)))
+}
+
+/// The adapter at `path`, refused (naming the file) unless it was trained
+/// on `base`.
+pub fn adapter_of(base: &Checkpoint, path: &Path) -> Result<Checkpoint> {
+    let adapter = Checkpoint::load_adapter(path)?;
+    lora::check_base(base, &adapter).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    Ok(adapter)
 }

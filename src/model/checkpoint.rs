@@ -248,12 +248,17 @@ impl Checkpoint {
         let mut tensors: Vec<(String, Dtype, Vec<usize>, Cow<'_, [u8]>)> = Vec::new();
         match precision {
             Precision::F32 => {
-                for t in self.all_tensors() {
-                    let name = if self.params.iter().any(|p| std::ptr::eq(p, t)) {
-                        stored_name(&self.config, &t.name)
-                    } else {
-                        t.name.clone()
-                    };
+                // The parameters under their stored names, then the moments.
+                let params = self
+                    .params
+                    .iter()
+                    .map(|t| (stored_name(&self.config, &t.name), t));
+                let moments = self
+                    .optimizer
+                    .iter()
+                    .flat_map(|o| o.m.iter().chain(&o.v))
+                    .map(|t| (t.name.clone(), t));
+                for (name, t) in params.chain(moments) {
                     let bytes = if cfg!(target_endian = "little") {
                         Cow::Borrowed(bytemuck::cast_slice(&t.values))
                     } else {

@@ -229,16 +229,22 @@ pub fn merge_params(lora: Lora, params: &[NamedTensor]) -> Result<Vec<NamedTenso
     Ok(merged)
 }
 
+/// A fine-tune's trained parameters, of all the model's, and their share in
+/// percent: (13,824, 366,432, 3.8).
+pub fn trained_of(config: &Config) -> Option<(usize, usize, f64)> {
+    let trained = config.lora?.param_count(config);
+    let all = config.param_count();
+    Some((trained, all, 100.0 * trained as f64 / all as f64))
+}
+
 /// "13,824 of 366,432 parameters trained: 3.8% of the model".
 pub fn trained_share(config: &Config) -> Option<String> {
-    let lora = config.lora?;
-    let trained = lora.param_count(config);
-    let all = config.param_count();
+    let (trained, all, percent) = trained_of(config)?;
     Some(format!(
         "{} of {} parameters trained: {:.1}% of the model",
         super::config::group_thousands(trained),
         super::config::group_thousands(all),
-        100.0 * trained as f64 / all as f64
+        percent
     ))
 }
 

@@ -268,24 +268,19 @@ pub(super) fn handle_commands(
                     .and_then(|base| {
                         let adapter = Checkpoint::adapter_from_bytes(&bytes, &name)
                             .map_err(|e| e.to_string())?;
-                        let lora = crate::model::lora::check_base(&base, &adapter)
-                            .map_err(|e| format!("{name}: {e}"))?;
-                        Ok((base, adapter, lora))
+                        crate::model::lora::check_base(&base, &adapter)
+                            .and_then(|_| FinetuneOptions::of(&adapter.config))
+                            .map(|options| (base, adapter, options))
+                            .map_err(|e| format!("{name}: {e}"))
                     });
                 match opened {
                     Err(e) => status.error(format!("adapter not loaded: {e}")),
-                    Ok((base, adapter, lora)) => {
+                    Ok((base, adapter, options)) => {
                         finetune_before = Some(settings.finetune.clone());
                         settings.finetune = Some(super::settings::Finetune {
                             base: Arc::new(base),
                             base_name,
-                            options: FinetuneOptions {
-                                rank: lora.rank,
-                                alpha: lora.alpha,
-                                targets: lora.targets,
-                                steps: adapter.config.steps,
-                                lr: adapter.config.lr,
-                            },
+                            options,
                         });
                         resumed_from = "the adapter";
                         rebuild = Some(Some(adapter));

@@ -545,9 +545,8 @@ fn side_panels(
                     ui.end_row();
                 };
                 row("step", format!("{step} / {}", cfg.steps));
-                if let Some(lora) = cfg.lora {
-                    let (trained, all) = (lora.param_count(cfg), cfg.param_count());
-                    row("trained", format!("{} of {} ({:.1}%)", crate::model::config::group_thousands(trained), crate::model::config::group_thousands(all), 100.0 * trained as f64 / all as f64));
+                if let Some((trained, all, percent)) = crate::model::lora::trained_of(cfg) {
+                    row("trained", format!("{} of {} ({percent:.1}%)", crate::model::config::group_thousands(trained), crate::model::config::group_thousands(all)));
                 }
                 if let Some(m) = run.last {
                     row("loss", format!("{:.4}", m.loss));
