@@ -39,6 +39,7 @@ pub const BUILTIN_LESSONS: &[(&str, &str)] = &[
         include_str!("../scenes/watch-it-learn.ron"),
     ),
     ("attention", include_str!("../scenes/attention.ron")),
+    ("reversal", include_str!("../scenes/reversal.ron")),
     ("backprop", include_str!("../scenes/backprop.ron")),
     ("optimizer", include_str!("../scenes/optimizer.ron")),
     ("which-heads", include_str!("../scenes/which-heads.ron")),
@@ -57,8 +58,9 @@ pub struct Lesson {
     /// starts, if the app's run has another): a built-in id.
     #[serde(default = "default_preset")]
     pub preset: String,
-    /// A shipped trained checkpoint (`tiny`, `small`) the lesson opens on,
-    /// of the lesson's preset; none keeps the app's run.
+    /// A gallery model (`tiny`, `small`, `reverse`, …: `tinygpt gallery`)
+    /// the lesson opens on, with the text it learned, of the lesson's
+    /// preset; none keeps the app's run.
     #[serde(default)]
     pub checkpoint: Option<String>,
     pub steps: Vec<LessonStep>,
@@ -265,18 +267,9 @@ impl Lesson {
             ));
         }
         if let Some(c) = &self.checkpoint {
-            let names: Vec<&str> = crate::model::shipped::SHIPPED.iter().map(|s| s.0).collect();
-            if !names.contains(&c.as_str()) {
-                return Err(err(
-                    None,
-                    "checkpoint",
-                    format!(
-                        "`{c}` is not a shipped checkpoint; they are {}",
-                        names.join(", ")
-                    ),
-                ));
-            }
-            if *c != self.preset {
+            let entry = crate::model::gallery::find(c)
+                .map_err(|message| err(None, "checkpoint", message))?;
+            if entry.preset != self.preset {
                 return Err(err(
                     None,
                     "checkpoint",

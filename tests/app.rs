@@ -1833,3 +1833,57 @@ fn headless_probe_scene_shows_each_tool() {
         }
     }
 }
+
+/// Every gallery model opens headless in the Attention scene
+/// (`--checkpoint gallery:ID`) with the text it learned: the probe is of
+/// that text's default prompt (a toy task's first held-out example), every
+/// map is drawn, and the reversal model's one layer, in the data the
+/// scene exports, reads the word backwards: from each query that writes an
+/// answer letter, most of a head's attention lands on the anti-diagonal.
+#[test]
+fn headless_opens_every_gallery_model_in_the_attention_scene() {
+    let dir = common::scratch_dir("app-gallery");
+    for entry in tinygpt::model::gallery::entries() {
+        let shot = dir.join(format!("gallery-{}.png", entry.id));
+        let model = format!("gallery:{}", entry.id);
+        let r = run_headless_in(
+            &dir,
+            &["app", "--headless", "--checkpoint", &model, "--scene", "attention", "--frames", "45", "--width", "1280", "--height", "720", "--export", "data"],
+            &shot,
+        );
+        let line = r.to_string();
+        assert_eq!(r["scene"], "attention", "{line}");
+        assert_eq!(r["errors"].as_array().map_or(0, |e| e.len()), 0, "{line}");
+        let ck = entry.checkpoint().unwrap();
+        assert_eq!(r["attention"]["step"], ck.step, "{}: the gallery model is the run: {line}", entry.id);
+        let tokens: Vec<u8> = serde_json::from_value(r["attention"]["tokens"].clone()).unwrap();
+        if let Some(task) = entry.task() {
+            let (_, held_out) = task.examples();
+            assert_eq!(tokens, held_out[0][..task.example_len() - 1], "{}", entry.id);
+        }
+        let regions = r["regions"].as_array().unwrap();
+        assert_eq!(regions.len(), ck.config.n_layer * ck.config.n_head, "{line}");
+        let names: Vec<String> = regions.iter().map(|g| g["name"].as_str().unwrap().to_string()).collect();
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        assert_regions_drawn(&r, &shot, &names, (8, 8), 0.9);
+        if entry.id == "reverse" {
+            // Each run's export is numbered after the last: read this one's.
+            let export = r["exports"][0]["path"].as_str().unwrap();
+            let data: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(export).unwrap()).unwrap();
+            let rows = data["view"]["rows"].as_array().unwrap();
+            let mut on_diagonal = Vec::new();
+            for q in 8..16 {
+                let best = rows
+                    .iter()
+                    .filter(|o| o["layer"] == ck.config.n_layer - 1)
+                    .map(|o| o["p"][q][15 - q].as_f64().unwrap())
+                    .fold(0.0, f64::max);
+                on_diagonal.push(best);
+            }
+            let mean = on_diagonal.iter().sum::<f64>() / 8.0;
+            eprintln!("reverse, headless: mean attention on the anti-diagonal {mean:.3}");
+            assert!(mean > 0.8, "{on_diagonal:?}");
+        }
+    }
+}

@@ -55,3 +55,34 @@ fn every_shipped_checkpoint_loads() {
         assert_eq!(ckpt.config.param_count(), preset.param_count(), "{name}");
     }
 }
+
+/// The gallery's adder (the quickest of its models to train, 40 s on two
+/// cores) is what the command its card gives makes: the training run and
+/// the export, each run here with its files moved aside, reproduce the
+/// shipped weights bit for bit.
+#[test]
+fn the_gallery_command_reproduces_the_adder() {
+    let entry = tinygpt::model::gallery::find("add").unwrap();
+    let dir = common::scratch_dir("gallery-add");
+    let moved = |arg: &str| -> String {
+        if arg.ends_with(".safetensors") {
+            let name = std::path::Path::new(arg).file_name().unwrap();
+            dir.join(name).display().to_string()
+        } else {
+            arg.to_string()
+        }
+    };
+    let mut made = None;
+    for command in entry.command.split(" && ") {
+        let args: Vec<String> = command.split_whitespace().skip(1).map(moved).collect();
+        common::tinygpt(&args);
+        let at = args.iter().position(|a| a == "--out").unwrap();
+        made = Some(std::fs::read(&args[at + 1]).unwrap());
+    }
+    let (made, kept) = (tensors(&made.unwrap()), tensors(entry.bytes));
+    assert_eq!(made.len(), kept.len());
+    for ((a, x), (b, y)) in made.iter().zip(&kept) {
+        assert_eq!(a, b);
+        assert!(x == y, "{a} differs from the gallery's add");
+    }
+}

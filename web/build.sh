@@ -141,7 +141,15 @@ else
     echo "TINYGPT_SKIP_WASM_OPT=1: the wasm is left as wasm-bindgen wrote it"
     opt="without wasm-opt"
 fi
-cp web/index.html "$out/"
+# The gallery's models and texts other than the TinyShakespeare ones are
+# not in the wasm: the page fetches one when it is chosen and keeps it in a
+# cache named after these files' contents, so a changed gallery is fetched
+# anew.
+mkdir -p "$out/assets/gallery" "$out/assets/corpora"
+cp assets/gallery/*.safetensors "$out/assets/gallery/"
+cp assets/corpora/* "$out/assets/corpora/"
+stamp=$(cat assets/gallery/*.safetensors assets/corpora/* | sha256sum | cut -c1-12)
+sed "s/__GALLERY_STAMP__/$stamp/" web/index.html > "$out/index.html"
 
 size=$(stat -c %s "$out/tinygpt_bg.wasm")
 gz=$(gzip -9 -c "$out/tinygpt_bg.wasm" | wc -c)

@@ -32,6 +32,17 @@ extern "C" {
     /// Offers bytes as a download named `name`.
     #[wasm_bindgen(js_namespace = tinygptHost, js_name = download)]
     pub fn host_download(name: &str, bytes: &[u8]);
+    /// Starts fetching a gallery model's checkpoint (and its text, unless
+    /// `text` is empty) from the files beside the page, through the
+    /// browser's cache.
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = fetchGallery)]
+    pub fn fetch_gallery(id: &str, checkpoint: &str, text: &str);
+    /// The fetch as JSON: `{"id", "got", "total", "done", "error"}`, or `{}`.
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = galleryProgress)]
+    pub fn gallery_progress() -> String;
+    /// A fetched file's bytes (`"checkpoint"` or `"text"`), taken once.
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = takeGalleryFile)]
+    pub fn take_gallery_file(part: &str) -> Vec<u8>;
     /// The app's state as JSON, for the page and for tests.
     #[wasm_bindgen(js_namespace = tinygptHost, js_name = report)]
     pub fn report(status: &str);

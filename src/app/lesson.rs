@@ -183,13 +183,8 @@ fn apply_step(
     // Once the app's first run exists, the lesson's own run replaces it.
     if !player.checkpoint_loaded && run.is_some() {
         player.checkpoint_loaded = true;
-        if let Some(name) = &lesson.checkpoint
-            && let Some(bytes) = crate::model::shipped::shipped(name)
-        {
-            commands.write(RunCommand::LoadCheckpoint {
-                name: format!("{name} (shipped)"),
-                bytes: bytes.to_vec(),
-            });
+        if let Some(id) = &lesson.checkpoint {
+            commands.write(RunCommand::OpenGallery { id: id.clone() });
         } else if lesson.checkpoint.is_none()
             && run.as_ref().is_some_and(|r| r.preset != lesson.preset)
             && let Some((_, text)) = crate::model::config::BUILTIN_PRESETS

@@ -24,6 +24,8 @@ pub struct Link {
     /// A built-in lesson and its step, 0-based (`lesson=attention&step=3`,
     /// the link counting from 1).
     pub lesson: Option<(String, usize)>,
+    /// A gallery model to open (`model=reverse`: `tinygpt gallery`).
+    pub model: Option<String>,
 }
 
 /// The fragment's name for a heatmap view.
@@ -125,6 +127,10 @@ impl Link {
                         ));
                     }
                 }
+                "model" => match crate::model::gallery::find(value) {
+                    Ok(entry) => link.model = Some(entry.id.to_string()),
+                    Err(e) => problems.push(format!("the link's model: {e}")),
+                },
                 "step" => match value.parse::<usize>() {
                     Ok(k) if k >= 1 => {
                         lesson_step = Some(k - 1);
@@ -134,7 +140,7 @@ impl Link {
                     )),
                 },
                 other => problems.push(format!(
-                    "the link's key `{other}` is unknown; the keys are preset, seed, scene, view, backend, train, bench, lesson and step"
+                    "the link's key `{other}` is unknown; the keys are preset, seed, scene, view, backend, train, bench, lesson, step and model"
                 )),
             }
         }
@@ -173,6 +179,9 @@ impl Link {
         if let Some((name, step)) = &self.lesson {
             parts.push(format!("lesson={name}&step={}", step + 1));
         }
+        if let Some(model) = &self.model {
+            parts.push(format!("model={model}"));
+        }
         parts.join("&")
     }
 }
@@ -198,6 +207,7 @@ mod tests {
                     bench: (backend == BackendChoice::Cpu)
                         .then(|| vec!["tiny".into(), "small".into()]),
                     lesson: (view == HeatmapView::Weights).then(|| ("attention".into(), 4)),
+                    model: (view == HeatmapView::AdamV).then(|| "reverse".into()),
                 };
                 let (back, problems) = Link::parse(&format!("#{}", link.fragment()));
                 assert!(problems.is_empty(), "{problems:?}");

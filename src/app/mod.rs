@@ -22,6 +22,7 @@ pub mod device_lost;
 pub mod engine;
 pub mod export;
 pub mod files;
+pub mod gallery;
 pub mod graph;
 pub mod headless;
 pub mod heatmap;
@@ -74,6 +75,9 @@ pub struct AppOptions {
     /// A LoRA adapter of that checkpoint (its name and bytes): the app
     /// opens the fine-tune, its base frozen.
     pub adapter: Option<(String, Vec<u8>)>,
+    /// A gallery model to open at start, by id (a link's `model=reverse`;
+    /// in the browser fetched first unless compiled in).
+    pub gallery: Option<String>,
     /// Run without a window for this many frames (see [`headless`]).
     pub headless: Option<headless::HeadlessConfig>,
 }
@@ -153,7 +157,11 @@ pub fn build(options: AppOptions) -> App {
     app.add_plugins(EguiPlugin::default())
         .insert_resource(options.settings)
         .insert_resource(TrainOnStart(options.train))
-        .insert_resource(training::OpenOnStart(options.checkpoint, options.adapter))
+        .insert_resource(training::OpenOnStart(
+            options.checkpoint,
+            options.adapter,
+            options.gallery,
+        ))
         .insert_resource(ui::UiState {
             wide: options.wide,
             ..Default::default()
@@ -172,6 +180,7 @@ pub fn build(options: AppOptions) -> App {
     app.add_plugins((
         ui::UiPlugin,
         files::FilesPlugin,
+        gallery::GalleryPlugin,
         device_lost::DeviceLostPlugin,
         export::ExportPlugin,
         data::DataPlugin,

@@ -66,6 +66,7 @@ pub fn main() {
         headless: None,
         checkpoint: opening.flatten(),
         adapter: None,
+        gallery: link.model.clone(),
     });
     if let Some(view) = link.view {
         app.world_mut().resource_mut::<Snapshots>().set_view(view);
@@ -144,13 +145,14 @@ fn keep_link(
         scene: Some(*scene.get()),
         view: Some(snapshots.view),
         backend: Some(settings.backend).filter(|b| *b != BackendChoice::Auto),
-        train: run.is_some_and(|r| r.state == RunState::Training),
+        train: run.as_ref().is_some_and(|r| r.state == RunState::Training),
         // A bench runs once, when the link opens; reloading does not repeat it.
         bench: None,
         lesson: lesson
             .lesson
             .as_ref()
             .map(|(name, _)| (name.clone(), lesson.step)),
+        model: run.as_ref().and_then(|r| r.gallery.clone()),
     };
     let fragment = link.fragment();
     if fragment != page.fragment {

@@ -14,11 +14,13 @@ pub struct AppArgs {
     /// Model size: a built-in preset (see `tinygpt presets`) or a .ron file.
     #[arg(long, default_value = DEFAULT_PRESET)]
     preset: String,
-    /// A text file to train on (default: TinyShakespeare, built in).
+    /// A text file to train on, `task:NAME` for a toy task, or `gallery:ID`
+    /// for a gallery model's text (default: the text of the gallery model
+    /// opened, else TinyShakespeare, built in).
     #[arg(long)]
     corpus: Option<PathBuf>,
     /// Open a trained model instead of a fresh one: a checkpoint file, or
-    /// a shipped one by name (tiny, small). `tinygpt` alone opens the
+    /// a gallery one (`gallery:reverse`; tiny and small by bare name too). `tinygpt` alone opens the
     /// shipped small in the "Inside the model" scene.
     #[arg(long)]
     checkpoint: Option<String>,
@@ -177,29 +179,27 @@ pub fn run_app(args: AppArgs) -> Result<()> {
     }
     let config = Config::load(&args.preset)?;
     let mut settings = RunSettings::from_preset(&args.preset, config);
+    // The gallery model a checkpoint argument names (`gallery:ID`, or a
+    // shipped one's bare name), whose text is the corpus unless --corpus.
+    let gallery_entry = args.checkpoint.as_deref().and_then(|name| {
+        tinygpt::model::gallery::named(name).or_else(|| {
+            tinygpt::model::shipped::shipped(name).map(|_| tinygpt::model::gallery::find(name))
+        })
+    });
     if let Some(path) = &args.corpus {
-        let bytes =
-            tinygpt::data::read_file(path, tinygpt::data::MAX_CORPUS_BYTES).map_err(|e| {
-                anyhow::anyhow!(
-                    "cannot read the corpus {}: {e}; give a text file with --corpus",
-                    path.display()
-                )
-            })?;
-        let source = CorpusSource::Bytes {
-            name: path.display().to_string(),
-            bytes: bytes.into(),
-        };
-        source
-            .corpus(settings.config.ctx)
-            .map_err(anyhow::Error::msg)?;
-        settings.corpus = source;
+        settings.corpus = corpus_source(path)?;
+    } else if let Some(Ok(entry)) = &gallery_entry {
+        settings.corpus = CorpusSource::of_gallery(entry.text);
     }
-    // A checkpoint to open: a shipped one by name, else a file.
+    let gallery_id = gallery_entry
+        .as_ref()
+        .and_then(|e| e.as_ref().ok())
+        .map(|e| e.id);
+    // A checkpoint to open: a gallery one by name, else a file.
     let checkpoint = match &args.checkpoint {
         None => None,
-        Some(name) => match tinygpt::model::shipped::shipped(name)
-            .map(|b| Ok((name.as_str(), b)))
-            .or_else(|| tinygpt::model::gallery::named(name).map(|e| e.map(|e| (e.id, e.bytes))))
+        Some(name) => match gallery_entry
+            .map(|e| e.map(|e| (e.id, e.bytes)))
             .transpose()
             .map_err(anyhow::Error::msg)?
         {
@@ -218,6 +218,13 @@ pub fn run_app(args: AppArgs) -> Result<()> {
             }
         },
     };
+    // Text too short for a fresh run's context is refused before the app opens.
+    if checkpoint.is_none() {
+        settings
+            .corpus
+            .corpus(settings.config.ctx)
+            .map_err(anyhow::Error::msg)?;
+    }
     // An adapter: refused here, by name, unless it fits the checkpoint.
     let adapter = match (&args.adapter, &checkpoint) {
         (Some(path), Some((name, bytes))) => {
@@ -227,6 +234,12 @@ pub fn run_app(args: AppArgs) -> Result<()> {
             Some((path.display().to_string(), bytes))
         }
         _ => None,
+    };
+    // A gallery model alone opens as the app's menu opens it: its preset
+    // in the Run panel, its prompt in the sample box.
+    let (checkpoint, gallery) = match gallery_id {
+        Some(id) if adapter.is_none() && args.corpus.is_none() => (None, Some(id.to_string())),
+        _ => (checkpoint, None),
     };
     if let Some(s) = args.steps {
         settings.steps = s;
@@ -305,6 +318,7 @@ pub fn run_app(args: AppArgs) -> Result<()> {
         headless,
         checkpoint,
         adapter,
+        gallery,
     });
     if let Some(e) = lesson_error {
         app.world_mut()
@@ -338,4 +352,29 @@ pub fn run_app(args: AppArgs) -> Result<()> {
         bail!("the app ended with an error (see above)");
     }
     Ok(())
+}
+
+/// The corpus `--corpus` names: a toy task (`task:NAME`), a gallery
+/// model's text (`gallery:ID`), or a text file; checked to be readable.
+fn corpus_source(path: &std::path::Path) -> Result<CorpusSource> {
+    let arg = path.to_str().unwrap_or_default();
+    if let Some(name) = arg.strip_prefix(tinygpt::data::tasks::PREFIX) {
+        let task = tinygpt::data::tasks::Task::named(name).map_err(anyhow::Error::msg)?;
+        return Ok(CorpusSource::Task(task));
+    }
+    if let Some(entry) = tinygpt::model::gallery::named(arg) {
+        return Ok(CorpusSource::of_gallery(
+            entry.map_err(anyhow::Error::msg)?.text,
+        ));
+    }
+    let bytes = tinygpt::data::read_file(path, tinygpt::data::MAX_CORPUS_BYTES).map_err(|e| {
+        anyhow::anyhow!(
+            "cannot read the corpus {}: {e}; give a text file with --corpus",
+            path.display()
+        )
+    })?;
+    Ok(CorpusSource::Bytes {
+        name: path.display().to_string(),
+        bytes: bytes.into(),
+    })
 }

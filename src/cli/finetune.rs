@@ -4,7 +4,6 @@
 use super::{BackendChoice, positive_f32};
 use anyhow::{Result, bail};
 use std::path::{Path, PathBuf};
-use tinygpt::data::Corpus;
 use tinygpt::model::checkpoint::{Checkpoint, Precision};
 use tinygpt::model::config::LoraTargets;
 use tinygpt::model::lora::{self, FinetuneOptions};
@@ -18,7 +17,7 @@ pub struct FinetuneArgs {
     #[arg(long, value_name = "CKPT")]
     base: PathBuf,
     /// The text to fine-tune on, read as bytes (its last tenth is the
-    /// validation split).
+    /// validation split), or `task:NAME` for a toy task.
     #[arg(long, value_name = "FILE")]
     corpus: PathBuf,
     /// The rank r of each adapter's A (r × in) and B (out × r).
@@ -89,7 +88,7 @@ pub fn run(args: FinetuneArgs) -> Result<()> {
         )
         .map_err(anyhow::Error::msg)?,
     };
-    let corpus = Corpus::from_file(&args.corpus, config.ctx)?;
+    let corpus = tinygpt::model::gallery::corpus_for(Some(&args.corpus), None, config.ctx)?;
     let resolved = super::backend::resolve(args.backend)?;
     let backend = super::backend::build(&resolved, args.backend, &config)?;
     let description = backend.describe();

@@ -8,7 +8,8 @@ use tinygpt::model::gallery;
 #[derive(clap::Args)]
 pub struct GalleryArgs {
     /// One JSON object per entry: id, preset, corpus, source, licence,
-    /// command, params, steps, val_loss, accuracy (toy tasks), file, bytes.
+    /// command, params, steps, val_loss (measured now), trained_val_loss
+    /// (recorded in training), precision, accuracy (toy tasks), file, bytes.
     #[arg(long)]
     json: bool,
 }
@@ -21,14 +22,22 @@ pub fn run(args: GalleryArgs) -> Result<()> {
             continue;
         }
         println!(
-            "gallery:{:<8} {} on {}: {} parameters, {} steps, validation loss {}, {} KB",
+            "gallery:{:<8} {} on {}: {} parameters, {} steps, validation loss {:.4}{}, {} KB ({}){}",
             card.id,
             card.preset,
             card.corpus,
-            card.params,
+            tinygpt::model::config::group_thousands(card.params),
             card.steps,
-            card.val_loss.map_or("–".into(), |l| format!("{l:.4}")),
-            card.bytes / 1024
+            card.val_loss,
+            card.trained_val_loss
+                .filter(|&t| t != card.val_loss)
+                .map_or(String::new(), |t| format!(" ({t:.4} in training)")),
+            card.bytes / 1024,
+            card.precision,
+            card.accuracy.map_or(String::new(), |a| format!(
+                ", held-out accuracy {:.1}%",
+                100.0 * a
+            )),
         );
         println!("          text: {}; licence: {}", card.source, card.licence);
         println!("          trained with: {}", card.command);

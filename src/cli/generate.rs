@@ -236,7 +236,8 @@ pub struct EvalArgs {
     /// then hold the adapters' gradients and step).
     #[arg(long, value_name = "ADAPTER")]
     adapter: Option<PathBuf>,
-    /// Text whose validation split is read (default: TinyShakespeare).
+    /// Text whose validation split is read: a file, `task:NAME` or
+    /// `gallery:ID` (default: a gallery model's own text, else TinyShakespeare).
     #[arg(long, value_name = "FILE")]
     corpus: Option<PathBuf>,
     /// Also write the logits, (batch, ctx, 256) little-endian f32, to this file.
@@ -251,6 +252,11 @@ pub struct EvalArgs {
     /// write the checkpoint after it to this file.
     #[arg(long, value_name = "FILE")]
     dump_step: Option<PathBuf>,
+    /// Also measure the run's own validation loss (`val_loss`): the mean
+    /// over the validation batches its training measured (its seed, its
+    /// `eval_batches`), the last one its history records.
+    #[arg(long)]
+    validation: bool,
     /// Where to compute.
     #[arg(long, value_enum, default_value = "cpu")]
     backend: BackendChoice,
@@ -300,10 +306,11 @@ pub fn eval(args: EvalArgs) -> Result<()> {
     .filter_map(|(flag, path)| path.as_ref().map(|p| claim(p, flag, &inputs, args.force)))
     .collect::<Result<Vec<_>, _>>()
     .map_err(|e| anyhow::anyhow!("cannot write the dump: {e}"))?;
-    let corpus = match &args.corpus {
-        Some(p) => tinygpt::data::Corpus::from_file(p, config.ctx)?,
-        None => tinygpt::data::Corpus::tiny_shakespeare(config.ctx)?,
-    };
+    let corpus = tinygpt::model::gallery::corpus_for(
+        args.corpus.as_deref(),
+        Some(&args.checkpoint),
+        config.ctx,
+    )?;
     let (b, t) = (config.batch, config.ctx);
     let windows = corpus.val.len() - t;
     let offsets: Vec<usize> = (0..b).map(|i| (i * t) % windows).collect();
@@ -325,6 +332,17 @@ pub fn eval(args: EvalArgs) -> Result<()> {
         backend.write(&p.name, &p.values)?;
     }
     let loss = backend.eval_loss(&batch);
+    let val_loss = args.validation.then(|| {
+        let batches = tinygpt::data::validation_batches(
+            &corpus,
+            config.batch,
+            config.ctx,
+            config.eval_batches,
+            ck.seed,
+        );
+        let sum: f64 = batches.iter().map(|b| backend.eval_loss(b) as f64).sum();
+        (sum / batches.len() as f64) as f32
+    });
     if let Some(path) = &args.dump_logits {
         let logits = backend.read("logits")?;
         tinygpt::output::write_atomic(path, bytemuck::cast_slice::<f32, u8>(&logits))
@@ -333,7 +351,7 @@ pub fn eval(args: EvalArgs) -> Result<()> {
     if dumps_step {
         one_step(&mut *backend, &ck, &batch, &args)?;
     }
-    let line = serde_json::json!({
+    let mut line = serde_json::json!({
         "loss": loss,
         "batch": b,
         "ctx": t,
@@ -341,6 +359,20 @@ pub fn eval(args: EvalArgs) -> Result<()> {
         "offsets": offsets,
         "backend": backend.describe(),
     });
+    if let Some(val_loss) = val_loss {
+        line["val_loss"] = val_loss.into();
+    }
+    // A toy task's exact answers on its held-out examples.
+    if let Some(task) = tinygpt::data::tasks::Task::of(&corpus) {
+        let mut generator = tinygpt::cpu::generate::Generator::new(&ck.config, &all_params)
+            .map_err(anyhow::Error::msg)?;
+        let (_, held_out) = task.examples();
+        let accuracy = tinygpt::data::tasks::accuracy(&mut generator, task, &held_out)
+            .map_err(anyhow::Error::msg)?;
+        line["accuracy"] = accuracy.fraction().into();
+        line["correct"] = accuracy.correct.into();
+        line["held_out"] = accuracy.total.into();
+    }
     println!("{line}");
     Ok(())
 }

@@ -194,17 +194,20 @@ fn finish(result: anyhow::Result<()>) -> ExitCode {
 }
 
 fn presets() {
-    use tinygpt::model::config::{BUILTIN_PRESETS, Config, DEFAULT_PRESET};
+    use tinygpt::model::config::{BUILTIN_PRESETS, Config, DEFAULT_PRESET, TASK_PRESETS};
     println!(
         "{:<14} {:>6} {:>6} {:>6} {:>5} {:>6} {:>7} {:>13}",
         "preset", "layers", "heads", "d", "ctx", "batch", "steps", "parameters"
     );
-    for (id, _) in BUILTIN_PRESETS {
+    let tasks = TASK_PRESETS
+        .iter()
+        .map(|p| (p, " (toy task: --corpus task:NAME)"));
+    for ((id, _), note) in BUILTIN_PRESETS.iter().map(|p| (p, "")).chain(tasks) {
         let c = Config::load(id).expect("built-in presets are valid (tested)");
         let mark = if *id == DEFAULT_PRESET {
             " (default)"
         } else {
-            ""
+            note
         };
         println!(
             "{:<14} {:>6} {:>6} {:>6} {:>5} {:>6} {:>7} {:>13}{mark}",

@@ -134,10 +134,11 @@ pub fn ablate(args: AblateArgs) -> Result<()> {
     let rows = match args.validation {
         None => Vec::new(),
         Some(n) => {
-            let corpus = match &args.corpus {
-                Some(p) => tinygpt::data::Corpus::from_file(p, config.ctx)?,
-                None => tinygpt::data::Corpus::tiny_shakespeare(config.ctx)?,
-            };
+            let corpus = tinygpt::model::gallery::corpus_for(
+                args.corpus.as_deref(),
+                args.common.weights.checkpoint_arg(),
+                config.ctx,
+            )?;
             // The run's own validation batches, row by row.
             let all = tinygpt::data::validation_batches(
                 &corpus,

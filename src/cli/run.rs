@@ -5,7 +5,6 @@
 use anyhow::Result;
 use std::path::PathBuf;
 use tinygpt::backend::Backend;
-use tinygpt::data::Corpus;
 use tinygpt::model::config::Config;
 use tinygpt::train::Trainer;
 
@@ -13,7 +12,8 @@ use tinygpt::train::Trainer;
 pub struct RunArgs {
     #[command(flatten)]
     weights: super::weights::WeightsArgs,
-    /// A text file to draw the batches from instead of TinyShakespeare.
+    /// A text file to draw the batches from instead of TinyShakespeare
+    /// (`task:NAME`, `gallery:ID` too; a gallery model's own by default).
     #[arg(long, value_name = "FILE")]
     corpus: Option<PathBuf>,
 }
@@ -26,10 +26,11 @@ impl RunArgs {
     ) -> Result<Trainer> {
         let checkpoint = self.weights.checkpoint()?;
         let config = self.weights.config(checkpoint.as_ref())?;
-        let corpus = match &self.corpus {
-            Some(p) => Corpus::from_file(p, config.ctx)?,
-            None => Corpus::tiny_shakespeare(config.ctx)?,
-        };
+        let corpus = tinygpt::model::gallery::corpus_for(
+            self.corpus.as_deref(),
+            self.weights.checkpoint_arg(),
+            config.ctx,
+        )?;
         let backend = backend(&config)?;
         Ok(match &checkpoint {
             Some(ck) => Trainer::resume(backend, corpus, ck)?,

@@ -8,7 +8,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tinygpt::cpu::generate::Generator;
-use tinygpt::data::Corpus;
 use tinygpt::model::checkpoint::{Checkpoint, Precision};
 use tinygpt::model::config::{Config, DEFAULT_PRESET};
 use tinygpt::train::sample::{SampleOptions, generate};
@@ -23,7 +22,9 @@ pub struct TrainArgs {
     /// Where to compute.
     #[arg(long, value_enum, default_value = "auto")]
     backend: BackendChoice,
-    /// Text to learn from, read as bytes (default: TinyShakespeare, built in).
+    /// Text to learn from, read as bytes: a file, `task:NAME` for a toy task
+    /// (`tinygpt gallery` lists them) or `gallery:ID` for a gallery model's
+    /// text (default: TinyShakespeare, built in; a resumed gallery model's own).
     #[arg(long, value_name = "FILE")]
     corpus: Option<PathBuf>,
     /// Total training steps (default: the preset's).
@@ -97,10 +98,11 @@ pub fn run(args: TrainArgs) -> Result<()> {
         .unwrap_or_default();
     let mut claim = claim_out(&args, &preset_name)?;
     let out = claim.path().to_path_buf();
-    let corpus = match &args.corpus {
-        Some(p) => Corpus::from_file(p, config.ctx)?,
-        None => Corpus::tiny_shakespeare(config.ctx)?,
-    };
+    let corpus = tinygpt::model::gallery::corpus_for(
+        args.corpus.as_deref(),
+        args.resume.as_deref(),
+        config.ctx,
+    )?;
     let resolved = super::backend::resolve(args.backend)?;
     let backend = super::backend::build(&resolved, args.backend, &config)?;
     let description = backend.describe();
@@ -161,8 +163,58 @@ pub fn run(args: TrainArgs) -> Result<()> {
             last_val.map(|v| format!("{v:.4}")).unwrap_or("-".into()),
             out.display()
         );
-        print_sample("sample", &config, &trainer.params()?)?;
     }
+    match tinygpt::data::tasks::Task::of(&trainer.corpus) {
+        None if !args.json => print_sample("sample", &config, &trainer.params()?)?,
+        None => {}
+        Some(task) => print_task_accuracy(task, &config, &trainer.params()?, args.json)?,
+    }
+    Ok(())
+}
+
+/// A toy-task model's exact-answer accuracy on the held-out examples, and
+/// its answers to the first few (a JSON line with `--json`).
+pub(super) fn print_task_accuracy(
+    task: tinygpt::data::tasks::Task,
+    config: &Config,
+    params: &[tinygpt::model::params::NamedTensor],
+    json: bool,
+) -> Result<()> {
+    use tinygpt::data::tasks;
+    let mut generator = Generator::new(config, params).map_err(anyhow::Error::msg)?;
+    let (_, held_out) = task.examples();
+    let accuracy = tasks::accuracy(&mut generator, task, &held_out).map_err(anyhow::Error::msg)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({ "task": task.name(), "accuracy": accuracy })
+        );
+        return Ok(());
+    }
+    eprintln!("held-out examples:");
+    for example in &held_out[..4] {
+        let (prompt, answer) = example.split_at(task.prompt_len());
+        let given =
+            tasks::greedy_answer(&mut generator, task, prompt).map_err(anyhow::Error::msg)?;
+        let show = |b: &[u8]| String::from_utf8_lossy(&b[..b.len() - 1]).into_owned();
+        eprintln!(
+            "  {}{}  {}",
+            String::from_utf8_lossy(prompt),
+            super::printable(&String::from_utf8_lossy(&given)).trim_end(),
+            if given == answer {
+                "right".to_string()
+            } else {
+                format!("wrong (it is {})", show(answer))
+            }
+        );
+    }
+    eprintln!(
+        "held-out accuracy on {}: {} of {} exact ({:.1}%)",
+        task.name(),
+        accuracy.correct,
+        accuracy.total,
+        100.0 * accuracy.fraction()
+    );
     Ok(())
 }
 

@@ -27,6 +27,11 @@ pub struct WeightsArgs {
 }
 
 impl WeightsArgs {
+    /// The checkpoint argument as given (a file or `gallery:ID`).
+    pub fn checkpoint_arg(&self) -> Option<&std::path::Path> {
+        self.checkpoint.as_deref()
+    }
+
     /// The checkpoint, loaded, if one was given.
     pub fn checkpoint(&self) -> Result<Option<Checkpoint>> {
         Ok(self

@@ -2,6 +2,7 @@
 //! deterministic batch sampler that every backend consumes.
 
 pub mod rng;
+pub mod tasks;
 
 use rng::Rng;
 use std::path::Path;
@@ -104,6 +105,10 @@ pub struct Corpus {
     pub name: String,
     pub train: Vec<u8>,
     pub val: Vec<u8>,
+    /// Windows start at multiples of this many bytes: 1 for text (anywhere),
+    /// a toy task's example length for its examples ([`tasks::Task`]), so
+    /// that every window starts at an example's first byte.
+    pub align: usize,
 }
 
 impl Corpus {
@@ -123,6 +128,7 @@ impl Corpus {
             name: name.to_string(),
             train: bytes[..split].to_vec(),
             val: bytes[split..].to_vec(),
+            align: 1,
         })
     }
 
@@ -136,7 +142,6 @@ impl Corpus {
         Self::from_bytes("tinyshakespeare.txt", TINY_SHAKESPEARE, ctx)
     }
 
-    /// Reads any file as bytes.
     /// Reads a corpus file: a regular file of at most [`MAX_CORPUS_BYTES`]
     /// (a device such as /dev/zero, or a file too big to hold in memory, is
     /// refused before it is read).
@@ -146,6 +151,28 @@ impl Corpus {
             message,
         })?;
         Self::from_bytes(&path.display().to_string(), &bytes, ctx)
+    }
+
+    /// The corpus a `--corpus` argument names: a toy task the program
+    /// makes (`task:reverse`, [`tasks::Task`]), or a file.
+    pub fn named(arg: &Path, ctx: usize) -> Result<Self, CorpusError> {
+        match arg.to_str().and_then(|a| a.strip_prefix(tasks::PREFIX)) {
+            Some(name) => tasks::Task::named(name)
+                .map_err(|message| CorpusError::Io {
+                    path: arg.display().to_string(),
+                    message,
+                })?
+                .corpus(ctx),
+            None => Self::from_file(arg, ctx),
+        }
+    }
+
+    /// The corpus of a `--corpus` argument, TinyShakespeare without one.
+    pub fn named_or_default(arg: Option<&Path>, ctx: usize) -> Result<Self, CorpusError> {
+        match arg {
+            Some(arg) => Self::named(arg, ctx),
+            None => Self::tiny_shakespeare(ctx),
+        }
     }
 }
 
@@ -161,11 +188,24 @@ pub struct Batch {
 impl Batch {
     /// A batch of `batch` random windows of `ctx + 1` bytes from `data`.
     pub fn sample(data: &[u8], batch: usize, ctx: usize, rng: &mut Rng) -> Self {
-        let windows = (data.len() - ctx) as u64; // starts 0..=len-ctx-1
+        Self::sample_aligned(data, 1, batch, ctx, rng)
+    }
+
+    /// [`Batch::sample`] with windows starting at multiples of `align`
+    /// bytes only (one draw per window either way).
+    pub fn sample_aligned(
+        data: &[u8],
+        align: usize,
+        batch: usize,
+        ctx: usize,
+        rng: &mut Rng,
+    ) -> Self {
+        // starts 0, align, …, the last that leaves ctx + 1 bytes
+        let windows = ((data.len() - ctx - 1) / align + 1) as u64;
         let mut inputs = Vec::with_capacity(batch * ctx);
         let mut targets = Vec::with_capacity(batch * ctx);
         for _ in 0..batch {
-            let start = rng.below(windows) as usize;
+            let start = rng.below(windows) as usize * align;
             let w = &data[start..start + ctx + 1];
             inputs.extend(w[..ctx].iter().map(|&b| b as u32));
             targets.extend(w[1..].iter().map(|&b| b as u32));
@@ -208,7 +248,7 @@ impl BatchSampler {
     }
 
     pub fn next(&mut self, corpus: &Corpus, batch: usize, ctx: usize) -> Batch {
-        Batch::sample(&corpus.train, batch, ctx, &mut self.rng)
+        Batch::sample_aligned(&corpus.train, corpus.align, batch, ctx, &mut self.rng)
     }
 }
 
@@ -223,7 +263,7 @@ pub fn validation_batches(
 ) -> Vec<Batch> {
     let mut rng = Rng::for_stream(seed, "val-batches");
     (0..count)
-        .map(|_| Batch::sample(&corpus.val, batch, ctx, &mut rng))
+        .map(|_| Batch::sample_aligned(&corpus.val, corpus.align, batch, ctx, &mut rng))
         .collect()
 }
 

@@ -67,6 +67,29 @@ pub enum Precision {
     Int4,
 }
 
+impl Precision {
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::F16 => "f16",
+            Precision::Int4 => "int4",
+        }
+    }
+
+    /// How a checkpoint file's weights are stored (None: not safetensors).
+    pub fn of_file(bytes: &[u8]) -> Option<Self> {
+        let st = SafeTensors::deserialize(bytes).ok()?;
+        let names = st.names();
+        Some(if names.iter().any(|n| n.ends_with(Q4_NIBBLES)) {
+            Precision::Int4
+        } else if st.tensors().iter().any(|(_, t)| t.dtype() == Dtype::F16) {
+            Precision::F16
+        } else {
+            Precision::F32
+        })
+    }
+}
+
 /// The suffixes of a 4-bit tensor's two parts in the file.
 pub const Q4_NIBBLES: &str = ".q4";
 pub const Q4_SCALES: &str = ".q4_scale";

@@ -287,9 +287,21 @@ pub const BUILTIN_PRESETS: &[(&str, &str)] = &[
     ),
 ];
 
-/// Whether `id` names a built-in preset.
+/// The presets of the toy tasks' models (`--corpus task:NAME`, the
+/// gallery's), by the task's name: built in too, but not of the size ladder
+/// that the speedup curves climb.
+pub const TASK_PRESETS: &[(&str, &str)] = &[
+    ("reverse", include_str!("../../presets/tasks/reverse.ron")),
+    ("sort", include_str!("../../presets/tasks/sort.ron")),
+    ("add", include_str!("../../presets/tasks/add.ron")),
+];
+
+/// Whether `id` names a built-in preset (the ladder's or a task's).
 pub fn is_builtin(id: &str) -> bool {
-    BUILTIN_PRESETS.iter().any(|(p, _)| *p == id)
+    BUILTIN_PRESETS
+        .iter()
+        .chain(TASK_PRESETS)
+        .any(|(p, _)| *p == id)
 }
 
 /// The most transformer blocks a config may have.
@@ -318,6 +330,9 @@ impl Config {
         if let Some((id, text)) = BUILTIN_PRESETS.iter().find(|(id, _)| *id == name_or_path) {
             return Self::from_ron(text, &format!("presets/{id}.ron"));
         }
+        if let Some((id, text)) = TASK_PRESETS.iter().find(|(id, _)| *id == name_or_path) {
+            return Self::from_ron(text, &format!("presets/tasks/{id}.ron"));
+        }
         let path = Path::new(name_or_path);
         if name_or_path.ends_with(".ron") || path.exists() {
             let text = crate::data::read_text(path).map_err(|message| ConfigError::Io {
@@ -330,6 +345,7 @@ impl Config {
             name: name_or_path.to_string(),
             known: BUILTIN_PRESETS
                 .iter()
+                .chain(TASK_PRESETS)
                 .map(|(id, _)| *id)
                 .collect::<Vec<_>>()
                 .join(", "),
@@ -527,7 +543,7 @@ mod tests {
 
     #[test]
     fn every_builtin_preset_parses() {
-        for (id, _) in BUILTIN_PRESETS {
+        for (id, _) in BUILTIN_PRESETS.iter().chain(TASK_PRESETS) {
             Config::load(id).unwrap_or_else(|e| panic!("{id}: {e}"));
         }
     }

@@ -3,6 +3,7 @@
 
 use super::device::GpuDevice;
 use super::earlier::EarlierRuns;
+use super::gallery_fetch::GalleryFetch;
 use super::records::{StepRecord, TrainingRun};
 use super::run::RunCreated;
 use super::run::{PendingFinetune, Run, RunState, build_run, install_run};
@@ -40,6 +41,18 @@ pub enum RunCommand {
     SaveCheckpoint {
         path: PathBuf,
         replace: bool,
+    },
+    /// A gallery model by its id: its weights, and the text it learned as
+    /// the corpus (in the browser, fetched first unless compiled in).
+    OpenGallery {
+        id: String,
+    },
+    /// A gallery model's files as the page fetched them: its checkpoint,
+    /// and its text unless the program makes it.
+    OpenGalleryFetched {
+        id: String,
+        checkpoint: Vec<u8>,
+        text: Option<Vec<u8>>,
     },
     /// A checkpoint file's contents.
     LoadCheckpoint {
@@ -88,7 +101,11 @@ pub(super) fn handle_commands(
     mut status: ResMut<AppStatus>,
     mut created: MessageWriter<RunCreated>,
     runs: Query<Entity, With<TrainingRun>>,
-    (records, mut earlier): (Query<&StepRecord>, ResMut<EarlierRuns>),
+    (records, mut earlier, mut gallery_fetch): (
+        Query<&StepRecord>,
+        ResMut<EarlierRuns>,
+        ResMut<GalleryFetch>,
+    ),
 ) {
     let Some(mut run) = run else { return };
     for command in reader.read() {
@@ -99,6 +116,9 @@ pub(super) fn handle_commands(
         let mut train_on = false;
         // A fine-tune that cannot start leaves the settings as they were.
         let mut finetune_before = None;
+        // So does a gallery model that cannot open.
+        let mut settings_before = None;
+        let mut gallery_id = None;
         match command.clone() {
             RunCommand::Train => {
                 if matches!(run.state, RunState::Finished) {
@@ -207,6 +227,28 @@ pub(super) fn handle_commands(
                     }
                     run.pending_save = Some((path, resume));
                     run.save_requested = false;
+                }
+            }
+            RunCommand::OpenGallery { .. } | RunCommand::OpenGalleryFetched { .. } => {
+                let opened = open_gallery(command, &mut gallery_fetch);
+                match opened {
+                    Err(e) => status.error(format!("gallery model not opened: {e}")),
+                    // Fetching: the page sends the files when they are here.
+                    Ok(None) => {}
+                    Ok(Some((entry, ckpt, corpus))) => {
+                        // The Run panel's settings become the model's: its
+                        // preset (a new run trains it afresh) and its text.
+                        settings_before = Some(settings.clone());
+                        let (seed, backend) = (settings.seed, settings.backend);
+                        *settings = RunSettings::from_preset(entry.preset, ckpt.config.clone());
+                        settings.lab = ckpt.config.lab;
+                        settings.seed = seed;
+                        settings.backend = backend;
+                        settings.corpus = corpus;
+                        resumed_from = entry.id;
+                        gallery_id = Some(entry.id.to_string());
+                        rebuild = Some(Some(ckpt));
+                    }
                 }
             }
             RunCommand::LoadCheckpoint { name, bytes } => {
@@ -351,11 +393,15 @@ pub(super) fn handle_commands(
                     if let Some(before) = finetune_before {
                         settings.finetune = before;
                     }
+                    if let Some(before) = settings_before {
+                        *settings = before;
+                    }
                     status.error(format!(
                         "the new run could not start, the current one is kept: {e}"
                     ))
                 }
                 Ok(mut new_run) => {
+                    new_run.gallery = gallery_id;
                     if let Some(ckpt) = &resume {
                         status.info =
                             Some(format!("resumed at step {} from {resumed_from}", ckpt.step));
@@ -380,7 +426,12 @@ pub(super) fn handle_commands(
 /// A checkpoint to open as soon as the first run exists (`--checkpoint`),
 /// and a LoRA adapter of it (`--adapter`), names and bytes.
 #[derive(Resource, Clone, Debug, Default)]
-pub struct OpenOnStart(pub Option<(String, Vec<u8>)>, pub Option<(String, Vec<u8>)>);
+pub struct OpenOnStart(
+    pub Option<(String, Vec<u8>)>,
+    pub Option<(String, Vec<u8>)>,
+    /// A gallery model by id.
+    pub Option<String>,
+);
 
 /// Sends the start-up checkpoint as a load command (carried out with the
 /// others, in the first frame).
@@ -395,5 +446,49 @@ pub(super) fn open_on_start(mut open: ResMut<OpenOnStart>, mut out: MessageWrite
             },
             None => RunCommand::LoadCheckpoint { name, bytes },
         });
+    }
+    if let Some(id) = open.2.take() {
+        out.write(RunCommand::OpenGallery { id });
+    }
+}
+
+/// A gallery model to open: its entry, weights and text, or None while the
+/// page fetches its files (an entry not compiled in, in the browser).
+fn open_gallery(
+    command: &RunCommand,
+    fetch: &mut GalleryFetch,
+) -> Result<Option<(crate::model::gallery::Entry, Checkpoint, CorpusSource)>, String> {
+    use crate::model::gallery::{self, PREFIX, Text};
+    match command {
+        RunCommand::OpenGallery { id } => {
+            let entry = gallery::find(id)?;
+            if !entry.compiled_in() {
+                fetch.request(&entry)?;
+                return Ok(None);
+            }
+            let ckpt = entry.checkpoint().map_err(|e| e.to_string())?;
+            Ok(Some((entry, ckpt, CorpusSource::of_gallery(entry.text))))
+        }
+        RunCommand::OpenGalleryFetched {
+            id,
+            checkpoint,
+            text,
+        } => {
+            let entry = gallery::find(id)?;
+            let ckpt = Checkpoint::from_bytes(checkpoint, &format!("{PREFIX}{id}"))
+                .map_err(|e| e.to_string())?;
+            let corpus = match (entry.text, text) {
+                (Text::File { path, .. }, Some(bytes)) => CorpusSource::Bytes {
+                    name: path.into(),
+                    bytes: Arc::new(bytes.clone()),
+                },
+                (Text::File { path, .. }, None) => {
+                    return Err(format!("the page sent no text for {path}"));
+                }
+                (other, _) => CorpusSource::of_gallery(other),
+            };
+            Ok(Some((entry, ckpt, corpus)))
+        }
+        _ => Ok(None),
     }
 }

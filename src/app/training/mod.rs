@@ -6,6 +6,7 @@
 mod commands;
 mod device;
 mod earlier;
+mod gallery_fetch;
 mod pump;
 mod records;
 mod requests;
@@ -17,6 +18,7 @@ mod status;
 pub use commands::{OpenOnStart, RunCommand};
 pub use device::GpuDevice;
 pub use earlier::{EarlierRun, EarlierRuns};
+pub use gallery_fetch::GalleryFetch;
 pub use records::{StepRecord, TrainingRun};
 pub use requests::{FlashTraces, HeatmapView, Knockouts, Probes, Snapshots, TensorWants};
 pub use run::{
@@ -39,6 +41,7 @@ impl Plugin for TrainingPlugin {
             .init_resource::<AppStatus>()
             .init_resource::<Snapshots>()
             .init_resource::<EarlierRuns>()
+            .init_resource::<GalleryFetch>()
             .init_resource::<TensorWants>()
             .init_resource::<Probes>()
             .init_resource::<Knockouts>()

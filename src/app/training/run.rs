@@ -34,6 +34,8 @@ pub struct Run {
     pub program: Program,
     pub preset: String,
     pub corpus_name: String,
+    /// The gallery model it was opened from, if it was (a link keeps it).
+    pub gallery: Option<String>,
     pub engine: Engine,
     pub state: RunState,
     /// e.g. `gpu (NVIDIA H100 80GB HBM3 (Vulkan, DiscreteGpu))`
@@ -224,6 +226,7 @@ pub fn build_run(
         tokens_per_s: 0.0,
     });
     Ok(Run {
+        gallery: None,
         program,
         preset: match &settings.finetune {
             Some(f) if config.lora.is_some() => f.base_name.clone(),

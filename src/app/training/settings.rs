@@ -3,6 +3,7 @@
 
 use crate::backend::BackendChoice;
 use crate::data::Corpus;
+use crate::data::tasks::Task;
 use crate::model::checkpoint::Checkpoint;
 use crate::model::config::{Config, Lab};
 use crate::model::lora::FinetuneOptions;
@@ -16,6 +17,8 @@ pub enum CorpusSource {
     Builtin,
     /// A file the user loaded (by path or drop).
     Bytes { name: String, bytes: Arc<Vec<u8>> },
+    /// A toy task's examples, made by the program (`task:reverse`).
+    Task(Task),
 }
 
 impl CorpusSource {
@@ -23,6 +26,7 @@ impl CorpusSource {
         match self {
             CorpusSource::Builtin => "tinyshakespeare.txt (built in)".into(),
             CorpusSource::Bytes { name, .. } => name.clone(),
+            CorpusSource::Task(task) => format!("{}{}", crate::data::tasks::PREFIX, task.name()),
         }
     }
 
@@ -30,6 +34,10 @@ impl CorpusSource {
         match self {
             CorpusSource::Builtin => crate::data::TINY_SHAKESPEARE.len(),
             CorpusSource::Bytes { bytes, .. } => bytes.len(),
+            CorpusSource::Task(task) => {
+                let (train, held_out) = task.examples();
+                (train.len() + held_out.len()) * task.example_len()
+            }
         }
     }
 
@@ -37,11 +45,47 @@ impl CorpusSource {
         self.len() == 0
     }
 
+    /// A prompt from this text for the scenes that show one, at most
+    /// `ctx` (and 64) characters: for TinyShakespeare none (each scene has
+    /// its own line), for a toy task its first held-out example up to its
+    /// newline (the prompt and the answer, so both show), else the text's
+    /// first line of a readable length.
+    pub fn prompt_line(&self, ctx: usize) -> Option<String> {
+        let bytes: &[u8] = match self {
+            CorpusSource::Builtin => return None,
+            CorpusSource::Bytes { bytes, .. } => bytes,
+            CorpusSource::Task(task) => {
+                let (_, held_out) = task.examples();
+                let example = &held_out[0][..task.example_len() - 1];
+                return Some(
+                    String::from_utf8_lossy(&example[..example.len().min(ctx)]).into_owned(),
+                );
+            }
+        };
+        let text = String::from_utf8_lossy(&bytes[..bytes.len().min(8192)]).into_owned();
+        let line = text.lines().map(str::trim).find(|l| l.len() >= 24)?;
+        // Never empty: the line has ≥ 24 bytes and a preset's ctx is ≥ 1.
+        Some(line.chars().take(ctx.min(64)).collect())
+    }
+
+    /// The text a gallery model learned.
+    pub fn of_gallery(text: crate::model::gallery::Text) -> Self {
+        match text {
+            crate::model::gallery::Text::Shakespeare => CorpusSource::Builtin,
+            crate::model::gallery::Text::File { path, bytes } => CorpusSource::Bytes {
+                name: path.into(),
+                bytes: Arc::new(bytes.to_vec()),
+            },
+            crate::model::gallery::Text::Task(task) => CorpusSource::Task(task),
+        }
+    }
+
     /// The corpus split for a context length, or why it cannot be.
     pub fn corpus(&self, ctx: usize) -> Result<Corpus, String> {
         match self {
             CorpusSource::Builtin => Corpus::tiny_shakespeare(ctx),
             CorpusSource::Bytes { name, bytes } => Corpus::from_bytes(name, bytes, ctx),
+            CorpusSource::Task(task) => task.corpus(ctx),
         }
         .map_err(|e| {
             format!("{e}; load a longer text file or choose a preset with a shorter context")

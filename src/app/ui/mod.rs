@@ -108,7 +108,10 @@ pub fn draw_ui(
     mut next_scene: ResMut<NextState<Scene>>,
     mut export: MessageWriter<crate::app::export::ExportPng>,
     mut lesson: ResMut<crate::app::lesson::LessonPlayer>,
-    earlier: Res<crate::app::training::EarlierRuns>,
+    (earlier, gallery_fetch): (
+        Res<crate::app::training::EarlierRuns>,
+        Res<crate::app::training::GalleryFetch>,
+    ),
     mut data_out: (
         MessageWriter<crate::app::data::ExportData>,
         MessageWriter<crate::app::data::ExportLossChart>,
@@ -126,6 +129,7 @@ pub fn draw_ui(
 
     // ---- bottom: status line
     egui::Panel::bottom("status").show(&mut root, |ui| {
+        crate::app::gallery::progress_bar(ui, &gallery_fetch);
         ui.horizontal_wrapped(|ui| {
             ui.label(format!("backend: {}", run.backend_label));
             ui.separator();
@@ -515,18 +519,7 @@ fn side_panels(
             });
             ui.horizontal(|ui| {
                 ui.label("trained model:");
-                for (name, command, bytes) in crate::model::shipped::SHIPPED {
-                    if ui
-                        .button(*name)
-                        .on_hover_text(format!("open the shipped {name} checkpoint, trained by `{command}`"))
-                        .clicked()
-                    {
-                        commands.write(RunCommand::LoadCheckpoint {
-                            name: format!("{name} (shipped)"),
-                            bytes: bytes.to_vec(),
-                        });
-                    }
-                }
+                gallery_menu(ui, commands);
             });
             // Below the controls the browser test clicks by position.
             lab_settings(ui, settings, commands);
@@ -767,4 +760,49 @@ fn presenter_mode(
         );
     }
     Ok(())
+}
+
+/// The gallery's models, one button each (the shipped TinyShakespeare ones
+/// on the row, every one in the menu beside them): each opens with the text
+/// it learned as the run's corpus.
+fn gallery_menu(ui: &mut egui::Ui, commands: &mut MessageWriter<RunCommand>) {
+    let entries = crate::model::gallery::entries();
+    let hover = |e: &crate::model::gallery::Entry| {
+        format!(
+            "{}\ntext: {} ({})\nlicence: {}\ntrained by `{}`",
+            e.what,
+            e.text.name(),
+            e.source,
+            e.licence,
+            e.command
+        )
+    };
+    for entry in entries
+        .iter()
+        .filter(|e| e.text == crate::model::gallery::Text::Shakespeare)
+    {
+        if ui.button(entry.id).on_hover_text(hover(entry)).clicked() {
+            commands.write(RunCommand::OpenGallery {
+                id: entry.id.into(),
+            });
+        }
+    }
+    ui.menu_button("gallery…", |ui| {
+        ui.strong("The gallery: models trained by this program");
+        egui::Grid::new("gallery")
+            .num_columns(2)
+            .spacing([10.0, 6.0])
+            .show(ui, |ui| {
+                for entry in &entries {
+                    if ui.button(entry.id).on_hover_text(hover(entry)).clicked() {
+                        commands.write(RunCommand::OpenGallery {
+                            id: entry.id.into(),
+                        });
+                        ui.close();
+                    }
+                    ui.label(entry.what);
+                    ui.end_row();
+                }
+            });
+    });
 }

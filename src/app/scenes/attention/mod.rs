@@ -17,7 +17,7 @@ mod report;
 use super::Scene;
 use crate::app::canvas::{Hover, SceneBounds, SceneCursor, label};
 use crate::app::lesson::{LessonAction, LessonFocus};
-use crate::app::training::{CorpusSource, Probes, Run, RunSettings, RunState};
+use crate::app::training::{Probes, Run, RunSettings, RunState};
 use crate::app::ui::UiState;
 use crate::lesson::{Action, Focus};
 use crate::probe::{ProbeResult, ProbeSource, byte_label};
@@ -56,6 +56,9 @@ pub struct AttentionView {
     pub row_normalised: bool,
     /// Set once the prompt has its default (a line of the corpus).
     pub prompt_set: bool,
+    /// The text the prompt was taken from: another run's text (a gallery
+    /// model opened, a corpus loaded) starts from a prompt of its own.
+    pub prompt_corpus: String,
 }
 
 impl Default for AttentionView {
@@ -69,6 +72,7 @@ impl Default for AttentionView {
             temperature: 1.0,
             row_normalised: false,
             prompt_set: false,
+            prompt_corpus: String::new(),
         }
     }
 }
@@ -133,22 +137,6 @@ fn leave(mut probes: ResMut<Probes>, mut layout: ResMut<Layout>) {
     *layout = Layout::default();
 }
 
-/// A line of the corpus to start from: the first of a readable length.
-fn default_prompt(corpus: &CorpusSource, ctx: usize) -> String {
-    let bytes: &[u8] = match corpus {
-        CorpusSource::Builtin => crate::data::TINY_SHAKESPEARE.as_ref(),
-        CorpusSource::Bytes { bytes, .. } => bytes,
-    };
-    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(8192)]).into_owned();
-    let line = text
-        .lines()
-        .map(str::trim)
-        .find(|l| l.len() >= 24)
-        .unwrap_or("To be, or not to be, that is the question:");
-    // Never empty: the line has ≥ 24 bytes and a preset's ctx is ≥ 1.
-    line.chars().take(ctx.min(64)).collect()
-}
-
 /// Keeps the probe request in step with the view.
 fn request_probe(
     run: Option<Res<Run>>,
@@ -157,8 +145,13 @@ fn request_probe(
     mut probes: ResMut<Probes>,
 ) {
     let Some(run) = run else { return };
-    if !view.prompt_set {
-        view.prompt = default_prompt(&settings.corpus, run.config().ctx);
+    if !view.prompt_set || (!view.prompt_corpus.is_empty() && view.prompt_corpus != run.corpus_name)
+    {
+        view.prompt_corpus = run.corpus_name.clone();
+        view.prompt = settings
+            .corpus
+            .prompt_line(run.config().ctx)
+            .unwrap_or_else(|| "To be, or not to be, that is the question:".into());
         view.prompt_set = true;
     }
     let source = match view.source {
@@ -612,6 +605,8 @@ fn lesson_action(event: On<LessonAction>, mut view: ResMut<AttentionView>) {
     if let Action::Prompt(text) = &event.0 {
         view.prompt = text.clone();
         view.prompt_set = true;
+        // Chosen, not a default: it stays when the text changes.
+        view.prompt_corpus.clear();
         view.source = SourceKind::Prompt;
     }
 }

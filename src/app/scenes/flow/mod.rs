@@ -28,7 +28,9 @@ mod toolbar;
 use super::Scene;
 use crate::app::canvas::{Hover, SceneBounds, SceneCursor};
 use crate::app::lesson::{LessonAction, LessonFocus, PendingFocus};
-use crate::app::training::{GpuDevice, Knockouts, Run, RunCreated, Snapshots, TensorWants};
+use crate::app::training::{
+    GpuDevice, Knockouts, Run, RunCreated, RunSettings, Snapshots, TensorWants,
+};
 use crate::app::ui::state::UiState;
 use crate::app::worker::Device;
 use crate::lesson::{Action, Focus};
@@ -51,6 +53,9 @@ pub struct FlowView {
     pub prompt: String,
     /// Set once the prompt has its default.
     pub prompt_set: bool,
+    /// The text the prompt was taken from: another run's text (a gallery
+    /// model opened, a corpus loaded) starts from a prompt of its own.
+    pub prompt_corpus: String,
     /// The position read (None: the last byte).
     pub position: Option<usize>,
     pub zoom: Zoom,
@@ -73,6 +78,7 @@ impl Default for FlowView {
         Self {
             prompt: String::new(),
             prompt_set: false,
+            prompt_corpus: String::new(),
             position: None,
             zoom: Zoom::Model,
             pass: FlowPass::Forward,
@@ -167,7 +173,7 @@ fn ask(
     mut wants: ResMut<TensorWants>,
     mut view: ResMut<FlowView>,
     mut compute: ResMut<FlowCompute>,
-    gpu: Res<GpuDevice>,
+    (gpu, settings): (Res<GpuDevice>, Res<RunSettings>),
 ) {
     compute.poll();
     let Some(run) = run else { return };
@@ -197,8 +203,13 @@ fn ask(
             .chain(moments.iter().cloned())
             .collect(),
     );
-    if !view.prompt_set {
-        view.prompt = default_prompt(run.config().ctx);
+    if !view.prompt_set || (!view.prompt_corpus.is_empty() && view.prompt_corpus != run.corpus_name)
+    {
+        view.prompt_corpus = run.corpus_name.clone();
+        view.prompt = settings
+            .corpus
+            .prompt_line(run.config().ctx)
+            .unwrap_or_else(|| default_prompt(run.config().ctx));
         view.prompt_set = true;
     }
     if view.prompt.is_empty() {
@@ -621,6 +632,8 @@ fn lesson_action(event: On<LessonAction>, mut view: ResMut<FlowView>) {
         Action::Prompt(text) => {
             view.prompt = text.clone();
             view.prompt_set = true;
+            // Chosen, not a default: it stays when the text changes.
+            view.prompt_corpus.clear();
             view.position = None;
             view.play(FlowPass::Forward);
         }

@@ -35,6 +35,9 @@ pub struct ProbeView {
     pub tool: Tool,
     pub prompt: String,
     pub prompt_set: bool,
+    /// The text the prompt was taken from: another run's text (a gallery
+    /// model opened, a corpus loaded) starts from a prompt of its own.
+    pub prompt_corpus: String,
     /// The corrupted prompt for patching ("" until the prompt has one).
     pub corrupt: String,
     /// The "why" tool's two bytes as typed (`e,a`; empty: the model's top two).
@@ -50,6 +53,7 @@ impl Default for ProbeView {
             tool: Tool::Lens,
             prompt: String::new(),
             prompt_set: false,
+            prompt_corpus: String::new(),
             corrupt: String::new(),
             pair: String::new(),
             validation: false,
@@ -140,6 +144,7 @@ fn ask(
     mut wants: ResMut<TensorWants>,
     mut view: ResMut<ProbeView>,
     mut compute: ResMut<ProbeCompute>,
+    settings: Res<crate::app::training::RunSettings>,
 ) {
     compute.poll();
     let Some(run) = run else { return };
@@ -149,11 +154,18 @@ fn ask(
         .map(|id| run.program.tensors[id].name.clone())
         .collect();
     wants.set("probe", names);
-    if !view.prompt_set {
-        view.prompt = "ROMEO: But soft, what light through yonder window"
-            .chars()
-            .take(run.config().ctx.min(48))
-            .collect();
+    if !view.prompt_set || (!view.prompt_corpus.is_empty() && view.prompt_corpus != run.corpus_name)
+    {
+        view.prompt_corpus = run.corpus_name.clone();
+        view.prompt = settings
+            .corpus
+            .prompt_line(run.config().ctx)
+            .unwrap_or_else(|| {
+                "ROMEO: But soft, what light through yonder window"
+                    .chars()
+                    .take(run.config().ctx.min(48))
+                    .collect()
+            });
         view.corrupt = corrupt_of(&view.prompt);
         view.prompt_set = true;
     }
@@ -279,6 +291,8 @@ fn lesson_action(event: On<LessonAction>, mut view: ResMut<ProbeView>) {
             view.prompt = text.clone();
             view.corrupt = corrupt_of(text);
             view.prompt_set = true;
+            // Chosen, not a default: it stays when the text changes.
+            view.prompt_corpus.clear();
         }
         Action::Tool(key) => {
             if let Some(t) = Tool::ALL.into_iter().find(|t| t.key() == key) {

@@ -1,0 +1,291 @@
+//! Toy tasks with exact answers (minGPT's kind): reverse a word, sort
+//! digits, add two numbers. Each is a corpus the program makes from a fixed
+//! seed, one example per line, every line the same length, so that a
+//! window starts at an example's first byte ([`super::Corpus::align`]) and
+//! the model's positions are the example's. The last tenth of the examples
+//! is held out (the validation split, none of them seen in training), and a
+//! model's exact-answer accuracy is measured on them: greedy decoding from
+//! the prompt must give the whole answer and the newline after it.
+//!
+//! `--corpus task:reverse` names one anywhere a corpus is read.
+
+use super::rng::Rng;
+use super::{Corpus, CorpusError};
+use crate::cpu::generate::Generator;
+use serde::Serialize;
+use std::collections::HashSet;
+
+/// How a `--corpus` argument names a task: `task:reverse`.
+pub const PREFIX: &str = "task:";
+
+/// One toy task.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Task {
+    /// `qwertyui>iuytrewq`: eight letters, backwards.
+    Reverse,
+    /// `31415926>11234569`: eight digits, in order.
+    Sort,
+    /// `47+85=132`: two two-digit numbers and their sum in three digits.
+    Add,
+}
+
+/// Letters (or digits) in a reverse or sort example.
+const WORD: usize = 8;
+
+impl Task {
+    pub const ALL: [Task; 3] = [Task::Reverse, Task::Sort, Task::Add];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Task::Reverse => "reverse",
+            Task::Sort => "sort",
+            Task::Add => "add",
+        }
+    }
+
+    /// The task by name, or a line naming the ones there are.
+    pub fn named(name: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|t| t.name() == name)
+            .ok_or_else(|| {
+                format!(
+                    "there is no toy task `{name}`; there are {}",
+                    Self::ALL
+                        .map(|t| format!("{PREFIX}{}", t.name()))
+                        .join(", ")
+                )
+            })
+    }
+
+    /// What the model is asked, in a sentence.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Task::Reverse => "reverse eight letters: `qwertyui>` → `iuytrewq`",
+            Task::Sort => "sort eight digits: `31415926>` → `11234569`",
+            Task::Add => "add two two-digit numbers: `47+85=` → `132`",
+        }
+    }
+
+    /// Bytes in one example, its newline included.
+    pub fn example_len(self) -> usize {
+        match self {
+            Task::Reverse | Task::Sort => 2 * WORD + 2,
+            Task::Add => 10,
+        }
+    }
+
+    /// Bytes of an example's prompt, up to and including `>` or `=`.
+    pub fn prompt_len(self) -> usize {
+        match self {
+            Task::Reverse | Task::Sort => WORD + 1,
+            Task::Add => 6,
+        }
+    }
+
+    /// The answer to `prompt` (without its newline).
+    pub fn answer(self, prompt: &[u8]) -> Vec<u8> {
+        match self {
+            Task::Reverse => prompt[..WORD].iter().rev().copied().collect(),
+            Task::Sort => {
+                let mut digits = prompt[..WORD].to_vec();
+                digits.sort_unstable();
+                digits
+            }
+            Task::Add => {
+                let number = |s: &[u8]| s.iter().fold(0u32, |n, &d| n * 10 + (d - b'0') as u32);
+                format!("{:03}", number(&prompt[..2]) + number(&prompt[3..5])).into_bytes()
+            }
+        }
+    }
+
+    /// All examples: (the training ones, the held-out ones), each a whole
+    /// line, every line different, always the same for a task.
+    pub fn examples(self) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+        let mut rng = Rng::for_stream(36, self.name());
+        let mut prompts: Vec<Vec<u8>> = match self {
+            // Every sum there is, shuffled below.
+            Task::Add => (0..10_000u32)
+                .map(|i| format!("{:02}+{:02}=", i / 100, i % 100).into_bytes())
+                .collect(),
+            Task::Reverse | Task::Sort => {
+                let (first, count) = match self {
+                    Task::Reverse => (b'a', 26),
+                    _ => (b'0', 10),
+                };
+                let mut seen = HashSet::new();
+                let mut prompts = Vec::new();
+                while prompts.len() < 20_000 {
+                    let mut p: Vec<u8> =
+                        (0..WORD).map(|_| first + rng.below(count) as u8).collect();
+                    p.push(b'>');
+                    if seen.insert(p.clone()) {
+                        prompts.push(p);
+                    }
+                }
+                prompts
+            }
+        };
+        // Fisher–Yates, so that the held-out tenth is a fair sample.
+        for i in (1..prompts.len()).rev() {
+            prompts.swap(i, rng.below(i as u64 + 1) as usize);
+        }
+        let lines: Vec<Vec<u8>> = prompts
+            .into_iter()
+            .map(|mut p| {
+                p.extend(self.answer(&p));
+                p.push(b'\n');
+                debug_assert_eq!(p.len(), self.example_len());
+                p
+            })
+            .collect();
+        let held_out = lines.len() / 10;
+        let (train, val) = lines.split_at(lines.len() - held_out);
+        (train.to_vec(), val.to_vec())
+    }
+
+    /// The task as a corpus: the training examples, then the held-out ones
+    /// as the validation split; windows start at examples.
+    pub fn corpus(self, ctx: usize) -> Result<Corpus, CorpusError> {
+        let (train, val) = self.examples();
+        let corpus = Corpus {
+            name: format!("{PREFIX}{}", self.name()),
+            train: train.concat(),
+            val: val.concat(),
+            align: self.example_len(),
+        };
+        if corpus.val.len() < ctx + 1 {
+            let len = corpus.train.len() + corpus.val.len();
+            return Err(CorpusError::TooShort {
+                name: corpus.name,
+                len,
+                ctx,
+                need: len + ctx + 1 - corpus.val.len(),
+            });
+        }
+        Ok(corpus)
+    }
+
+    /// The task a corpus is, by its name.
+    pub fn of(corpus: &Corpus) -> Option<Task> {
+        let name = corpus.name.strip_prefix(PREFIX)?;
+        Self::named(name).ok()
+    }
+}
+
+/// A model's exact-answer accuracy on a task's held-out examples.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Accuracy {
+    pub correct: usize,
+    pub total: usize,
+}
+
+impl Accuracy {
+    pub fn fraction(&self) -> f32 {
+        self.correct as f32 / self.total.max(1) as f32
+    }
+}
+
+/// Whether greedy decoding from each example's prompt gives its answer
+/// and then the newline ([`greedy_answer`]). The model's context must hold
+/// an example but its newline.
+pub fn accuracy(
+    generator: &mut Generator,
+    task: Task,
+    examples: &[Vec<u8>],
+) -> Result<Accuracy, String> {
+    let correct = examples
+        .iter()
+        .map(|example| {
+            let (prompt, answer) = example.split_at(task.prompt_len());
+            greedy_answer(generator, task, prompt).map(|given| given == answer)
+        })
+        .collect::<Result<Vec<bool>, String>>()?
+        .into_iter()
+        .filter(|&right| right)
+        .count();
+    Ok(Accuracy {
+        correct,
+        total: examples.len(),
+    })
+}
+
+/// What greedy decoding (temperature 0) writes after `prompt`: as many
+/// bytes as an answer and its newline.
+pub fn greedy_answer(
+    generator: &mut Generator,
+    task: Task,
+    prompt: &[u8],
+) -> Result<Vec<u8>, String> {
+    if generator.ctx() + 1 < task.example_len() {
+        return Err(format!(
+            "the model's context of {} bytes is shorter than a {} example ({} bytes before its newline)",
+            generator.ctx(),
+            task.name(),
+            task.example_len() - 1
+        ));
+    }
+    let len = task.example_len() - task.prompt_len();
+    let mut logits = generator.prime(prompt);
+    let mut given = Vec::with_capacity(len);
+    while given.len() < len {
+        let byte = argmax(&logits);
+        given.push(byte);
+        if given.len() < len {
+            logits = generator.push(byte);
+        }
+    }
+    Ok(given)
+}
+
+/// The first largest logit's byte (what temperature 0 samples).
+fn argmax(logits: &[f32]) -> u8 {
+    let mut best = 0;
+    for (i, &x) in logits.iter().enumerate() {
+        if x > logits[best] {
+            best = i;
+        }
+    }
+    best as u8
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn examples_are_fixed_length_answered_and_held_out_apart() {
+        for task in Task::ALL {
+            let (train, val) = task.examples();
+            assert_eq!(val.len() * 9, train.len(), "{task:?}");
+            let seen: HashSet<&Vec<u8>> = train.iter().collect();
+            for line in train.iter().chain(&val) {
+                assert_eq!(line.len(), task.example_len());
+                let (prompt, answer) = line.split_at(task.prompt_len());
+                assert_eq!(&answer[..answer.len() - 1], task.answer(prompt));
+                assert_eq!(answer.last(), Some(&b'\n'));
+            }
+            assert!(val.iter().all(|l| !seen.contains(l)), "{task:?}");
+            assert_eq!(task.examples(), (train, val), "always the same");
+        }
+        assert_eq!(Task::Add.answer(b"47+85="), b"132");
+        assert_eq!(Task::Sort.answer(b"31415926>"), b"11234569");
+        assert_eq!(Task::Reverse.answer(b"qwertyui>"), b"iuytrewq");
+    }
+
+    #[test]
+    fn task_windows_start_at_examples() {
+        let task = Task::Reverse;
+        let corpus = Corpus::named(std::path::Path::new("task:reverse"), 17).unwrap();
+        assert_eq!(Task::of(&corpus), Some(task));
+        let mut sampler = super::super::BatchSampler::new(3);
+        let batch = sampler.next(&corpus, 64, 17);
+        for row in batch.inputs.chunks(17) {
+            assert_eq!(row[WORD], b'>' as u32, "{row:?}");
+        }
+        let err = Corpus::named(std::path::Path::new("task:nope"), 17)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("task:reverse"), "{err}");
+    }
+}
