@@ -141,14 +141,15 @@ else
     echo "TINYGPT_SKIP_WASM_OPT=1: the wasm is left as wasm-bindgen wrote it"
     opt="without wasm-opt"
 fi
-# The gallery's models and texts other than the TinyShakespeare ones are
-# not in the wasm: the page fetches one when it is chosen and keeps it in a
+# The gallery's models (the shipped TinyShakespeare ones too) and texts are
+# not in the wasm: the page fetches one when it is opened and keeps it in a
 # cache named after these files' contents, so a changed gallery is fetched
 # anew.
-mkdir -p "$out/assets/gallery" "$out/assets/corpora"
+mkdir -p "$out/assets/checkpoints" "$out/assets/gallery" "$out/assets/corpora"
+cp assets/checkpoints/*.safetensors "$out/assets/checkpoints/"
 cp assets/gallery/*.safetensors "$out/assets/gallery/"
 cp assets/corpora/* "$out/assets/corpora/"
-stamp=$(cat assets/gallery/*.safetensors assets/corpora/* | sha256sum | cut -c1-12)
+stamp=$(cat assets/checkpoints/*.safetensors assets/gallery/*.safetensors assets/corpora/* | sha256sum | cut -c1-12)
 sed "s/__GALLERY_STAMP__/$stamp/" web/index.html > "$out/index.html"
 
 size=$(stat -c %s "$out/tinygpt_bg.wasm")

@@ -40,10 +40,8 @@ pub fn main() {
     // without it, the shipped tiny, which the page's one CPU thread keeps
     // up with).
     let bare = link.is_bare();
-    let opening = bare.then(|| {
-        let name = if webgpu { "small" } else { "tiny" };
-        crate::model::shipped::shipped(name).map(|b| (format!("{name} (shipped)"), b.to_vec()))
-    });
+    // The page fetches it (the wasm holds no checkpoint).
+    let opening = bare.then(|| if webgpu { "small" } else { "tiny" }.to_string());
     let mut app = super::build(AppOptions {
         settings,
         scene: link.scene.unwrap_or(if bare {
@@ -64,9 +62,9 @@ pub fn main() {
             Some((name.clone(), lesson, step))
         }),
         headless: None,
-        checkpoint: opening.flatten(),
+        checkpoint: None,
         adapter: None,
-        gallery: link.model.clone(),
+        gallery: link.model.clone().or(opening),
     });
     if let Some(view) = link.view {
         app.world_mut().resource_mut::<Snapshots>().set_view(view);

@@ -16,8 +16,9 @@
 //    CPU vs GPU compares one step on
 //    the page's CPU and WebGPU; a `lesson=why-flash&step=2` link opens that
 //    lesson's step on the shipped small checkpoint (step 1500) in the Flash
-//    scene with its narration; a `bench=tiny` link measures the CPU in the
-//    Speedup scene.
+//    scene with its narration; a `model=reverse` link fetches that gallery
+//    model (not in the wasm) and opens it; a `bench=tiny` link measures the
+//    CPU in the Speedup scene.
 // 4. A lost GPU: the page's WebGPU devices destroyed under a training run;
 //    the run goes on on the CPU from its last host copy and the page draws
 //    on.
@@ -315,6 +316,19 @@ async function scenesRun(base) {
         (s) => s.lesson?.narration_drawn && s.scene === "flash" && s.step >= 1500,
         (s) => {
           if (s.lesson?.name !== "why-flash" || s.lesson?.step !== 2) return `the link's lesson step is not on screen: ${JSON.stringify(s.lesson)}`;
+          return null;
+        },
+      ],
+      [
+        // A gallery model not in the wasm: the page fetches its weights
+        // (assets/gallery/reverse.safetensors, copied by build.sh) and the
+        // app opens it, at its 3000 steps, in the Attention scene.
+        "gallery",
+        "model=reverse&scene=attention",
+        (s) => s.scene === "attention" && (s.step >= 3000 || s.errors?.length),
+        (s) => {
+          if (s.errors?.length) return `the gallery model did not open: ${JSON.stringify(s.errors)}`;
+          if (s.step !== 3000) return `the page is not on the reversal model (step ${s.step})`;
           return null;
         },
       ],

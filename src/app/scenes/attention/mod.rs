@@ -289,7 +289,9 @@ fn layout(
             ));
             // Every byte on both axes where they fit; every k-th otherwise.
             let every = (11.0 / cell).ceil().max(1.0) as usize;
-            let size = (cell * 0.8).clamp(7.0, 14.0);
+            // Up to 20 (a short prompt's cells are large: its bytes are
+            // read from the back of a room).
+            let size = (cell * 0.8).clamp(7.0, 20.0);
             for (i, &b) in r.tokens.iter().enumerate() {
                 if i % every != 0 {
                     continue;
@@ -327,7 +329,9 @@ fn layout(
                 Anchor::BOTTOM_LEFT,
                 Vec2::new(left + side + 8.0, 6.0),
             ));
-            bounds.0 = Rect::new(0.0, -side - 10.0, left + side + 70.0, 90.0);
+            // Room above the title, so that it stays clear of the status
+            // line under the toolbar.
+            bounds.0 = Rect::new(0.0, -side - 10.0, left + side + 70.0, 130.0);
         }
     }
 }
