@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use tinygpt::backend::Backend;
 use tinygpt::cpu::CpuBackend;
@@ -24,30 +24,13 @@ fn shipped_small() -> Checkpoint {
 }
 
 /// Text of another style than Shakespeare's: this program's own Rust
-/// source, the first `bytes` of its files in path order.
+/// source (the gallery's snapshot, assets/corpora/tinygpt-rust.txt), its
+/// first `bytes`.
 fn rust_corpus(bytes: usize) -> Vec<u8> {
-    let mut files = Vec::new();
-    let mut dirs = vec![PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("src")];
-    while let Some(dir) = dirs.pop() {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                dirs.push(path);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                files.push(path);
-            }
-        }
-    }
-    files.sort();
-    let mut text = Vec::new();
-    for f in files {
-        text.extend(std::fs::read(f).unwrap());
-        if text.len() >= bytes {
-            break;
-        }
-    }
-    text.truncate(bytes);
-    text
+    // The gallery's snapshot of this program's Rust: fixed, so the numbers
+    // below do not move with every edit of src/.
+    let text = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/assets/corpora/tinygpt-rust.txt")).unwrap();
+    text[..bytes.min(text.len())].to_vec()
 }
 
 fn options(targets: &str) -> FinetuneOptions {
@@ -198,7 +181,9 @@ fn fine_tuning_trains_the_adapters_only_and_merges() {
         .map(|(a, b)| (a - b).abs())
         .fold(0.0f32, f32::max);
     eprintln!("merged against adapted logits: largest difference {worst:e}, largest logit {scale}");
-    assert!(worst <= 1e-6 * scale, "merged logits differ by {worst} (largest logit {scale})");
+    // W + (α/r)·B·A rounded to f32 once, against the two products summed:
+    // a few f32 roundings (2⁻²³ ≈ 1.2e-7 each) carried through the layers.
+    assert!(worst <= 4e-6 * scale, "merged logits differ by {worst} (largest logit {scale})");
     let base_logits = logits(&Program::new(&base.config), &base.params, &batch);
     let moved = adapted
         .iter()
