@@ -17,6 +17,7 @@
 
 use crate::backend::Backend;
 use crate::data::Batch;
+use crate::data::tasks::argmax;
 use crate::flow::{Guess, batch_for, lens_at, next_byte_probs, top5};
 use crate::model::config::VOCAB;
 use crate::model::params::NamedTensor;
@@ -365,16 +366,6 @@ pub fn last_logits(
     }
     let logits = backend.read("logits").map_err(err)?;
     Ok(logits[last * VOCAB..(last + 1) * VOCAB].to_vec())
-}
-
-fn argmax(v: &[f32]) -> u8 {
-    let mut best = 0;
-    for (i, &x) in v.iter().enumerate() {
-        if x > v[best] {
-            best = i;
-        }
-    }
-    best as u8
 }
 
 /// [`Patching`] of `clean` into `corrupt` (the same length after the

@@ -332,17 +332,9 @@ pub fn eval(args: EvalArgs) -> Result<()> {
         backend.write(&p.name, &p.values)?;
     }
     let loss = backend.eval_loss(&batch);
-    let val_loss = args.validation.then(|| {
-        let batches = tinygpt::data::validation_batches(
-            &corpus,
-            config.batch,
-            config.ctx,
-            config.eval_batches,
-            ck.seed,
-        );
-        let sum: f64 = batches.iter().map(|b| backend.eval_loss(b) as f64).sum();
-        (sum / batches.len() as f64) as f32
-    });
+    let val_loss = args
+        .validation
+        .then(|| tinygpt::train::validation_loss(&mut *backend, &corpus, &config, ck.seed));
     if let Some(path) = &args.dump_logits {
         let logits = backend.read("logits")?;
         tinygpt::output::write_atomic(path, bytemuck::cast_slice::<f32, u8>(&logits))

@@ -239,7 +239,7 @@ pub fn greedy_answer(
 }
 
 /// The first largest logit's byte (what temperature 0 samples).
-fn argmax(logits: &[f32]) -> u8 {
+pub fn argmax(logits: &[f32]) -> u8 {
     let mut best = 0;
     for (i, &x) in logits.iter().enumerate() {
         if x > logits[best] {

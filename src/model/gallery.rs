@@ -286,15 +286,12 @@ impl Entry {
                 .write(&p.name, &p.values)
                 .map_err(|e| e.to_string())?;
         }
-        let batches = crate::data::validation_batches(
+        Ok(crate::train::validation_loss(
+            &mut backend,
             &corpus,
-            config.batch,
-            config.ctx,
-            config.eval_batches,
+            config,
             ck.seed,
-        );
-        let sum: f64 = batches.iter().map(|b| backend.eval_loss(b) as f64).sum();
-        Ok((sum / batches.len() as f64) as f32)
+        ))
     }
 
     /// A prompt to sample it from: a toy task's first held-out prompt.

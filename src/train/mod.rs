@@ -857,3 +857,18 @@ pub fn read_moments(
         v: read("adam.v.")?,
     })
 }
+
+/// The validation loss a run records: the mean over its validation batches
+/// (its `seed`, its config's `eval_batches` windows of `corpus`), with the
+/// weights `backend` holds. What `tinygpt eval --validation` and a gallery
+/// card measure on a checkpoint.
+pub fn validation_loss(
+    backend: &mut dyn Backend,
+    corpus: &Corpus,
+    config: &Config,
+    seed: u64,
+) -> f32 {
+    let batches = validation_batches(corpus, config.batch, config.ctx, config.eval_batches, seed);
+    let sum: f64 = batches.iter().map(|b| backend.eval_loss(b) as f64).sum();
+    (sum / batches.len() as f64) as f32
+}
