@@ -20,8 +20,9 @@ pub struct AppArgs {
     #[arg(long)]
     corpus: Option<PathBuf>,
     /// Open a trained model instead of a fresh one: a checkpoint file, or
-    /// a gallery one (`gallery:reverse`; tiny and small by bare name too). `tinygpt` alone opens the
-    /// shipped small in the "Inside the model" scene.
+    /// a gallery one (`gallery:reverse`; tiny and small by bare name too).
+    /// `tinygpt` alone opens the shipped small in the "Inside the model"
+    /// scene.
     #[arg(long)]
     checkpoint: Option<String>,
     /// A LoRA adapter of the --checkpoint model (`tinygpt finetune`): the

@@ -166,14 +166,6 @@ impl Corpus {
             None => Self::from_file(arg, ctx),
         }
     }
-
-    /// The corpus of a `--corpus` argument, TinyShakespeare without one.
-    pub fn named_or_default(arg: Option<&Path>, ctx: usize) -> Result<Self, CorpusError> {
-        match arg {
-            Some(arg) => Self::named(arg, ctx),
-            None => Self::tiny_shakespeare(ctx),
-        }
-    }
 }
 
 /// One batch: `inputs[b*T + t]` and the next-byte `targets[b*T + t]`. (B, T)

@@ -424,7 +424,8 @@ pub(super) fn handle_commands(
 }
 
 /// A checkpoint to open as soon as the first run exists (`--checkpoint`),
-/// and a LoRA adapter of it (`--adapter`), names and bytes.
+/// and a LoRA adapter of it (`--adapter`), names and bytes; or a gallery
+/// model by id (`gallery:ID` alone, a link's `model=`).
 #[derive(Resource, Clone, Debug, Default)]
 pub struct OpenOnStart(
     pub Option<(String, Vec<u8>)>,
