@@ -354,7 +354,8 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
     lines
 }
 
-fn escape(text: &str) -> String {
+/// Text for HTML or SVG: the four characters that would be markup, escaped.
+pub(crate) fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")

@@ -36,6 +36,7 @@ pub mod cpu;
 pub mod data;
 pub mod flash;
 pub mod flow;
+pub mod handout;
 pub mod gpu;
 pub mod interventions;
 pub mod lesson;

@@ -209,10 +209,11 @@ impl ProbeResult {
 }
 
 /// A byte as a label: printable ASCII as itself, the rest as an escape
-/// (`\n`, `\t`, `␠` for a space, `\xNN`), so every label is visible.
+/// (`\n`, `\t`, `␣` for a space, `\xNN`), so every label is visible (in
+/// the label font, DejaVu Sans, which has ␣ and not ␠: no tofu box).
 pub fn byte_label(byte: u8) -> String {
     match byte {
-        b' ' => "␠".into(),
+        b' ' => "␣".into(),
         b'\n' => "\\n".into(),
         b'\t' => "\\t".into(),
         b'\r' => "\\r".into(),
@@ -222,7 +223,7 @@ pub fn byte_label(byte: u8) -> String {
 }
 
 /// A byte as a person types it: one ASCII character, what [`byte_label`]
-/// writes (`␠` or `␣` for the space, `\n`, `\t`, `\r`, `\x41`), or its
+/// writes (`␣` or `␠` for the space, `\n`, `\t`, `\r`, `\x41`), or its
 /// value from 0 to 255 (two or three digits; one digit is the character).
 pub fn parse_byte(s: &str) -> Result<u8, String> {
     if let Some(h) = s.strip_prefix("\\x")
@@ -238,7 +239,7 @@ pub fn parse_byte(s: &str) -> Result<u8, String> {
         _ if s == "␠" || s == "␣" => Ok(b' '),
         _ => s.parse::<u8>().map_err(|_| {
             format!(
-                "`{s}` is not a byte: give one character, `\\n`, `␠` for the space, `\\x41`, or a value from 00 to 255"
+                "`{s}` is not a byte: give one character, `\\n`, `␣` for the space, `\\x41`, or a value from 00 to 255"
             )
         }),
     }
@@ -295,7 +296,7 @@ mod tests {
     #[test]
     fn labels_are_visible() {
         assert_eq!(byte_label(b'a'), "a");
-        assert_eq!(byte_label(b' '), "␠");
+        assert_eq!(byte_label(b' '), "␣");
         assert_eq!(byte_label(b'\n'), "\\n");
         assert_eq!(byte_label(0xe2), "\\xe2");
     }

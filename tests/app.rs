@@ -310,6 +310,28 @@ fn checkpoints_save_and_load_through_the_app() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// A `.tinygpt` file of the original TinyGPT dropped on the window (its
+/// path read by `files::load_path`, as a drop is) opens as the run: its
+/// model, its step, its weights (issue 36; tests/original.rs checks its
+/// logits against the original's own).
+#[test]
+fn a_dropped_tinygpt_file_of_the_original_opens_as_the_run() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/original/original.tinygpt");
+    let want = tinygpt::model::checkpoint::Checkpoint::load(&path).unwrap();
+    let mut app = app_with("tiny", |_| {});
+    let command = tinygpt::app::files::load_path(&path).unwrap();
+    assert!(matches!(command, RunCommand::LoadCheckpoint { .. }));
+    send(&mut app, command);
+    update_until(&mut app, "the original's model", |app| {
+        let run = app.world().resource::<Run>();
+        run.generation > 1 && !run.engine.busy()
+    });
+    let run = app.world().resource::<Run>();
+    assert_eq!((run.config().d_model, run.config().ctx, run.step()), (32, 16, 40));
+    assert!(app.world().resource::<AppStatus>().errors.is_empty());
+    assert_eq!(weights(&mut app), want.params);
+}
+
 #[test]
 fn samples_stream_in_from_the_latest_weights() {
     use tinygpt::app::sample::SampleState;
@@ -1362,9 +1384,144 @@ fn headless_walks_every_step_of_every_lesson() {
             assert_eq!(r["lesson"]["step"], k + 1, "{line}");
             assert_eq!(r["lesson"]["step_title"], step.title.as_str(), "{line}");
             assert_eq!(r["scene"], step.scene.as_str(), "{line}");
+            assert_eq!(r["ui"]["locked"], false, "{line}");
+            assert_eq!(r["ui"]["scene_tabs"], true, "{line}");
+            assert_eq!(r["ui"]["end_lesson"], true, "{line}");
             assert_regions_drawn(&r, &shot, &["narration"], (200, 60), 0.2);
         }
     }
+}
+
+/// A workshop (`--locked`, a link's `locked=1`): the lesson's scene and
+/// narration, and no scene switcher, run or chart panel, or "end lesson";
+/// a file dropped on it is refused with one line, the run untouched.
+#[test]
+fn a_locked_workshop_shows_its_lesson_and_nothing_else() {
+    let dir = common::scratch_dir("app-workshop");
+    let shot = dir.join("workshop.png");
+    let r = run_headless(
+        &["app", "--headless", "--lesson", "attention", "--lesson-step", "2", "--locked", "--frames", "30", "--width", "1280", "--height", "720"],
+        &shot,
+    );
+    let line = r.to_string();
+    assert_eq!(r["lesson"]["name"], "attention", "{line}");
+    assert_eq!(r["lesson"]["step"], 2, "{line}");
+    for (key, want) in [("locked", true), ("scene_tabs", false), ("run_panel", false), ("charts", false), ("end_lesson", false)] {
+        assert_eq!(r["ui"][key], want, "{key}: {line}");
+    }
+    assert_regions_drawn(&r, &shot, &["narration"], (200, 60), 0.2);
+    // --locked without a lesson is refused by the command line.
+    let out = Command::new(env!("CARGO_BIN_EXE_tinygpt")).args(["app", "--headless", "--locked"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--lesson"));
+    // A dropped file, locked and not.
+    let corpus = dir.join("mine.txt");
+    std::fs::write(&corpus, b"to be or not to be, that is the question. ".repeat(40)).unwrap();
+    for locked in [true, false] {
+        let mut app = app_with("tiny", |_| {});
+        app.add_message::<bevy::window::FileDragAndDrop>()
+            .add_plugins(tinygpt::app::files::FilesPlugin)
+            .insert_resource(tinygpt::app::workshop::Workshop { locked });
+        let generation = app.world().resource::<Run>().generation;
+        app.world_mut().write_message(bevy::window::FileDragAndDrop::DroppedFile {
+            window: Entity::PLACEHOLDER,
+            path_buf: corpus.clone(),
+        });
+        for _ in 0..5 {
+            app.update();
+        }
+        let errors = app.world().resource::<AppStatus>().errors.clone();
+        let corpus_name = app.world().resource::<Run>().corpus_name.clone();
+        if locked {
+            assert_eq!(errors, vec![tinygpt::app::workshop::NO_FILES.to_string()]);
+            assert_eq!(app.world().resource::<Run>().generation, generation);
+            assert!(!corpus_name.contains("mine.txt"), "{corpus_name}");
+        } else {
+            assert!(errors.is_empty(), "{errors:?}");
+            assert!(corpus_name.contains("mine.txt"), "{corpus_name}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Every byte's axis label (the Attention scene's, the Flow scene's) and
+/// the signs the scenes draw have a glyph in the label font: no tofu box
+/// (the space used to be `␠`, which DejaVu Sans lacks; it is `␣`).
+#[test]
+fn every_label_the_scenes_draw_has_a_glyph() {
+    use skrifa::MetadataProvider;
+    let font = skrifa::FontRef::new(tinygpt::app::canvas::LABEL_FONT).unwrap();
+    let charmap = font.charmap();
+    let signs = "×·ᵀ√␣↵→←↑↓⊙∑≈≤≥√…–—";
+    let labels: Vec<String> = (0..=255u8).map(tinygpt::probe::byte_label).chain([signs.to_string()]).collect();
+    for label in labels {
+        for c in label.chars() {
+            assert!(charmap.map(c).is_some(), "the label font has no glyph for {c:?} (U+{:04X}) in `{label}`", c as u32);
+        }
+    }
+}
+
+/// `tinygpt handout`: a lesson as a printable page, each step's picture
+/// taken from the app headless at that step; it writes nothing over an
+/// earlier handout unless told to.
+#[test]
+fn a_handout_prints_every_step_of_a_lesson_with_its_picture() {
+    let dir = common::scratch_dir("app-handout");
+    let page = dir.join("reversal.html");
+    let lesson = tinygpt::lesson::Lesson::load("reversal").unwrap();
+    let args = ["handout", "--lesson", "reversal", "--out", page.to_str().unwrap(), "--width", "640", "--height", "360"];
+    let (said, _) = common::tinygpt(&args);
+    assert!(said.contains("wrote"), "{said}");
+    let pictures: Vec<String> = (1..=lesson.steps.len()).map(|k| format!("reversal-step-{k}.png")).collect();
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert_eq!(html, tinygpt::handout::html(&lesson, "reversal", &pictures));
+    for picture in &pictures {
+        let (w, h, pixels) = decode(&dir.join(picture));
+        assert_eq!((w, h), (640, 360), "{picture}");
+        let colours: std::collections::HashSet<[u8; 4]> = pixels.into_iter().collect();
+        assert!(colours.len() > 50, "{picture} looks blank ({} colours)", colours.len());
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_tinygpt")).args(args).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--force"));
+    assert_eq!(std::fs::read_to_string(&page).unwrap(), html);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The lesson panel's *🖨 handout*: the page is made by a child process
+/// while the frames go on, and the status line says where it went; a
+/// second one takes the next free name.
+#[test]
+fn the_lesson_panels_handout_button_makes_the_page_beside_the_app() {
+    use tinygpt::app::handout::{HandoutJob, HandoutPlugin};
+    use tinygpt::app::lesson::LessonPlayer;
+    let dir = common::scratch_dir("app-handout-button");
+    let mut app = app_with("tiny", |_| {});
+    app.add_plugins(HandoutPlugin);
+    {
+        let mut job = app.world_mut().resource_mut::<HandoutJob>();
+        job.dir = dir.clone();
+        job.program = Some(env!("CARGO_BIN_EXE_tinygpt").into());
+    }
+    let lesson = tinygpt::lesson::Lesson::load("reversal").unwrap();
+    let steps = lesson.steps.len();
+    app.insert_resource(LessonPlayer::open("reversal".into(), lesson, 0));
+    for page in ["handout-reversal.html", "handout-reversal-2.html"] {
+        app.world_mut().resource_mut::<LessonPlayer>().handout_asked = true;
+        app.update();
+        let info = app.world().resource::<AppStatus>().info.clone().unwrap_or_default();
+        assert!(info.contains("making") && info.contains(page), "{info}");
+        update_until(&mut app, "the handout", |app| app.world().resource::<HandoutJob>().running.is_none());
+        let status = app.world().resource::<AppStatus>();
+        assert!(status.errors.is_empty(), "{:?}", status.errors);
+        assert!(status.info.as_deref().unwrap_or("").contains("wrote"), "{:?}", status.info);
+        assert!(dir.join(page).exists(), "{page}");
+        let stem = page.trim_end_matches(".html");
+        for k in 1..=steps {
+            assert!(dir.join(format!("{stem}-step-{k}.png")).exists(), "{stem} step {k}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A bad lesson file is refused with the file, the step and the field:

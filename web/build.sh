@@ -150,7 +150,18 @@ cp assets/checkpoints/*.safetensors "$out/assets/checkpoints/"
 cp assets/gallery/*.safetensors "$out/assets/gallery/"
 cp assets/corpora/* "$out/assets/corpora/"
 stamp=$(cat assets/checkpoints/*.safetensors assets/gallery/*.safetensors assets/corpora/* | sha256sum | cut -c1-12)
-sed "s/__GALLERY_STAMP__/$stamp/" web/index.html > "$out/index.html"
+# Offline (issue 38): the service worker (web/sw.js) keeps the page, the
+# wasm and the icons under names carrying this build's stamp, and a new
+# build's worker deletes an earlier build's cache; the manifest makes the
+# page installable.
+cp web/manifest.webmanifest "$out/"
+mkdir -p "$out/icons"
+cp web/icons/* "$out/icons/"
+app_stamp=$(cat "$out/tinygpt.js" "$out/tinygpt_bg.wasm" web/index.html web/sw.js web/manifest.webmanifest web/icons/* \
+    | sha256sum | cut -c1-12)
+for page in index.html sw.js; do
+    sed -e "s/__GALLERY_STAMP__/$stamp/g" -e "s/__APP_STAMP__/$app_stamp/g" "web/$page" > "$out/$page"
+done
 
 size=$(stat -c %s "$out/tinygpt_bg.wasm")
 gz=$(gzip -9 -c "$out/tinygpt_bg.wasm" | wc -c)

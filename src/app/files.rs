@@ -12,7 +12,8 @@ use std::path::Path;
 /// What a file is taken for, by its extension.
 pub fn command_for(name: &str, bytes: Vec<u8>) -> Result<RunCommand, String> {
     let lower = name.to_ascii_lowercase();
-    if lower.ends_with(".safetensors") {
+    // `.tinygpt`: the original TinyGPT's saved model (model::original).
+    if lower.ends_with(".safetensors") || lower.ends_with(".tinygpt") {
         Ok(RunCommand::LoadCheckpoint {
             name: name.to_string(),
             bytes,
@@ -55,9 +56,14 @@ fn dropped_files(
     mut drops: MessageReader<FileDragAndDrop>,
     mut out: MessageWriter<RunCommand>,
     mut status: ResMut<AppStatus>,
+    workshop: Res<super::workshop::Workshop>,
 ) {
     for drop in drops.read() {
         if let FileDragAndDrop::DroppedFile { path_buf, .. } = drop {
+            if workshop.locked {
+                status.error(super::workshop::NO_FILES);
+                continue;
+            }
             match load_path(path_buf) {
                 Ok(command) => {
                     out.write(command);

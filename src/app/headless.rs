@@ -105,6 +105,10 @@ fn count_frames(
         Res<super::training::AppStatus>,
         Res<super::ui::state::UiState>,
     ),
+    (workshop, shown): (
+        Res<super::workshop::Workshop>,
+        Res<super::workshop::PanelsShown>,
+    ),
 ) {
     if state.done {
         return;
@@ -277,6 +281,7 @@ fn count_frames(
         "regions": regions_px,
         "attention": attention,
         "lesson": lesson_line,
+        "ui": shown.to_json(*workshop),
         "errors": errors,
         "presenter": ui_state.presenter,
         "background": [(bg.red * 255.0).round(), (bg.green * 255.0).round(), (bg.blue * 255.0).round()],

@@ -82,6 +82,8 @@ pub struct LessonPlayer {
     checkpoint_loaded: bool,
     /// Where the narration box was drawn (physical pixels), for checks.
     pub narration_rect: Option<egui::Rect>,
+    /// *🖨 handout* was pressed ([`super::handout`] makes it).
+    pub handout_asked: bool,
 }
 
 impl LessonPlayer {
@@ -260,7 +262,13 @@ fn apply_step(
 /// The narration panel along the bottom of the window, under the scene
 /// (drawn by `ui::draw_ui` before the scene's area is measured, so the
 /// scene lays out above it).
-pub fn narration_panel(root: &mut egui::Ui, player: &mut LessonPlayer, ui_presenter: bool) {
+/// A workshop link (`locked`) has no "end lesson".
+pub fn narration_panel(
+    root: &mut egui::Ui,
+    player: &mut LessonPlayer,
+    ui_presenter: bool,
+    locked: bool,
+) {
     let Some((name, lesson)) = player.lesson.clone() else {
         return;
     };
@@ -268,6 +276,8 @@ pub fn narration_panel(root: &mut egui::Ui, player: &mut LessonPlayer, ui_presen
     let (k, n) = (player.step, lesson.steps.len());
     let step = &lesson.steps[k];
     let mut go = None;
+    #[allow(unused_mut)] // set by a button only natively
+    let mut handout = false;
     let response = egui::Panel::bottom("lesson")
         .frame(
             egui::Frame::new()
@@ -352,12 +362,23 @@ pub fn narration_panel(root: &mut egui::Ui, player: &mut LessonPlayer, ui_presen
                     "Page Up / Page Down"
                 });
                 ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
-                    if ui.button("✕ end lesson").clicked() {
+                    if !locked && ui.button("✕ end lesson").clicked() {
                         go = Some(usize::MAX);
+                    }
+                    // Natively: the page and its pictures are files beside the app.
+                    #[cfg(not(target_arch = "wasm32"))]
+                    if !locked
+                        && ui
+                            .button("🖨 handout")
+                            .on_hover_text("a printable page of this lesson: each step's picture, narration and question, the answers last (handout-NAME.html here; `tinygpt handout`)")
+                            .clicked()
+                    {
+                        handout = true;
                     }
                 });
             });
         });
+    player.handout_asked |= handout;
     match go {
         Some(usize::MAX) => {
             *player = LessonPlayer::default();

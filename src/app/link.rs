@@ -26,6 +26,9 @@ pub struct Link {
     pub lesson: Option<(String, usize)>,
     /// A gallery model to open (`model=reverse`: `tinygpt gallery`).
     pub model: Option<String>,
+    /// A workshop link (`locked=1`): the lesson and nothing else
+    /// ([`super::workshop`]).
+    pub locked: bool,
 }
 
 /// The fragment's name for a heatmap view.
@@ -101,6 +104,11 @@ impl Link {
                     "0" | "false" => link.train = false,
                     _ => problems.push(format!("the link's train `{value}` is not 1 or 0")),
                 },
+                "locked" => match value {
+                    "1" | "true" | "" => link.locked = true,
+                    "0" | "false" => link.locked = false,
+                    _ => problems.push(format!("the link's locked `{value}` is not 1 or 0")),
+                },
                 "bench" => {
                     let (known, unknown): (Vec<&str>, Vec<&str>) = value
                         .split(',')
@@ -140,7 +148,7 @@ impl Link {
                     )),
                 },
                 other => problems.push(format!(
-                    "the link's key `{other}` is unknown; the keys are preset, seed, scene, view, backend, train, bench, lesson, step and model"
+                    "the link's key `{other}` is unknown; the keys are preset, seed, scene, view, backend, train, bench, lesson, step, model and locked"
                 )),
             }
         }
@@ -182,6 +190,9 @@ impl Link {
         if let Some(model) = &self.model {
             parts.push(format!("model={model}"));
         }
+        if self.locked {
+            parts.push("locked=1".to_string());
+        }
         parts.join("&")
     }
 }
@@ -208,6 +219,7 @@ mod tests {
                         .then(|| vec!["tiny".into(), "small".into()]),
                     lesson: (view == HeatmapView::Weights).then(|| ("attention".into(), 4)),
                     model: (view == HeatmapView::AdamV).then(|| "reverse".into()),
+                    locked: view == HeatmapView::Weights && backend == BackendChoice::Gpu,
                 };
                 let (back, problems) = Link::parse(&format!("#{}", link.fragment()));
                 assert!(problems.is_empty(), "{problems:?}");
@@ -226,12 +238,13 @@ mod tests {
     #[test]
     fn each_bad_key_is_named_and_the_rest_still_applies() {
         let (link, problems) = Link::parse(
-            "preset=giant&seed=-3&scene=attentions&view=logits&backend=tpu&train=maybe&colour=red&bench=tiny,huge2&preset=small&seed=7",
+            "preset=giant&seed=-3&scene=attentions&view=logits&backend=tpu&train=maybe&colour=red&bench=tiny,huge2&locked=yes&preset=small&seed=7",
         );
         assert_eq!(link.preset.as_deref(), Some("small"));
         assert_eq!(link.seed, Some(7));
         assert!(!link.train);
-        assert_eq!(problems.len(), 8, "{problems:?}");
+        assert!(!link.locked);
+        assert_eq!(problems.len(), 9, "{problems:?}");
         for (problem, names) in problems.iter().zip([
             "giant",
             "-3",
@@ -241,6 +254,7 @@ mod tests {
             "maybe",
             "colour",
             "huge2",
+            "yes",
         ]) {
             assert!(problem.contains(names), "{problem}");
         }

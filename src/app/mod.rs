@@ -24,6 +24,8 @@ pub mod export;
 pub mod files;
 pub mod gallery;
 pub mod graph;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod handout;
 pub mod headless;
 pub mod heatmap;
 pub mod lesson;
@@ -37,6 +39,7 @@ pub mod ui;
 #[cfg(target_arch = "wasm32")]
 pub mod web;
 pub mod worker;
+pub mod workshop;
 
 use bevy::camera::{CameraOutputMode, RenderTarget, visibility::RenderLayers};
 use bevy::prelude::*;
@@ -78,6 +81,8 @@ pub struct AppOptions {
     /// A gallery model to open at start, by id (a link's `model=reverse`;
     /// in the browser fetched first unless compiled in).
     pub gallery: Option<String>,
+    /// Locked to its lesson ([`workshop`]): a workshop link.
+    pub locked: bool,
     /// Run without a window for this many frames (see [`headless`]).
     pub headless: Option<headless::HeadlessConfig>,
 }
@@ -100,7 +105,9 @@ pub fn add_explainer_plugins(app: &mut App) {
         training::TrainingPlugin,
         graph::ModelGraphPlugin,
         sample::SamplePlugin,
-    ));
+    ))
+    .init_resource::<workshop::Workshop>()
+    .init_resource::<workshop::PanelsShown>();
 }
 
 /// Builds the app: Bevy with a window, or offscreen for `--headless`.
@@ -163,8 +170,11 @@ pub fn build(options: AppOptions) -> App {
             options.gallery,
         ))
         .insert_resource(ui::UiState {
-            wide: options.wide,
+            wide: options.wide || options.locked,
             ..Default::default()
+        })
+        .insert_resource(workshop::Workshop {
+            locked: options.locked,
         });
     add_explainer_plugins(&mut app);
     app.insert_state(options.scene)
@@ -187,6 +197,8 @@ pub fn build(options: AppOptions) -> App {
         lesson::LessonPlugin,
     ))
     .add_systems(PreStartup, spawn_cameras);
+    #[cfg(not(target_arch = "wasm32"))]
+    app.add_plugins(handout::HandoutPlugin);
     if let Some((name, lesson, step)) = options.lesson {
         // The player hides the side panels for each step that does not ask
         // for them (a lesson is for a room).

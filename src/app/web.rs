@@ -65,6 +65,7 @@ pub fn main() {
         checkpoint: None,
         adapter: None,
         gallery: link.model.clone().or(opening),
+        locked: link.locked,
     });
     if let Some(view) = link.view {
         app.world_mut().resource_mut::<Snapshots>().set_view(view);
@@ -112,9 +113,15 @@ fn gather_scene_fields(world: &mut World) {
 fn files_from_page(
     mut out: MessageWriter<super::training::RunCommand>,
     mut status: ResMut<AppStatus>,
+    workshop: Res<super::workshop::Workshop>,
 ) {
     while let Some(name) = take_file_name() {
-        match files::command_for(&name, take_file_bytes()) {
+        let bytes = take_file_bytes();
+        if workshop.locked {
+            status.error(super::workshop::NO_FILES);
+            continue;
+        }
+        match files::command_for(&name, bytes) {
             Ok(command) => {
                 out.write(command);
             }
@@ -132,6 +139,7 @@ fn keep_link(
     snapshots: Res<Snapshots>,
     run: Option<Res<Run>>,
     mut page: ResMut<PageState>,
+    workshop: Res<super::workshop::Workshop>,
 ) {
     let link = Link {
         // A preset loaded from a file cannot travel in a link.
@@ -151,6 +159,7 @@ fn keep_link(
             .as_ref()
             .map(|(name, _)| (name.clone(), lesson.step)),
         model: run.as_ref().and_then(|r| r.gallery.clone()),
+        locked: workshop.locked,
     };
     let fragment = link.fragment();
     if fragment != page.fragment {
@@ -166,9 +175,11 @@ fn report_to_page(
     status: Res<AppStatus>,
     sample: Res<super::sample::SampleState>,
     mut page: ResMut<PageState>,
-    (scene, lesson): (
+    (scene, lesson, workshop, shown): (
         Res<State<super::scenes::Scene>>,
         Res<super::lesson::LessonPlayer>,
+        Res<super::workshop::Workshop>,
+        Res<super::workshop::PanelsShown>,
     ),
 ) {
     page.frames += 1;
@@ -190,6 +201,8 @@ fn report_to_page(
         "val_loss": last.and_then(|m| m.val_loss),
         "ms_per_step": last.map(|m| m.ms),
         "corpus": run.corpus_name,
+        "gallery": run.gallery,
+        "ui": shown.to_json(*workshop),
         "sample": { "text": sample_text, "from_step": sample.from_step, "error": sample.error },
         "notice": run.notice,
         "info": status.info,

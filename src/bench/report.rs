@@ -4,6 +4,7 @@
 //! drawn as a labelled reference series.
 
 use super::BenchResult;
+use crate::chart::escape;
 use std::fmt::Write;
 use std::path::Path;
 
@@ -268,13 +269,6 @@ fn bounds(values: impl Iterator<Item = f64>) -> (f64, f64) {
     } else {
         (lo, hi)
     }
-}
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 pub fn svg(results: &[BenchResult]) -> String {

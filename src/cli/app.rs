@@ -129,6 +129,11 @@ pub struct AppArgs {
     /// The lesson's step to open at (1-based).
     #[arg(long, value_name = "K", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..), requires = "lesson")]
     lesson_step: u32,
+    /// A workshop: the lesson and nothing else (no scene switcher, no run
+    /// or chart panels, no files taken in, no "end lesson"), as a browser
+    /// link's `locked=1` opens it.
+    #[arg(long, requires = "lesson")]
+    locked: bool,
     /// Press the Speedup scene's Cancel this many frames after its bench
     /// starts (for checks that a cancelled bench leaves the app running).
     #[arg(long, value_name = "FRAMES", hide = true, requires = "bench")]
@@ -320,6 +325,7 @@ pub fn run_app(args: AppArgs) -> Result<()> {
         checkpoint,
         adapter,
         gallery,
+        locked: args.locked,
     });
     if let Some(e) = lesson_error {
         app.world_mut()

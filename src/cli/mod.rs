@@ -12,6 +12,9 @@ mod flash;
 mod flow;
 mod gallery;
 mod generate;
+#[cfg(feature = "app")]
+mod handout;
+mod import;
 mod probe;
 mod run;
 mod step;
@@ -43,6 +46,10 @@ enum Command {
     /// Open the explainer (the default): watch the model train, live.
     #[cfg(feature = "app")]
     App(app::AppArgs),
+    /// A lesson as a printable HTML page: each step's picture, narration
+    /// and question, the answers at the end (for students without a device).
+    #[cfg(feature = "app")]
+    Handout(handout::HandoutArgs),
     /// Train a model and save it as a checkpoint.
     Train(train::TrainArgs),
     /// Generate text from a checkpoint, streaming it to stdout.
@@ -58,6 +65,9 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Write a checkpoint's weights as half precision (f16) or 4-bit matrices (--int4), for sharing.
     Export(generate::ExportArgs),
+    /// Read the original TinyGPT's `.tinygpt` file into a checkpoint (every
+    /// command that takes a checkpoint also reads one as it is).
+    Import(import::ImportArgs),
     /// Print a checkpoint's loss on a fixed validation batch (and dump its logits).
     Eval(generate::EvalArgs),
     /// List the trained models that ship with the program (`gallery:ID`
@@ -139,6 +149,8 @@ pub fn main() -> ExitCode {
     let result = match command {
         #[cfg(feature = "app")]
         Command::App(a) => app::run_app(a),
+        #[cfg(feature = "app")]
+        Command::Handout(a) => handout::run(a),
         Command::Train(a) => train::run(a),
         Command::Generate(a) => generate::run(a),
         Command::Finetune(a) => finetune::run(a),
@@ -149,6 +161,7 @@ pub fn main() -> ExitCode {
         }
         Command::Bench(a) => bench::run(a),
         Command::Export(a) => generate::export(a),
+        Command::Import(a) => import::run(a),
         Command::Gallery(a) => gallery::run(a),
         Command::Eval(a) => generate::eval(a),
         Command::Attention(a) => attention::run(a),

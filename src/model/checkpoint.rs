@@ -419,6 +419,10 @@ impl Checkpoint {
 
     /// Parses and validates checkpoint bytes of either kind.
     fn parse(bytes: &[u8], name: &str) -> Result<Self, CheckpointError> {
+        // The original TinyGPT's own files load wherever ours do.
+        if super::original::is_tinygpt(bytes) {
+            return super::original::import(bytes, name);
+        }
         let invalid = |message: String| CheckpointError::Invalid {
             path: name.to_string(),
             message,

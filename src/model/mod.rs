@@ -6,5 +6,6 @@ pub mod config;
 pub mod gallery;
 pub mod int4;
 pub mod lora;
+pub mod original;
 pub mod params;
 pub mod shipped;

@@ -18,12 +18,16 @@
 //    lesson's step on the shipped small checkpoint (step 1500) in the Flash
 //    scene with its narration; a `model=reverse` link fetches that gallery
 //    model (not in the wasm) and opens it; a `bench=tiny` link measures the
-//    CPU in the Speedup scene.
-// 4. A lost GPU: the page's WebGPU devices destroyed under a training run;
+//    CPU in the Speedup scene; a workshop link (`locked=1`) shows its
+//    lesson and hides the scene switcher, the panels and "end lesson".
+// 4. Offline: after a first visit the network is cut and the page reloaded;
+//    it opens the gallery model its link names and trains, and no request
+//    reaches the server (the service worker and the page's caches).
+// 5. A lost GPU: the page's WebGPU devices destroyed under a training run;
 //    the run goes on on the CPU from its last host copy and the page draws
 //    on.
 //
-// Any console error or uncaught exception fails a run (in the fourth, the
+// Any console error or uncaught exception fails a run (in the fifth, the
 // device's loss is logged as an error: there a panic or an exception does). Prints one JSON line
 // per run (times to first frame and first step, steps per second) and saves
 // the screenshots in web/test/out/.
@@ -73,10 +77,16 @@ const runs = [
   },
 ];
 
-const types = { ".html": "text/html", ".js": "text/javascript", ".wasm": "application/wasm" };
+const types = {
+  ".html": "text/html", ".js": "text/javascript", ".wasm": "application/wasm",
+  ".webmanifest": "application/manifest+json", ".svg": "image/svg+xml", ".png": "image/png",
+};
+// Requests the server answered, to show that an offline reload asked it nothing.
+let served = 0;
 
 function serve() {
   const server = http.createServer((req, res) => {
+    served++;
     const url = new URL(req.url, "http://localhost");
     const file = path.join(dist, url.pathname === "/" ? "index.html" : decodeURIComponent(url.pathname));
     if (!file.startsWith(dist) || !fs.existsSync(file) || fs.statSync(file).isDirectory()) {
@@ -320,6 +330,18 @@ async function scenesRun(base) {
         },
       ],
       [
+        // A workshop link: the lesson and nothing else.
+        "workshop",
+        "lesson=attention&step=2&locked=1",
+        (s) => s.lesson?.narration_drawn && s.ui,
+        (s) => {
+          if (s.lesson?.name !== "attention" || s.lesson?.step !== 2) return `the workshop's lesson is not on screen: ${JSON.stringify(s.lesson)}`;
+          const ui = s.ui;
+          if (!ui.locked || ui.scene_tabs || ui.run_panel || ui.charts || ui.end_lesson) return `a locked link shows more than its lesson: ${JSON.stringify(ui)}`;
+          return null;
+        },
+      ],
+      [
         // A gallery model not in the wasm: the page fetches its weights
         // (assets/gallery/reverse.safetensors, copied by build.sh) and the
         // app opens it, at its 3000 steps, in the Attention scene.
@@ -451,6 +473,53 @@ async function lostGpuRun(base) {
   return problems;
 }
 
+// Offline (issue 38): a first visit trains, and once the service worker
+// says this build's files are kept, the network is cut (playwright's
+// offline mode) and the page reloaded: it opens, trains and draws without
+// one request reaching the server. The gallery model a link names comes
+// from the page's own cache.
+async function offlineRun(base) {
+  const browser = await launch(runs[0].args);
+  const problems = [];
+  try {
+    const context = await browser.newContext({ viewport: { width: 1280, height: 720 } });
+    const page = await context.newPage();
+    page.on("pageerror", (e) => problems.push(`uncaught: ${e.message}`));
+    await page.goto(`${base}/#model=reverse&scene=attention&train=1`);
+    // The reversal model opens at its 3000 steps and trains on.
+    const trained = (s) => s.gallery === "reverse" && s.step >= 3002 && s.firstFrameMs !== null;
+    const first = await waitFor(page, (s) => s.offline === true && trained(s), TIMEOUT_S);
+    if (!first) {
+      const s = await page.evaluate(() => ({ ...window.tinygptStatus }));
+      problems.push(`the first visit did not train with its files kept: ${JSON.stringify({ offline: s.offline, step: s.step, gallery: s.gallery, errors: s.errors })}`);
+      return problems;
+    }
+    await context.setOffline(true);
+    const before = served;
+    await page.reload();
+    const again = await waitFor(page, trained, TIMEOUT_S);
+    const shotPath = path.join(outDir, "offline.png");
+    fs.mkdirSync(outDir, { recursive: true });
+    const picture = pictureStats(await page.screenshot({ path: shotPath }));
+    const status = again || (await page.evaluate(() => ({ ...window.tinygptStatus })));
+    const asked = served - before;
+    console.log(JSON.stringify({
+      run: "offline",
+      first_visit: { step: first.step, gallery: first.gallery, backend: first.backend },
+      offline_reload: { step: status.step, gallery: status.gallery, backend: status.backend, loss: status.loss, errors: status.errors },
+      requests_while_offline: asked,
+      screenshot: picture,
+    }));
+    if (!again) problems.push(`the offline reload did not open the reversal model and train: ${JSON.stringify({ step: status.step, gallery: status.gallery, errors: status.errors })}`);
+    if (asked !== 0) problems.push(`${asked} requests reached the server while offline`);
+    if ((status.errors || []).length) problems.push(`offline, the app reported errors: ${JSON.stringify(status.errors)}`);
+    if (!(picture.colours > 100 && picture.nonBackground > 0.2)) problems.push("offline, the screenshot looks blank");
+  } finally {
+    await browser.close();
+  }
+  return problems;
+}
+
 const server = await serve();
 const base = `http://127.0.0.1:${server.address().port}`;
 let failed = false;
@@ -462,6 +531,11 @@ for (const run of runs) {
 {
   const problems = await scenesRun(base);
   for (const p of problems) console.error(`[scenes] ${p}`);
+  failed ||= problems.length > 0;
+}
+{
+  const problems = await offlineRun(base);
+  for (const p of problems) console.error(`[offline] ${p}`);
   failed ||= problems.length > 0;
 }
 {

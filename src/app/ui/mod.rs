@@ -116,7 +116,12 @@ pub fn draw_ui(
         MessageWriter<crate::app::data::ExportData>,
         MessageWriter<crate::app::data::ExportLossChart>,
     ),
+    (workshop, mut shown): (
+        Res<crate::app::workshop::Workshop>,
+        ResMut<crate::app::workshop::PanelsShown>,
+    ),
 ) -> Result {
+    let locked = workshop.locked;
     let ctx = contexts.ctx_mut()?;
     let mut root = egui::Ui::new(
         ctx.clone(),
@@ -177,14 +182,20 @@ pub fn draw_ui(
     });
 
     // ---- bottom, above the status line: the lesson's narration
-    crate::app::lesson::narration_panel(&mut root, &mut lesson, ui_state.presenter);
+    crate::app::lesson::narration_panel(&mut root, &mut lesson, ui_state.presenter, locked);
 
-    // ---- top: the scene switcher
+    // ---- top: the scene switcher (a workshop link: the lesson's title)
     egui::Panel::top("scene").show(&mut root, |ui| {
         ui.horizontal(|ui| {
-            ui.strong("Scene");
             let current = *scene.get();
-            for s in Scene::ALL {
+            if locked {
+                let title = lesson.lesson.as_ref().map_or("the lesson".to_string(), |(_, l)| l.title.clone());
+                ui.strong(egui::RichText::new(format!("Workshop · {title}")).size(15.0))
+                    .on_hover_text("this link opens one lesson: Back and Next below move through it");
+            } else {
+                ui.strong("Scene");
+            }
+            for s in Scene::ALL.into_iter().filter(|_| !locked) {
                 if ui
                     .selectable_label(current == s, egui::RichText::new(s.title()).size(15.0))
                     .on_hover_text(s.about())
@@ -198,7 +209,8 @@ pub fn draw_ui(
             ui.weak(current.about());
             ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
                 let label = if ui_state.wide { "◧ panels" } else { "⛶ wide view" };
-                if ui
+                if !locked
+                    && ui
                     .button(label)
                     .on_hover_text("hide or show the side panels: the scene fills the window, as a projector wants")
                     .clicked()
@@ -228,7 +240,8 @@ pub fn draw_ui(
                     ui.checkbox(&mut ui_state.reduced_motion, "reduced motion")
                         .on_hover_text("the FlashAttention replay jumps from visit to visit instead of flying tiles");
                 });
-                if ui
+                if !locked
+                    && ui
                     .button("📷 PNG")
                     .on_hover_text("save this view as a PNG (F12)")
                     .clicked()
@@ -238,7 +251,8 @@ pub fn draw_ui(
                         rect: None,
                     });
                 }
-                if ui
+                if !locked
+                    && ui
                     .button("💾 Data")
                     .on_hover_text("save the numbers behind this view, the run and its loss history as JSON (F11)")
                     .clicked()
@@ -252,8 +266,15 @@ pub fn draw_ui(
         });
     });
 
-    // ---- left and right, unless the view is wide
-    if !ui_state.wide {
+    // ---- left and right, unless the view is wide or a workshop link's
+    let panels = !ui_state.wide && !locked;
+    *shown = crate::app::workshop::PanelsShown {
+        scene_tabs: !locked,
+        run_panel: panels,
+        charts: panels,
+        end_lesson: lesson.lesson.is_some() && !locked,
+    };
+    if panels {
         side_panels(
             &mut root,
             &mut ui_state,
@@ -445,14 +466,14 @@ fn side_panels(
                         }
                     }
                 });
-                ui.small("or drop a .txt corpus, a .ron preset or a .safetensors checkpoint on the window");
+                ui.small("or drop a .txt corpus, a .ron preset or a .safetensors (or .tinygpt) checkpoint on the window");
             }
             #[cfg(target_arch = "wasm32")]
             {
-                if ui.button("Open a file…").on_hover_text("a .txt corpus, a .ron preset or a .safetensors checkpoint").clicked() {
+                if ui.button("Open a file…").on_hover_text("a .txt corpus, a .ron preset or a .safetensors (or the original TinyGPT's .tinygpt) checkpoint").clicked() {
                     crate::app::browser::open_file_picker();
                 }
-                ui.small("or drop a .txt corpus, a .ron preset or a .safetensors checkpoint on the page");
+                ui.small("or drop a .txt corpus, a .ron preset or a .safetensors (or .tinygpt) checkpoint on the page");
             }
             egui::Grid::new("settings").num_columns(2).show(ui, |ui| {
                 ui.label("learning rate");
@@ -513,7 +534,7 @@ fn side_panels(
                     // Named when saved, after the step it holds.
                     commands.write(RunCommand::SaveCheckpoint { path: PathBuf::new(), replace: false });
                 }
-                if ui.button("Load…").on_hover_text("a .safetensors checkpoint (or drop one on the page)").clicked() {
+                if ui.button("Load…").on_hover_text("a .safetensors checkpoint, or the original TinyGPT's .tinygpt (or drop one on the page)").clicked() {
                     crate::app::browser::open_file_picker();
                 }
             });
