@@ -1488,7 +1488,7 @@ fn a_handout_prints_every_step_of_a_lesson_with_its_picture() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
-/// The lesson panel's *🖨 handout*: the page is made by a child process
+/// The lesson panel's *print a handout*: the page is made by a child process
 /// while the frames go on, and the status line says where it went; a
 /// second one takes the next free name.
 #[test]

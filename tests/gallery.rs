@@ -24,6 +24,16 @@ fn the_gallery_lists_its_models_and_gallery_ids_load_them() {
         assert_eq!(card["steps"].as_u64().unwrap(), ck.step);
         let trained = ck.loss_history.iter().rev().find_map(|p| p.val_loss).unwrap();
         assert_eq!(card["trained_val_loss"].as_f64().unwrap() as f32, trained, "{id}");
+        // Its training loss: the mean of the last 50 steps recorded.
+        let last = &ck.loss_history[ck.loss_history.len().saturating_sub(50)..];
+        let mean = last.iter().map(|p| p.loss).sum::<f32>() / last.len() as f32;
+        assert_eq!(card["train_loss"].as_f64().unwrap() as f32, mean, "{id}");
+        // Its sample continues its own prompt, and a second listing writes
+        // the same one (a fixed seed).
+        let sample = card["sample"].as_str().unwrap();
+        let entry = gallery::find(id).unwrap();
+        assert!(sample.starts_with(&entry.sample_prompt()) && sample.len() > entry.sample_prompt().len(), "{id}: {sample}");
+        assert_eq!(entry.sample(&ck).unwrap(), sample, "{id}");
         let params: usize = ck.params.iter().map(|p| p.values.len()).sum();
         assert_eq!(card["params"].as_u64().unwrap() as usize, params, "{id}");
         for key in ["preset", "corpus", "source", "licence", "command"] {

@@ -1,4 +1,4 @@
-//! The lesson panel's *🖨 handout* (natively): `tinygpt handout` run as a
+//! The lesson panel's *print a handout* (natively): `tinygpt handout` run as a
 //! child process for the lesson on screen, so the frame never waits on its
 //! pictures; the status line says where the page went, or why it failed.
 //! ([`crate::handout`] is the page; src/cli/handout.rs takes the pictures.)

@@ -82,7 +82,7 @@ pub struct LessonPlayer {
     checkpoint_loaded: bool,
     /// Where the narration box was drawn (physical pixels), for checks.
     pub narration_rect: Option<egui::Rect>,
-    /// *🖨 handout* was pressed ([`super::handout`] makes it).
+    /// *print a handout* was pressed ([`super::handout`] makes it).
     pub handout_asked: bool,
 }
 
@@ -369,7 +369,7 @@ pub fn narration_panel(
                     #[cfg(not(target_arch = "wasm32"))]
                     if !locked
                         && ui
-                            .button("🖨 handout")
+                            .button("print a handout")
                             .on_hover_text("a printable page of this lesson: each step's picture, narration and question, the answers last (handout-NAME.html here; `tinygpt handout`)")
                             .clicked()
                     {

@@ -9,7 +9,8 @@ use tinygpt::model::gallery;
 pub struct GalleryArgs {
     /// One JSON object per entry: id, preset, corpus, source, licence,
     /// command, params, steps, val_loss (measured now), trained_val_loss
-    /// (recorded in training), precision, accuracy (toy tasks), file, bytes.
+    /// (recorded in training), train_loss, sample, precision, accuracy (toy
+    /// tasks), file, bytes.
     #[arg(long)]
     json: bool,
 }
@@ -39,6 +40,10 @@ pub fn run(args: GalleryArgs) -> Result<()> {
                 100.0 * a
             )),
         );
+        if let Some(t) = card.train_loss {
+            println!("          training loss at the end: {t:.4}");
+        }
+        println!("          sample: {}", card.sample.escape_debug());
         println!("          text: {}; licence: {}", card.source, card.licence);
         println!("          trained with: {}", card.command);
     }

@@ -244,6 +244,11 @@ pub struct Card {
     /// The last validation loss the run recorded while it trained (in f32:
     /// an int4 entry's differs from `val_loss` by what the 4 bits cost).
     pub trained_val_loss: Option<f32>,
+    /// The training loss at the end of its run: the mean of the last (up
+    /// to) 50 steps it recorded, as `tinygpt train` reports it.
+    pub train_loss: Option<f32>,
+    /// What it writes, from these weights now: [`Entry::sample`].
+    pub sample: String,
     /// How the weights are stored: `f32`, `f16` or `int4`.
     pub precision: &'static str,
     /// Exact-answer accuracy on the held-out examples, for the toy tasks.
@@ -305,6 +310,35 @@ impl Entry {
         }
     }
 
+    /// What the model writes after its sample prompt, on the CPU from a
+    /// fixed seed: a toy task's greedy answer to its first held-out
+    /// example, or 160 bytes of text at temperature 0.8 (top-k 40).
+    pub fn sample(&self, ck: &Checkpoint) -> Result<String, String> {
+        use crate::train::sample::{SampleOptions, generate};
+        let mut generator = crate::cpu::generate::Generator::new(&ck.config, &ck.params)?;
+        let prompt = self.sample_prompt();
+        let (n, options) = match self.task() {
+            Some(task) => (
+                task.example_len() - task.prompt_len(),
+                SampleOptions {
+                    temperature: 0.0,
+                    top_k: 1,
+                    seed: 1337,
+                },
+            ),
+            None => (
+                160,
+                SampleOptions {
+                    temperature: 0.8,
+                    top_k: 40,
+                    seed: 1337,
+                },
+            ),
+        };
+        let out = generate(&mut generator, prompt.as_bytes(), n, &options, |_| {});
+        Ok(format!("{prompt}{}", String::from_utf8_lossy(&out)))
+    }
+
     /// The task it was trained on, for a toy-task model.
     pub fn task(&self) -> Option<Task> {
         match self.text {
@@ -344,6 +378,17 @@ impl Entry {
                     message,
                 })?,
             trained_val_loss: ck.loss_history.iter().rev().find_map(|p| p.val_loss),
+            train_loss: {
+                let last = &ck.loss_history[ck.loss_history.len().saturating_sub(50)..];
+                (!last.is_empty())
+                    .then(|| last.iter().map(|p| p.loss).sum::<f32>() / last.len() as f32)
+            },
+            sample: self
+                .sample(&ck)
+                .map_err(|message| CheckpointError::Invalid {
+                    path: format!("{PREFIX}{}", self.id),
+                    message,
+                })?,
             precision: Precision::of_file(self.bytes).map_or("?", Precision::name),
             accuracy: self
                 .accuracy()

@@ -206,7 +206,15 @@ pub fn draw_ui(
                 }
             }
             ui.separator();
-            ui.weak(current.about());
+            // What the scene shows, cut short with "…" where the window is
+            // narrow: it must not run under the buttons on the right (each
+            // tab's tooltip has it whole).
+            let room = ui.available_width() - if locked { 90.0 } else { 330.0 };
+            if room > 120.0 {
+                ui.allocate_ui(egui::vec2(room, ui.spacing().interact_size.y), |ui| {
+                    ui.add(egui::Label::new(egui::RichText::new(current.about()).weak()).truncate());
+                });
+            }
             ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
                 let label = if ui_state.wide { "◧ panels" } else { "⛶ wide view" };
                 if !locked
