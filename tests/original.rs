@@ -188,15 +188,7 @@ fn bad_tinygpt_files_are_refused_by_name() {
     let header_len = u32::from_le_bytes(good[8..12].try_into().unwrap()) as usize;
     let header: serde_json::Value = serde_json::from_slice(&good[12..12 + header_len]).unwrap();
     let state = &good[12 + header_len..];
-    let file = |header: &serde_json::Value, state: &[u8]| {
-        let h = serde_json::to_vec(header).unwrap();
-        let mut out = b"TGPT".to_vec();
-        out.extend(2u32.to_le_bytes());
-        out.extend((h.len() as u32).to_le_bytes());
-        out.extend(h);
-        out.extend(state);
-        out
-    };
+    let file = tinygpt::model::original::encode;
     let mut wide = header.clone();
     wide["config"]["dMlp"] = 96.into();
     wide.as_object_mut().unwrap().remove("manifest");

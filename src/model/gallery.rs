@@ -362,6 +362,10 @@ impl Entry {
     pub fn card(&self) -> Result<Card, CheckpointError> {
         let ck = self.checkpoint()?;
         let program = Program::new(&ck.config);
+        let invalid = |message| CheckpointError::Invalid {
+            path: format!("{PREFIX}{}", self.id),
+            message,
+        };
         Ok(Card {
             id: self.id.into(),
             preset: self.preset.into(),
@@ -371,32 +375,16 @@ impl Entry {
             command: self.command.into(),
             params: program.params().map(|id| program.tensors[id].numel()).sum(),
             steps: ck.step,
-            val_loss: self
-                .validation_loss(&ck)
-                .map_err(|message| CheckpointError::Invalid {
-                    path: format!("{PREFIX}{}", self.id),
-                    message,
-                })?,
+            val_loss: self.validation_loss(&ck).map_err(invalid)?,
             trained_val_loss: ck.loss_history.iter().rev().find_map(|p| p.val_loss),
             train_loss: {
                 let last = &ck.loss_history[ck.loss_history.len().saturating_sub(50)..];
                 (!last.is_empty())
                     .then(|| last.iter().map(|p| p.loss).sum::<f32>() / last.len() as f32)
             },
-            sample: self
-                .sample(&ck)
-                .map_err(|message| CheckpointError::Invalid {
-                    path: format!("{PREFIX}{}", self.id),
-                    message,
-                })?,
+            sample: self.sample(&ck).map_err(invalid)?,
             precision: Precision::of_file(self.bytes).map_or("?", Precision::name),
-            accuracy: self
-                .accuracy()
-                .map_err(|message| CheckpointError::Invalid {
-                    path: format!("{PREFIX}{}", self.id),
-                    message,
-                })?
-                .map(|a| a.fraction()),
+            accuracy: self.accuracy().map_err(invalid)?.map(|a| a.fraction()),
             file: self.file.into(),
             bytes: self.bytes.len(),
         })

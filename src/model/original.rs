@@ -88,12 +88,27 @@ impl Shape {
         out
     }
 
+    /// Its parameter count (what [`Shape::manifest`] lists, without
+    /// listing it).
     fn floats(&self) -> usize {
-        self.manifest()
-            .iter()
-            .map(|(_, s)| s.iter().product::<usize>())
-            .sum()
+        let (c, m) = (self.d_model, self.d_mlp);
+        let block = 4 * c + 4 * (c * c + c) + 2 * c * m + m + c;
+        VOCAB * c + self.ctx * c + 2 * c + self.layers * block
     }
+}
+
+/// A `.tinygpt` file's bytes as the original's `encodeModelFile` lays them
+/// out: `header` (its JSON) and `state` (its WASM module's bytes). For
+/// tests and tools that make such files; reading one is [`import`].
+pub fn encode(header: &Value, state: &[u8]) -> Vec<u8> {
+    let json = serde_json::to_vec(header).expect("a JSON value serialises");
+    let version = header.get("version").and_then(Value::as_u64).unwrap_or(2) as u32;
+    let mut out = MAGIC.to_vec();
+    out.extend(version.to_le_bytes());
+    out.extend((json.len() as u32).to_le_bytes());
+    out.extend(json);
+    out.extend(state);
+    out
 }
 
 /// Reads a `.tinygpt` file's bytes; `name` is used in messages.
@@ -210,6 +225,12 @@ fn shape_of(config: &Value) -> Result<Shape, String> {
         None | Some(Value::Null) => 4 * d_model,
         Some(_) => size("dMlp")?,
     };
+    if layers > super::config::MAX_LAYERS {
+        return Err(format!(
+            "its config has {layers} layers; this program's models have at most {}",
+            super::config::MAX_LAYERS
+        ));
+    }
     if d_model % heads != 0 {
         return Err(format!(
             "its config has dModel {d_model} and {heads} heads, which do not divide it"
@@ -563,13 +584,7 @@ mod tests {
     fn file(config: Value, state: &[u8]) -> Vec<u8> {
         let header =
             serde_json::json!({ "version": 2, "config": config, "includesOptimizerState": true });
-        let h = serde_json::to_vec(&header).unwrap();
-        let mut out = b"TGPT".to_vec();
-        out.extend(2u32.to_le_bytes());
-        out.extend((h.len() as u32).to_le_bytes());
-        out.extend(h);
-        out.extend(state);
-        out
+        encode(&header, state)
     }
 
     fn config(d_mlp: usize) -> Value {
@@ -625,26 +640,10 @@ mod tests {
         state.extend(packed);
         let header = serde_json::json!({ "version": 2, "config": config,
             "includesOptimizerState": false, "weightDtype": "int4", "int4BlockSize": 64 });
-        let h = serde_json::to_vec(&header).unwrap();
-        let mut bytes = b"TGPT".to_vec();
-        bytes.extend(2u32.to_le_bytes());
-        bytes.extend((h.len() as u32).to_le_bytes());
-        bytes.extend(h);
-        bytes.extend(state);
+        let bytes = encode(&header, &state);
         let ck = import(&bytes, "m.tinygpt").unwrap();
         assert!(ck.optimizer.is_none());
-        let (_, decoded) = decode_state(
-            &bytes[bytes.len()
-                - (4 + tensors
-                    .iter()
-                    .map(|w| w.len().div_ceil(64) * 34)
-                    .sum::<usize>())..],
-            &shape,
-            "int4",
-            false,
-            64,
-        )
-        .unwrap();
+        let (_, decoded) = decode_state(&state, &shape, "int4", false, 64).unwrap();
         for ((w, d), s) in tensors.iter().zip(&decoded).zip(&steps) {
             for (i, (x, y)) in w.iter().zip(&d.w).enumerate() {
                 // Half a step, and the f16 scale's own rounding times 7.
@@ -662,6 +661,12 @@ mod tests {
     #[test]
     fn another_architecture_or_vocabulary_is_refused_by_name() {
         let shape = shape_of(&config(32)).unwrap();
+        let listed: usize = shape
+            .manifest()
+            .iter()
+            .map(|(_, s)| s.iter().product::<usize>())
+            .sum();
+        assert_eq!(shape.floats(), listed);
         let good = vec![0u8; 4 + shape.floats() * 12];
         assert!(import(&file(config(32), &good), "m").is_ok());
         assert!(message(&file(config(24), &good)).contains("MLP is 24 wide"));
