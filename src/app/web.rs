@@ -175,11 +175,12 @@ fn report_to_page(
     status: Res<AppStatus>,
     sample: Res<super::sample::SampleState>,
     mut page: ResMut<PageState>,
-    (scene, lesson, workshop, shown): (
+    (scene, lesson, workshop, shown, probes): (
         Res<State<super::scenes::Scene>>,
         Res<super::lesson::LessonPlayer>,
         Res<super::workshop::Workshop>,
         Res<super::workshop::PanelsShown>,
+        Res<super::training::Probes>,
     ),
 ) {
     page.frames += 1;
@@ -203,6 +204,9 @@ fn report_to_page(
         "corpus": run.corpus_name,
         "gallery": run.gallery,
         "ui": shown.to_json(*workshop),
+        // The attention weights the Attention scene draws: the step whose
+        // weights they saw and the bytes they cover.
+        "attention": probes.latest.as_ref().map(|(step, r)| serde_json::json!({ "step": step, "n": r.n() })),
         "sample": { "text": sample_text, "from_step": sample.from_step, "error": sample.error },
         "notice": run.notice,
         "info": status.info,

@@ -341,7 +341,8 @@ async function scenesRun(base) {
         // A workshop link: the lesson and nothing else.
         "workshop",
         "lesson=attention&step=2&locked=1",
-        (s) => s.lesson?.narration_drawn && s.ui,
+        // Its map computed (the shipped small's weights at step 1500).
+        (s) => s.lesson?.narration_drawn && s.ui && s.attention?.step >= 1500,
         (s) => {
           if (s.lesson?.name !== "attention" || s.lesson?.step !== 2) return `the workshop's lesson is not on screen: ${JSON.stringify(s.lesson)}`;
           const ui = s.ui;
@@ -397,6 +398,8 @@ async function scenesRun(base) {
       page.on("pageerror", (e) => problems.push(`${scene}: uncaught: ${e.message}`));
       await page.goto(`${base}/#${fragment}`);
       const status = await waitFor(page, ready, TIMEOUT_S);
+      // A frame or two for what just came back to be drawn.
+      await page.waitForTimeout(500);
       const shotPath = path.join(outDir, `scene-${scene}.png`);
       fs.mkdirSync(outDir, { recursive: true });
       const picture = pictureStats(await page.screenshot({ path: shotPath }));
