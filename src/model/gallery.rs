@@ -350,10 +350,17 @@ impl Entry {
     /// Its exact-answer accuracy on the task's held-out examples, measured
     /// now (greedy decoding on the CPU), for a toy-task model.
     pub fn accuracy(&self) -> Result<Option<crate::data::tasks::Accuracy>, String> {
+        if self.task().is_none() {
+            return Ok(None);
+        }
+        self.accuracy_of(&self.checkpoint().map_err(|e| e.to_string())?)
+    }
+
+    /// [`Entry::accuracy`] of `ck`, this entry's weights already read.
+    fn accuracy_of(&self, ck: &Checkpoint) -> Result<Option<crate::data::tasks::Accuracy>, String> {
         let Some(task) = self.task() else {
             return Ok(None);
         };
-        let ck = self.checkpoint().map_err(|e| e.to_string())?;
         let mut generator = crate::cpu::generate::Generator::new(&ck.config, &ck.params)?;
         let (_, held_out) = task.examples();
         crate::data::tasks::accuracy(&mut generator, task, &held_out).map(Some)
@@ -384,7 +391,10 @@ impl Entry {
             },
             sample: self.sample(&ck).map_err(invalid)?,
             precision: Precision::of_file(self.bytes).map_or("?", Precision::name),
-            accuracy: self.accuracy().map_err(invalid)?.map(|a| a.fraction()),
+            accuracy: self
+                .accuracy_of(&ck)
+                .map_err(invalid)?
+                .map(|a| a.fraction()),
             file: self.file.into(),
             bytes: self.bytes.len(),
         })

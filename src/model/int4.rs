@@ -58,16 +58,24 @@ pub fn quantise(values: &[f32]) -> Quantised {
 
 /// The `numel` values `q` stands for; None when its sizes do not fit.
 pub fn dequantise(q: &Quantised, numel: usize) -> Option<Vec<f32>> {
-    let n = blocks(numel);
-    if q.scales.len() != n || q.nibbles.len() != n * BLOCK / 2 {
+    dequantise_blocks(q, numel, BLOCK)
+}
+
+/// [`dequantise`] with blocks of `block` (even) values: the original
+/// TinyGPT's int4 files name their block size ([`super::original`]).
+pub fn dequantise_blocks(q: &Quantised, numel: usize, block: usize) -> Option<Vec<f32>> {
+    let n = numel.div_ceil(block);
+    if q.scales.len() != n || q.nibbles.len() != n * block / 2 {
         return None;
     }
     Some(
         (0..numel)
             .map(|i| {
+                // Blocks are whole bytes (`block` is even): value i is
+                // nibble i of the tensor.
                 let byte = q.nibbles[i / 2];
                 let nibble = if i % 2 == 0 { byte & 0x0f } else { byte >> 4 };
-                (nibble as i8 - 8) as f32 * q.scales[i / BLOCK].to_f32()
+                (nibble as i8 - 8) as f32 * q.scales[i / block].to_f32()
             })
             .collect(),
     )

@@ -154,8 +154,9 @@ pub fn import(bytes: &[u8], name: &str) -> Result<Checkpoint, CheckpointError> {
             invalid("its header has no `config`, so its model's size is unknown".into())
         })?;
     let shape = shape_of(config).map_err(&invalid)?;
-    if let Some(manifest) = header.get("manifest").and_then(Value::as_array) {
-        check_manifest(manifest, &shape).map_err(&invalid)?;
+    let manifest = shape.manifest();
+    if let Some(listed) = header.get("manifest").and_then(Value::as_array) {
+        check_manifest(listed, &manifest).map_err(&invalid)?;
     }
     let dtype = header
         .get("weightDtype")
@@ -170,7 +171,7 @@ pub fn import(bytes: &[u8], name: &str) -> Result<Checkpoint, CheckpointError> {
         .and_then(Value::as_u64)
         .unwrap_or(64) as usize;
     let (step, tensors) =
-        decode_state(state, &shape, dtype, with_moments, block).map_err(&invalid)?;
+        decode_state(state, &shape, &manifest, dtype, with_moments, block).map_err(&invalid)?;
     let seed = config_number(config, "seed").unwrap_or(0.0) as u64;
     let config = our_config(config, &shape).map_err(&invalid)?;
     let loss_history = header
@@ -178,7 +179,7 @@ pub fn import(bytes: &[u8], name: &str) -> Result<Checkpoint, CheckpointError> {
         .and_then(Value::as_array)
         .map(|points| points.iter().filter_map(loss_point).collect())
         .unwrap_or_default();
-    let (params, optimizer) = ours(&config, &shape, tensors, with_moments && dtype == "fp32");
+    let (params, optimizer) = ours(&config, &manifest, tensors, with_moments && dtype == "fp32");
     if let Some(bad) = params
         .iter()
         .find(|p| p.values.iter().any(|x| !x.is_finite()))
@@ -253,16 +254,8 @@ fn shape_of(config: &Value) -> Result<Shape, String> {
 
 /// A v2 file's manifest must list the original's tensors, as this program
 /// maps them, with the shapes its config gives.
-fn check_manifest(manifest: &[Value], shape: &Shape) -> Result<(), String> {
-    let want = shape.manifest();
-    for (i, (name, dims)) in want.iter().enumerate() {
-        let Some(entry) = manifest.get(i) else {
-            return Err(format!(
-                "another architecture: its manifest lists {} tensors, not the {} of the original TinyGPT's blocks",
-                manifest.len(),
-                want.len()
-            ));
-        };
+fn check_manifest(manifest: &[Value], want: &[(String, Vec<usize>)]) -> Result<(), String> {
+    for (i, ((name, dims), entry)) in want.iter().zip(manifest).enumerate() {
         let got_name = entry.get("name").and_then(Value::as_str).unwrap_or("?");
         let got_shape: Vec<usize> = entry
             .get("shape")
@@ -299,15 +292,19 @@ struct Stored {
     v: Vec<f32>,
 }
 
+/// `manifest`: [`Shape::manifest`] of `shape`.
 fn decode_state(
     state: &[u8],
     shape: &Shape,
+    manifest: &[(String, Vec<usize>)],
     dtype: &str,
     with_moments: bool,
     block: usize,
 ) -> Result<(u64, Vec<Stored>), String> {
-    let manifest = shape.manifest();
     let floats = shape.floats();
+    let numels: Vec<usize> = manifest.iter().map(|(_, s)| s.iter().product()).collect();
+    // int4: each tensor's blocks (a scale and `block` nibbles each).
+    let blocks: usize = numels.iter().map(|n| n.div_ceil(block.max(1))).sum();
     let f32s = |b: &[u8]| -> Vec<f32> {
         b.chunks_exact(4)
             .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
@@ -323,10 +320,6 @@ fn decode_state(
                     "its int4 block size {block} is not a positive even number"
                 ));
             }
-            let blocks: usize = manifest
-                .iter()
-                .map(|(_, s)| s.iter().product::<usize>().div_ceil(block))
-                .sum();
             4 + blocks * 2 + blocks * block / 2
         }
         (other, moments) => {
@@ -375,8 +368,7 @@ fn decode_state(
     match dtype {
         "fp32" => {
             let mut at = 0;
-            for (_, s) in &manifest {
-                let n = s.iter().product::<usize>();
+            for &n in &numels {
                 let mut take = || {
                     let v = f32s(&body[at * 4..(at + n) * 4]);
                     at += n;
@@ -393,8 +385,7 @@ fn decode_state(
         }
         "fp16" => {
             let mut at = 0;
-            for (_, s) in &manifest {
-                let n = s.iter().product::<usize>();
+            for &n in &numels {
                 let w = body[at * 2..(at + n) * 2]
                     .chunks_exact(2)
                     .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
@@ -408,26 +399,22 @@ fn decode_state(
             }
         }
         _ => {
-            // int4: every tensor's scales first, then every tensor's nibbles.
-            let blocks: usize = manifest
-                .iter()
-                .map(|(_, s)| s.iter().product::<usize>().div_ceil(block))
-                .sum();
+            // int4: every tensor's scales first, then every tensor's
+            // nibbles; each tensor as this program's own int4 stores one
+            // (the same blocks, nibble order and f16 scales).
             let (scales, packed) = body.split_at(blocks * 2);
             let (mut scale_at, mut packed_at) = (0, 0);
-            for (_, s) in &manifest {
-                let n = s.iter().product::<usize>();
+            for &n in &numels {
                 let nb = n.div_ceil(block);
-                let w = (0..n)
-                    .map(|i| {
-                        let (b, j) = (i / block, i % block);
-                        let sb = scale_at + b * 2;
-                        let scale = f16::from_le_bytes([scales[sb], scales[sb + 1]]).to_f32();
-                        let byte = packed[packed_at + b * block / 2 + j / 2];
-                        let nibble = if j % 2 == 0 { byte & 0xf } else { byte >> 4 };
-                        (nibble as f32 - 8.0) * scale
-                    })
-                    .collect();
+                let q = super::int4::Quantised {
+                    scales: scales[scale_at..scale_at + nb * 2]
+                        .chunks_exact(2)
+                        .map(|c| f16::from_le_bytes([c[0], c[1]]))
+                        .collect(),
+                    nibbles: packed[packed_at..packed_at + nb * block / 2].to_vec(),
+                };
+                let w = super::int4::dequantise_blocks(&q, n, block)
+                    .expect("the sizes were checked against the state's length");
                 scale_at += nb * 2;
                 packed_at += nb * block / 2;
                 out.push(Stored {
@@ -484,16 +471,15 @@ fn loss_point(p: &Value) -> Option<LossPoint> {
 /// transposed to `[out, in]`, q, k and v stacked into `c_attn`.
 fn ours(
     config: &Config,
-    shape: &Shape,
+    manifest: &[(String, Vec<usize>)],
     stored: Vec<Stored>,
     with_moments: bool,
 ) -> (Vec<NamedTensor>, Option<OptimizerState>) {
-    let names: Vec<String> = shape.manifest().into_iter().map(|(n, _)| n).collect();
-    let dims: Vec<Vec<usize>> = shape.manifest().into_iter().map(|(_, s)| s).collect();
-    let mut by_name: HashMap<&str, (usize, Stored)> = HashMap::new();
-    for (i, s) in stored.into_iter().enumerate() {
-        by_name.insert(names[i].as_str(), (i, s));
-    }
+    let by_name: HashMap<&str, (&[usize], Stored)> = manifest
+        .iter()
+        .zip(stored)
+        .map(|((name, dims), s)| (name.as_str(), (dims.as_slice(), s)))
+        .collect();
     // [in, out] as stored → [out, in].
     let transposed = |x: &[f32], rows: usize, cols: usize| -> Vec<f32> {
         let mut t = vec![0.0; x.len()];
@@ -505,9 +491,9 @@ fn ours(
         t
     };
     let part = |name: &str, pick: fn(&Stored) -> &Vec<f32>| -> Vec<f32> {
-        let (i, s) = &by_name[name];
+        let (dims, s) = &by_name[name];
         let x = pick(s);
-        match dims[*i].as_slice() {
+        match dims {
             [rows, cols] if !name.ends_with("embedding.weight") => transposed(x, *rows, *cols),
             _ => x.clone(),
         }
@@ -643,7 +629,8 @@ mod tests {
         let bytes = encode(&header, &state);
         let ck = import(&bytes, "m.tinygpt").unwrap();
         assert!(ck.optimizer.is_none());
-        let (_, decoded) = decode_state(&state, &shape, "int4", false, 64).unwrap();
+        let manifest = shape.manifest();
+        let (_, decoded) = decode_state(&state, &shape, &manifest, "int4", false, 64).unwrap();
         for ((w, d), s) in tensors.iter().zip(&decoded).zip(&steps) {
             for (i, (x, y)) in w.iter().zip(&d.w).enumerate() {
                 // Half a step, and the f16 scale's own rounding times 7.
