@@ -48,6 +48,62 @@ pub const BUILTIN_LESSONS: &[(&str, &str)] = &[
     ("break-it", include_str!("../scenes/break-it.ron")),
 ];
 
+/// The built-in lessons' words in other languages: (language code, lesson
+/// name, RON source of a [`LessonText`]). A translation holds the words
+/// alone; the steps' scenes, focus, actions and answers stay the English
+/// file's, so they are written once and a translation cannot change them.
+pub const TRANSLATED_LESSONS: &[(&str, &str, &str)] = &[
+    ("es", "next-byte", include_str!("../scenes/es/next-byte.ron")),
+    ("es", "tokens", include_str!("../scenes/es/tokens.ron")),
+    ("es", "watch-it-learn", include_str!("../scenes/es/watch-it-learn.ron")),
+    ("es", "attention", include_str!("../scenes/es/attention.ron")),
+    ("es", "reversal", include_str!("../scenes/es/reversal.ron")),
+    ("es", "backprop", include_str!("../scenes/es/backprop.ron")),
+    ("es", "optimizer", include_str!("../scenes/es/optimizer.ron")),
+    ("es", "which-heads", include_str!("../scenes/es/which-heads.ron")),
+    ("es", "why-flash", include_str!("../scenes/es/why-flash.ron")),
+    ("es", "why-gpus-win", include_str!("../scenes/es/why-gpus-win.ron")),
+    ("es", "break-it", include_str!("../scenes/es/break-it.ron")),
+    ("zh", "next-byte", include_str!("../scenes/zh/next-byte.ron")),
+    ("zh", "tokens", include_str!("../scenes/zh/tokens.ron")),
+    ("zh", "watch-it-learn", include_str!("../scenes/zh/watch-it-learn.ron")),
+    ("zh", "attention", include_str!("../scenes/zh/attention.ron")),
+    ("zh", "reversal", include_str!("../scenes/zh/reversal.ron")),
+    ("zh", "backprop", include_str!("../scenes/zh/backprop.ron")),
+    ("zh", "optimizer", include_str!("../scenes/zh/optimizer.ron")),
+    ("zh", "which-heads", include_str!("../scenes/zh/which-heads.ron")),
+    ("zh", "why-flash", include_str!("../scenes/zh/why-flash.ron")),
+    ("zh", "why-gpus-win", include_str!("../scenes/zh/why-gpus-win.ron")),
+    ("zh", "break-it", include_str!("../scenes/zh/break-it.ron")),
+];
+
+/// The words of a lesson in another language (`scenes/<lang>/<name>.ron`),
+/// step for step the English file's.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct LessonText {
+    pub title: String,
+    pub summary: String,
+    pub steps: Vec<StepText>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct StepText {
+    pub title: String,
+    pub narration: String,
+    #[serde(default)]
+    pub question: Option<QuestionText>,
+}
+
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct QuestionText {
+    pub ask: String,
+    pub choices: Vec<String>,
+    pub why: String,
+}
+
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct Lesson {
@@ -225,10 +281,21 @@ impl Lesson {
         Ok(lesson)
     }
 
-    /// A built-in lesson by name, or a `.ron` file by path (natively).
+    /// A built-in lesson by name, in the current language
+    /// ([`crate::i18n::language`]), or a `.ron` file by path (natively), as
+    /// written.
     pub fn load(name_or_path: &str) -> Result<Lesson, LessonError> {
+        Lesson::load_in(name_or_path, crate::i18n::language())
+    }
+
+    /// [`Lesson::load`] in `language`.
+    pub fn load_in(
+        name_or_path: &str,
+        language: crate::i18n::Language,
+    ) -> Result<Lesson, LessonError> {
         if let Some((name, text)) = BUILTIN_LESSONS.iter().find(|(n, _)| *n == name_or_path) {
-            return Lesson::parse(&format!("scenes/{name}.ron"), text);
+            let english = Lesson::parse(&format!("scenes/{name}.ron"), text)?;
+            return english.translated(name, language);
         }
         if !name_or_path.ends_with(".ron") {
             let names: Vec<&str> = BUILTIN_LESSONS.iter().map(|(n, _)| *n).collect();
@@ -249,6 +316,86 @@ impl Lesson {
             message: format!("cannot read it: {e}"),
         })?;
         Lesson::parse(name_or_path, &text)
+    }
+
+    /// This built-in lesson (`name`) with the words of its `language`
+    /// translation; refused where the translation does not parse or its
+    /// steps, questions or choices do not match the lesson's one for one.
+    pub fn translated(
+        &self,
+        name: &str,
+        language: crate::i18n::Language,
+    ) -> Result<Lesson, LessonError> {
+        if language == crate::i18n::Language::English {
+            return Ok(self.clone());
+        }
+        let code = language.code();
+        let file = format!("scenes/{code}/{name}.ron");
+        let err = |step: Option<usize>, field: Option<&'static str>, message: String| LessonError {
+            file: file.clone(),
+            step,
+            field,
+            message,
+        };
+        let Some((_, _, source)) = TRANSLATED_LESSONS
+            .iter()
+            .find(|(l, n, _)| *l == code && *n == name)
+        else {
+            return Err(err(None, None, "no such translation".into()));
+        };
+        let text: LessonText =
+            ron::from_str(source).map_err(|e| err(None, None, e.to_string()))?;
+        if text.steps.len() != self.steps.len() {
+            return Err(err(
+                None,
+                Some("steps"),
+                format!(
+                    "{} steps; the English lesson has {}",
+                    text.steps.len(),
+                    self.steps.len()
+                ),
+            ));
+        }
+        let mut lesson = self.clone();
+        lesson.title = text.title;
+        lesson.summary = text.summary;
+        for (i, (step, words)) in lesson.steps.iter_mut().zip(text.steps).enumerate() {
+            if words.narration.trim().is_empty() {
+                return Err(err(Some(i), Some("narration"), "the narration is empty".into()));
+            }
+            step.title = words.title;
+            step.narration = words.narration;
+            match (&mut step.question, words.question) {
+                (None, None) => {}
+                (Some(q), Some(w)) if q.choices.len() == w.choices.len() => {
+                    q.ask = w.ask;
+                    q.choices = w.choices;
+                    q.why = w.why;
+                }
+                (Some(q), Some(w)) => {
+                    return Err(err(
+                        Some(i),
+                        Some("question"),
+                        format!(
+                            "{} choices; the English question has {}",
+                            w.choices.len(),
+                            q.choices.len()
+                        ),
+                    ));
+                }
+                (english, _) => {
+                    return Err(err(
+                        Some(i),
+                        Some("question"),
+                        format!(
+                            "the English step {} a question",
+                            if english.is_some() { "has" } else { "has no" }
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(lesson)
     }
 
     /// Resolves every name the lesson uses against its preset's program.
@@ -466,6 +613,55 @@ impl Lesson {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::i18n::Language;
+
+    #[test]
+    fn every_lesson_exists_in_every_language_and_resolves() {
+        for (name, _) in BUILTIN_LESSONS {
+            let english = Lesson::load_in(name, Language::English).unwrap();
+            for language in [Language::Spanish, Language::Chinese] {
+                let translated =
+                    Lesson::load_in(name, language).unwrap_or_else(|e| panic!("{e}"));
+                // The program's part is the English file's, so it resolves.
+                translated.check(name).unwrap();
+                assert_ne!(translated.title, english.title, "{name} in {language:?}");
+                for (k, (a, b)) in english.steps.iter().zip(&translated.steps).enumerate() {
+                    assert_eq!(
+                        (&a.scene, &a.focus, &a.action, &a.lab, a.panels),
+                        (&b.scene, &b.focus, &b.action, &b.lab, b.panels)
+                    );
+                    assert_ne!(
+                        a.narration, b.narration,
+                        "{name} step {} is not translated into {language:?}",
+                        k + 1
+                    );
+                    if let (Some(qa), Some(qb)) = (&a.question, &b.question) {
+                        assert_eq!(qa.answer, qb.answer);
+                        assert_ne!(qa.ask, qb.ask);
+                    }
+                }
+            }
+        }
+        assert_eq!(TRANSLATED_LESSONS.len(), 2 * BUILTIN_LESSONS.len());
+    }
+
+    #[test]
+    fn a_translation_that_does_not_match_its_lesson_is_refused() {
+        let english = Lesson::load_in("attention", Language::English).unwrap();
+        let mut fewer = english.clone();
+        fewer.steps.pop();
+        let e = fewer.translated("attention", Language::Spanish).unwrap_err();
+        assert!(e.to_string().contains("scenes/es/attention.ron (steps)"), "{e}");
+        let mut other_question = english.clone();
+        let k = other_question
+            .steps
+            .iter()
+            .position(|s| s.question.is_some())
+            .unwrap();
+        other_question.steps[k].question.as_mut().unwrap().choices.push("x".into());
+        let e = other_question.translated("attention", Language::Chinese).unwrap_err();
+        assert!(e.to_string().contains(&format!("step {} (question)", k + 1)), "{e}");
+    }
 
     #[test]
     fn every_builtin_lesson_parses_and_resolves() {

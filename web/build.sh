@@ -154,10 +154,14 @@ stamp=$(cat assets/checkpoints/*.safetensors assets/gallery/*.safetensors assets
 # wasm and the icons under names carrying this build's stamp, and a new
 # build's worker deletes an earlier build's cache; the manifest makes the
 # page installable.
+# The CJK font leaves the wasm too: the page fetches it only when Chinese
+# is chosen (src/app/language.rs), and keeps it with this build's files.
+mkdir -p "$out/fonts"
+cp assets/fonts/NotoSansCJKsc-subset.otf assets/fonts/LICENSE-NotoSansCJK.txt "$out/fonts/"
 cp web/manifest.webmanifest "$out/"
 mkdir -p "$out/icons"
 cp web/icons/* "$out/icons/"
-app_stamp=$(cat "$out/tinygpt.js" "$out/tinygpt_bg.wasm" web/index.html web/sw.js web/manifest.webmanifest web/icons/* \
+app_stamp=$(cat "$out/tinygpt.js" "$out/tinygpt_bg.wasm" web/index.html web/sw.js web/manifest.webmanifest web/icons/* "$out/fonts/"* \
     | sha256sum | cut -c1-12)
 for page in index.html sw.js; do
     sed -e "s/__GALLERY_STAMP__/$stamp/g" -e "s/__APP_STAMP__/$app_stamp/g" "web/$page" > "$out/$page"

@@ -43,6 +43,16 @@ extern "C" {
     /// A fetched file's bytes (`"checkpoint"` or `"text"`), taken once.
     #[wasm_bindgen(js_namespace = tinygptHost, js_name = takeGalleryFile)]
     pub fn take_gallery_file(part: &str) -> Vec<u8>;
+    /// Starts fetching a font from beside the page (through the
+    /// browser's cache): the CJK font, when Chinese is chosen.
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = fetchFont)]
+    pub fn fetch_font(path: &str);
+    /// The fetched font's bytes once they are here (taken once), else none.
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = takeFont)]
+    pub fn take_font() -> Vec<u8>;
+    /// Why the font fetch failed, or nothing.
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = fontError)]
+    pub fn font_error() -> String;
     /// The app's state as JSON, for the page and for tests.
     #[wasm_bindgen(js_namespace = tinygptHost, js_name = report)]
     pub fn report(status: &str);

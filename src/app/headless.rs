@@ -105,9 +105,10 @@ fn count_frames(
         Res<super::training::AppStatus>,
         Res<super::ui::state::UiState>,
     ),
-    (workshop, shown): (
+    (workshop, shown, language): (
         Res<super::workshop::Workshop>,
         Res<super::workshop::PanelsShown>,
+        Res<super::language::AppLanguage>,
     ),
 ) {
     if state.done {
@@ -120,7 +121,10 @@ fn count_frames(
         state.max_frame_ms = state.max_frame_ms.max(ms);
         state.timed += 1;
     }
-    if state.frames < config.frames {
+    // The picture waits for the language asked for and its font.
+    let language_ready = language.wanted.is_none()
+        && (!language.current.needs_cjk_font() || language.cjk_font_ready());
+    if state.frames < config.frames || !language_ready {
         return;
     }
     if let Some(name) = &config.export
@@ -282,6 +286,7 @@ fn count_frames(
         "attention": attention,
         "lesson": lesson_line,
         "ui": shown.to_json(*workshop),
+        "language": language.current.code(),
         "errors": errors,
         "presenter": ui_state.presenter,
         "background": [(bg.red * 255.0).round(), (bg.green * 255.0).round(), (bg.blue * 255.0).round()],

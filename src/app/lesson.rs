@@ -292,11 +292,11 @@ pub fn narration_panel(
             let width = ui.available_width();
             ui.horizontal(|ui| {
                 ui.label(
-                    egui::RichText::new(format!("{} · step {} of {n}", lesson.title, k + 1))
+                    egui::RichText::new(crate::t!("lesson-step-of", title = lesson.title.as_str(), step = k + 1, steps = n))
                         .size(14.0)
                         .color(egui::Color32::from_rgb(140, 180, 240)),
                 )
-                .on_hover_text(format!("lesson `{name}`"));
+                .on_hover_text(crate::t!("lesson-name-hover", name = name.as_str()));
             });
             ui.add(
                 egui::ProgressBar::new((k + 1) as f32 / n as f32)
@@ -308,7 +308,7 @@ pub fn narration_panel(
             if let Some(q) = &step.question {
                 ui.add_space(6.0);
                 ui.label(
-                    egui::RichText::new(format!("Predict: {}", q.ask))
+                    egui::RichText::new(crate::t!("lesson-predict", ask = q.ask.as_str()))
                         .size(17.0)
                         .color(egui::Color32::from_rgb(240, 200, 90)),
                 );
@@ -329,9 +329,9 @@ pub fn narration_panel(
                 });
                 if let Some(chosen) = player.chosen {
                     let verdict = if chosen == q.answer {
-                        "Right."
+                        crate::t!("lesson-right")
                     } else {
-                        "Not quite."
+                        crate::t!("lesson-not-quite")
                     };
                     ui.label(egui::RichText::new(format!("{verdict} {}", q.why)).size(16.0));
                 }
@@ -341,7 +341,7 @@ pub fn narration_panel(
                 if ui
                     .add_enabled(
                         k > 0,
-                        egui::Button::new(egui::RichText::new("◀ Back").size(16.0)),
+                        egui::Button::new(egui::RichText::new(crate::t!("lesson-back")).size(16.0)),
                     )
                     .clicked()
                 {
@@ -350,27 +350,27 @@ pub fn narration_panel(
                 if ui
                     .add_enabled(
                         k + 1 < n,
-                        egui::Button::new(egui::RichText::new("Next ▶").size(16.0)),
+                        egui::Button::new(egui::RichText::new(crate::t!("lesson-next")).size(16.0)),
                     )
                     .clicked()
                 {
                     go = Some(k + 1);
                 }
                 ui.weak(if ui_presenter {
-                    "← → or Page Up / Page Down"
+                    crate::t!("lesson-keys-presenter")
                 } else {
-                    "Page Up / Page Down"
+                    crate::t!("lesson-keys")
                 });
                 ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
-                    if !locked && ui.button("✕ end lesson").clicked() {
+                    if !locked && ui.button(crate::t!("lesson-end")).clicked() {
                         go = Some(usize::MAX);
                     }
                     // Natively: the page and its pictures are files beside the app.
                     #[cfg(not(target_arch = "wasm32"))]
                     if !locked
                         && ui
-                            .button("print a handout")
-                            .on_hover_text("a printable page of this lesson: each step's picture, narration and question, the answers last (handout-NAME.html here; `tinygpt handout`)")
+                            .button(crate::t!("lesson-handout"))
+                            .on_hover_text(crate::t!("lesson-handout-hover"))
                             .clicked()
                     {
                         handout = true;

@@ -29,6 +29,8 @@ pub struct Link {
     /// A workshop link (`locked=1`): the lesson and nothing else
     /// ([`super::workshop`]).
     pub locked: bool,
+    /// The language of the app and its lessons (`lang=es`, `lang=zh`).
+    pub lang: Option<crate::i18n::Language>,
 }
 
 /// The fragment's name for a heatmap view.
@@ -109,6 +111,10 @@ impl Link {
                     "0" | "false" => link.locked = false,
                     _ => problems.push(format!("the link's locked `{value}` is not 1 or 0")),
                 },
+                "lang" => match crate::i18n::Language::parse(value) {
+                    Ok(language) => link.lang = Some(language),
+                    Err(e) => problems.push(format!("the link's lang: {e}")),
+                },
                 "bench" => {
                     let (known, unknown): (Vec<&str>, Vec<&str>) = value
                         .split(',')
@@ -148,7 +154,7 @@ impl Link {
                     )),
                 },
                 other => problems.push(format!(
-                    "the link's key `{other}` is unknown; the keys are preset, seed, scene, view, backend, train, bench, lesson, step, model and locked"
+                    "the link's key `{other}` is unknown; the keys are preset, seed, scene, view, backend, train, bench, lesson, step, model, locked and lang"
                 )),
             }
         }
@@ -193,6 +199,11 @@ impl Link {
         if self.locked {
             parts.push("locked=1".to_string());
         }
+        if let Some(language) = self.lang
+            && language != crate::i18n::Language::English
+        {
+            parts.push(format!("lang={}", language.code()));
+        }
         parts.join("&")
     }
 }
@@ -220,6 +231,11 @@ mod tests {
                     lesson: (view == HeatmapView::Weights).then(|| ("attention".into(), 4)),
                     model: (view == HeatmapView::AdamV).then(|| "reverse".into()),
                     locked: view == HeatmapView::Weights && backend == BackendChoice::Gpu,
+                    lang: match backend {
+                        BackendChoice::Cpu => Some(crate::i18n::Language::Spanish),
+                        BackendChoice::Gpu => Some(crate::i18n::Language::Chinese),
+                        _ => None,
+                    },
                 };
                 let (back, problems) = Link::parse(&format!("#{}", link.fragment()));
                 assert!(problems.is_empty(), "{problems:?}");
@@ -238,13 +254,13 @@ mod tests {
     #[test]
     fn each_bad_key_is_named_and_the_rest_still_applies() {
         let (link, problems) = Link::parse(
-            "preset=giant&seed=-3&scene=attentions&view=logits&backend=tpu&train=maybe&colour=red&bench=tiny,huge2&locked=yes&preset=small&seed=7",
+            "preset=giant&seed=-3&scene=attentions&view=logits&backend=tpu&train=maybe&colour=red&bench=tiny,huge2&locked=yes&lang=fr&preset=small&seed=7",
         );
         assert_eq!(link.preset.as_deref(), Some("small"));
         assert_eq!(link.seed, Some(7));
         assert!(!link.train);
         assert!(!link.locked);
-        assert_eq!(problems.len(), 9, "{problems:?}");
+        assert_eq!(problems.len(), 10, "{problems:?}");
         for (problem, names) in problems.iter().zip([
             "giant",
             "-3",
@@ -255,6 +271,7 @@ mod tests {
             "colour",
             "huge2",
             "yes",
+            "fr",
         ]) {
             assert!(problem.contains(names), "{problem}");
         }

@@ -10,6 +10,7 @@
 //! [`registry`] and through the lesson's events), [`ui`] (the panels),
 //! [`sample`] (text generation), [`files`] (corpora, presets, checkpoints in),
 //! [`export`] (the view or a chart out as PNG), [`lesson`] (the lesson player),
+//! [`language`] (the language switch and its fonts),
 //! [`headless`] (offscreen runs for checks), [`worker`] (the scenes'
 //! questions of the run's model, off the frame), and in the browser `web`
 //! (the page: start, files, downloads, the link of [`link`]).
@@ -28,6 +29,7 @@ pub mod graph;
 pub mod handout;
 pub mod headless;
 pub mod heatmap;
+pub mod language;
 pub mod lesson;
 pub mod link;
 pub mod registry;
@@ -83,6 +85,8 @@ pub struct AppOptions {
     pub gallery: Option<String>,
     /// Locked to its lesson ([`workshop`]): a workshop link.
     pub locked: bool,
+    /// The language of the app and its lessons ([`language`]).
+    pub language: crate::i18n::Language,
     /// Run without a window for this many frames (see [`headless`]).
     pub headless: Option<headless::HeadlessConfig>,
 }
@@ -175,7 +179,8 @@ pub fn build(options: AppOptions) -> App {
         })
         .insert_resource(workshop::Workshop {
             locked: options.locked,
-        });
+        })
+        .insert_resource(language::AppLanguage::starting_in(options.language));
     add_explainer_plugins(&mut app);
     app.insert_state(options.scene)
         .insert_resource(scenes::SceneStart {
@@ -195,6 +200,7 @@ pub fn build(options: AppOptions) -> App {
         export::ExportPlugin,
         data::DataPlugin,
         lesson::LessonPlugin,
+        language::LanguagePlugin,
     ))
     .add_systems(PreStartup, spawn_cameras);
     #[cfg(not(target_arch = "wasm32"))]
@@ -209,7 +215,7 @@ pub fn build(options: AppOptions) -> App {
 
 /// Adds each scene's plugin, from the scene list.
 macro_rules! add_scene_plugins {
-    ($( $(#[$meta:meta])* $variant:ident, $module:ident, $key:literal, $title:literal, $about:literal; )*) => {
+    ($( $(#[$meta:meta])* $variant:ident, $module:ident, $key:literal; )*) => {
         fn add_scene_plugins(app: &mut App) {
             $( app.add_plugins(scenes::$module::ScenePlugin); )*
         }

@@ -66,6 +66,7 @@ pub fn main() {
         adapter: None,
         gallery: link.model.clone().or(opening),
         locked: link.locked,
+        language: link.lang.unwrap_or_default(),
     });
     if let Some(view) = link.view {
         app.world_mut().resource_mut::<Snapshots>().set_view(view);
@@ -140,6 +141,7 @@ fn keep_link(
     run: Option<Res<Run>>,
     mut page: ResMut<PageState>,
     workshop: Res<super::workshop::Workshop>,
+    language: Res<super::language::AppLanguage>,
 ) {
     let link = Link {
         // A preset loaded from a file cannot travel in a link.
@@ -160,6 +162,7 @@ fn keep_link(
             .map(|(name, _)| (name.clone(), lesson.step)),
         model: run.as_ref().and_then(|r| r.gallery.clone()),
         locked: workshop.locked,
+        lang: Some(language.current),
     };
     let fragment = link.fragment();
     if fragment != page.fragment {
@@ -175,12 +178,13 @@ fn report_to_page(
     status: Res<AppStatus>,
     sample: Res<super::sample::SampleState>,
     mut page: ResMut<PageState>,
-    (scene, lesson, workshop, shown, probes): (
+    (scene, lesson, workshop, shown, probes, language): (
         Res<State<super::scenes::Scene>>,
         Res<super::lesson::LessonPlayer>,
         Res<super::workshop::Workshop>,
         Res<super::workshop::PanelsShown>,
         Res<super::training::Probes>,
+        Res<super::language::AppLanguage>,
     ),
 ) {
     page.frames += 1;
@@ -204,6 +208,7 @@ fn report_to_page(
         "corpus": run.corpus_name,
         "gallery": run.gallery,
         "ui": shown.to_json(*workshop),
+        "language": language.current.code(),
         // The attention weights the Attention scene draws: the step whose
         // weights they saw and the bytes they cover.
         "attention": probes.latest.as_ref().map(|(step, r)| serde_json::json!({ "step": step, "n": r.n() })),

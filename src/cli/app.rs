@@ -134,6 +134,10 @@ pub struct AppArgs {
     /// link's `locked=1` opens it.
     #[arg(long, requires = "lesson")]
     locked: bool,
+    /// The language of the app and its lessons: en (English), es (Español)
+    /// or zh (中文), as a browser link's `lang=` (the top bar switches it).
+    #[arg(long, value_name = "LANG", default_value = "en", value_parser = parse_language)]
+    lang: tinygpt::i18n::Language,
     /// Press the Speedup scene's Cancel this many frames after its bench
     /// starts (for checks that a cancelled bench leaves the app running).
     #[arg(long, value_name = "FRAMES", hide = true, requires = "bench")]
@@ -326,6 +330,7 @@ pub fn run_app(args: AppArgs) -> Result<()> {
         adapter,
         gallery,
         locked: args.locked,
+        language: args.lang,
     });
     if let Some(e) = lesson_error {
         app.world_mut()
@@ -384,4 +389,8 @@ fn corpus_source(path: &std::path::Path) -> Result<CorpusSource> {
         name: path.display().to_string(),
         bytes: bytes.into(),
     })
+}
+
+fn parse_language(s: &str) -> Result<tinygpt::i18n::Language, String> {
+    tinygpt::i18n::Language::parse(s)
 }

@@ -9,8 +9,9 @@
 //! registries and never name a scene's types.
 //!
 //! A new scene is a folder with a `ScenePlugin` and one line in
-//! [`scene_list!`]: the line gives its variant, folder, key (`--scene`,
-//! links, lessons), the switcher's title and its tooltip. See
+//! [`scene_list!`]: the line gives its variant, folder and key (`--scene`,
+//! links, lessons); its title and tooltip are two messages of the
+//! catalogue (`locales/*/tinygpt.ftl`). See
 //! `docs/architecture.md` for a template.
 //!
 //! Scenes draw on [`crate::app::canvas`], read what the training plugin
@@ -20,37 +21,31 @@
 
 use bevy::prelude::*;
 
-/// The scenes, one line each: `Variant, folder, "key", "title", "about";`.
+/// The scenes, one line each: `Variant, folder, "key";`. The switcher's
+/// title and tooltip are the catalogue's `scene-KEY-title` and
+/// `scene-KEY-about` (`locales/`).
 /// Macros that take the list ([`define_scenes!`] here, the app's plugin
 /// list in [`crate::app::build`]) are handed it by `scene_list!(that_macro)`.
 macro_rules! scene_list {
     ($then:ident) => {
         $then! {
             /// A prompt travelling up through the model to the next byte, and the gradient back down.
-            Flow, flow, "flow", "Inside the model",
-                "a prompt travelling up through the model to the next byte, and the gradient travelling back down";
+            Flow, flow, "flow";
             /// Four tools that take the model apart: the lens, knockouts, patching, attribution.
-            Probe, probe, "probe", "Take it apart",
-                "take the model apart: the logit lens, knocking out heads, activation patching, why this byte";
+            Probe, probe, "probe";
             /// The layer stack with every parameter as a live heatmap.
             #[default]
-            Model, model, "model", "Model",
-                "the layer stack; every weight tensor a live heatmap";
+            Model, model, "model";
             /// Every layer × head attention matrix P of a prompt, from the training model.
-            Attention, attention, "attention", "Attention",
-                "who attends to whom: every layer × head attention matrix, live from the training model";
+            Attention, attention, "attention";
             /// One real training step, op by op: forward, backward, clip, AdamW.
-            Step, step, "step", "Step through",
-                "one real training step, op by op: each op's inputs, outputs and gradients, the clip and AdamW";
+            Step, step, "step";
             /// FlashAttention-2 tiling one head's attention, replayed from a trace of the kernels.
-            Flash, flash, "flash", "FlashAttention",
-                "FlashAttention-2's tiling of one head, replayed from the real kernels";
+            Flash, flash, "flash";
             /// One training step on the CPU and the GPU, every tensor compared.
-            Correctness, correctness, "correctness", "CPU vs GPU",
-                "one step on the CPU and the GPU: every tensor compared";
+            Correctness, correctness, "correctness";
             /// The training-speed bench measured in the app: the GPU-over-CPU curve.
-            Speedup, speedup, "speedup", "Speedup",
-                "why GPUs win: the training-speed curve, measured here";
+            Speedup, speedup, "speedup";
         }
     };
 }
@@ -58,7 +53,7 @@ pub(crate) use scene_list;
 
 /// The scene modules and the [`Scene`] state, from the list.
 macro_rules! define_scenes {
-    ($( $(#[$meta:meta])* $variant:ident, $module:ident, $key:literal, $title:literal, $about:literal; )*) => {
+    ($( $(#[$meta:meta])* $variant:ident, $module:ident, $key:literal; )*) => {
         $( pub mod $module; )*
 
         /// The scenes of the main view. [`Scene::ALL`] is the one list of them.
@@ -75,14 +70,15 @@ macro_rules! define_scenes {
                 match self { $( Scene::$variant => $key, )* }
             }
 
-            /// The switcher's label.
-            pub fn title(self) -> &'static str {
-                match self { $( Scene::$variant => $title, )* }
+            /// The switcher's label, in the current language.
+            pub fn title(self) -> String {
+                crate::i18n::tr(&format!("scene-{}-title", self.key()), &[])
             }
 
-            /// One line on what the scene shows (the switcher's tooltip).
-            pub fn about(self) -> &'static str {
-                match self { $( Scene::$variant => $about, )* }
+            /// One line on what the scene shows (the switcher's tooltip), in
+            /// the current language.
+            pub fn about(self) -> String {
+                crate::i18n::tr(&format!("scene-{}-about", self.key()), &[])
             }
         }
     };

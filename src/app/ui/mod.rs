@@ -32,7 +32,14 @@ impl Plugin for UiPlugin {
         app.init_resource::<UiState>()
             .add_systems(
                 EguiPrimaryContextPass,
-                (use_label_font, presenter_mode, draw_ui, hover_tooltip).chain(),
+                (
+                    use_label_font,
+                    crate::app::language::switch_language,
+                    presenter_mode,
+                    draw_ui,
+                    hover_tooltip,
+                )
+                    .chain(),
             )
             .add_systems(Update, apply_viewport);
     }
@@ -53,25 +60,15 @@ fn fmt_duration(seconds: f64) -> String {
 }
 
 /// Adds the label font (DejaVu Sans) behind egui's own, once: egui's
-/// fonts then find every glyph the labels use.
+/// fonts then find every glyph the labels use (Chinese adds its font when
+/// chosen: [`crate::app::language`]).
 fn use_label_font(mut contexts: EguiContexts, mut done: Local<bool>) -> Result {
     if *done {
         return Ok(());
     }
-    let ctx = contexts.ctx_mut()?;
-    let mut fonts = egui::FontDefinitions::default();
-    fonts.font_data.insert(
-        "dejavu".into(),
-        std::sync::Arc::new(egui::FontData::from_static(crate::app::canvas::LABEL_FONT)),
-    );
-    for family in [egui::FontFamily::Proportional, egui::FontFamily::Monospace] {
-        fonts
-            .families
-            .entry(family)
-            .or_default()
-            .push("dejavu".into());
-    }
-    ctx.set_fonts(fonts);
+    contexts
+        .ctx_mut()?
+        .set_fonts(crate::app::language::egui_fonts(None));
     *done = true;
     Ok(())
 }
@@ -116,9 +113,10 @@ pub fn draw_ui(
         MessageWriter<crate::app::data::ExportData>,
         MessageWriter<crate::app::data::ExportLossChart>,
     ),
-    (workshop, mut shown): (
+    (workshop, mut shown, mut language): (
         Res<crate::app::workshop::Workshop>,
         ResMut<crate::app::workshop::PanelsShown>,
+        ResMut<crate::app::language::AppLanguage>,
     ),
 ) -> Result {
     let locked = workshop.locked;
@@ -136,9 +134,9 @@ pub fn draw_ui(
     egui::Panel::bottom("status").show(&mut root, |ui| {
         crate::app::gallery::progress_bar(ui, &gallery_fetch);
         ui.horizontal_wrapped(|ui| {
-            ui.label(format!("backend: {}", run.backend_label));
+            ui.label(crate::t!("status-backend", backend = run.backend_label.as_str()));
             ui.separator();
-            ui.label(format!("{:?}", run.state));
+            ui.label(crate::t!(&format!("run-state-{:?}", run.state)));
             if let Some(info) = &status.info {
                 ui.separator();
                 ui.label(info);
@@ -151,12 +149,12 @@ pub fn draw_ui(
             ui.horizontal_wrapped(|ui| {
                 ui.colored_label(
                     egui::Color32::from_rgb(240, 190, 80),
-                    format!("{} exists and this app did not write it. Replace it with the run's checkpoint?", path.display()),
+                    crate::t!("confirm-replace", path = path.display().to_string()),
                 );
-                if ui.button("Replace it").clicked() {
+                if ui.button(crate::t!("replace-it")).clicked() {
                     commands.write(RunCommand::SaveCheckpoint { path, replace: true });
                 }
-                if ui.button("Keep it").on_hover_text("type another name beside Save").clicked() {
+                if ui.button(crate::t!("keep-it")).on_hover_text(crate::t!("keep-it-hover")).clicked() {
                     status.confirm_replace = None;
                 }
             });
@@ -189,11 +187,11 @@ pub fn draw_ui(
         ui.horizontal(|ui| {
             let current = *scene.get();
             if locked {
-                let title = lesson.lesson.as_ref().map_or("the lesson".to_string(), |(_, l)| l.title.clone());
-                ui.strong(egui::RichText::new(format!("Workshop · {title}")).size(15.0))
-                    .on_hover_text("this link opens one lesson: Back and Next below move through it");
+                let title = lesson.lesson.as_ref().map_or(crate::t!("workshop-the-lesson"), |(_, l)| l.title.clone());
+                ui.strong(egui::RichText::new(crate::t!("workshop-title", title = title.as_str())).size(15.0))
+                    .on_hover_text(crate::t!("workshop-hover"));
             } else {
-                ui.strong("Scene");
+                ui.strong(crate::t!("scene"));
             }
             for s in Scene::ALL.into_iter().filter(|_| !locked) {
                 if ui
@@ -209,34 +207,35 @@ pub fn draw_ui(
             // What the scene shows, cut short with "…" where the window is
             // narrow: it must not run under the buttons on the right (each
             // tab's tooltip has it whole).
-            let room = ui.available_width() - if locked { 90.0 } else { 330.0 };
+            let room = ui.available_width() - if locked { 180.0 } else { 440.0 };
             if room > 120.0 {
                 ui.allocate_ui(egui::vec2(room, ui.spacing().interact_size.y), |ui| {
                     ui.add(egui::Label::new(egui::RichText::new(current.about()).weak()).truncate());
                 });
             }
             ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
-                let label = if ui_state.wide { "◧ panels" } else { "⛶ wide view" };
+                let label = if ui_state.wide { crate::t!("panels-show") } else { crate::t!("panels-wide") };
                 if !locked
                     && ui
                     .button(label)
-                    .on_hover_text("hide or show the side panels: the scene fills the window, as a projector wants")
+                    .on_hover_text(crate::t!("panels-hover"))
                     .clicked()
                 {
                     ui_state.wide = !ui_state.wide;
                 }
-                ui.menu_button("👁 view", |ui| {
+                crate::app::language::language_menu(ui, &mut language);
+                ui.menu_button(crate::t!("view-menu"), |ui| {
                     let mut presenter = ui_state.presenter;
-                    if ui.checkbox(&mut presenter, "presenter mode (F5)")
-                        .on_hover_text("big type, high contrast, panels hidden, the pointer highlighted; Space trains/pauses, ← → step a lesson")
+                    if ui.checkbox(&mut presenter, crate::t!("presenter-mode"))
+                        .on_hover_text(crate::t!("presenter-hover"))
                         .changed()
                     {
                         ui_state.set_presenter(presenter);
                     }
                     let mut cb = crate::app::heatmap::palette() == crate::app::heatmap::Palette::OrangePurple;
                     if ui
-                        .checkbox(&mut cb, "colour-blind-safe palette (orange/purple)")
-                        .on_hover_text("heatmaps in ColorBrewer's PuOr instead of RdBu: distinct for red-green colour blindness")
+                        .checkbox(&mut cb, crate::t!("palette-colour-blind"))
+                        .on_hover_text(crate::t!("palette-hover"))
                         .changed()
                     {
                         crate::app::heatmap::set_palette(if cb {
@@ -245,13 +244,13 @@ pub fn draw_ui(
                             crate::app::heatmap::Palette::RedBlue
                         });
                     }
-                    ui.checkbox(&mut ui_state.reduced_motion, "reduced motion")
-                        .on_hover_text("the FlashAttention replay jumps from visit to visit instead of flying tiles");
+                    ui.checkbox(&mut ui_state.reduced_motion, crate::t!("reduced-motion"))
+                        .on_hover_text(crate::t!("reduced-motion-hover"));
                 });
                 if !locked
                     && ui
-                    .button("📷 PNG")
-                    .on_hover_text("save this view as a PNG (F12)")
+                    .button(crate::t!("png-button"))
+                    .on_hover_text(crate::t!("png-hover"))
                     .clicked()
                 {
                     export.write(crate::app::export::ExportPng {
@@ -261,14 +260,14 @@ pub fn draw_ui(
                 }
                 if !locked
                     && ui
-                    .button("💾 Data")
-                    .on_hover_text("save the numbers behind this view, the run and its loss history as JSON (F11)")
+                    .button(crate::t!("data-button"))
+                    .on_hover_text(crate::t!("data-hover"))
                     .clicked()
                 {
                     data_out.0.write(crate::app::data::ExportData);
                 }
                 if ui.available_width() > 520.0 {
-                    ui.weak("wheel: zoom · drag: pan · 0: fit");
+                    ui.weak(crate::t!("view-keys"));
                 }
             });
         });
@@ -318,27 +317,27 @@ fn lab_settings(
     settings: &mut RunSettings,
     commands: &mut MessageWriter<RunCommand>,
 ) {
-    egui::CollapsingHeader::new("🔨 Break it (labs)")
+    egui::CollapsingHeader::new(crate::t!("labs-header"))
         .default_open(!settings.lab.is_intact())
         .show(ui, |ui| {
-            ui.checkbox(&mut settings.lab.causal_mask, "causal mask")
-                .on_hover_text("off: position t also sees t+1, the byte it must predict");
-            ui.checkbox(&mut settings.lab.position_embeddings, "position embeddings")
-                .on_hover_text("off: nothing tells the model where a byte is");
+            ui.checkbox(&mut settings.lab.causal_mask, crate::t!("lab-causal-mask"))
+                .on_hover_text(crate::t!("lab-causal-mask-hover"));
+            ui.checkbox(&mut settings.lab.position_embeddings, crate::t!("lab-position-embeddings"))
+                .on_hover_text(crate::t!("lab-position-embeddings-hover"));
             ui.horizontal_wrapped(|ui| {
-                ui.label("learning rate");
+                ui.label(crate::t!("learning-rate"));
                 let preset = settings.config.lr;
-                for (label, factor) in [("preset", 1.0), ("×10", 10.0), ("×1000", 1e3), ("×10000", 1e4)] {
+                for (label, factor) in [(crate::t!("lab-lr-preset"), 1.0), ("×10".into(), 10.0), ("×1000".into(), 1e3), ("×10000".into(), 1e4)] {
                     let lr = preset * factor;
                     if ui.selectable_label((settings.lr - lr).abs() <= lr * 1e-4, label).on_hover_text(format!("{lr:.1e}")).clicked() {
                         settings.lr = lr;
                     }
                 }
             });
-            if ui.button("New lab run").on_hover_text("a fresh model with these switches and learning rate (New run above does the same)").clicked() {
+            if ui.button(crate::t!("new-lab-run")).on_hover_text(crate::t!("new-lab-run-hover")).clicked() {
                 commands.write(RunCommand::NewRun);
             }
-            ui.small("The loss chart keeps the run before it, dashed.");
+            ui.small(crate::t!("lab-chart-note"));
         });
 }
 
@@ -351,29 +350,29 @@ fn finetune_settings(
     run: &Run,
     commands: &mut MessageWriter<RunCommand>,
 ) {
-    egui::CollapsingHeader::new("Fine-tune (LoRA)")
+    egui::CollapsingHeader::new(crate::t!("finetune-header"))
         .default_open(run.config().lora.is_some())
         .show(ui, |ui| {
             if let (Some(lora), Some(f)) = (run.config().lora, &settings.finetune) {
-                ui.label(format!(
-                    "fine-tuning {} at step {} on {}: its weights are frozen; rank-{} adapters on {} learn (α {}).",
-                    f.base_name,
-                    f.base.step,
-                    run.corpus_name,
-                    lora.rank,
-                    lora.targets.describe(),
-                    lora.alpha
+                ui.label(crate::t!(
+                    "finetune-status",
+                    base = f.base_name.as_str(),
+                    step = f.base.step,
+                    corpus = run.corpus_name.as_str(),
+                    rank = lora.rank,
+                    targets = lora.targets.describe(),
+                    alpha = lora.alpha.to_string(),
                 ));
                 if let Some(share) = crate::model::lora::trained_share(run.config()) {
                     ui.small(share);
                 }
-                ui.small("Reset starts the fine-tune again from the base. The sample box below switches between the base and the fine-tuned model.");
+                ui.small(crate::t!("finetune-reset-note"));
                 return;
             }
-            ui.small("Freeze this model's weights and train small low-rank adapters (LoRA) on a text of your own: load or drop one above, or paste it here.");
+            ui.small(crate::t!("finetune-intro"));
             let o = &mut ui_state.finetune;
             egui::Grid::new("finetune").num_columns(2).show(ui, |ui| {
-                ui.label("rank");
+                ui.label(crate::t!("finetune-rank"));
                 let mut rank = o.rank as u32;
                 ui.add(egui::DragValue::new(&mut rank).range(1..=64));
                 if rank as usize != o.rank {
@@ -382,35 +381,35 @@ fn finetune_settings(
                     o.alpha = 2.0 * o.rank as f32;
                 }
                 ui.end_row();
-                ui.label("steps");
+                ui.label(crate::t!("steps"));
                 ui.add(egui::DragValue::new(&mut o.steps).speed(10).range(1..=100_000));
                 ui.end_row();
-                ui.label("learning rate");
+                ui.label(crate::t!("learning-rate"));
                 ui.add(egui::DragValue::new(&mut o.lr).speed(1e-4).range(1e-6..=1.0).max_decimals(5));
                 ui.end_row();
-                ui.label("adapt");
+                ui.label(crate::t!("finetune-adapt"));
                 ui.horizontal(|ui| {
-                    ui.checkbox(&mut o.targets.attention, "attention");
-                    ui.checkbox(&mut o.targets.mlp, "MLP");
+                    ui.checkbox(&mut o.targets.attention, crate::t!("attention"));
+                    ui.checkbox(&mut o.targets.mlp, crate::t!("mlp"));
                 });
                 ui.end_row();
             });
             ui.add(
                 egui::TextEdit::multiline(&mut ui_state.finetune_text)
-                    .hint_text("or paste a text here (a few KB at least)")
+                    .hint_text(crate::t!("finetune-paste-hint"))
                     .desired_rows(3)
                     .desired_width(f32::INFINITY),
             );
             let pasted = !ui_state.finetune_text.trim().is_empty();
             let on = if pasted {
-                format!("the pasted text ({} bytes)", ui_state.finetune_text.len())
+                crate::t!("finetune-pasted", bytes = ui_state.finetune_text.len())
             } else {
                 settings.corpus.name()
             };
             let can = ui_state.finetune.targets.attention || ui_state.finetune.targets.mlp;
             if ui
-                .add_enabled(can, egui::Button::new(format!("Fine-tune on {on}")))
-                .on_disabled_hover_text("adapt the attention, the MLP or both")
+                .add_enabled(can, egui::Button::new(crate::t!("finetune-on", text = on.as_str())))
+                .on_disabled_hover_text(crate::t!("finetune-disabled"))
                 .clicked()
             {
                 if pasted {
@@ -444,11 +443,11 @@ fn side_panels(
     egui::Panel::left("run").default_size(300.0).show(root, |ui| {
         egui::ScrollArea::vertical().show(ui, |ui| {
             ui.heading("TinyGPT Explainer");
-            ui.label("A byte-level GPT training for real, on this machine.");
+            ui.label(crate::t!("app-tagline"));
             ui.separator();
-            ui.strong("Run");
+            ui.strong(crate::t!("run"));
             let mut preset = settings.preset.clone();
-            egui::ComboBox::from_label("preset").selected_text(&preset).show_ui(ui, |ui| {
+            egui::ComboBox::from_label(crate::t!("preset")).selected_text(&preset).show_ui(ui, |ui| {
                 for (id, _) in BUILTIN_PRESETS {
                     ui.selectable_value(&mut preset, id.to_string(), *id);
                 }
@@ -459,13 +458,13 @@ fn side_panels(
                 *settings = RunSettings { corpus: settings.corpus.clone(), seed: settings.seed, backend: settings.backend, ..RunSettings::from_preset(&preset, config) };
             }
             let c = &settings.config;
-            ui.small(format!("{} layers, {} heads, d {}, ctx {}, batch {}: {} parameters", c.n_layer, c.n_head, c.d_model, c.ctx, c.batch, crate::model::config::group_thousands(c.param_count())));
-            ui.label(format!("corpus: {} ({} bytes)", settings.corpus.name(), settings.corpus.len()));
+            ui.small(crate::t!("preset-summary", layers = c.n_layer, heads = c.n_head, d = c.d_model, ctx = c.ctx, batch = c.batch, params = crate::model::config::group_thousands(c.param_count())));
+            ui.label(crate::t!("corpus-line", name = settings.corpus.name(), bytes = settings.corpus.len()));
             #[cfg(not(target_arch = "wasm32"))]
             {
                 ui.horizontal(|ui| {
                     ui.add(egui::TextEdit::singleline(&mut ui_state.corpus_path).hint_text("path/to/text.txt").desired_width(170.0));
-                    if ui.button("Load corpus").clicked() {
+                    if ui.button(crate::t!("load-corpus")).clicked() {
                         match files::load_path(&PathBuf::from(ui_state.corpus_path.trim())) {
                             Ok(c) => {
                                 commands.write(c);
@@ -474,26 +473,26 @@ fn side_panels(
                         }
                     }
                 });
-                ui.small("or drop a .txt corpus, a .ron preset or a .safetensors (or .tinygpt) checkpoint on the window");
+                ui.small(crate::t!("drop-native"));
             }
             #[cfg(target_arch = "wasm32")]
             {
-                if ui.button("Open a file…").on_hover_text("a .txt corpus, a .ron preset or a .safetensors (or the original TinyGPT's .tinygpt) checkpoint").clicked() {
+                if ui.button(crate::t!("open-file")).on_hover_text(crate::t!("open-file-hover")).clicked() {
                     crate::app::browser::open_file_picker();
                 }
-                ui.small("or drop a .txt corpus, a .ron preset or a .safetensors (or .tinygpt) checkpoint on the page");
+                ui.small(crate::t!("drop-web"));
             }
             egui::Grid::new("settings").num_columns(2).show(ui, |ui| {
-                ui.label("learning rate");
+                ui.label(crate::t!("learning-rate"));
                 ui.add(egui::DragValue::new(&mut settings.lr).speed(1e-5).range(1e-6..=10.0).max_decimals(6));
                 ui.end_row();
-                ui.label("steps");
+                ui.label(crate::t!("steps"));
                 ui.add(egui::DragValue::new(&mut settings.steps).speed(10).range(1..=10_000_000));
                 ui.end_row();
-                ui.label("seed");
+                ui.label(crate::t!("seed"));
                 ui.add(egui::DragValue::new(&mut settings.seed));
                 ui.end_row();
-                ui.label("backend");
+                ui.label(crate::t!("backend"));
                 egui::ComboBox::from_id_salt("backend").selected_text(format!("{:?}", settings.backend)).show_ui(ui, |ui| {
                     for b in BackendChoice::ALL {
                         ui.selectable_value(&mut settings.backend, b, format!("{b:?}"));
@@ -501,33 +500,33 @@ fn side_panels(
                 });
                 ui.end_row();
             });
-            if ui.button("New run with these settings").clicked() {
+            if ui.button(crate::t!("new-run")).clicked() {
                 commands.write(RunCommand::NewRun);
             }
             ui.separator();
-            ui.strong("Training");
+            ui.strong(crate::t!("training"));
             ui.horizontal(|ui| {
                 let training = run.state == RunState::Training;
-                if ui.add_enabled(!training, egui::Button::new("▶ Train")).clicked() {
+                if ui.add_enabled(!training, egui::Button::new(crate::t!("train-button"))).clicked() {
                     commands.write(RunCommand::Train);
                 }
-                if ui.add_enabled(training, egui::Button::new("⏸ Pause")).clicked() {
+                if ui.add_enabled(training, egui::Button::new(crate::t!("pause-button"))).clicked() {
                     commands.write(RunCommand::Pause);
                 }
-                if ui.add_enabled(!training, egui::Button::new("Step")).clicked() {
+                if ui.add_enabled(!training, egui::Button::new(crate::t!("step-button"))).clicked() {
                     commands.write(RunCommand::Step);
                 }
-                if ui.button("Reset").on_hover_text("a fresh run from the settings above (step 0)").clicked() {
+                if ui.button(crate::t!("reset-button")).on_hover_text(crate::t!("reset-hover")).clicked() {
                     commands.write(RunCommand::NewRun);
                 }
             });
             #[cfg(not(target_arch = "wasm32"))]
             ui.horizontal(|ui| {
                 ui.add(egui::TextEdit::singleline(&mut ui_state.checkpoint_path).desired_width(170.0));
-                if ui.button("Save").clicked() {
+                if ui.button(crate::t!("save")).clicked() {
                     commands.write(RunCommand::SaveCheckpoint { path: PathBuf::from(ui_state.checkpoint_path.trim()), replace: false });
                 }
-                if ui.button("Load").clicked() {
+                if ui.button(crate::t!("load")).clicked() {
                     match files::load_path(&PathBuf::from(ui_state.checkpoint_path.trim())) {
                         Ok(c) => {
                             commands.write(c);
@@ -538,60 +537,60 @@ fn side_panels(
             });
             #[cfg(target_arch = "wasm32")]
             ui.horizontal(|ui| {
-                if ui.button("Download checkpoint").on_hover_text("weights and AdamW state, as .safetensors").clicked() {
+                if ui.button(crate::t!("download-checkpoint")).on_hover_text(crate::t!("download-checkpoint-hover")).clicked() {
                     // Named when saved, after the step it holds.
                     commands.write(RunCommand::SaveCheckpoint { path: PathBuf::new(), replace: false });
                 }
-                if ui.button("Load…").on_hover_text("a .safetensors checkpoint, or the original TinyGPT's .tinygpt (or drop one on the page)").clicked() {
+                if ui.button(crate::t!("load-ellipsis")).on_hover_text(crate::t!("load-checkpoint-hover")).clicked() {
                     crate::app::browser::open_file_picker();
                 }
             });
             ui.horizontal(|ui| {
-                ui.label("trained model:");
+                ui.label(crate::t!("trained-model"));
                 gallery_menu(ui, commands);
             });
             // Below the controls the browser test clicks by position.
             lab_settings(ui, settings, commands);
             finetune_settings(ui, ui_state, settings, run, commands);
             if !run.config().lab.is_intact() {
-                ui.colored_label(egui::Color32::from_rgb(255, 170, 60), format!("this run is a lab: {}", run.config().lab.describe()));
+                ui.colored_label(egui::Color32::from_rgb(255, 170, 60), crate::t!("lab-run-note", lab = run.config().lab.describe()));
             }
             ui.separator();
-            ui.strong("Metrics");
+            ui.strong(crate::t!("metrics"));
             let cfg = run.config();
             let step = run.step();
             egui::Grid::new("metrics").num_columns(2).striped(true).show(ui, |ui| {
                 let mut row = |k: &str, v: String| {
-                    ui.label(k);
+                    ui.label(crate::i18n::tr(k, &[]));
                     ui.monospace(v);
                     ui.end_row();
                 };
-                row("step", format!("{step} / {}", cfg.steps));
+                row("metric-step", format!("{step} / {}", cfg.steps));
                 if let Some((trained, all, percent)) = crate::model::lora::trained_of(cfg) {
-                    row("trained", format!("{} of {} ({percent:.1}%)", crate::model::config::group_thousands(trained), crate::model::config::group_thousands(all)));
+                    row("metric-trained", crate::t!("metric-trained-value", trained = crate::model::config::group_thousands(trained), all = crate::model::config::group_thousands(all), percent = format!("{percent:.1}")));
                 }
                 if let Some(m) = run.last {
-                    row("loss", format!("{:.4}", m.loss));
+                    row("metric-loss", format!("{:.4}", m.loss));
                     let ppl = (m.loss as f64).exp();
                     // A blown-up run's perplexity has 60 digits: keep it one short line.
-                    row("perplexity", if ppl < 1e6 { format!("{ppl:.2}") } else { format!("{ppl:.2e}") });
-                    row("learning rate", format!("{:.2e}", m.lr));
-                    row("grad norm", format!("{:.3}", m.grad_norm));
+                    row("metric-perplexity", if ppl < 1e6 { format!("{ppl:.2}") } else { format!("{ppl:.2e}") });
+                    row("learning-rate", format!("{:.2e}", m.lr));
+                    row("metric-grad-norm", format!("{:.3}", m.grad_norm));
                 }
                 if let Some(v) = records.iter().filter_map(|r| r.val_loss.map(|v| (r.step, v))).max_by_key(|(s, _)| *s) {
-                    row("val loss", format!("{:.4} (step {})", v.1, v.0));
+                    row("metric-val-loss", crate::t!("metric-val-loss-value", loss = format!("{:.4}", v.1), step = v.0));
                 }
                 let recent: Vec<&StepRecord> = records.iter().filter(|r| r.ms > 0.0).collect();
                 let tail = &recent[recent.len().saturating_sub(50)..];
                 if !tail.is_empty() {
                     let ms = tail.iter().map(|r| r.ms).sum::<f64>() / tail.len() as f64;
-                    row("ms / step", format!("{ms:.2}"));
-                    row("tokens / s", crate::model::config::group_thousands((cfg.tokens_per_step() as f64 / (ms / 1e3)) as usize));
+                    row("metric-ms-step", format!("{ms:.2}"));
+                    row("metric-tokens-s", crate::model::config::group_thousands((cfg.tokens_per_step() as f64 / (ms / 1e3)) as usize));
                     if run.state == RunState::Training {
-                        row("ETA", fmt_duration(cfg.steps.saturating_sub(step) as f64 * ms / 1e3));
+                        row("metric-eta", fmt_duration(cfg.steps.saturating_sub(step) as f64 * ms / 1e3));
                     }
                 }
-                row("corpus", run.corpus_name.clone());
+                row("metric-corpus", run.corpus_name.clone());
             });
         });
     });
@@ -601,10 +600,10 @@ fn side_panels(
         .default_size(380.0)
         .show(root, |ui| {
             ui.horizontal(|ui| {
-                ui.strong("Loss");
+                ui.strong(crate::t!("loss"));
                 if ui
                     .small_button("SVG + CSV")
-                    .on_hover_text("save this chart (with the runs before this one) as tinygpt-loss.svg and its points as tinygpt-loss.csv")
+                    .on_hover_text(crate::t!("loss-export-hover"))
                     .clicked()
                 {
                     loss_out.write(crate::app::data::ExportLossChart);
@@ -625,12 +624,12 @@ fn side_panels(
             Plot::new("loss")
                 .height(240.0)
                 .legend(Legend::default())
-                .x_axis_label("step")
+                .x_axis_label(crate::t!("axis-step"))
                 .include_y(0.0)
                 .include_y(6.0)
                 .show(ui, |plot| {
                     plot.hline(
-                        HLine::new("random guessing, ln 256", 256f64.ln())
+                        HLine::new(crate::t!("random-guessing"), 256f64.ln())
                             .color(egui::Color32::GRAY),
                     );
                     // Earlier runs behind this one, the newest brightest.
@@ -638,23 +637,23 @@ fn side_panels(
                     for (i, e) in earlier.0.iter().enumerate() {
                         let shade = (110 + 50 * (i + 3 - n.min(3))) as u8;
                         plot.line(
-                            Line::new(format!("before: {}", e.label), PlotPoints::from(e.loss.clone()))
+                            Line::new(crate::t!("loss-before", label = e.label.as_str()), PlotPoints::from(e.loss.clone()))
                                 .color(egui::Color32::from_gray(shade))
                                 .style(egui_plot::LineStyle::dashed_loose()),
                         );
                     }
-                    plot.line(Line::new(format!("train: {}", run_label), PlotPoints::from(train)));
-                    plot.line(Line::new("val", PlotPoints::from(val.clone())));
-                    plot.points(Points::new("val", PlotPoints::from(val)).radius(3.0));
+                    plot.line(Line::new(crate::t!("loss-train", label = run_label.as_str()), PlotPoints::from(train)));
+                    plot.line(Line::new(crate::t!("loss-val"), PlotPoints::from(val.clone())));
+                    plot.points(Points::new(crate::t!("loss-val"), PlotPoints::from(val)).radius(3.0));
                 });
             ui.separator();
-            ui.strong("Sample");
+            ui.strong(crate::t!("sample"));
             if run.config().lora.is_some() {
                 ui.horizontal(|ui| {
-                    ui.label("model");
+                    ui.label(crate::t!("sample-model"));
                     let before = sample.from_base;
-                    ui.selectable_value(&mut sample.from_base, false, "fine-tuned");
-                    ui.selectable_value(&mut sample.from_base, true, "base");
+                    ui.selectable_value(&mut sample.from_base, false, crate::t!("sample-fine-tuned"));
+                    ui.selectable_value(&mut sample.from_base, true, crate::t!("sample-base"));
                     if sample.from_base != before {
                         // The same prompt and seed through the other model.
                         sample.start();
@@ -662,34 +661,34 @@ fn side_panels(
                 });
             }
             ui.horizontal(|ui| {
-                ui.label("prompt");
+                ui.label(crate::t!("sample-prompt"));
                 ui.text_edit_singleline(&mut sample.prompt);
             });
             egui::Grid::new("sample").num_columns(4).show(ui, |ui| {
-                ui.label("temperature");
+                ui.label(crate::t!("temperature"));
                 ui.add(
                     egui::DragValue::new(&mut sample.options.temperature)
                         .speed(0.01)
                         .range(0.0..=3.0),
                 );
-                ui.label("top-k");
+                ui.label(crate::t!("top-k"));
                 ui.add(egui::DragValue::new(&mut sample.options.top_k).range(1..=256));
                 ui.end_row();
-                ui.label("length");
+                ui.label(crate::t!("length"));
                 ui.add(egui::DragValue::new(&mut sample.length).range(1..=5000));
-                ui.label("seed");
+                ui.label(crate::t!("seed"));
                 ui.add(egui::DragValue::new(&mut sample.options.seed));
                 ui.end_row();
             });
             ui.horizontal(|ui| {
-                if ui.button("Generate").clicked() {
+                if ui.button(crate::t!("generate")).clicked() {
                     sample.start();
                 }
-                if sample.running() && ui.button("Stop").clicked() {
+                if sample.running() && ui.button(crate::t!("stop")).clicked() {
                     sample.stop();
                 }
                 if let Some(s) = sample.from_step {
-                    ui.small(format!("from the weights at step {s}, sampled on the CPU"));
+                    ui.small(crate::t!("sample-from-step", step = s));
                 }
             });
             if let Some(e) = &sample.error {
@@ -797,13 +796,13 @@ fn presenter_mode(
 fn gallery_menu(ui: &mut egui::Ui, commands: &mut MessageWriter<RunCommand>) {
     let entries = crate::model::gallery::entries();
     let hover = |e: &crate::model::gallery::Entry| {
-        format!(
-            "{}\ntext: {} ({})\nlicence: {}\ntrained by `{}`",
-            e.what,
-            e.text.name(),
-            e.source,
-            e.licence,
-            e.command
+        crate::t!(
+            "gallery-hover",
+            what = e.what,
+            text = e.text.name(),
+            source = e.source,
+            licence = e.licence,
+            command = e.command,
         )
     };
     for entry in entries
@@ -816,8 +815,8 @@ fn gallery_menu(ui: &mut egui::Ui, commands: &mut MessageWriter<RunCommand>) {
             });
         }
     }
-    ui.menu_button("gallery…", |ui| {
-        ui.strong("The gallery: models trained by this program");
+    ui.menu_button(crate::t!("gallery-menu"), |ui| {
+        ui.strong(crate::t!("gallery-title"));
         egui::Grid::new("gallery")
             .num_columns(2)
             .spacing([10.0, 6.0])

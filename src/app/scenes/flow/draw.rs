@@ -61,37 +61,37 @@ pub fn describe(program: &Program, name: &str, shape: &[usize]) -> (String, Stri
     };
     let writer = program.ops.iter().find(|o| o.op.io().1.contains(&id));
     let kind = writer.map_or("", |o| o.op.kind_name());
-    let maths = match (kind, name) {
-        ("embedding", _) => "wte[byte] + wpe[pos]",
-        ("layernorm", _) => "(x − mean) / std · γ + β",
+    let maths: String = match (kind, name) {
+        ("embedding", _) => "wte[byte] + wpe[pos]".into(),
+        ("layernorm", _) => "(x − mean) / std · γ + β".into(),
         // A LoRA fine-tune: the frozen linear, the adapter's two steps.
-        ("linear", n) if n.ends_with(".base") => "x · W + b  (W frozen)",
-        ("lora", n) if n.ends_with(".lora.down") => "x · Aᵀ  (down to rank r)",
-        ("lora", _) => "frozen output + (α/r) · down · Bᵀ",
-        ("linear", n) if n.ends_with("qkv") => "[q | k | v] = x · W + b",
-        ("linear", n) if n.ends_with("mlp.fc") => "x · W + b  (C → 4C)",
-        ("linear", n) if n.ends_with("mlp.proj") => "x · W + b  (4C → C)",
-        ("linear", _) => "x · W + b",
-        ("attention", _) => "softmax(q·kᵀ/√d)·v per head",
-        ("gelu", _) => "GELU(x) = x · Φ(x)",
-        ("residual", _) => "stream + branch",
-        ("tied_head", _) => "logits = x · wteᵀ",
-        ("dropout", _) => "dropout (off outside training)",
-        _ => "",
+        ("linear", n) if n.ends_with(".base") => crate::t!("flow-maths-frozen"),
+        ("lora", n) if n.ends_with(".lora.down") => crate::t!("flow-maths-lora-down"),
+        ("lora", _) => crate::t!("flow-maths-lora-up"),
+        ("linear", n) if n.ends_with("qkv") => "[q | k | v] = x · W + b".into(),
+        ("linear", n) if n.ends_with("mlp.fc") => "x · W + b  (C → 4C)".into(),
+        ("linear", n) if n.ends_with("mlp.proj") => "x · W + b  (4C → C)".into(),
+        ("linear", _) => "x · W + b".into(),
+        ("attention", _) => crate::t!("flow-maths-attention"),
+        ("gelu", _) => "GELU(x) = x · Φ(x)".into(),
+        ("residual", _) => crate::t!("flow-maths-residual"),
+        ("tied_head", _) => "logits = x · wteᵀ".into(),
+        ("dropout", _) => crate::t!("flow-maths-dropout"),
+        _ => String::new(),
     };
     let title = match (kind, name) {
-        (_, "emb") => "embedding".to_string(),
+        (_, "emb") => crate::t!("flow-node-embedding"),
         ("layernorm", _) => "LayerNorm".into(),
-        ("linear", n) if n.ends_with(".base") => "frozen linear".into(),
-        ("lora", n) if n.ends_with(".lora.down") => "LoRA down".into(),
-        ("lora", _) => "+ LoRA update".into(),
+        ("linear", n) if n.ends_with(".base") => crate::t!("flow-node-frozen-linear"),
+        ("lora", n) if n.ends_with(".lora.down") => crate::t!("flow-node-lora-down"),
+        ("lora", _) => crate::t!("flow-node-lora-update"),
         ("linear", n) if n.ends_with("qkv") => "q, k, v".into(),
-        ("linear", n) if n.ends_with("attn.proj") => "attention output".into(),
-        ("linear", n) if n.ends_with("mlp.fc") => "MLP up".into(),
-        ("linear", n) if n.ends_with("mlp.proj") => "MLP down".into(),
-        ("attention", _) => "heads joined".into(),
+        ("linear", n) if n.ends_with("attn.proj") => crate::t!("flow-node-attention-output"),
+        ("linear", n) if n.ends_with("mlp.fc") => crate::t!("flow-node-mlp-up"),
+        ("linear", n) if n.ends_with("mlp.proj") => crate::t!("flow-node-mlp-down"),
+        ("attention", _) => crate::t!("flow-node-heads-joined"),
         ("gelu", _) => "GELU".into(),
-        ("residual", _) => "add".into(),
+        ("residual", _) => crate::t!("flow-node-add"),
         ("tied_head", _) => "logits".into(),
         _ => kind.to_string(),
     };
@@ -185,7 +185,7 @@ pub fn spawn(
             item(),
         ));
         commands.spawn(t(
-            "residual stream".into(),
+            crate::t!("flow-residual-stream"),
             20.0,
             Anchor::BOTTOM_LEFT,
             Vec2::new(0.0, first.y - 70.0),
@@ -246,17 +246,18 @@ pub fn spawn(
             item(),
         ));
         commands.spawn(t(
-            format!("Block {}", b.layer),
+            crate::t!("flow-block", block = b.layer),
             26.0,
             Anchor::CENTER_LEFT,
             Vec2::new(layout::TEXT_X + 10.0, r.center().y + 18.0),
             TEXT,
         ));
         commands.spawn(t(
-            format!(
-                "attention ({} heads), then an MLP ({c} → {} → {c}) · click to open",
-                program.config.n_head,
-                4 * c
+            crate::t!(
+                "flow-block-about",
+                heads = program.config.n_head,
+                c = c,
+                wide = 4 * c,
             ),
             19.0,
             Anchor::CENTER_LEFT,
@@ -273,7 +274,7 @@ pub fn spawn(
             item(),
         ));
         commands.spawn(t(
-            format!("Block {}", b.layer),
+            crate::t!("flow-block", block = b.layer),
             24.0,
             Anchor::TOP_RIGHT,
             Vec2::new(r.max.x - 10.0, r.max.y - 6.0),
@@ -360,7 +361,7 @@ pub fn spawn(
                         .filter_map(|p| {
                             let u = updates.iter().find(|g| &g.name == p)?;
                             let module = p.rsplit('.').nth(1).unwrap_or("W");
-                            Some(format!("AdamW moves {module} by {}", short(u.norm)))
+                            Some(crate::t!("flow-adamw-moves", module = module, norm = short(u.norm)))
                         })
                         .collect();
                     commands.spawn((
@@ -394,7 +395,7 @@ pub fn spawn(
             .map(|g| format!("{} {:.0}%", chip_text(g.byte), g.p * 100.0))
             .collect();
         commands.spawn(t(
-            format!("would say: {}", guesses.join("  ")),
+            crate::t!("flow-would-say", guesses = guesses.join("  ")),
             18.0,
             Anchor::CENTER_LEFT,
             Vec2::new(layout::EXTRA_X, mid + 9.0),
@@ -407,10 +408,10 @@ pub fn spawn(
         && let Some(heads) = flow.attention.get(layer)
     {
         commands.spawn(t(
-            format!(
-                "attention at position {} (“{}”): where each head looks",
-                flow.position,
-                chip_text(flow.tokens[flow.position])
+            crate::t!(
+                "flow-attention-at",
+                position = flow.position,
+                byte = chip_text(flow.tokens[flow.position]),
             ),
             20.0,
             Anchor::TOP_LEFT,
@@ -438,7 +439,7 @@ pub fn spawn(
                 item(),
             ));
             commands.spawn(t(
-                format!("head {h}"),
+                crate::t!("head-n", head = h),
                 17.0,
                 Anchor::TOP_LEFT,
                 Vec2::new(panel.min.x + 6.0, panel.max.y - 4.0),
@@ -519,7 +520,7 @@ pub fn spawn(
     }
     if let Some(&(_, first)) = layout.chips.first() {
         commands.spawn(t(
-            "the prompt, one byte per chip · click one to read the model there".into(),
+            crate::t!("flow-prompt-chips"),
             18.0,
             Anchor::CENTER_LEFT,
             Vec2::new(first.min.x, first.min.y - 22.0),
@@ -544,20 +545,20 @@ fn spawn_probs<B: Bundle>(
     order.sort_by(|&a, &b| flow.probs[b].total_cmp(&flow.probs[a]).then(a.cmp(&b)));
     let target = flow.backward.as_ref().map(|b| b.target);
     let title = match (&flow.backward, computed.target_in_prompt) {
-        (Some(b), true) => format!(
-            "next byte after position {}: the prompt has “{}”, p = {:.1}%, loss −ln p = {:.2}",
-            flow.position,
-            chip_text(b.target),
-            flow.probs[b.target as usize] * 100.0,
-            b.loss
+        (Some(b), true) => crate::t!(
+            "flow-next-byte-in-prompt",
+            position = flow.position,
+            byte = chip_text(b.target),
+            percent = format!("{:.1}", flow.probs[b.target as usize] * 100.0),
+            loss = format!("{:.2}", b.loss),
         ),
-        (Some(b), false) => format!(
-            "next byte: the model's pick “{}”, p = {:.1}% (the backward pass makes it surer: loss {:.2})",
-            chip_text(b.target),
-            flow.probs[b.target as usize] * 100.0,
-            b.loss
+        (Some(b), false) => crate::t!(
+            "flow-next-byte-pick",
+            byte = chip_text(b.target),
+            percent = format!("{:.1}", flow.probs[b.target as usize] * 100.0),
+            loss = format!("{:.2}", b.loss),
         ),
-        (None, _) => "next byte".into(),
+        (None, _) => crate::t!("flow-next-byte"),
     };
     commands.spawn(t(
         title,
@@ -694,12 +695,12 @@ pub fn spawn_numbers(
         let mut r = Vec::new();
         if let Some(i) = input {
             r.push((
-                format!("in: {}", flow.nodes[i].name),
+                crate::t!("flow-in", name = flow.nodes[i].name.as_str()),
                 &flow.nodes[i].values,
                 WEAK,
             ));
         }
-        r.push((format!("out: {}", n.name), &n.values, TEXT));
+        r.push((crate::t!("flow-out", name = n.name.as_str()), &n.values, TEXT));
         if let Some(g) = &n.grad {
             r.push((format!("dL/d {}", n.name), g, BACKWARD));
         }
@@ -734,14 +735,15 @@ pub fn spawn_numbers(
     }
     let y_end = -140.0 - rows.len() as f32 * (cell.y + 24.0);
     commands.spawn(t(
-        format!(
-            "the first {shown} of {} values at position {}; the op: {}",
-            n.values.len(),
-            flow.position,
-            program
+        crate::t!(
+            "flow-first-values",
+            shown = shown,
+            total = n.values.len(),
+            position = flow.position,
+            op = program
                 .tensor_id(&n.name)
                 .and_then(|id| program.ops.iter().find(|o| o.op.io().1.contains(&id)))
-                .map_or("—".into(), |o| o.label.clone())
+                .map_or("—".into(), |o| o.label.clone()),
         ),
         20.0,
         Anchor::TOP_LEFT,
@@ -799,7 +801,7 @@ fn spawn_worked(commands: &mut Commands, w: &Worked, top: f32, text_scale: f32) 
         )
     };
     commands.spawn(t(
-        format!("worked out by hand: {}", w.formula),
+        crate::t!("flow-worked", formula = w.formula.as_str()),
         24.0,
         Anchor::TOP_LEFT,
         Vec2::new(0.0, top),
@@ -815,10 +817,10 @@ fn spawn_worked(commands: &mut Commands, w: &Worked, top: f32, text_scale: f32) 
     let lines = w.filled.lines().count().max(1) as f32;
     let below = top - 44.0 - lines * 22.0 * 1.3 * ZOOM_TYPE * text_scale - 12.0;
     commands.spawn(t(
-        format!(
-            "the program computed {} (redone here in f64: {})",
-            crate::worked::num(w.computed as f64),
-            crate::worked::num(w.result)
+        crate::t!(
+            "flow-program-computed",
+            computed = crate::worked::num(w.computed as f64),
+            result = crate::worked::num(w.result),
         ),
         20.0,
         Anchor::TOP_LEFT,
@@ -862,7 +864,7 @@ fn spawn_worked(commands: &mut Commands, w: &Worked, top: f32, text_scale: f32) 
         ));
     }
     commands.spawn(t(
-        "x (in)".into(),
+        crate::t!("flow-x-in"),
         20.0,
         Anchor::CENTER_RIGHT,
         Vec2::new(x0 - 16.0, y),
@@ -872,7 +874,7 @@ fn spawn_worked(commands: &mut Commands, w: &Worked, top: f32, text_scale: f32) 
     y -= cell.y + 44.0;
     let y_col = col_x(win.cols.len()) + 30.0;
     commands.spawn(t(
-        format!("{} (rows × the columns above)", win.weight),
+        crate::t!("flow-weight-rows", weight = win.weight.as_str()),
         18.0,
         Anchor::BOTTOM_LEFT,
         Vec2::new(x0 - cell.x / 2.0 + 60.0, y + cell.y / 2.0 + 4.0),
@@ -883,7 +885,7 @@ fn spawn_worked(commands: &mut Commands, w: &Worked, top: f32, text_scale: f32) 
         let at_y = y - r as f32 * (cell.y + 6.0);
         let colour = if row == w.index { ACCENT } else { WEAK };
         commands.spawn(t(
-            format!("row {row}"),
+            crate::t!("flow-row", row = row),
             20.0,
             Anchor::CENTER_RIGHT,
             Vec2::new(x0 - 16.0, at_y),
@@ -907,7 +909,7 @@ fn spawn_worked(commands: &mut Commands, w: &Worked, top: f32, text_scale: f32) 
         }
     }
     commands.spawn(t(
-        "y (out)".into(),
+        crate::t!("flow-y-out"),
         20.0,
         Anchor::BOTTOM_CENTER,
         Vec2::new(y_col, y + cell.y / 2.0 + 6.0),

@@ -571,7 +571,7 @@ fn hover(
                 let c = run.as_ref()?.config().d_model;
                 let strip = layout::strip_for(spot.strip, values.len(), c);
                 if !strip.contains(world) {
-                    return Some(format!("{}: click for its numbers", flow.nodes[i].name));
+                    return Some(crate::t!("flow-hover-node", name = flow.nodes[i].name.as_str()));
                 }
                 let (_, j) = crate::app::canvas::cell_at(strip, world, 1, values.len());
                 let what = if view.pass == FlowPass::Forward {
@@ -586,13 +586,14 @@ fn hover(
                 )
             }
             FlowTarget::Head { layer, head } => {
-                format!("layer {layer}, head {head}: click to open it in the Attention scene")
+                crate::t!("flow-hover-head", layer = layer, head = head)
             }
-            FlowTarget::Chip(p) => format!(
-                "position {p}: “{}” · click to read the model here",
-                draw::chip_text(flow.tokens[p])
+            FlowTarget::Chip(p) => crate::t!(
+                "flow-hover-chip",
+                position = p,
+                byte = draw::chip_text(flow.tokens[p]),
             ),
-            FlowTarget::Block(b) => format!("{}: block {b}, click to open it", region.name),
+            FlowTarget::Block(b) => crate::t!("flow-hover-block", name = region.name.as_str(), block = b),
         })
     })();
     if hover.0 != text {

@@ -34,12 +34,12 @@ pub fn toolbar(
         ui.add(
             egui::TextEdit::singleline(&mut view.prompt)
                 .desired_width(260.0)
-                .hint_text("type a prompt"),
+                .hint_text(crate::t!("flow-prompt-hint")),
         );
         if let Some(flow) = flow {
             let last = flow.tokens.len().saturating_sub(1);
             let mut p = view.position.unwrap_or(last).min(last);
-            ui.label("position");
+            ui.label(crate::t!("position"));
             if ui
                 .add(egui::DragValue::new(&mut p).range(0..=last))
                 .changed()
@@ -49,44 +49,44 @@ pub fn toolbar(
         }
         ui.separator();
         if ui
-            .button("▶ forward")
-            .on_hover_text("play the forward pass: the prompt up to the next byte")
+            .button(crate::t!("flow-forward"))
+            .on_hover_text(crate::t!("flow-forward-hover"))
             .clicked()
         {
             view.play(FlowPass::Forward);
         }
         if ui
-            .button("◀ backward")
-            .on_hover_text("play the backward pass: the loss's gradient down to every weight")
+            .button(crate::t!("flow-backward"))
+            .on_hover_text(crate::t!("flow-backward-hover"))
             .clicked()
         {
             view.play(FlowPass::Backward);
         }
         let pause = if view.playing { "⏸" } else { "⏵" };
-        if ui.button(pause).on_hover_text("pause or go on").clicked() {
+        if ui.button(pause).on_hover_text(crate::t!("flow-pause-hover")).clicked() {
             view.playing = !view.playing;
         }
-        if ui.button("⏭").on_hover_text("one node on").clicked() {
+        if ui.button("⏭").on_hover_text(crate::t!("flow-next-hover")).clicked() {
             view.playing = false;
             view.progress = view.progress.floor() + 1.0;
         }
         ui.add(
             egui::Slider::new(&mut view.speed, 0.5..=16.0)
                 .logarithmic(true)
-                .text("nodes/s"),
+                .text(crate::t!("flow-speed")),
         );
         ui.separator();
         match view.zoom.clone() {
             Zoom::Model => {
-                ui.weak("click a block to open it");
+                ui.weak(crate::t!("flow-click-block"));
             }
             Zoom::Block(b) => {
-                if ui.button("⤢ whole model").clicked() {
+                if ui.button(crate::t!("flow-whole-model")).clicked() {
                     view.zoom = Zoom::Model;
                 }
                 // Knock a head or the MLP out (Take it apart's knockouts: the
                 // flow, the sampler and that scene all see the model without it).
-                ui.label("knock out:");
+                ui.label(crate::t!("knock-out"));
                 let parts = (0..run.config().n_head)
                     .map(|head| crate::interventions::Part::Head { layer: b, head })
                     .chain(std::iter::once(crate::interventions::Part::Mlp {
@@ -95,12 +95,12 @@ pub fn toolbar(
                 for part in parts {
                     let on = knockouts.0.contains(&part);
                     let name = match part {
-                        crate::interventions::Part::Head { head, .. } => format!("head {head}"),
-                        crate::interventions::Part::Mlp { .. } => "MLP".into(),
+                        crate::interventions::Part::Head { head, .. } => crate::t!("head-n", head = head),
+                        crate::interventions::Part::Mlp { .. } => crate::t!("mlp"),
                     };
                     if ui
                         .selectable_label(on, name)
-                        .on_hover_text("zero its output before it is added to the stream")
+                        .on_hover_text(crate::t!("knock-out-hover"))
                         .clicked()
                     {
                         if on {
@@ -110,28 +110,28 @@ pub fn toolbar(
                         }
                     }
                 }
-                ui.weak(format!("block {b} · click a node for its numbers"));
+                ui.weak(crate::t!("flow-block-hint", block = b));
             }
             Zoom::Op(i) => {
-                if ui.button("⤢ whole model").clicked() {
+                if ui.button(crate::t!("flow-whole-model")).clicked() {
                     view.zoom = Zoom::Model;
                 }
                 if let Some(node) = flow.and_then(|f| f.nodes.get(i)) {
                     if let Some(b) = node.layer
-                        && ui.button(format!("← block {b}")).clicked()
+                        && ui.button(crate::t!("flow-back-to-block", block = b)).clicked()
                     {
                         view.zoom = Zoom::Block(b);
                     }
-                    if ui.button("open in Step through").clicked() {
+                    if ui.button(crate::t!("flow-open-step")).clicked() {
                         link = Some((Scene::Step, Focus::Tensor(node.name.clone())));
                     }
                     if let Some(weight) = params_of(&run.program, &node.name)
                         .into_iter()
                         .find(|p| p.ends_with("weight"))
                         && ui
-                            .button(format!(
-                                "its weight in Model: {}",
-                                weight.trim_start_matches("transformer.")
+                            .button(crate::t!(
+                                "flow-weight-in-model",
+                                weight = weight.trim_start_matches("transformer."),
                             ))
                             .clicked()
                     {
@@ -150,17 +150,16 @@ pub fn toolbar(
         next_scene.set(scene);
     }
     let status = match (&compute.latest, compute.error_message()) {
-        (_, Some(e)) => format!("cannot compute the flow: {e}"),
+        (_, Some(e)) => crate::t!("flow-cannot", error = e.to_string()),
         (Some(a), None) => format!(
-            "the program's own forward and backward pass of this prompt, on {}, with the run's weights after step {}{}{}",
-            a.backend,
-            a.value.step,
+            "{}{}{}",
+            crate::t!("flow-status", backend = a.backend.to_string(), step = a.value.step),
             if knockouts.0.is_empty() {
                 String::new()
             } else {
-                format!(
-                    " and {} knocked out",
-                    knockouts
+                crate::t!(
+                    "flow-status-knocked-out",
+                    parts = knockouts
                         .0
                         .iter()
                         .map(|p| p.label())
@@ -169,12 +168,12 @@ pub fn toolbar(
                 )
             },
             if run.state == RunState::Training {
-                " · following the training run (at most once a second)"
+                crate::t!("following-training")
             } else {
-                ""
+                String::new()
             }
         ),
-        (None, None) => "computing the flow…".into(),
+        (None, None) => crate::t!("flow-computing"),
     };
     crate::app::ui::scene_status(ctx, "flow-status", "flow-toolbar", at, status);
     Ok(())
