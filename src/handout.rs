@@ -2,7 +2,8 @@
 //! each step's picture, title, narration and question, with the answers at
 //! the end so a class can predict first. For students without a device:
 //! `tinygpt handout --lesson NAME --out FILE.html` takes each step's
-//! picture from the app, headless, and writes this page beside them.
+//! picture from the app, headless, and writes this page beside them. The
+//! page speaks the current language ([`crate::i18n`]; `--lang`).
 
 use crate::chart::escape;
 use crate::lesson::Lesson;
@@ -13,12 +14,12 @@ pub fn html(lesson: &Lesson, name: &str, pictures: &[String]) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         r#"<!doctype html>
-<html lang="en">
+<html lang="{lang}">
 <head>
 <meta charset="utf-8">
 <title>{title} · TinyGPT Explainer</title>
 <style>
-  body {{ font: 16px/1.5 "DejaVu Serif", Georgia, serif; color: #111; background: #fff;
+  body {{ font: 16px/1.5 "DejaVu Serif", Georgia, "Noto Serif CJK SC", "Noto Sans CJK SC", serif; color: #111; background: #fff;
          max-width: 46em; margin: 2em auto; padding: 0 1em; }}
   h1 {{ font-size: 1.9em; margin-bottom: 0.2em; }}
   .summary {{ font-size: 1.1em; color: #333; }}
@@ -36,12 +37,16 @@ pub fn html(lesson: &Lesson, name: &str, pictures: &[String]) -> String {
 <body>
 <h1>{title}</h1>
 <p class="summary">{summary}</p>
-<p class="how">A lesson of TinyGPT Explainer, {steps} steps. Each picture is the explainer at that step, computed for
-real on the model the lesson uses; open it yourself with <code>tinygpt app --lesson {name}</code>.</p>
+<p class="how">{how} <code>tinygpt app --lesson {name}{lang_flag}</code>.</p>
 "#,
+        lang = crate::i18n::language().code(),
+        how = escape(&crate::t!("handout-how", steps = lesson.steps.len())),
+        lang_flag = match crate::i18n::language() {
+            crate::i18n::Language::English => String::new(),
+            other => format!(" --lang {}", other.code()),
+        },
         title = escape(&lesson.title),
         summary = escape(&lesson.summary),
-        steps = lesson.steps.len(),
         name = escape(name),
     ));
     let mut answers = Vec::new();
@@ -53,10 +58,13 @@ real on the model the lesson uses; open it yourself with <code>tinygpt app --les
         ));
         if let Some(picture) = pictures.get(k) {
             out.push_str(&format!(
-                "<img src=\"{}\" alt=\"the explainer at step {}: {}\">\n",
+                "<img src=\"{}\" alt=\"{}\">\n",
                 escape(picture),
-                k + 1,
-                escape(&step.title)
+                escape(&crate::t!(
+                    "handout-alt",
+                    step = k + 1,
+                    title = step.title.as_str()
+                )),
             ));
         }
         for paragraph in step.narration.split("\n\n") {
@@ -64,7 +72,8 @@ real on the model the lesson uses; open it yourself with <code>tinygpt app --les
         }
         if let Some(q) = &step.question {
             out.push_str(&format!(
-                "<div class=\"question\"><p><strong>Predict:</strong> {}</p>\n<ul>\n",
+                "<div class=\"question\"><p><strong>{}</strong> {}</p>\n<ul>\n",
+                escape(&crate::t!("handout-predict")),
                 escape(&q.ask)
             ));
             for choice in &q.choices {
@@ -76,7 +85,10 @@ real on the model the lesson uses; open it yourself with <code>tinygpt app --les
         out.push_str("</section>\n");
     }
     if !answers.is_empty() {
-        out.push_str("<section class=\"answers\">\n<h2>Answers</h2>\n<ol>\n");
+        out.push_str(&format!(
+            "<section class=\"answers\">\n<h2>{}</h2>\n<ol>\n",
+            escape(&crate::t!("handout-answers"))
+        ));
         for (k, q) in answers {
             out.push_str(&format!(
                 "<li value=\"{}\"><strong>{}</strong> {}</li>\n",

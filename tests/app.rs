@@ -1433,7 +1433,7 @@ fn a_locked_workshop_shows_its_lesson_and_nothing_else() {
         let errors = app.world().resource::<AppStatus>().errors.clone();
         let corpus_name = app.world().resource::<Run>().corpus_name.clone();
         if locked {
-            assert_eq!(errors, vec![tinygpt::app::workshop::NO_FILES.to_string()]);
+            assert_eq!(errors, vec![tinygpt::app::workshop::no_files()]);
             assert_eq!(app.world().resource::<Run>().generation, generation);
             assert!(!corpus_name.contains("mine.txt"), "{corpus_name}");
         } else {

@@ -191,7 +191,7 @@ fn report(mut results: ResMut<ExportResults>, mut status: ResMut<AppStatus>) {
     for r in finished {
         results.pending = results.pending.saturating_sub(1);
         match &r {
-            Ok(path) => status.info = Some(format!("saved {path}")),
+            Ok(path) => status.info = Some(crate::t!("saved-path", path = path.as_str())),
             Err(e) => status.error(e.clone()),
         }
         results.done.push(r);

@@ -61,7 +61,7 @@ fn dropped_files(
     for drop in drops.read() {
         if let FileDragAndDrop::DroppedFile { path_buf, .. } = drop {
             if workshop.locked {
-                status.error(super::workshop::NO_FILES);
+                status.error(super::workshop::no_files());
                 continue;
             }
             match load_path(path_buf) {

@@ -61,8 +61,10 @@ fn fetched(
         return;
     }
     if let Some(error) = report["error"].as_str() {
-        status.error(format!(
-            "the gallery's {id} could not be fetched: {error}; check the connection and choose it again"
+        status.error(crate::t!(
+            "gallery-fetch-failed",
+            id = id.as_str(),
+            error = error
         ));
         fetch.id = None;
         return;
@@ -92,14 +94,15 @@ pub fn progress_bar(ui: &mut bevy_egui::egui::Ui, fetch: &GalleryFetch) {
     } else {
         0.0
     })
-    .text(format!(
-        "fetching the gallery's {id}: {:.1} of {} MB",
-        got as f64 / 1e6,
-        if total > 0 {
+    .text(crate::t!(
+        "gallery-fetching",
+        id = id.as_str(),
+        got = format!("{:.1}", got as f64 / 1e6),
+        total = if total > 0 {
             format!("{:.1}", total as f64 / 1e6)
         } else {
             "?".into()
-        }
+        },
     ));
     ui.add(bar);
 }

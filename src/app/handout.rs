@@ -52,7 +52,7 @@ fn start(
         return;
     };
     if job.running.is_some() {
-        status.info = Some("a handout is being made already; it says here when it is done".into());
+        status.info = Some(crate::t!("handout-busy"));
         return;
     }
     let stem = std::path::Path::new(&name)
@@ -71,7 +71,7 @@ fn start(
             claim.release();
             path
         }
-        Err(e) => return status.error(format!("no handout: {e}")),
+        Err(e) => return status.error(crate::t!("handout-none", error = e.to_string())),
     };
     let program = job
         .program
@@ -79,7 +79,14 @@ fn start(
         .ok_or_else(|| std::io::Error::other("this program's path is unknown"));
     let child = program.and_then(|exe| {
         Command::new(exe)
-            .args(["handout", "--lesson", &name, "--out"])
+            .args([
+                "handout",
+                "--lang",
+                crate::i18n::language().code(),
+                "--lesson",
+                &name,
+                "--out",
+            ])
             .arg(&page)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -87,13 +94,16 @@ fn start(
     });
     match child {
         Ok(child) => {
-            status.info = Some(format!(
-                "making {}: a picture of each of the lesson's steps, taken headless (a few seconds each)",
-                page.display()
+            status.info = Some(crate::t!(
+                "handout-making",
+                path = page.display().to_string()
             ));
             job.running = Some((page, child));
         }
-        Err(e) => status.error(format!("no handout: cannot run `tinygpt handout`: {e}")),
+        Err(e) => status.error(crate::t!(
+            "handout-none",
+            error = format!("`tinygpt handout`: {e}")
+        )),
     }
 }
 
@@ -110,9 +120,9 @@ fn poll(mut job: ResMut<HandoutJob>, mut status: ResMut<AppStatus>) {
                 let _ = err.read_to_string(&mut said);
             }
             if exit.success() {
-                status.info = Some(format!(
-                    "wrote {}: open it in a browser and print it",
-                    page.display()
+                status.info = Some(crate::t!(
+                    "handout-wrote",
+                    path = page.display().to_string()
                 ));
             } else {
                 let why = said
@@ -121,12 +131,12 @@ fn poll(mut job: ResMut<HandoutJob>, mut status: ResMut<AppStatus>) {
                     .last()
                     .unwrap_or("it exited with an error")
                     .to_string();
-                status.error(format!("the handout failed: {why}"));
+                status.error(crate::t!("handout-failed", error = why));
             }
             job.running = None;
         }
         Err(e) => {
-            status.error(format!("the handout failed: {e}"));
+            status.error(crate::t!("handout-failed", error = e.to_string()));
             job.running = None;
         }
     }

@@ -44,7 +44,13 @@ impl AppLanguage {
 
     /// Whether the CJK font is in both egui's and the scenes' fonts.
     pub fn cjk_font_ready(&self) -> bool {
-        matches!(self.cjk, CjkFont::Installed { fallback_set: true, .. })
+        matches!(
+            self.cjk,
+            CjkFont::Installed {
+                fallback_set: true,
+                ..
+            }
+        )
     }
 }
 
@@ -177,7 +183,9 @@ pub fn switch_language(
     language.current = wanted;
     language.wanted = None;
     if let Some((name, shown)) = &lesson.lesson
-        && crate::lesson::BUILTIN_LESSONS.iter().any(|(n, _)| n == name)
+        && crate::lesson::BUILTIN_LESSONS
+            .iter()
+            .any(|(n, _)| n == name)
     {
         match crate::lesson::Lesson::load_in(name, wanted) {
             Ok(translated) => {
@@ -188,7 +196,11 @@ pub fn switch_language(
             Err(e) => status.error(e.to_string()),
         }
     }
-    next_scene.set(*scene.get());
+    // The scene opens again so its labels are laid out anew, unless a
+    // transition is already on its way (a lesson's step, the switcher).
+    if matches!(*next_scene, NextState::Unchanged) {
+        next_scene.set(*scene.get());
+    }
     changed.write(LanguageChanged(wanted));
     Ok(())
 }
@@ -212,10 +224,8 @@ fn set_cjk_fallback(
         return; // not registered yet: Bevy does it when the asset is added
     };
     for script in [*b"Hani", *b"Bopo", *b"Zyyy"] {
-        let key = parley::fontique::FallbackKey::new(
-            parley::fontique::Script::from_bytes(script),
-            None,
-        );
+        let key =
+            parley::fontique::FallbackKey::new(parley::fontique::Script::from_bytes(script), None);
         font_cx
             .context
             .collection

@@ -119,7 +119,7 @@ fn files_from_page(
     while let Some(name) = take_file_name() {
         let bytes = take_file_bytes();
         if workshop.locked {
-            status.error(super::workshop::NO_FILES);
+            status.error(super::workshop::no_files());
             continue;
         }
         match files::command_for(&name, bytes) {

@@ -214,8 +214,8 @@ fn build(config: Config, device: Device) -> Kept {
     let cpu = |program: Program, why: Option<String>| {
         let backend = CpuBackend::<f32>::new(program);
         let label = match why {
-            None => "the CPU".to_string(),
-            Some(why) => format!("the CPU (the GPU could not: {why})"),
+            None => crate::t!("worker-cpu"),
+            Some(why) => crate::t!("worker-cpu-because", why = why),
         };
         (Box::new(backend) as Box<dyn Backend>, label)
     };
@@ -223,7 +223,7 @@ fn build(config: Config, device: Device) -> Kept {
         Device::Cpu => cpu(program, None),
         Device::Gpu(ctx) => match crate::gpu::GpuBackend::new(ctx.clone(), program.clone()) {
             Ok(b) => {
-                let label = format!("the GPU ({})", ctx.info.name);
+                let label = crate::t!("worker-gpu", name = ctx.info.name.as_str());
                 (Box::new(b) as Box<dyn Backend>, label)
             }
             Err(e) => cpu(program, Some(e.to_string())),

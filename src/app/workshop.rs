@@ -13,8 +13,10 @@ pub struct Workshop {
     pub locked: bool,
 }
 
-/// What a locked app says to a file dropped on it.
-pub const NO_FILES: &str = "this workshop link opens one lesson and takes no files; open the explainer without `locked=1` (or `--locked`) to load your own";
+/// What a locked app says to a file dropped on it, in the current language.
+pub fn no_files() -> String {
+    crate::t!("workshop-no-files")
+}
 
 /// What the panels drew this frame, for the headless line and the page's
 /// report (the tests check that a locked app hides what it should).

@@ -391,6 +391,6 @@ fn corpus_source(path: &std::path::Path) -> Result<CorpusSource> {
     })
 }
 
-fn parse_language(s: &str) -> Result<tinygpt::i18n::Language, String> {
+pub(crate) fn parse_language(s: &str) -> Result<tinygpt::i18n::Language, String> {
     tinygpt::i18n::Language::parse(s)
 }

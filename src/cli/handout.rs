@@ -26,9 +26,14 @@ pub struct HandoutArgs {
     width: u32,
     #[arg(long, value_name = "PX", default_value_t = 720, value_parser = clap::value_parser!(u32).range(240..=2160))]
     height: u32,
+    /// The page's language and its pictures': en, es or zh (a built-in
+    /// lesson in that language; a lesson file as it is written).
+    #[arg(long, value_name = "LANG", default_value = "en", value_parser = super::app::parse_language)]
+    lang: tinygpt::i18n::Language,
 }
 
 pub fn run(args: HandoutArgs) -> Result<()> {
+    tinygpt::i18n::set_language(args.lang);
     let lesson = tinygpt::lesson::Lesson::load(&args.lesson).map_err(|e| anyhow::anyhow!("{e}"))?;
     let stem = Path::new(&args.lesson)
         .file_stem()
@@ -75,6 +80,8 @@ pub fn run(args: HandoutArgs) -> Result<()> {
                 "app",
                 "--headless",
                 "--locked",
+                "--lang",
+                args.lang.code(),
                 "--lesson",
                 &args.lesson,
                 "--lesson-step",

@@ -62,10 +62,10 @@ pub enum ColorScale {
 impl ColorScale {
     pub const ALL: [ColorScale; 2] = [ColorScale::Percentile99, ColorScale::MaxAbs];
 
-    pub fn label(self) -> &'static str {
+    pub fn label(self) -> String {
         match self {
-            ColorScale::Percentile99 => "±99th pct |x|",
-            ColorScale::MaxAbs => "±max |x|",
+            ColorScale::Percentile99 => crate::t!("scale-p99"),
+            ColorScale::MaxAbs => crate::t!("scale-max"),
         }
     }
 

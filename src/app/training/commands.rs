@@ -122,7 +122,7 @@ pub(super) fn handle_commands(
         match command.clone() {
             RunCommand::Train => {
                 if matches!(run.state, RunState::Finished) {
-                    status.error(format!("the run has done its {} steps; raise Steps and press New run, or load a checkpoint", run.config().steps));
+                    status.error(crate::t!("run-done-steps", steps = run.config().steps));
                 } else if run.pending_save.is_none() {
                     run.state = RunState::Training;
                 }
@@ -148,19 +148,19 @@ pub(super) fn handle_commands(
                     bytes: Arc::new(bytes),
                 };
                 match source.corpus(run.config().ctx) {
-                    Err(e) => status.error(format!("corpus not loaded: {e}")),
+                    Err(e) => status.error(crate::t!("corpus-not-loaded", error = e.to_string())),
                     Ok(c) => {
                         settings.corpus = source;
                         if fresh {
                             rebuild = Some(None);
-                            status.info = Some(format!(
-                                "training on {name} ({} bytes)",
-                                c.train.len() + c.val.len()
+                            status.info = Some(crate::t!(
+                                "training-on",
+                                name = name.as_str(),
+                                bytes = c.train.len() + c.val.len(),
                             ));
                         } else {
-                            status.info = Some(format!(
-                                "{name} is loaded; press New run to train on it (the current run keeps its corpus)"
-                            ));
+                            status.info =
+                                Some(crate::t!("corpus-loaded-later", name = name.as_str()));
                         }
                     }
                 }
@@ -170,7 +170,7 @@ pub(super) fn handle_commands(
                 lab,
                 lr_scale,
             } => match Config::load(&preset) {
-                Err(e) => status.error(format!("the lab could not start: {e}")),
+                Err(e) => status.error(crate::t!("lab-could-not-start", error = e.to_string())),
                 Ok(config) => {
                     *settings = RunSettings {
                         corpus: settings.corpus.clone(),
@@ -180,16 +180,17 @@ pub(super) fn handle_commands(
                         lab,
                         ..RunSettings::from_preset(&preset, config)
                     };
-                    status.info = Some(format!(
-                        "lab: a fresh {preset} with {}, learning rate {:.1e}",
-                        lab.describe(),
-                        settings.lr
+                    status.info = Some(crate::t!(
+                        "lab-started",
+                        preset = preset.as_str(),
+                        lab = lab.describe(),
+                        lr = format!("{:.1e}", settings.lr),
                     ));
                     rebuild = Some(None);
                 }
             },
             RunCommand::LoadPreset { name, text } => match Config::from_ron(&text, &name) {
-                Err(e) => status.error(format!("preset not loaded: {e}")),
+                Err(e) => status.error(crate::t!("preset-not-loaded", error = e.to_string())),
                 Ok(config) => {
                     *settings = RunSettings {
                         corpus: settings.corpus.clone(),
@@ -197,7 +198,7 @@ pub(super) fn handle_commands(
                         backend: settings.backend,
                         ..RunSettings::from_preset(&name, config)
                     };
-                    status.info = Some(format!("preset {name} loaded; press New run to start it"));
+                    status.info = Some(crate::t!("preset-loaded", name = name.as_str()));
                 }
             },
             RunCommand::SaveCheckpoint { path, replace } => {
@@ -209,13 +210,13 @@ pub(super) fn handle_commands(
                     crate::output::check_save(&path, "the save path", replace)
                 };
                 if run.saving.is_some() {
-                    status.error("a checkpoint is still being written; save again when it is done");
+                    status.error(crate::t!("checkpoint-still-writing"));
                 } else if let Err(refusal) = writable {
                     match refusal {
                         // An earlier file, not written here: ask before replacing it.
                         crate::output::SaveRefusal::Ask => status.confirm_replace = Some(path),
                         crate::output::SaveRefusal::Refused(e) => {
-                            status.error(format!("checkpoint not saved: {e}"))
+                            status.error(crate::t!("checkpoint-not-saved", error = e.to_string()))
                         }
                     }
                 } else {
@@ -232,7 +233,7 @@ pub(super) fn handle_commands(
             RunCommand::OpenGallery { .. } | RunCommand::OpenGalleryFetched { .. } => {
                 let opened = open_gallery(command, &mut gallery_fetch);
                 match opened {
-                    Err(e) => status.error(format!("gallery model not opened: {e}")),
+                    Err(e) => status.error(crate::t!("gallery-not-opened", error = e.to_string())),
                     // Fetching: the page sends the files when they are here.
                     Ok(None) => {}
                     Ok(Some((entry, ckpt, corpus))) => {
@@ -260,7 +261,9 @@ pub(super) fn handle_commands(
                     // A LoRA adapter goes on the run's model, if it was
                     // trained on it (checked when its weights are read back).
                     Err(e) => match Checkpoint::adapter_from_bytes(&bytes, &name) {
-                        Err(_) => status.error(format!("checkpoint not loaded: {e}")),
+                        Err(_) => {
+                            status.error(crate::t!("checkpoint-not-loaded", error = e.to_string()))
+                        }
                         Ok(adapter) => {
                             let base = settings.finetune.as_ref().map(|f| f.base.clone());
                             match (run.config().lora, base) {
@@ -269,7 +272,9 @@ pub(super) fn handle_commands(
                                     match crate::model::lora::check_base(&base, &adapter)
                                         .and_then(|_| FinetuneOptions::of(&adapter.config))
                                     {
-                                        Err(e) => status.error(format!("adapter not loaded: {name}: {e}")),
+                                        Err(e) => {
+                                            status.error(format!("adapter not loaded: {name}: {e}"))
+                                        }
                                         Ok(options) => {
                                             finetune_before = Some(settings.finetune.clone());
                                             if let Some(f) = settings.finetune.as_mut() {
@@ -280,9 +285,9 @@ pub(super) fn handle_commands(
                                         }
                                     }
                                 }
-                                _ if run.saving() || run.finetune_pending() => status.error(
-                                    "the run's weights are being read back; load the adapter again in a moment",
-                                ),
+                                _ if run.saving() || run.finetune_pending() => {
+                                    status.error(crate::t!("weights-being-read"))
+                                }
                                 _ => {
                                     if run.state == RunState::Training {
                                         run.state = RunState::Paused;
@@ -290,9 +295,8 @@ pub(super) fn handle_commands(
                                     run.pending_finetune =
                                         Some(PendingFinetune::Adapter(Arc::new(adapter)));
                                     run.finetune_requested = false;
-                                    status.info = Some(format!(
-                                        "{name} is a LoRA adapter: reading the model's weights back to put it on them…"
-                                    ));
+                                    status.info =
+                                        Some(crate::t!("adapter-reading", name = name.as_str()));
                                 }
                             }
                         }
@@ -331,19 +335,16 @@ pub(super) fn handle_commands(
             }
             RunCommand::Finetune(options) => {
                 if run.config().lora.is_some() {
-                    status.error("this run is a fine-tune already: Reset starts it again from its base; to fine-tune something else, load that model first");
+                    status.error(crate::t!("already-finetune"));
                 } else if run.saving() || run.finetune_pending() {
-                    status.error(
-                        "the run's weights are being read back; fine-tune again in a moment",
-                    );
+                    status.error(crate::t!("finetune-later"));
                 } else {
                     if run.state == RunState::Training {
                         run.state = RunState::Paused;
                     }
                     run.pending_finetune = Some(PendingFinetune::New(options));
                     run.finetune_requested = false;
-                    status.info =
-                        Some("reading the model's weights back to fine-tune them…".into());
+                    status.info = Some(crate::t!("finetune-reading"));
                 }
             }
             RunCommand::StartFinetune {
@@ -359,9 +360,11 @@ pub(super) fn handle_commands(
                     base_name: base_name.clone(),
                     options,
                 });
-                status.info = Some(format!(
-                    "fine-tuning {base_name} at step {step} on {}: its weights are frozen; press Train",
-                    settings.corpus.name()
+                status.info = Some(crate::t!(
+                    "finetune-started",
+                    base = base_name.as_str(),
+                    step = step,
+                    corpus = settings.corpus.name(),
                 ));
                 if resume.is_some() {
                     resumed_from = "the adapter";
@@ -373,15 +376,13 @@ pub(super) fn handle_commands(
                 train_on = run.state == RunState::Training;
                 let lost_steps = run.step() - run.recovery.as_ref().map_or(0, |c| c.step);
                 status.error(match &run.recovery {
-                    Some(c) => format!(
-                        "the GPU was lost ({reason}); the run goes on on the CPU from step {}, \
-                         its last copy read back from the GPU ({lost_steps} steps since are lost)",
-                        c.step
+                    Some(c) => crate::t!(
+                        "gpu-lost-resume",
+                        reason = reason.as_str(),
+                        step = c.step,
+                        lost = lost_steps,
                     ),
-                    None => format!(
-                        "the GPU was lost ({reason}) before a copy of the run was read back; \
-                         a fresh run starts on the CPU"
-                    ),
+                    None => crate::t!("gpu-lost-fresh", reason = reason.as_str()),
                 });
                 rebuild = Some(run.recovery.clone());
                 resumed_from = "the last copy read back from the GPU";
@@ -396,15 +397,20 @@ pub(super) fn handle_commands(
                     if let Some(before) = settings_before {
                         *settings = before;
                     }
-                    status.error(format!(
-                        "the new run could not start, the current one is kept: {e}"
-                    ))
+                    status.error(crate::t!("new-run-failed", error = e.to_string()))
                 }
                 Ok(mut new_run) => {
                     new_run.gallery = gallery_id;
                     if let Some(ckpt) = &resume {
-                        status.info =
-                            Some(format!("resumed at step {} from {resumed_from}", ckpt.step));
+                        let from = match resumed_from {
+                            "the checkpoint" => crate::t!("from-the-checkpoint"),
+                            "the adapter" => crate::t!("from-the-adapter"),
+                            "the last copy read back from the GPU" => {
+                                crate::t!("from-the-gpu-copy")
+                            }
+                            gallery_id => gallery_id.to_string(),
+                        };
+                        status.info = Some(crate::t!("resumed-at", step = ckpt.step, from = from));
                     }
                     if train_on {
                         new_run.state = RunState::Training;

@@ -26,12 +26,13 @@ impl HeatmapView {
         HeatmapView::AdamV,
     ];
 
-    pub fn label(self) -> &'static str {
+    /// Its name in the current language.
+    pub fn label(self) -> String {
         match self {
-            HeatmapView::Weights => "weights",
-            HeatmapView::Gradients => "gradients",
-            HeatmapView::AdamM => "Adam m (1st moment)",
-            HeatmapView::AdamV => "Adam v (2nd moment)",
+            HeatmapView::Weights => crate::t!("view-weights"),
+            HeatmapView::Gradients => crate::t!("view-gradients"),
+            HeatmapView::AdamM => crate::t!("view-adam-m"),
+            HeatmapView::AdamV => crate::t!("view-adam-v"),
         }
     }
 

@@ -243,7 +243,7 @@ fn layout(
             for h in 0..cols {
                 let x = ROW_LABEL_WIDTH + h as f32 * (CELL + GAP) + CELL / 2.0;
                 commands.spawn(text(
-                    format!("head {h}"),
+                    crate::t!("head-n", head = h),
                     15.0,
                     Anchor::BOTTOM_CENTER,
                     Vec2::new(x, 4.0),
@@ -252,7 +252,7 @@ fn layout(
             for (k, &layer) in r.blocks.iter().enumerate() {
                 let top = -(k as f32) * (CELL + GAP);
                 commands.spawn(text(
-                    format!("layer {layer}"),
+                    crate::t!("layer-n", layer = layer),
                     15.0,
                     Anchor::CENTER_RIGHT,
                     Vec2::new(ROW_LABEL_WIDTH - 10.0, top - CELL / 2.0),
@@ -282,7 +282,7 @@ fn layout(
             let rect = Rect::new(left, -side, left + side, 0.0);
             spawn_map(&mut commands, k, layer, head, rect);
             commands.spawn(text(
-                format!("layer {layer}, head {head}: each row is a query byte, each column a key byte it may attend to"),
+                crate::t!("attention-focus-title", layer = layer, head = head),
                 16.0,
                 Anchor::BOTTOM_LEFT,
                 Vec2::new(left, 70.0),
@@ -318,13 +318,13 @@ fn layout(
                     );
             }
             commands.spawn(text(
-                "query ↓".into(),
+                crate::t!("attention-query-axis"),
                 13.0,
                 Anchor::BOTTOM_RIGHT,
                 Vec2::new(left - 6.0, 6.0),
             ));
             commands.spawn(text(
-                "key →".into(),
+                crate::t!("attention-key-axis"),
                 13.0,
                 Anchor::BOTTOM_LEFT,
                 Vec2::new(left + side + 8.0, 6.0),
@@ -438,14 +438,25 @@ fn hover(
         let p = r.p(cell.k, cell.head)[i * n + j];
         let (qi, kj) = (byte_label(r.tokens[i]), byte_label(r.tokens[j]));
         Some(if j > i && causal {
-            format!(
-                "layer {} head {}: query {i} `{qi}` cannot see key {j} `{kj}` (causal mask)",
-                cell.layer, cell.head
+            crate::t!(
+                "attention-hover-masked",
+                layer = cell.layer,
+                head = cell.head,
+                i = i,
+                q = qi.as_str(),
+                j = j,
+                k = kj.as_str(),
             )
         } else {
-            format!(
-                "layer {} head {}: query {i} `{qi}` → key {j} `{kj}`: P = {p:.4}",
-                cell.layer, cell.head
+            crate::t!(
+                "attention-hover",
+                layer = cell.layer,
+                head = cell.head,
+                i = i,
+                q = qi.as_str(),
+                j = j,
+                k = kj.as_str(),
+                p = format!("{p:.4}"),
             )
         })
     })();
@@ -469,55 +480,74 @@ fn toolbar(
     };
     let batch = run.config().batch;
     crate::app::ui::scene_toolbar(ctx, "attention-toolbar", at, |ui| {
-        ui.selectable_value(&mut view.source, SourceKind::Prompt, "prompt");
+        ui.selectable_value(
+            &mut view.source,
+            SourceKind::Prompt,
+            crate::t!("attention-source-prompt"),
+        );
         if view.source == SourceKind::Prompt {
             ui.add(
                 egui::TextEdit::singleline(&mut view.prompt)
                     .desired_width(220.0)
-                    .hint_text("type text to look at"),
+                    .hint_text(crate::t!("attention-prompt-hint")),
             );
         }
-        ui.selectable_value(&mut view.source, SourceKind::BatchRow, "batch row")
-            .on_hover_text("a row of the batch the next training step trains on");
+        ui.selectable_value(
+            &mut view.source,
+            SourceKind::BatchRow,
+            crate::t!("attention-batch-row"),
+        )
+        .on_hover_text(crate::t!("attention-batch-row-hover"));
         if view.source == SourceKind::BatchRow {
             ui.add(egui::DragValue::new(&mut view.row).range(0..=batch - 1));
         }
         ui.separator();
-        ui.checkbox(&mut view.row_normalised, "P ÷ row max")
-            .on_hover_text("colour each row by its largest weight: where each query looks most");
+        ui.checkbox(&mut view.row_normalised, crate::t!("attention-row-max"))
+            .on_hover_text(crate::t!("attention-row-max-hover"));
         if let Some((layer, head)) = view.focus {
             ui.separator();
-            if ui.button("← all heads").clicked() {
+            if ui.button(crate::t!("attention-all-heads")).clicked() {
                 view.focus = None;
                 view.position = None;
             }
-            ui.weak(format!(
-                "layer {layer}, head {head} · click a row: the next byte"
+            ui.weak(crate::t!(
+                "attention-focus-hint",
+                layer = layer,
+                head = head
             ));
         } else {
             ui.separator();
-            ui.weak("click a map to enlarge it");
+            ui.weak(crate::t!("attention-click-map"));
         }
     });
     // Where the numbers come from, under the toolbar.
     let status = match (&probes.latest, &probes.error) {
-        (_, Some(e)) => format!("cannot compute attention: {e}"),
+        (_, Some(e)) => crate::t!("attention-cannot", error = e.to_string()),
         (Some((step, r)), None) => format!(
-            "P = softmax(QKᵀ/√D{}), {} bytes, from the run's weights after step {step} on {}, recomputed from Q, K and the saved log-sum-exp{}",
+            "{}{}{}",
+            crate::t!(
+                "attention-status",
+                mask = if run.config().lab.causal_mask {
+                    crate::t!("attention-mask")
+                } else {
+                    String::new()
+                },
+                bytes = r.n(),
+                step = *step,
+                backend = run.backend_label.split(' ').next().unwrap_or("?"),
+            ),
             if run.config().lab.causal_mask {
-                " + causal mask"
+                String::new()
             } else {
-                "; lab: no causal mask, so every query also sees the keys after it"
+                crate::t!("attention-no-mask")
             },
-            r.n(),
-            run.backend_label.split(' ').next().unwrap_or("?"),
             if run.state == RunState::Training {
-                "; refreshing while training"
+                crate::t!("attention-refreshing")
             } else {
-                ""
+                String::new()
             }
         ),
-        (None, None) => "computing the attention weights…".into(),
+        (None, None) => crate::t!("attention-computing"),
     };
     crate::app::ui::scene_status(ctx, "attention-status", "attention-toolbar", at, status);
     Ok(())
@@ -553,7 +583,8 @@ fn next_byte_window(
         .iter()
         .map(|&b| byte_label(b))
         .collect();
-    egui::Window::new("Next byte")
+    egui::Window::new(crate::t!("next-byte-window"))
+        .id(egui::Id::new("next-byte-window"))
         .open(&mut open)
         // Inside the main view: never over a lesson's narration or a panel.
         .constrain_to(ui_state.central_rect(ctx).unwrap_or(ctx.content_rect()))
@@ -561,8 +592,15 @@ fn next_byte_window(
         .current_pos(anchor)
         .resizable(false)
         .show(ctx, |ui| {
-            ui.label(format!("after “…{context}” (position {pos}), step {step}:"));
-            ui.add(egui::Slider::new(&mut view.temperature, 0.0..=2.0).text("temperature"));
+            ui.label(crate::t!(
+                "next-byte-after",
+                context = context.as_str(),
+                position = pos,
+                step = step
+            ));
+            ui.add(
+                egui::Slider::new(&mut view.temperature, 0.0..=2.0).text(crate::t!("temperature")),
+            );
             let opts = SampleOptions {
                 temperature: view.temperature,
                 top_k: 256,
@@ -581,7 +619,7 @@ fn next_byte_window(
                 }
             });
             if let Some(&actual) = r.tokens.get(pos + 1) {
-                ui.weak(format!("the text continues with `{}`", byte_label(actual)));
+                ui.weak(crate::t!("next-byte-continues", byte = byte_label(actual)));
             }
         });
     if !open {

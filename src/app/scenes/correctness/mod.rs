@@ -264,7 +264,7 @@ fn enter(run: Option<ResMut<Run>>, mut status: ResMut<AppStatus>) {
         && run.state == RunState::Training
     {
         run.state = RunState::Paused;
-        status.info = Some("training paused while the CPU and the GPU are compared".into());
+        status.info = Some(crate::t!("correctness-paused"));
     }
 }
 
@@ -625,14 +625,16 @@ fn draw_body(
     ui.set_clip_rect(body);
     let mut regions = Vec::new();
     ui.label(
-        egui::RichText::new("CPU against GPU: one training step, every tensor")
+        egui::RichText::new(crate::t!("correctness-title"))
             .size(20.0)
             .strong(),
     );
     let side = match job {
         Some(Job::Done(s)) => s,
         Some(Job::Failed(e)) => {
-            ui.label(egui::RichText::new(format!("cannot compare: {e}")).size(16.0));
+            ui.label(
+                egui::RichText::new(crate::t!("correctness-cannot", error = e.as_str())).size(16.0),
+            );
             *shown = CorrectnessShown {
                 state: "failed".into(),
                 ..Default::default()
@@ -642,14 +644,14 @@ fn draw_body(
         _ => {
             let what = match job {
                 Some(Job::Running { .. }) | Some(Job::Comparing(_)) => {
-                    "running one step on a fresh CPU backend (a worker) and a fresh GPU backend (Bevy's device)…"
+                    crate::t!("correctness-running")
                 }
-                _ => "reading the run's weights and AdamW moments…",
+                _ => crate::t!("correctness-reading"),
             };
             ui.label(egui::RichText::new(what).size(16.0));
             if cfg!(target_arch = "wasm32") {
                 ui.label(
-                    egui::RichText::new("In the browser the CPU side runs on the page's one thread: frames pause while it computes.")
+                    egui::RichText::new(crate::t!("correctness-web-note"))
                         .size(13.0)
                         .color(WEAK),
                 );
@@ -666,14 +668,14 @@ fn draw_body(
         .iter()
         .max_by(|a, b| a.diff.max_rel.total_cmp(&b.diff.max_rel));
     ui.label(
-        egui::RichText::new(format!(
-            "From the run's weights after step {}, on its next batch: {} and {}. {} tensors; the largest difference, max |gpu − cpu| / max |cpu|: {:.2e} in {}.",
-            side.step,
-            side.cpu,
-            side.gpu,
-            side.tensors.len(),
-            worst.map_or(0.0, |w| w.diff.max_rel),
-            worst.map_or("—", |w| w.diff.name.as_str())
+        egui::RichText::new(crate::t!(
+            "correctness-summary",
+            step = side.step,
+            cpu = side.cpu.as_str(),
+            gpu = side.gpu.as_str(),
+            tensors = side.tensors.len(),
+            worst = format!("{:.2e}", worst.map_or(0.0, |w| w.diff.max_rel)),
+            name = worst.map_or("—", |w| w.diff.name.as_str()),
         ))
         .size(13.0)
         .color(WEAK),
@@ -702,7 +704,7 @@ fn draw_body(
                 .auto_shrink([false, false])
                 .show(ui, |ui| {
                     ui.label(
-                        egui::RichText::new("max |gpu − cpu| / max |cpu| · tensor (kind)")
+                        egui::RichText::new(crate::t!("correctness-list-heading"))
                             .size(12.0)
                             .color(WEAK),
                     );
@@ -745,17 +747,17 @@ fn draw_body(
         let d = &t.diff;
         detail.label(egui::RichText::new(&d.name).size(18.0).strong());
         detail.label(
-            egui::RichText::new(format!(
-                "{} {:?}, read {} · max |gpu − cpu| {:.3e} · max rel {:.3e} · rel L2 {:.3e} · worst at {}: cpu {} gpu {}",
-                d.kind,
-                d.shape,
-                d.read.replace('_', " "),
-                d.max_abs,
-                d.max_rel,
-                d.rel_l2,
-                d.worst,
-                d.cpu_at_worst,
-                d.gpu_at_worst
+            egui::RichText::new(crate::t!(
+                "correctness-detail",
+                kind = d.kind.to_string(),
+                shape = format!("{:?}", d.shape),
+                read = d.read.replace('_', " "),
+                abs = format!("{:.3e}", d.max_abs),
+                rel = format!("{:.3e}", d.max_rel),
+                l2 = format!("{:.3e}", d.rel_l2),
+                worst = d.worst.to_string(),
+                cpu = d.cpu_at_worst.to_string(),
+                gpu = d.gpu_at_worst.to_string(),
             ))
             .size(14.0)
             .color(NUMBERS),
@@ -822,13 +824,17 @@ fn draw_body(
                             _ => None,
                         };
                         let hint = if param.is_some() {
-                            "click: check this gradient entry by finite differences"
+                            crate::t!("correctness-fd-click")
                         } else {
-                            "(finite-difference checks: a parameter or its gradient)"
+                            crate::t!("correctness-fd-which")
                         };
-                        response
-                            .clone()
-                            .on_hover_text(format!("[{r}, {c}] (flat {index})\n{hint}"));
+                        response.clone().on_hover_text(crate::t!(
+                            "correctness-cell-hover",
+                            r = r,
+                            c = c,
+                            index = index,
+                            hint = hint,
+                        ));
                         if response.clicked()
                             && let Some(param) = param
                         {
@@ -840,37 +846,33 @@ fn draw_body(
         });
         if d.read == "after_adamw" {
             detail.label(
-                egui::RichText::new(
-                    "After AdamW: each weight moved by about lr·m/(√v + ε). Where a gradient is near zero, its tiny CPU–GPU difference moves that weight visibly differently, so weights differ more than the gradients that moved them.",
-                )
-                .size(13.0)
-                .color(WEAK),
+                egui::RichText::new(crate::t!("correctness-after-adamw"))
+                    .size(13.0)
+                    .color(WEAK),
             );
         }
         detail.add_space(8.0);
         detail.label(
-            egui::RichText::new(
-                "Finite-difference checks (f64, CPU): click a cell of a parameter or its gradient",
-            )
-            .size(15.0)
-            .strong(),
+            egui::RichText::new(crate::t!("correctness-fd-title"))
+                .size(15.0)
+                .strong(),
         );
         if view.fd.is_some() {
-            detail.label("checking…");
+            detail.label(crate::t!("correctness-checking"));
         }
         if let Some(e) = &view.fd_error {
             detail.colored_label(egui::Color32::from_rgb(255, 110, 100), e);
         }
         for c in &view.checks {
             detail.label(
-                egui::RichText::new(format!(
-                    "∂loss/∂{}[{}]: analytic {:.6e} · (loss(w+h) − loss(w−h))/2h {:.6e} (h {:.0e}) · relative error {:.1e}",
-                    c.param.trim_start_matches("transformer."),
-                    c.index,
-                    c.analytic,
-                    c.numeric,
-                    c.h,
-                    c.rel_err
+                egui::RichText::new(crate::t!(
+                    "correctness-fd-line",
+                    param = c.param.trim_start_matches("transformer."),
+                    index = c.index,
+                    analytic = format!("{:.6e}", c.analytic),
+                    numeric = format!("{:.6e}", c.numeric),
+                    h = format!("{:.0e}", c.h),
+                    err = format!("{:.1e}", c.rel_err),
                 ))
                 .size(14.0)
                 .monospace(),

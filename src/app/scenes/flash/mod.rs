@@ -298,12 +298,12 @@ fn draw(
     ui.set_clip_rect(body);
     let Some((step_seen, trace)) = latest.as_ref().map(|(s, t)| (*s, t.clone())) else {
         let text = match (&traces.error, traces.want.is_some()) {
-            (Some(e), _) => format!("cannot trace: {e}"),
-            _ => format!(
-                "tracing block {} head {} on the {} backend…",
-                view.layer,
-                view.head,
-                run.backend_label.split(' ').next().unwrap_or("?")
+            (Some(e), _) => crate::t!("flash-cannot-trace", error = e.as_str()),
+            _ => crate::t!(
+                "flash-tracing",
+                block = view.layer,
+                head = view.head,
+                backend = run.backend_label.split(' ').next().unwrap_or("?"),
             ),
         };
         ui.label(egui::RichText::new(text).size(18.0));
@@ -346,9 +346,9 @@ fn draw(
     if !side_column {
         top_ui.horizontal_wrapped(|ui| {
             let label = if view.show_why {
-                "✖ Why tiles?"
+                crate::t!("flash-why-close")
             } else {
-                "ℹ Why tiles?"
+                crate::t!("flash-why-open")
             };
             if ui.button(egui::RichText::new(label).size(14.0)).clicked() {
                 view.show_why = !view.show_why;
@@ -439,7 +439,8 @@ fn draw(
         regions.push(("why".to_string(), side_ui.min_rect()));
     } else if view.show_why {
         let mut open = true;
-        let shown_window = egui::Window::new("Why tiles?")
+        let shown_window = egui::Window::new(crate::t!("flash-why"))
+            .id(egui::Id::new("why-tiles-window"))
             .open(&mut open)
             .default_pos(body.center_top() + egui::vec2(-200.0, 40.0))
             .default_width(420.0)
@@ -496,43 +497,51 @@ fn toolbar(
 ) -> bool {
     let mut retrace = false;
     crate::app::ui::scene_toolbar(ctx, "flash-toolbar", area, |ui| {
-        ui.selectable_value(&mut view.source, SourceKind::BatchRow, "batch row 0")
-            .on_hover_text("row 0 of the batch the run's next step trains on: T bytes of text");
-        ui.selectable_value(&mut view.source, SourceKind::Prompt, "prompt")
-            .on_hover_text("your text, padded with spaces to the context");
+        ui.selectable_value(
+            &mut view.source,
+            SourceKind::BatchRow,
+            crate::t!("flash-batch-row"),
+        )
+        .on_hover_text(crate::t!("flash-batch-row-hover"));
+        ui.selectable_value(
+            &mut view.source,
+            SourceKind::Prompt,
+            crate::t!("attention-source-prompt"),
+        )
+        .on_hover_text(crate::t!("flash-prompt-hover"));
         if view.source == SourceKind::Prompt {
             ui.add(
                 egui::TextEdit::singleline(&mut view.prompt)
                     .desired_width(160.0)
-                    .hint_text("type a text"),
+                    .hint_text(crate::t!("flash-prompt-hint")),
             );
         }
         ui.separator();
         let mut layer = view.layer;
         egui::ComboBox::from_id_salt("flash-layer")
-            .selected_text(format!("block {layer}"))
+            .selected_text(crate::t!("block-n", block = layer))
             .width(80.0)
             .show_ui(ui, |ui| {
                 for l in 0..cfg.n_layer {
-                    ui.selectable_value(&mut layer, l, format!("block {l}"));
+                    ui.selectable_value(&mut layer, l, crate::t!("block-n", block = l));
                 }
             });
         view.layer = layer;
         let mut head = view.head;
         egui::ComboBox::from_id_salt("flash-head")
-            .selected_text(format!("head {head}"))
+            .selected_text(crate::t!("head-n", head = head))
             .width(70.0)
             .show_ui(ui, |ui| {
                 for h in 0..cfg.n_head {
-                    ui.selectable_value(&mut head, h, format!("head {h}"));
+                    ui.selectable_value(&mut head, h, crate::t!("head-n", head = h));
                 }
             });
         view.head = head;
         ui.separator();
         for (pass, label) in [
-            (Pass::Forward, "forward"),
-            (Pass::BackwardDkdv, "backward dK, dV"),
-            (Pass::BackwardDq, "backward dQ"),
+            (Pass::Forward, crate::t!("flash-forward")),
+            (Pass::BackwardDkdv, crate::t!("flash-backward-dkdv")),
+            (Pass::BackwardDq, crate::t!("flash-backward-dq")),
         ] {
             if ui
                 .selectable_label(view.pass == pass, label)
@@ -549,19 +558,23 @@ fn toolbar(
         ui.separator();
         if ui
             .button("⏮")
-            .on_hover_text("to the first visit (Home)")
+            .on_hover_text(crate::t!("flash-first-visit"))
             .clicked()
         {
             view.position = 0;
             view.phase = 0.0;
         }
-        if ui.button("◀").on_hover_text("previous visit (←)").clicked() {
+        if ui
+            .button("◀")
+            .on_hover_text(crate::t!("flash-prev-visit"))
+            .clicked()
+        {
             step(view, count, -1);
         }
         let play = if view.playing { "⏸" } else { "▶" };
         if ui
             .button(play)
-            .on_hover_text("play / pause (Space)")
+            .on_hover_text(crate::t!("flash-play-pause"))
             .clicked()
         {
             if !view.playing && view.position + 1 >= count && view.phase >= 1.0 {
@@ -570,12 +583,16 @@ fn toolbar(
             }
             view.playing = !view.playing;
         }
-        if ui.button("▶|").on_hover_text("next visit (→)").clicked() {
+        if ui
+            .button("▶|")
+            .on_hover_text(crate::t!("flash-next-visit"))
+            .clicked()
+        {
             step(view, count, 1);
         }
         if ui
             .button("⏭")
-            .on_hover_text("to the end of the pass (End)")
+            .on_hover_text(crate::t!("flash-end-pass"))
             .clicked()
         {
             view.position = count.saturating_sub(1);
@@ -585,11 +602,11 @@ fn toolbar(
         ui.add(
             egui::Slider::new(&mut view.speed, 0.25..=30.0)
                 .logarithmic(true)
-                .text("visits/s"),
+                .text(crate::t!("flash-speed")),
         );
         if ui
-            .button("↻ trace again")
-            .on_hover_text("trace the run's newest weights")
+            .button(crate::t!("flash-trace-again"))
+            .on_hover_text(crate::t!("flash-trace-again-hover"))
             .clicked()
         {
             retrace = true;

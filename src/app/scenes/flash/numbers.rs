@@ -21,57 +21,57 @@ pub(super) fn title(
 ) {
     let tile = ATTENTION_TILE;
     let what = match (pass, current) {
-        (_, None) => "no visits".to_string(),
-        (Pass::Forward | Pass::BackwardDq, Some(v)) => format!(
-            "The workgroup of query tile {} (positions {}–{}) visits key block {} (keys {}–{})",
-            v.q_tile,
-            v.q_tile * tile,
-            ((v.q_tile + 1) * tile).min(trace.t) - 1,
-            v.k_block,
-            v.k_block * tile,
-            ((v.k_block + 1) * tile).min(trace.t) - 1
-        ),
-        (Pass::BackwardDkdv, Some(v)) => format!(
-            "The workgroup of key block {} (keys {}–{}) visits query tile {} (positions {}–{})",
-            v.k_block,
-            v.k_block * tile,
-            ((v.k_block + 1) * tile).min(trace.t) - 1,
-            v.q_tile,
-            v.q_tile * tile,
-            ((v.q_tile + 1) * tile).min(trace.t) - 1
+        (_, None) => crate::t!("flash-no-visits"),
+        (pass, Some(v)) => crate::t!(
+            if pass == Pass::BackwardDkdv {
+                "flash-visit-k"
+            } else {
+                "flash-visit-q"
+            },
+            tile = v.q_tile,
+            from = v.q_tile * tile,
+            to = ((v.q_tile + 1) * tile).min(trace.t) - 1,
+            block = v.k_block,
+            kfrom = v.k_block * tile,
+            kto = ((v.k_block + 1) * tile).min(trace.t) - 1,
         ),
     };
     ui.horizontal_wrapped(|ui| {
-        ui.label(egui::RichText::new(pass.title()).size(20.0).strong());
+        ui.label(egui::RichText::new(pass_title(pass)).size(20.0).strong());
         ui.label(
-            egui::RichText::new(format!("visit {} of {count}", (position + 1).min(count)))
-                .size(15.0)
-                .color(NUMBERS),
+            egui::RichText::new(crate::t!(
+                "flash-visit-of",
+                visit = (position + 1).min(count),
+                count = count
+            ))
+            .size(15.0)
+            .color(NUMBERS),
         );
     });
     ui.label(egui::RichText::new(what).size(16.0));
     let s = &trace.summary;
     let origin = match trace.source {
-        TraceSource::Kernel => format!(
-            "traced from {} (attention.wgsl, its TRACE pipeline) on the GPU",
-            pass.kernel()
-        ),
-        TraceSource::CpuModel => {
-            "the CPU model of attention.wgsl's tiling (the CPU backend has no kernels to trace)"
-                .to_string()
-        }
+        TraceSource::Kernel => crate::t!("flash-origin-kernel", kernel = pass.kernel()),
+        TraceSource::CpuModel => crate::t!("flash-origin-cpu"),
     };
     ui.label(
         egui::RichText::new(format!(
-            "{origin} · weights after step {step} · block {}, head {}, batch row {} · T {}, D {}, tiles {}×{}{}",
-            s.layer,
-            s.head,
-            s.row,
-            s.t,
-            s.d,
-            s.tile_q,
-            s.tile_k,
-            error.map(|e| format!(" · last trace failed: {e}")).unwrap_or_default()
+            "{}{}",
+            crate::t!(
+                "flash-summary",
+                origin = origin,
+                step = step,
+                block = s.layer,
+                head = s.head,
+                row = s.row,
+                t = s.t,
+                d = s.d,
+                tq = s.tile_q,
+                tk = s.tile_k,
+            ),
+            error
+                .map(|e| crate::t!("flash-last-trace-failed", error = e))
+                .unwrap_or_default()
         ))
         .size(13.0)
         .color(WEAK),
@@ -86,10 +86,15 @@ pub(super) fn check_line(trace: &FlashTrace, pass: Pass) -> String {
         _ => ("dQ, dK, dV", s.backward_max_abs_diff_vs_naive),
     };
     let same = match (trace.source, s.bit_identical_to_untraced) {
-        (TraceSource::Kernel, true) => " · traced = untraced, bit for bit",
-        _ => "",
+        (TraceSource::Kernel, true) => crate::t!("flash-bit-for-bit"),
+        _ => String::new(),
     };
-    format!("{what} vs naive f64 attention: max |diff| {diff:.1e}{same}")
+    crate::t!(
+        "flash-check-line",
+        what = what,
+        diff = format!("{diff:.1e}"),
+        same = same,
+    )
 }
 
 /// The numbers of the current visit, a row of the tile per line: the
@@ -110,22 +115,46 @@ pub(super) fn rows_table(
         v.q_tile
     } * tile;
     let n = v.valid_rows(trace.t);
-    let (heading, columns): (&str, &[&str]) = match pass {
+    // The heading and the columns, as catalogue keys.
+    let (heading, column_keys): (&str, &[&str]) = match pass {
         Pass::Forward => (
-            "Online softmax, per query row:  m ← max(m, max S) · O ← O·e^(m_old − m) · l ← l·e^(m_old − m) + Σ e^(S − m)",
+            "flash-rows-forward",
             &[
-                "row", "byte", "m before", "m after", "rescale", "l before", "l after",
+                "flash-col-row",
+                "flash-col-byte",
+                "flash-col-m-before",
+                "flash-col-m-after",
+                "flash-col-rescale",
+                "flash-col-l-before",
+                "flash-col-l-after",
             ],
         ),
         Pass::BackwardDkdv => (
-            "Per key of the block: Σᵢ P over this query tile, Σ P so far (the attention this key receives), Σᵢ dS",
-            &["key", "byte", "Σ P (tile)", "Σ P so far", "Σ dS (tile)"],
+            "flash-rows-dkdv",
+            &[
+                "flash-col-key",
+                "flash-col-byte",
+                "flash-col-p-tile",
+                "flash-col-p-so-far",
+                "flash-col-ds-tile",
+            ],
         ),
         Pass::BackwardDq => (
-            "Per query row: Σⱼ P over this key block, Σ P so far (1 by the diagonal: P is recomputed exactly), Σⱼ dS",
-            &["row", "byte", "Σ P (block)", "Σ P so far", "Σ dS (block)"],
+            "flash-rows-dq",
+            &[
+                "flash-col-row",
+                "flash-col-byte",
+                "flash-col-p-block",
+                "flash-col-p-so-far",
+                "flash-col-ds-block",
+            ],
         ),
     };
+    let heading = crate::i18n::tr(heading, &[]);
+    let columns: Vec<String> = column_keys
+        .iter()
+        .map(|k| crate::i18n::tr(k, &[]))
+        .collect();
     // Σ P so far (backward): this workgroup's visits up to this one.
     let owner = |x: &Visit| {
         if pass.walks_queries() {
@@ -159,8 +188,8 @@ pub(super) fn rows_table(
                         .striped(true)
                         .spacing(egui::vec2(18.0, 2.0))
                         .show(ui, |ui| {
-                            for c in columns {
-                                ui.label(egui::RichText::new(*c).size(13.0).color(WEAK));
+                            for c in &columns {
+                                ui.label(egui::RichText::new(c).size(13.0).color(WEAK));
                             }
                             ui.end_row();
                             let num = |ui: &mut egui::Ui, x: f32, hot: bool| {
@@ -227,73 +256,99 @@ pub(super) fn why(
     done: bool,
 ) {
     let s = &trace.summary;
-    egui::Frame::new().fill(PANEL).corner_radius(6.0).inner_margin(12.0).show(ui, |ui| {
-        ui.set_width(ui.available_width());
-        ui.label(egui::RichText::new("Why tiles?").size(18.0).strong());
-        let t = s.t;
-        let body = match pass {
-            Pass::Forward => format!(
-                "Standard attention writes the scores S and the weights P of every head to GPU memory, {t}×{t} floats each, and reads them back. FlashAttention never makes them: a workgroup keeps one {tile}×{tile} block of S in its shared memory and folds it into O at once with the online softmax — a running max m and sum l per row; when m grows, what was summed so far is rescaled by exp(m_old − m_new).",
-                tile = s.tile_q
-            ),
-            _ => "The backward pass recomputes each block of P from q, k and the saved log-sum-exp instead of reading a stored T×T P: more arithmetic, far less memory traffic. Two kernels, so that no two workgroups write one element: dK, dV walk the query tiles of a key block; dQ walks the key blocks of a query tile.".to_string(),
-        };
-        ui.label(egui::RichText::new(body).size(14.0));
-        ui.add_space(6.0);
-        let (tiled, standard, what) = match pass {
-            Pass::Forward => (s.traffic.tiled_forward, s.traffic.standard_forward, "forward"),
-            _ => (s.traffic.tiled_backward, s.traffic.standard_backward, "backward"),
-        };
-        ui.label(
-            egui::RichText::new(format!(
-                "Memory moved, this head's {what}: {} tiled vs {} standard ({:.1}× less).",
-                human_bytes(tiled),
-                human_bytes(standard),
-                standard as f64 / tiled.max(1) as f64
-            ))
-            .size(14.0)
-            .color(NUMBERS),
-        );
-        ui.label(
-            egui::RichText::new(format!(
-                "Never allocated: P of all {} × {} heads, {} per layer, {} for the {} layers. Kept instead: one log-sum-exp per row, {} per layer.",
-                cfg.batch,
-                cfg.n_head,
-                human_bytes(s.memory.never_allocated_per_layer),
-                human_bytes(s.memory.never_allocated_model),
-                cfg.n_layer,
-                human_bytes(s.memory.allocated_per_layer),
-            ))
-            .size(14.0)
-            .color(NUMBERS),
-        );
-        ui.add_space(8.0);
-        let heading = if done { "✔ Pass done: the check" } else { "The check (at the end of the pass)" };
-        ui.label(egui::RichText::new(heading).size(16.0).strong());
-        let check = match pass {
-            Pass::Forward => format!(
-                "O against naive softmax(QKᵀ/√D)·V in f64 from the same Q, K, V: max |diff| {:.2e}. Final m + ln l against the saved log-sum-exp: {:.2e}.",
-                s.max_abs_diff_vs_naive, s.lse_from_trace_max_abs_diff
-            ),
-            _ => format!(
-                "dQ, dK, dV against the naive backward in f64 from the same Q, K, V, dO: max |diff| {:.2e}.",
-                s.backward_max_abs_diff_vs_naive
-            ),
-        };
-        ui.label(egui::RichText::new(check).size(14.0));
-        let same = match trace.source {
-            TraceSource::Kernel if s.bit_identical_to_untraced => {
-                "The traced 16×16-tile kernels' O, lse and dQKV equal the same kernels run untraced, bit for bit (training's forward and dQ run the row kernels: the same function, one query row per thread).".to_string()
-            }
-            TraceSource::Kernel => format!(
-                "The traced kernels differ from the untraced ones by {:.2e}: tracing changed the arithmetic.",
-                s.untraced_max_abs_diff
-            ),
-            TraceSource::CpuModel => format!(
-                "The CPU model against the CPU backend's own (untiled) attention: max |diff| {:.2e}.",
-                s.untraced_max_abs_diff
-            ),
-        };
-        ui.label(egui::RichText::new(same).size(14.0).color(WEAK));
-    });
+    egui::Frame::new()
+        .fill(PANEL)
+        .corner_radius(6.0)
+        .inner_margin(12.0)
+        .show(ui, |ui| {
+            ui.set_width(ui.available_width());
+            ui.label(
+                egui::RichText::new(crate::t!("flash-why"))
+                    .size(18.0)
+                    .strong(),
+            );
+            let t = s.t;
+            let body = match pass {
+                Pass::Forward => crate::t!("flash-why-forward", t = t, tile = s.tile_q),
+                _ => crate::t!("flash-why-backward"),
+            };
+            ui.label(egui::RichText::new(body).size(14.0));
+            ui.add_space(6.0);
+            let (tiled, standard, what) = match pass {
+                Pass::Forward => (
+                    s.traffic.tiled_forward,
+                    s.traffic.standard_forward,
+                    crate::t!("flash-forward"),
+                ),
+                _ => (
+                    s.traffic.tiled_backward,
+                    s.traffic.standard_backward,
+                    crate::t!("flash-backward"),
+                ),
+            };
+            ui.label(
+                egui::RichText::new(crate::t!(
+                    "flash-memory-moved",
+                    pass = what,
+                    tiled = human_bytes(tiled),
+                    standard = human_bytes(standard),
+                    ratio = format!("{:.1}", standard as f64 / tiled.max(1) as f64),
+                ))
+                .size(14.0)
+                .color(NUMBERS),
+            );
+            ui.label(
+                egui::RichText::new(crate::t!(
+                    "flash-never-allocated",
+                    batch = cfg.batch,
+                    heads = cfg.n_head,
+                    per_layer = human_bytes(s.memory.never_allocated_per_layer),
+                    model = human_bytes(s.memory.never_allocated_model),
+                    layers = cfg.n_layer,
+                    kept = human_bytes(s.memory.allocated_per_layer),
+                ))
+                .size(14.0)
+                .color(NUMBERS),
+            );
+            ui.add_space(8.0);
+            let heading = if done {
+                crate::t!("flash-check-done")
+            } else {
+                crate::t!("flash-check-pending")
+            };
+            ui.label(egui::RichText::new(heading).size(16.0).strong());
+            let check = match pass {
+                Pass::Forward => crate::t!(
+                    "flash-check-forward",
+                    diff = format!("{:.2e}", s.max_abs_diff_vs_naive),
+                    lse = format!("{:.2e}", s.lse_from_trace_max_abs_diff),
+                ),
+                _ => crate::t!(
+                    "flash-check-backward",
+                    diff = format!("{:.2e}", s.backward_max_abs_diff_vs_naive),
+                ),
+            };
+            ui.label(egui::RichText::new(check).size(14.0));
+            let same = match trace.source {
+                TraceSource::Kernel if s.bit_identical_to_untraced => crate::t!("flash-same-bits"),
+                TraceSource::Kernel => crate::t!(
+                    "flash-differ",
+                    diff = format!("{:.2e}", s.untraced_max_abs_diff),
+                ),
+                TraceSource::CpuModel => crate::t!(
+                    "flash-cpu-model-check",
+                    diff = format!("{:.2e}", s.untraced_max_abs_diff),
+                ),
+            };
+            ui.label(egui::RichText::new(same).size(14.0).color(WEAK));
+        });
+}
+
+/// A pass's heading, in the current language.
+fn pass_title(pass: Pass) -> String {
+    crate::t!(match pass {
+        Pass::Forward => "flash-pass-forward",
+        Pass::BackwardDkdv => "flash-pass-dkdv",
+        Pass::BackwardDq => "flash-pass-dq",
+    })
 }

@@ -227,7 +227,7 @@ fn columns<'a>(params: &[(Entity, &'a Tensor, Vec2)]) -> Vec<Column<'a>> {
         });
         if out.last().is_none_or(|c| c.module != module) {
             let shape = if lora_module(&t.name).is_some() {
-                format!("B·A, rank {}", t.shape[1])
+                crate::t!("model-lora-shape", rank = t.shape[1])
             } else {
                 t.shape
                     .iter()
@@ -451,7 +451,7 @@ fn build_scene(
         // The title wraps inside the title column, so it never runs into the heatmaps.
         commands.spawn((
             text(
-                layer.title.clone(),
+                layer_title(&layer.name, &layer.title),
                 15.0,
                 // Grows upwards from the middle when it wraps; the layer's
                 // name grows downwards from it, so the two never overlap.
@@ -470,7 +470,7 @@ fn build_scene(
         ));
         if layer.name == "head" {
             commands.spawn(text(
-                "logits = ln_f(x) · wteᵀ: the head reuses the token embedding",
+                crate::t!("model-head-note"),
                 14.0,
                 Anchor::CENTER_LEFT,
                 Vec2::new(TITLE_WIDTH + 90.0, y + height / 2.0 - 8.0),
@@ -723,10 +723,10 @@ fn update_color_bar(
         let value = match (label.0, s) {
             (2, _) => selected
                 .map(|h| {
-                    format!(
-                        "{} of {}",
-                        snapshots.view.label(),
-                        h.param.trim_start_matches("transformer.")
+                    crate::t!(
+                        "model-view-of",
+                        view = snapshots.view.label(),
+                        param = h.param.trim_start_matches("transformer."),
                     )
                 })
                 .unwrap_or_default(),
@@ -822,21 +822,21 @@ fn toolbar(
         return Ok(());
     };
     crate::app::ui::scene_toolbar(ctx, "model-toolbar", at, |ui| {
-        ui.label("heatmaps show");
+        ui.label(crate::t!("model-heatmaps-show"));
         let mut view = snapshots.view;
         for v in HeatmapView::ALL {
             ui.selectable_value(&mut view, v, v.label());
         }
         snapshots.set_view(view);
         ui.separator();
-        ui.label("colour scale");
+        ui.label(crate::t!("colour-scale"));
         for s in ColorScale::ALL {
             if ui.selectable_label(*scale == s, s.label()).clicked() && *scale != s {
                 *scale = s;
             }
         }
         ui.separator();
-        ui.weak("click a heatmap to inspect it");
+        ui.weak(crate::t!("model-click-heatmap"));
     });
     Ok(())
 }
@@ -863,7 +863,8 @@ fn inspector(
         egui::pos2(c.0 as f32 / ppp + 8.0, (c.1 + c.3) as f32 / ppp - 8.0)
     });
     let mut open = true;
-    egui::Window::new("Inspector")
+    egui::Window::new(crate::t!("inspector"))
+        .id(egui::Id::new("inspector-window"))
         .open(&mut open)
         // Inside the main view: never over a lesson's narration or a panel.
         .constrain_to(ui_state.central_rect(ctx).unwrap_or(ctx.content_rect()))
@@ -872,10 +873,10 @@ fn inspector(
         .resizable(false)
         .show(ctx, |ui| {
             ui.monospace(&h.param);
-            ui.label(format!(
-                "shape {:?}  ({} values)",
-                [h.rows, h.cols],
-                h.rows * h.cols
+            ui.label(crate::t!(
+                "inspector-shape",
+                shape = format!("{:?}", [h.rows, h.cols]),
+                values = h.rows * h.cols,
             ));
             let snap = snapshots.latest.as_ref();
             let stats_of = |name: &str| {
@@ -887,31 +888,31 @@ fn inspector(
                 .striped(true)
                 .show(ui, |ui| {
                     if let Some(s) = h.stats {
-                        ui.label(format!("{} mean", snapshots.view.label()));
+                        ui.label(crate::t!("inspector-mean", view = snapshots.view.label()));
                         ui.monospace(format!("{:+.4e}", s.mean));
                         ui.end_row();
-                        ui.label("std");
+                        ui.label(crate::t!("inspector-std"));
                         ui.monospace(format!("{:.4e}", s.std));
                         ui.end_row();
-                        ui.label("min / max");
+                        ui.label(crate::t!("inspector-min-max"));
                         ui.monospace(format!("{:+.4e} / {:+.4e}", s.min, s.max));
                         ui.end_row();
-                        ui.label("colour scale");
+                        ui.label(crate::t!("colour-scale"));
                         ui.monospace(format!("±{:.4e}", h.half_width));
                         ui.end_row();
                     }
                     if let Some(g) = stats_of(&format!("grad.{}", h.param)) {
-                        ui.label("grad norm");
+                        ui.label(crate::t!("metric-grad-norm"));
                         ui.monospace(format!("{:.4e}", g.norm));
                         ui.end_row();
                     }
                     if let Some(w) = stats_of(&h.param) {
-                        ui.label("weight norm");
+                        ui.label(crate::t!("inspector-weight-norm"));
                         ui.monospace(format!("{:.4e}", w.norm));
                         ui.end_row();
                     }
                     if let Some(s) = snap {
-                        ui.label("read at step");
+                        ui.label(crate::t!("inspector-read-at"));
                         ui.monospace(s.step.to_string());
                         ui.end_row();
                     }
@@ -948,5 +949,23 @@ fn lesson_focus(
     match hit {
         Some((entity, _)) => *selection = Selection(Some(entity), true),
         None => pending.retry(&event),
+    }
+}
+
+/// A layer's title in the current language (the program names its layers
+/// in English: `embeddings`, `h.N`, `ln_f`, `head`).
+fn layer_title(name: &str, english: &str) -> String {
+    match name {
+        "embeddings" if english.contains("lab") => crate::t!("layer-embeddings-lab"),
+        "embeddings" => crate::t!("layer-embeddings"),
+        "ln_f" => crate::t!("layer-ln-f"),
+        "head" => crate::t!("layer-head"),
+        _ => match name
+            .strip_prefix("h.")
+            .and_then(|i| i.parse::<usize>().ok())
+        {
+            Some(block) => crate::t!("flow-block", block = block),
+            None => english.to_string(),
+        },
     }
 }

@@ -27,13 +27,9 @@ pub enum Tool {
 impl Tool {
     pub const ALL: [Tool; 4] = [Tool::Lens, Tool::Knockout, Tool::Patch, Tool::Why];
 
-    pub fn title(self) -> &'static str {
-        match self {
-            Tool::Lens => "logit lens",
-            Tool::Knockout => "knock out",
-            Tool::Patch => "patching",
-            Tool::Why => "why this byte",
-        }
+    /// The toolbar's name for it, in the current language.
+    pub fn title(self) -> String {
+        crate::i18n::tr(&format!("probe-tool-{}", self.key()), &[])
     }
 
     pub fn key(self) -> &'static str {

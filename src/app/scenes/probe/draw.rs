@@ -108,7 +108,7 @@ impl Spawner<'_, '_, '_> {
         let (w, h, x0) = (46.0, 42.0, 250.0);
         let points = grid.lens.len();
         self.text(
-            "the logit lens: what the model would predict after each byte if it stopped at each point (gold: it is the byte that follows)".into(),
+            crate::t!("probe-lens-title"),
             20.0,
             Anchor::BOTTOM_LEFT,
             Vec2::new(0.0, points as f32 * h + 20.0),
@@ -117,9 +117,9 @@ impl Spawner<'_, '_, '_> {
         for (k, row) in grid.lens.iter().enumerate() {
             let y = k as f32 * h;
             let place = if k + 1 == points {
-                "after the last block".to_string()
+                crate::t!("probe-after-last-block")
             } else {
-                format!("entering block {k}")
+                crate::t!("probe-entering-block", block = k)
             };
             self.text(
                 place,
@@ -147,14 +147,15 @@ impl Spawner<'_, '_, '_> {
                             name: format!("lens{k}.{t}"),
                             rect: r,
                         },
-                        CellText(format!(
-                            "position {t}, {}: {}",
-                            if k + 1 == points {
-                                "after the last block".into()
+                        CellText(crate::t!(
+                            "probe-lens-cell",
+                            position = t,
+                            place = if k + 1 == points {
+                                crate::t!("probe-after-last-block")
                             } else {
-                                format!("entering block {k}")
+                                crate::t!("probe-entering-block", block = k)
                             },
-                            top5_text(top)
+                            guesses = top5_text(top),
                         )),
                     ));
                 self.text(shown(top[0].byte), 20.0, Anchor::CENTER, r.center(), TEXT);
@@ -165,7 +166,7 @@ impl Spawner<'_, '_, '_> {
             self.text(shown(grid.tokens[t]), 20.0, Anchor::CENTER, at, ACCENT);
         }
         self.text(
-            "the prompt:".into(),
+            crate::t!("probe-the-prompt"),
             18.0,
             Anchor::CENTER_RIGHT,
             Vec2::new(x0 - 12.0, -22.0),
@@ -200,12 +201,16 @@ impl Spawner<'_, '_, '_> {
             .map(|k| k.delta.abs())
             .fold(1e-6f32, f32::max);
         self.text(
-            format!(
-                "how much {} rises when one part is knocked out · click a part to knock it out for good (sampling too)",
-                if a.on == "validation" {
-                    format!("the validation loss ({} rows: {:.3})", a.rows, a.intact_loss)
+            crate::t!(
+                "probe-knockout-title",
+                what = if a.on == "validation" {
+                    crate::t!(
+                        "probe-validation-loss",
+                        rows = a.rows,
+                        loss = format!("{:.3}", a.intact_loss),
+                    )
                 } else {
-                    format!("the prompt's loss ({:.3})", a.intact_loss)
+                    crate::t!("probe-prompt-loss", loss = format!("{:.3}", a.intact_loss))
                 },
             ),
             20.0,
@@ -215,9 +220,9 @@ impl Spawner<'_, '_, '_> {
         );
         for head in 0..=heads {
             let label = if head == heads {
-                "MLP".to_string()
+                crate::t!("mlp")
             } else {
-                format!("head {head}")
+                crate::t!("head-n", head = head)
             };
             self.text(
                 label,
@@ -249,11 +254,11 @@ impl Spawner<'_, '_, '_> {
                         rect: r,
                     },
                     KnockCell(part),
-                    CellText(format!(
-                        "{}: the loss {:.4} without it ({:+.4}); click to knock it out",
-                        part.label(),
-                        k.loss,
-                        k.delta
+                    CellText(crate::t!(
+                        "probe-knock-cell",
+                        part = part.label(),
+                        loss = format!("{:.4}", k.loss),
+                        delta = format!("{:+.4}", k.delta),
                     )),
                 ));
             self.text(
@@ -275,7 +280,7 @@ impl Spawner<'_, '_, '_> {
         }
         for l in 0..layers {
             self.text(
-                format!("block {l}"),
+                crate::t!("block-n", block = l),
                 18.0,
                 Anchor::CENTER_RIGHT,
                 Vec2::new(x0 - 12.0, l as f32 * h + (h - 6.0) / 2.0),
@@ -294,8 +299,8 @@ impl Spawner<'_, '_, '_> {
         // The next byte before and after the learner's knockouts.
         let bx = grid.max.x + 80.0;
         for (k, (title, (loss, guesses))) in [
-            ("intact", &view.before),
-            ("with your knockouts", &view.after),
+            (crate::t!("probe-intact"), &view.before),
+            (crate::t!("probe-with-knockouts"), &view.after),
         ]
         .into_iter()
         .enumerate()
@@ -303,7 +308,11 @@ impl Spawner<'_, '_, '_> {
             let x = bx + k as f32 * 300.0;
             let top = grid.max.y;
             self.text(
-                format!("{title}: loss {loss:.3}"),
+                crate::t!(
+                    "probe-title-loss",
+                    title = title.as_str(),
+                    loss = format!("{loss:.3}")
+                ),
                 19.0,
                 Anchor::TOP_LEFT,
                 Vec2::new(x, top),
@@ -343,10 +352,10 @@ impl Spawner<'_, '_, '_> {
         let first = n.saturating_sub(MAX_COLUMNS);
         let (w, h, x0) = (46.0, 46.0, 170.0);
         self.text(
-            format!(
-                "share of the clean answer “{}” (over the corrupted run's “{}”) that comes back when the clean stream enters a block at one position",
-                shown(p.clean_answer),
-                shown(p.corrupt_answer)
+            crate::t!(
+                "probe-patch-title",
+                clean = shown(p.clean_answer),
+                corrupt = shown(p.corrupt_answer),
             ),
             20.0,
             Anchor::BOTTOM_LEFT,
@@ -356,7 +365,7 @@ impl Spawner<'_, '_, '_> {
         for (l, row) in p.restored.iter().enumerate() {
             let y = l as f32 * h;
             self.text(
-                format!("block {l}"),
+                crate::t!("block-n", block = l),
                 18.0,
                 Anchor::CENTER_RIGHT,
                 Vec2::new(x0 - 12.0, y + h / 2.0),
@@ -371,10 +380,19 @@ impl Spawner<'_, '_, '_> {
                     y + h - 4.0,
                 );
                 let rgba = heatmap::colorize(&[v], 1.0);
-                self.rect(r, Color::srgba_u8(rgba[0], rgba[1], rgba[2], 255), 0.5).insert((
-                    SceneRegion { name: format!("patch{l}.{t}"), rect: r },
-                    CellText(format!("the clean stream entering block {l} at position {t}: {:.0}% of the answer restored", v * 100.0)),
-                ));
+                self.rect(r, Color::srgba_u8(rgba[0], rgba[1], rgba[2], 255), 0.5)
+                    .insert((
+                        SceneRegion {
+                            name: format!("patch{l}.{t}"),
+                            rect: r,
+                        },
+                        CellText(crate::t!(
+                            "probe-patch-cell",
+                            block = l,
+                            position = t,
+                            percent = format!("{:.0}", v * 100.0)
+                        )),
+                    ));
                 if v.abs() >= 0.05 {
                     self.text(
                         format!("{:.0}", v * 100.0),
@@ -397,7 +415,7 @@ impl Spawner<'_, '_, '_> {
         ));
         // The corrupted prompt under its columns, changed bytes in gold.
         self.text(
-            "corrupted:".into(),
+            crate::t!("probe-corrupted"),
             17.0,
             Anchor::CENTER_RIGHT,
             Vec2::new(x0 - 12.0, -22.0),
@@ -437,12 +455,12 @@ impl Spawner<'_, '_, '_> {
             .max(1e-6);
         let top = (shown_n + 1) as f32 * h;
         self.text(
-            format!(
-                "why “{}” and not “{}” at position {}: logit difference {:+.3}, each part's share (they add up to it)",
-                shown(a.a),
-                shown(a.b),
-                a.position,
-                a.total
+            crate::t!(
+                "probe-why-title",
+                a = shown(a.a),
+                b = shown(a.b),
+                position = a.position,
+                total = format!("{:+.3}", a.total),
             ),
             20.0,
             Anchor::BOTTOM_LEFT,
@@ -452,10 +470,12 @@ impl Spawner<'_, '_, '_> {
         let rows: Vec<(String, f32)> = parts[..shown_n]
             .iter()
             .cloned()
-            .chain(
-                (parts.len() > shown_n)
-                    .then(|| (format!("{} smaller parts", parts.len() - shown_n), rest)),
-            )
+            .chain((parts.len() > shown_n).then(|| {
+                (
+                    crate::t!("probe-smaller-parts", n = parts.len() - shown_n),
+                    rest,
+                )
+            }))
             .collect();
         for (i, (name, v)) in rows.iter().enumerate() {
             let y = top - (i as f32 + 0.5) * h;
@@ -490,14 +510,14 @@ impl Spawner<'_, '_, '_> {
                 rect,
             });
         self.text(
-            format!("for “{}”  →", shown(a.a)),
+            crate::t!("probe-for-a", byte = shown(a.a)),
             17.0,
             Anchor::CENTER_LEFT,
             Vec2::new(x0 + 10.0, -16.0),
             GREEN,
         );
         self.text(
-            format!("←  for “{}”", shown(a.b)),
+            crate::t!("probe-for-b", byte = shown(a.b)),
             17.0,
             Anchor::CENTER_RIGHT,
             Vec2::new(x0 - 10.0, -16.0),
@@ -510,7 +530,7 @@ impl Spawner<'_, '_, '_> {
 /// The knocked-out parts, for the toolbar.
 pub fn describe(parts: &[Part]) -> String {
     if parts.is_empty() {
-        "nothing knocked out".into()
+        crate::t!("probe-nothing-knocked-out")
     } else {
         parts
             .iter()

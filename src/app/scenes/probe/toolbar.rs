@@ -29,16 +29,16 @@ pub fn toolbar(
         ui.add(
             egui::TextEdit::singleline(&mut view.prompt)
                 .desired_width(240.0)
-                .hint_text("a prompt"),
+                .hint_text(crate::t!("probe-prompt-hint")),
         );
         if view.prompt != before {
             view.corrupt = corrupt_of(&view.prompt);
         }
         match view.tool {
             Tool::Patch => {
-                ui.label("corrupted:");
+                ui.label(crate::t!("probe-corrupted"));
                 ui.add(egui::TextEdit::singleline(&mut view.corrupt).desired_width(240.0))
-                    .on_hover_text("the same length as the prompt, a byte or two changed");
+                    .on_hover_text(crate::t!("probe-corrupt-hover"));
             }
             Tool::Why => {
                 ui.label("A,B:");
@@ -47,15 +47,16 @@ pub fn toolbar(
                         .desired_width(50.0)
                         .hint_text("e,a"),
                 )
-                .on_hover_text("why byte A and not byte B (empty: the model's top two)");
+                .on_hover_text(crate::t!("probe-pair-hover"));
             }
             Tool::Knockout => {
-                ui.checkbox(&mut view.validation, "on validation text")
-                    .on_hover_text(format!(
-                        "measure each part's importance on {VALIDATION_ROWS} rows of the run's validation windows (the text its validation loss is measured on) instead of the prompt"
+                ui.checkbox(&mut view.validation, crate::t!("probe-on-validation"))
+                    .on_hover_text(crate::t!(
+                        "probe-on-validation-hover",
+                        rows = VALIDATION_ROWS
                     ));
                 ui.weak(draw::describe(&knockouts.0));
-                if !knockouts.0.is_empty() && ui.button("bring all back").clicked() {
+                if !knockouts.0.is_empty() && ui.button(crate::t!("probe-bring-back")).clicked() {
                     knockouts.0.clear();
                 }
             }
@@ -65,37 +66,41 @@ pub fn toolbar(
     let backend = compute.latest.as_ref().map_or("", |a| a.backend.as_str());
     let status = match compute.last() {
         Some((q, Err(e))) if q.tool == view.tool => {
-            format!("cannot compute the {}: {e}", view.tool.title())
+            crate::t!(
+                "probe-cannot",
+                tool = view.tool.title(),
+                error = e.to_string()
+            )
         }
         Some((q, Ok(_))) if q.tool == view.tool => {
             format!(
-                "the program's own forward pass on {}{}, with the run's weights after step {}{}{}",
-                backend,
+                "{}{}{}{}",
+                crate::t!("probe-status", backend = backend, step = q.step),
                 if q.tool == Tool::Knockout {
                     if q.validation {
-                        format!(
-                            "; importance: the loss on {VALIDATION_ROWS} rows of the run's validation windows"
-                        )
+                        crate::t!("probe-status-importance-validation", rows = VALIDATION_ROWS)
                     } else {
-                        "; importance: the loss on the prompt".to_string()
+                        crate::t!("probe-status-importance-prompt")
                     }
                 } else {
                     String::new()
                 },
-                q.step,
                 if q.knockouts.is_empty() {
                     String::new()
                 } else {
-                    format!(" and {} knocked out", draw::describe(&q.knockouts))
+                    crate::t!(
+                        "flow-status-knocked-out",
+                        parts = draw::describe(&q.knockouts)
+                    )
                 },
                 if run.state == RunState::Training {
-                    " · following the training run"
+                    crate::t!("following-training-short")
                 } else {
-                    ""
+                    String::new()
                 }
             )
         }
-        _ => format!("computing the {}…", view.tool.title()),
+        _ => crate::t!("probe-computing", tool = view.tool.title()),
     };
     crate::app::ui::scene_status(ctx, "probe-status", "probe-toolbar", at, status);
     Ok(())

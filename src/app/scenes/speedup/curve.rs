@@ -32,17 +32,14 @@ pub(super) fn draw(
     let mut regions = Vec::new();
     let view = &mut *view;
     ui.label(
-        egui::RichText::new("Why do GPUs win? Measured on this machine")
+        egui::RichText::new(crate::t!("speedup-title"))
             .size(20.0)
             .strong(),
     );
     ui.horizontal_wrapped(|ui| {
         for (tab, name) in [
-            (SpeedupTab::Curve, "📈 Speedup curve: GPU over CPU"),
-            (
-                SpeedupTab::Kernels,
-                "⏱ Where a step's time goes: kernels and roofline",
-            ),
+            (SpeedupTab::Curve, crate::t!("speedup-tab-curve")),
+            (SpeedupTab::Kernels, crate::t!("speedup-tab-kernels")),
         ] {
             ui.selectable_value(&mut view.tab, tab, egui::RichText::new(name).size(16.0));
         }
@@ -67,7 +64,7 @@ pub(super) fn draw(
         return Ok(());
     }
     ui.horizontal_wrapped(|ui| {
-        ui.label("presets:");
+        ui.label(crate::t!("speedup-presets"));
         for (id, on) in &mut view.presets {
             ui.checkbox(on, id.as_str());
         }
@@ -76,18 +73,18 @@ pub(super) fn draw(
     ui.horizontal_wrapped(|ui| {
         ui.checkbox(&mut view.cpu, "CPU");
         ui.checkbox(&mut view.gpu, "GPU");
-        ui.add(egui::Slider::new(&mut view.seconds, 0.5..=10.0).text("s per measurement"));
+        ui.add(egui::Slider::new(&mut view.seconds, 0.5..=10.0).text(crate::t!("speedup-seconds")));
         if let Some(job) = &view.job {
             ui.add(
                 egui::ProgressBar::new(job.done as f32 / job.total.max(1) as f32)
                     .desired_width(220.0)
                     .text(format!("{}/{} · {}", job.done, job.total, job.current)),
             );
-            if ui.button("✖ Cancel").clicked() {
+            if ui.button(crate::t!("speedup-cancel")).clicked() {
                 job.cancel.store(true, Ordering::Relaxed);
                 cancel_pressed = true;
             }
-        } else if ui.button("▶ Measure").clicked()
+        } else if ui.button(crate::t!("speedup-measure")).clicked()
             && let Err(e) = start(view, &gpu)
         {
             view.message = Some(e);
@@ -95,16 +92,16 @@ pub(super) fn draw(
         ui.separator();
         ui.add(egui::TextEdit::singleline(&mut view.path).desired_width(160.0));
         if ui
-            .button("Load")
-            .on_hover_text("a bench.jsonl from `tinygpt bench --report` or Save")
+            .button(crate::t!("load"))
+            .on_hover_text(crate::t!("speedup-load-hover"))
             .clicked()
         {
             match load(&view.path) {
                 Ok(results) => {
-                    view.message = Some(format!(
-                        "loaded {} measurements from {}",
-                        results.len(),
-                        view.path
+                    view.message = Some(crate::t!(
+                        "speedup-loaded",
+                        n = results.len(),
+                        path = view.path.as_str(),
                     ));
                     view.results.clear();
                     for r in results {
@@ -115,8 +112,8 @@ pub(super) fn draw(
             }
         }
         if ui
-            .button("Save")
-            .on_hover_text("the measurements as JSON lines, and the chart as an SVG beside them")
+            .button(crate::t!("save"))
+            .on_hover_text(crate::t!("speedup-save-hover"))
             .clicked()
         {
             let path = view.path.trim().to_string();
@@ -125,20 +122,18 @@ pub(super) fn draw(
             view.message = Some(match save(&path, &view.results, replace) {
                 Ok(svg) => {
                     view.saved.insert(path.clone());
-                    format!("saved {path} and {svg}")
+                    crate::t!("speedup-saved", path = path.as_str(), svg = svg.to_string())
                 }
                 Err(SaveRefused::Exists(e)) => {
                     view.confirm = Some(path);
-                    format!("{e}: press Save again to replace it, or type another name")
+                    crate::t!("speedup-save-again", error = e.to_string())
                 }
                 Err(SaveRefused::Other(e)) => e,
             });
         }
         if ui
-            .button("📷 PNG")
-            .on_hover_text(
-                "the chart as a PNG (tinygpt-speedup-curve.png; a download in the browser)",
-            )
+            .button(crate::t!("png-button"))
+            .on_hover_text(crate::t!("speedup-png-hover"))
             .clicked()
         {
             export.write(crate::app::export::ExportPng {
@@ -157,12 +152,7 @@ pub(super) fn draw(
         ui.label(egui::RichText::new(m).color(egui::Color32::from_rgb(240, 190, 80)));
     }
     if cfg!(target_arch = "wasm32") {
-        ui.label(
-            egui::RichText::new(
-                "In the browser the CPU bench runs on the page's one thread (the page pauses while it measures) and the GPU bench is off; a saved run from a desktop loads here.",
-            )
-            .weak(),
-        );
+        ui.label(egui::RichText::new(crate::t!("speedup-web-note")).weak());
     }
     let mut devices: Vec<&str> = Vec::new();
     for r in &view.results {
@@ -172,9 +162,12 @@ pub(super) fn draw(
     }
     if !devices.is_empty() {
         ui.label(
-            egui::RichText::new(format!("measured on: {}", devices.join("; ")))
-                .size(12.0)
-                .weak(),
+            egui::RichText::new(crate::t!(
+                "speedup-measured-on",
+                devices = devices.join("; ")
+            ))
+            .size(12.0)
+            .weak(),
         );
     }
     // The curve: GPU-over-CPU against parameters (log10 on x).
@@ -196,8 +189,8 @@ pub(super) fn draw(
     let response = Plot::new("speedup")
         .height(plot_h)
         .legend(Legend::default().position(egui_plot::Corner::LeftTop))
-        .x_axis_label("parameters (log scale)")
-        .y_axis_label("GPU over CPU (×)")
+        .x_axis_label(crate::t!("speedup-x-axis"))
+        .y_axis_label(crate::t!("speedup-y-axis"))
         .x_axis_formatter(|mark, _| {
             let n = 10f64.powf(mark.value);
             if n >= 1e6 {
@@ -222,9 +215,13 @@ pub(super) fn draw(
                 .map(|r| format!("{} {}: {:.2} ms/step", r.preset, r.backend, r.median_ms))
                 .collect::<Vec<_>>();
             Some(format!(
-                "{plot_name}\n{:.0} parameters, {:.1}×{}",
-                10f64.powf(p.x),
-                p.y,
+                "{}{}",
+                crate::t!(
+                    "speedup-hover",
+                    name = plot_name.to_string(),
+                    params = format!("{:.0}", 10f64.powf(p.x)),
+                    ratio = format!("{:.1}", p.y),
+                ),
                 if near.is_empty() {
                     String::new()
                 } else {
@@ -234,23 +231,18 @@ pub(super) fn draw(
         })
         .show(&mut ui, |plot| {
             plot.line(Line::new(
-                "original TinyGPT (M-series laptop: WebGPU over WASM SIMD)",
+                crate::t!("speedup-original"),
                 PlotPoints::from(original.clone()),
             ));
             plot.points(
-                Points::new(
-                    "original TinyGPT (M-series laptop: WebGPU over WASM SIMD)",
-                    PlotPoints::from(original),
-                )
-                .radius(4.0),
+                Points::new(crate::t!("speedup-original"), PlotPoints::from(original)).radius(4.0),
             );
             if !ours.is_empty() {
                 plot.line(
-                    Line::new("this machine: GPU over CPU", PlotPoints::from(ours.clone()))
-                        .width(2.5),
+                    Line::new(crate::t!("speedup-ours"), PlotPoints::from(ours.clone())).width(2.5),
                 );
                 plot.points(
-                    Points::new("this machine: GPU over CPU", PlotPoints::from(ours)).radius(6.0),
+                    Points::new(crate::t!("speedup-ours"), PlotPoints::from(ours)).radius(6.0),
                 );
             }
         });
@@ -270,11 +262,11 @@ pub(super) fn draw(
                 .spacing(egui::vec2(16.0, 4.0))
                 .show(ui, |ui| {
                     for h in [
-                        "preset",
-                        "parameters",
-                        "CPU ms/step",
-                        "GPU ms/step",
-                        "GPU/CPU",
+                        crate::t!("speedup-col-preset"),
+                        crate::t!("speedup-col-params"),
+                        crate::t!("speedup-col-cpu"),
+                        crate::t!("speedup-col-gpu"),
+                        "GPU/CPU".to_string(),
                     ] {
                         ui.label(egui::RichText::new(h).strong());
                     }

@@ -29,7 +29,7 @@ pub(super) fn kernels_view(
     let top = ui.cursor().min;
     let mut regions = Vec::new();
     ui.horizontal_wrapped(|ui| {
-        ui.label(egui::RichText::new("One training step of").size(16.0));
+        ui.label(egui::RichText::new(crate::t!("kernels-one-step-of")).size(16.0));
         egui::ComboBox::from_id_salt("kernels-preset")
             .selected_text(&view.kernels_preset)
             .show_ui(ui, |ui| {
@@ -39,20 +39,20 @@ pub(super) fn kernels_view(
             });
         let busy = view.running();
         if ui
-            .add_enabled(!busy, egui::Button::new("⏱ Time one step"))
-            .on_hover_text("this adapter's matmul and copy ceilings, then every kernel of one training step with GPU timestamps (each in a pass of its own)")
+            .add_enabled(!busy, egui::Button::new(crate::t!("kernels-time")))
+            .on_hover_text(crate::t!("kernels-time-hover"))
             .clicked()
         {
             view.start_kernels(gpu);
         }
         if view.kernels_job.is_some() {
             ui.spinner();
-            ui.label("measuring this GPU's ceilings, then timing every kernel of the step…");
+            ui.label(crate::t!("kernels-measuring"));
         }
         if view.kernels.as_ref().is_some_and(|k| k.is_ok())
             && ui
-                .button("📷 PNG")
-                .on_hover_text("the bar, the table and the roofline as a PNG")
+                .button(crate::t!("png-button"))
+                .on_hover_text(crate::t!("kernels-png-hover"))
                 .clicked()
         {
             view.export_kernels = true;
@@ -60,10 +60,14 @@ pub(super) fn kernels_view(
         if let Some(Ok(k)) = &view.kernels
             && ui
                 .button("SVG + JSON")
-                .on_hover_text("the roofline as tinygpt-roofline.svg, and every kernel's time as tinygpt-kernels.json")
+                .on_hover_text(crate::t!("kernels-svg-hover"))
                 .clicked()
         {
-            files.write(crate::app::export::ExportFile::new("roofline", "svg", k.roofline_chart().to_svg()));
+            files.write(crate::app::export::ExportFile::new(
+                "roofline",
+                "svg",
+                k.roofline_chart().to_svg(),
+            ));
             files.write(crate::app::export::ExportFile::new(
                 "kernels",
                 "json",
@@ -79,12 +83,7 @@ pub(super) fn kernels_view(
             )];
         }
         None => {
-            ui.label(
-                egui::RichText::new(
-                    "Press ⏱ to time every kernel of one step on this machine's GPU, and to measure how fast it can multiply (TFLOP/s) and copy (GB/s).",
-                )
-                .weak(),
-            );
+            ui.label(egui::RichText::new(crate::t!("kernels-press")).weak());
             return vec![(
                 "kernels".into(),
                 egui::Rect::from_min_size(top, egui::vec2(ui.available_width(), 30.0)),
@@ -101,13 +100,19 @@ pub(super) fn kernels_view(
     };
     let total = k.total_ms();
     let what = match k.source.as_str() {
-        "gpu_timestamps" => format!(
-            "{}: {total:.2} ms of kernel time in {} dispatches on {} (each timed in a pass of its own, so more than a step takes)",
-            k.preset,
-            k.rows.len(),
-            k.device
+        "gpu_timestamps" => crate::t!(
+            "kernels-total-gpu",
+            preset = k.preset.as_str(),
+            ms = format!("{total:.2}"),
+            n = k.rows.len(),
+            device = k.device.as_str(),
         ),
-        _ => format!("{}: {total:.2} ms per step on {}", k.preset, k.device),
+        _ => crate::t!(
+            "kernels-total",
+            preset = k.preset.as_str(),
+            ms = format!("{total:.2}"),
+            device = k.device.as_str(),
+        ),
     };
     ui.label(egui::RichText::new(what).size(13.0));
     if let Some(note) = &k.note {
@@ -177,13 +182,13 @@ pub(super) fn kernels_view(
                 .spacing(egui::vec2(12.0, 3.0))
                 .show(ui, |ui| {
                     for h in [
-                        "",
-                        "op family",
-                        "ms",
-                        "share",
-                        "FLOP/byte",
-                        "GFLOP/s",
-                        "bound",
+                        String::new(),
+                        crate::t!("kernels-col-family"),
+                        "ms".to_string(),
+                        crate::t!("kernels-col-share"),
+                        "FLOP/byte".to_string(),
+                        "GFLOP/s".to_string(),
+                        crate::t!("kernels-col-bound"),
                     ] {
                         ui.label(egui::RichText::new(h).strong());
                     }
@@ -193,7 +198,7 @@ pub(super) fn kernels_view(
                             ui.allocate_exact_size(egui::vec2(12.0, 12.0), egui::Sense::hover());
                         ui.painter().rect_filled(sw, 2.0, colour(i));
                         ui.label(&f.family).on_hover_text(if gpu_rows {
-                            format!("{} dispatches", f.count)
+                            crate::t!("kernels-dispatches", n = f.count)
                         } else {
                             String::new()
                         });
@@ -211,7 +216,11 @@ pub(super) fn kernels_view(
                         });
                         ui.label(match (&f.bound, f.attainable_gflops) {
                             (Some(b), Some(a)) if f.flops > 0.0 => {
-                                format!("{b} ({:.0}% of roof)", 100.0 * f.gflops / a)
+                                crate::t!(
+                                    "kernels-of-roof",
+                                    bound = b.as_str(),
+                                    percent = format!("{:.0}", 100.0 * f.gflops / a)
+                                )
                             }
                             (Some(b), _) => b.clone(),
                             _ => "—".into(),
@@ -238,31 +247,27 @@ pub(super) fn roofline(ui: &mut egui::Ui, k: &KernelTimes) -> egui::Rect {
     match &k.ceilings {
         Some(c) => {
             ui.label(
-                egui::RichText::new(format!(
-                    "Roofline of this adapter: matmul {}, copy {:.0} GB/s (measured just now); ridge at {:.1} FLOP/byte",
-                    crate::bench::kernels::human_flops(c.matmul_tflops * 1e3),
-                    c.copy_gbps,
-                    c.matmul_tflops * 1e3 / c.copy_gbps
+                egui::RichText::new(crate::t!(
+                    "kernels-roofline",
+                    matmul = crate::bench::kernels::human_flops(c.matmul_tflops * 1e3),
+                    copy = format!("{:.0}", c.copy_gbps),
+                    ridge = format!("{:.1}", c.matmul_tflops * 1e3 / c.copy_gbps),
                 ))
                 .size(13.0),
             );
         }
         None => {
             ui.label(
-                egui::RichText::new(
-                    "No GPU ceilings here: the CPU's ops are placed by intensity and speed, without a roof.",
-                )
-                .size(13.0)
-                .weak(),
+                egui::RichText::new(crate::t!("kernels-no-ceilings"))
+                    .size(13.0)
+                    .weak(),
             );
         }
     }
     ui.label(
-        egui::RichText::new(
-            "Below the slanted roof an op waits on memory; under the flat one, on arithmetic. Bytes are each tensor read or written once.",
-        )
-        .size(12.0)
-        .weak(),
+        egui::RichText::new(crate::t!("kernels-roof-note"))
+            .size(12.0)
+            .weak(),
     );
     let points: Vec<(usize, &crate::bench::kernels::Family)> = k
         .families
@@ -340,8 +345,8 @@ pub(super) fn roofline(ui: &mut egui::Ui, k: &KernelTimes) -> egui::Rect {
         })
         .collect();
     let response = Plot::new("roofline")
-        .x_axis_label("FLOPs per byte (log)")
-        .y_axis_label("GFLOP/s (log)")
+        .x_axis_label(crate::t!("kernels-x-axis"))
+        .y_axis_label(crate::t!("kernels-y-axis"))
         .x_axis_formatter(decade)
         .y_axis_formatter(decade)
         .x_grid_spacer(decades)
@@ -374,7 +379,7 @@ pub(super) fn roofline(ui: &mut egui::Ui, k: &KernelTimes) -> egui::Rect {
                     })
                     .collect();
                 plot.line(
-                    Line::new("roof", PlotPoints::from(roof))
+                    Line::new(crate::t!("kernels-roof"), PlotPoints::from(roof))
                         .color(egui::Color32::from_gray(220))
                         .width(2.5),
                 );

@@ -45,9 +45,7 @@ pub(super) fn time_kernels(
     };
     let mut times = crate::bench::kernels::time_step(preset, &config, contexts, true)?;
     if cfg!(target_arch = "wasm32") {
-        times.note = Some(
-            "in the browser, reading GPU timestamps back would wait in the page's one thread: the CPU backend's op times instead".into(),
-        );
+        times.note = Some(crate::t!("speedup-web-timestamps"));
     }
     Ok(times)
 }
@@ -61,16 +59,16 @@ pub(super) fn start(view: &mut SpeedupView, gpu: &GpuDevice) -> Result<(), Strin
         .map(|(id, _)| id.clone())
         .collect();
     if presets.is_empty() || !(view.cpu || view.gpu) {
-        return Err("choose at least one preset and one backend".into());
+        return Err(crate::t!("speedup-choose"));
     }
     let app_ctx = if view.gpu {
         if cfg!(target_arch = "wasm32") {
-            return Err("in the browser a GPU bench would wait on the GPU in the page's one thread; measure the CPU here, or load a saved run".into());
+            return Err(crate::t!("speedup-web-no-gpu"));
         }
         Some(gpu.context.clone().ok_or_else(|| {
             gpu.missing
                 .clone()
-                .unwrap_or_else(|| "no GPU device is available to the app".into())
+                .unwrap_or_else(|| crate::t!("speedup-no-gpu"))
         })?)
     } else {
         None
@@ -164,9 +162,9 @@ pub(super) fn collect(
             && crate::backend::software_adapter(ctx).is_some()
         {
             view.gpu = false;
-            view.gpu_note = Some(format!(
-                "{} is a software renderer: it draws this window too, so its bench would freeze the picture while it runs (tick GPU to measure it anyway)",
-                ctx.info.name
+            view.gpu_note = Some(crate::t!(
+                "speedup-software-gpu",
+                name = ctx.info.name.as_str()
             ));
         }
     }
@@ -192,7 +190,7 @@ pub(super) fn collect(
     {
         run.state = RunState::Paused;
         view.paused_run_at = Some(run.step());
-        status.info = Some("training paused while the bench measures".into());
+        status.info = Some(crate::t!("speedup-paused"));
     }
     if let Some(n) = view.frames_since_cancel.as_mut() {
         *n += 1;
@@ -230,7 +228,7 @@ pub(super) fn collect(
     if finished {
         view.job = None;
         if cancelled {
-            view.message = Some("cancelled".into());
+            view.message = Some(crate::t!("speedup-cancelled"));
         }
     }
     if let Some(e) = failure

@@ -124,7 +124,7 @@ fn enter(run: Option<ResMut<Run>>, mut status: ResMut<AppStatus>) {
         && run.state == RunState::Training
     {
         run.state = RunState::Paused;
-        status.info = Some("training paused while you step through a step".into());
+        status.info = Some(crate::t!("step-paused-info"));
     }
 }
 
@@ -225,18 +225,16 @@ impl Move {
         }
     }
 
+    /// The buttons: the move, its label (a catalogue key where it has
+    /// words), its tooltip's catalogue key.
     const BUTTONS: [(Move, &'static str, &'static str); 7] = [
-        (Move::Start, "⏮", "to the first entry (Home)"),
-        (Move::PrevLayer, "◀◀", "previous layer (Page Up)"),
-        (Move::Prev, "◀", "previous op (←)"),
-        (Move::Next, "▶", "next op (→)"),
-        (Move::NextLayer, "▶▶", "next layer (Page Down)"),
-        (Move::EndOfPass, "⏭ pass", "to the end of this pass (End)"),
-        (
-            Move::EndOfStep,
-            "⏭ step",
-            "to the end of the step, AdamW (Shift+End)",
-        ),
+        (Move::Start, "⏮", "step-to-start"),
+        (Move::PrevLayer, "◀◀", "step-prev-layer"),
+        (Move::Prev, "◀", "step-prev"),
+        (Move::Next, "▶", "step-next"),
+        (Move::NextLayer, "▶▶", "step-next-layer"),
+        (Move::EndOfPass, "step-end-pass-button", "step-end-pass"),
+        (Move::EndOfStep, "step-end-step-button", "step-end-step"),
     ];
 
     fn from_keys(ctx: &egui::Context) -> Option<Move> {
@@ -308,25 +306,38 @@ fn draw(
 
     // ---- toolbar
     crate::app::ui::scene_toolbar(&ctx, "step-toolbar", area, |ui| {
-        ui.selectable_value(&mut view.source, SourceKind::NextBatch, "next batch")
-            .on_hover_text("the batch the run's next training step trains on");
-        ui.selectable_value(&mut view.source, SourceKind::Prompt, "prompt")
-            .on_hover_text("your text in every row of the batch: a step the run never keeps");
+        ui.selectable_value(
+            &mut view.source,
+            SourceKind::NextBatch,
+            crate::t!("step-next-batch"),
+        )
+        .on_hover_text(crate::t!("step-next-batch-hover"));
+        ui.selectable_value(
+            &mut view.source,
+            SourceKind::Prompt,
+            crate::t!("attention-source-prompt"),
+        )
+        .on_hover_text(crate::t!("step-prompt-hover"));
         if view.source == SourceKind::Prompt {
             ui.add(
                 egui::TextEdit::singleline(&mut view.prompt)
                     .desired_width(180.0)
-                    .hint_text("type a text to train on"),
+                    .hint_text(crate::t!("step-prompt-hint")),
             );
         }
         ui.separator();
         for (m, label, tip) in Move::BUTTONS {
-            if ui.button(label).on_hover_text(tip).clicked() {
+            // The arrows are no message's key: they are drawn as they are.
+            if ui
+                .button(crate::i18n::tr(label, &[]))
+                .on_hover_text(crate::i18n::tr(tip, &[]))
+                .clicked()
+            {
                 view.position = m.target(&entries, view.position.min(entries.len() - 1));
             }
         }
         ui.separator();
-        ui.label("clip/AdamW:");
+        ui.label(crate::t!("step-clip-adamw"));
         let current = view.focus.clone().or(focus_now.clone()).unwrap_or_default();
         egui::ComboBox::from_id_salt("step-focus")
             .selected_text(current.trim_start_matches("transformer."))
@@ -367,10 +378,8 @@ fn draw(
             provenance(ui, &run, stepping, &view);
             if can_keep && done == entries.len() {
                 keep = ui
-                    .button(egui::RichText::new("✔ Keep this step in the run").size(15.0))
-                    .on_hover_text(
-                        "count it as the run's next step (otherwise leaving the scene undoes it)",
-                    )
+                    .button(egui::RichText::new(crate::t!("step-keep")).size(15.0))
+                    .on_hover_text(crate::t!("step-keep-hover"))
                     .clicked();
             }
         });
@@ -392,13 +401,13 @@ fn draw(
                             .engine
                             .stepping_error
                             .clone()
-                            .map(|e| format!("cannot step: {e}"))
+                            .map(|e| crate::t!("step-cannot", error = e))
                             .unwrap_or_else(|| {
-                                format!(
-                                    "running entries {} to {} on the {} backend…",
-                                    done,
-                                    position,
-                                    backend_word(&run)
+                                crate::t!(
+                                    "step-running",
+                                    from = done,
+                                    to = position,
+                                    backend = backend_word(&run),
                                 )
                             });
                         ui.label(egui::RichText::new(why).size(16.0));
@@ -440,23 +449,22 @@ fn backend_word(run: &Run) -> &str {
 /// One line on what the numbers are computed from.
 fn provenance(ui: &mut egui::Ui, run: &Run, stepping: Option<&Stepping>, view: &StepView) {
     let text = match stepping {
-        Some(s) => format!(
-            "Computed on the {} backend from the run's weights after step {} and {}; row 0 of {} shown. The run is paused; leaving this scene undoes the step{}.",
-            backend_word(run),
-            s.cursor.run_step,
-            match view.source {
-                SourceKind::NextBatch => "the batch its next step trains on".to_string(),
-                SourceKind::Prompt =>
-                    "your prompt in every row (targets: its next bytes)".to_string(),
+        Some(s) => crate::t!(
+            "step-provenance",
+            backend = backend_word(run),
+            step = s.cursor.run_step,
+            batch = match view.source {
+                SourceKind::NextBatch => crate::t!("step-batch-next"),
+                SourceKind::Prompt => crate::t!("step-batch-prompt"),
             },
-            run.config().batch,
-            if s.cursor.source == StepSource::NextBatch {
-                " unless you keep it"
+            rows = run.config().batch,
+            unless = if s.cursor.source == StepSource::NextBatch {
+                crate::t!("step-unless-kept")
             } else {
-                ""
-            }
+                String::new()
+            },
         ),
-        None => "preparing the step…".into(),
+        None => crate::t!("step-preparing"),
     };
     ui.label(egui::RichText::new(text).size(14.0).weak());
 }
@@ -553,10 +561,10 @@ fn timeline(
     // The legend, under the lanes.
     let mut x = rect.min.x;
     for (phase, what) in [
-        (Phase::Forward, "forward →"),
-        (Phase::Backward, "← backward (under its forward op)"),
-        (Phase::Clip, "clip"),
-        (Phase::Optimizer, "AdamW"),
+        (Phase::Forward, crate::t!("step-legend-forward")),
+        (Phase::Backward, crate::t!("step-legend-backward")),
+        (Phase::Clip, crate::t!("step-legend-clip")),
+        (Phase::Optimizer, "AdamW".to_string()),
     ] {
         let y = rect.max.y - 9.0;
         painter.rect_filled(
@@ -564,7 +572,7 @@ fn timeline(
             2.0,
             phase_colour(phase),
         );
-        let g = painter.layout_no_wrap(what.into(), egui::FontId::proportional(13.0), text);
+        let g = painter.layout_no_wrap(what, egui::FontId::proportional(13.0), text);
         let w = g.size().x;
         painter.galley(egui::pos2(x + 16.0, y - g.size().y * 0.5), g, text);
         x += 16.0 + w + 18.0;
@@ -577,9 +585,9 @@ fn timeline(
             e.label,
             e.phase.key(),
             if i < done {
-                ""
+                String::new()
             } else {
-                " · not run yet: click to run up to it"
+                crate::t!("step-not-run")
             }
         ));
         if response.clicked() {
@@ -598,16 +606,22 @@ fn entry_header(ui: &mut egui::Ui, entry: &Entry, total: usize) {
             .inner_margin(egui::Margin::symmetric(8, 2))
             .show(ui, |ui| {
                 ui.label(
-                    egui::RichText::new(entry.phase.key())
-                        .color(egui::Color32::BLACK)
-                        .size(16.0),
+                    egui::RichText::new(crate::i18n::tr(
+                        &format!("step-phase-{}", entry.phase.key()),
+                        &[],
+                    ))
+                    .color(egui::Color32::BLACK)
+                    .size(16.0),
                 );
             });
         ui.label(egui::RichText::new(&entry.label).size(22.0).strong());
         ui.label(
-            egui::RichText::new(format!(
-                "{} · entry {} of {total} · layer {}",
-                entry.kind, entry.index, entry.layer_name
+            egui::RichText::new(crate::t!(
+                "step-entry-of",
+                kind = entry.kind.to_string(),
+                entry = entry.index,
+                total = total,
+                layer = entry.layer_name.to_string(),
             ))
             .size(15.0)
             .weak(),
@@ -632,13 +646,13 @@ fn fmt(x: f64) -> String {
 }
 
 fn stats_line(s: &Stats) -> String {
-    format!(
-        "mean {}  std {}\nmin {}  max {}  ‖·‖ {}",
-        fmt(s.mean),
-        fmt(s.std),
-        fmt(s.min),
-        fmt(s.max),
-        fmt(s.l2)
+    crate::t!(
+        "step-stats",
+        mean = fmt(s.mean),
+        std = fmt(s.std),
+        min = fmt(s.min),
+        max = fmt(s.max),
+        norm = fmt(s.l2),
     )
 }
 
@@ -664,11 +678,9 @@ fn entry_body(
         );
         if view.entry.step == crate::program::Step::AdamW {
             ui.label(
-                egui::RichText::new(
-                    "Adam divides the momentum m by √v: every weight moves by about lr whatever its gradient's size (see rms_update ≈ lr), and weights whose gradient is 0 this step still move (momentum, weight decay).",
-                )
-                .size(14.0)
-                .weak(),
+                egui::RichText::new(crate::t!("step-adam-note"))
+                    .size(14.0)
+                    .weak(),
             );
         }
     }
@@ -736,7 +748,7 @@ fn tensor_card(
                 };
                 ui.horizontal_wrapped(|ui| {
                     ui.label(
-                        egui::RichText::new(t.role.label())
+                        egui::RichText::new(role_label(t.role))
                             .color(role_colour)
                             .size(14.0),
                     );
@@ -748,14 +760,15 @@ fn tensor_card(
                     .on_hover_text(&t.name);
                 });
                 ui.label(
-                    egui::RichText::new(format!(
-                        "shape ({}) · {}",
-                        t.shape
+                    egui::RichText::new(crate::t!(
+                        "step-shape",
+                        shape = t
+                            .shape
                             .iter()
                             .map(|d| d.to_string())
                             .collect::<Vec<_>>()
                             .join(", "),
-                        t.preview.caption
+                        caption = t.preview.caption.as_str(),
                     ))
                     .size(13.0)
                     .weak(),
@@ -808,10 +821,10 @@ fn tensor_card(
                 );
                 if let Some(a) = &t.added {
                     ui.label(
-                        egui::RichText::new(format!(
-                            "this op added: ‖·‖ {}  mean {}",
-                            fmt(a.l2),
-                            fmt(a.mean)
+                        egui::RichText::new(crate::t!(
+                            "step-op-added",
+                            norm = fmt(a.l2),
+                            mean = fmt(a.mean),
                         ))
                         .size(13.0)
                         .monospace()
@@ -856,9 +869,10 @@ fn lesson_focus(
     });
     match found {
         Some(i) => view.position = i,
-        None => status.error(format!(
-            "the lesson's op `{label}` is not in this run's program (it was checked against the {} preset)",
-            event.preset
+        None => status.error(crate::t!(
+            "step-lesson-op-missing",
+            label = label.as_str(),
+            preset = event.preset.as_str(),
         )),
     }
 }
@@ -868,4 +882,23 @@ fn lesson_action(event: On<LessonAction>, mut view: ResMut<StepView>) {
     if let Action::Prompt(text) = &event.0 {
         view.prompt = text.clone();
     }
+}
+
+/// A tensor's role in an entry, in the current language.
+fn role_label(role: crate::stepthrough::Role) -> String {
+    use crate::stepthrough::Role;
+    crate::t!(match role {
+        Role::Input => "step-role-input",
+        Role::Param => "step-role-parameter",
+        Role::Output => "step-role-output",
+        Role::Saved => "step-role-saved",
+        Role::Upstream => "step-role-upstream",
+        Role::Grad => "step-role-grad",
+        Role::Clipped => "step-role-clipped",
+        Role::WeightBefore => "step-role-w-before",
+        Role::WeightAfter => "step-role-w-after",
+        Role::Momentum => "step-role-m",
+        Role::Variance => "step-role-v",
+        Role::Update => "step-role-update",
+    })
 }

@@ -19,7 +19,7 @@ pub(in crate::app::scenes::flash) fn draw_grid(
         painter,
         rect.min + egui::vec2(10.0, 8.0),
         egui::Align2::LEFT_TOP,
-        "tiles × blocks",
+        crate::t!("flash-grid-title"),
         15.0,
         TEXT,
     );
@@ -34,7 +34,7 @@ pub(in crate::app::scenes::flash) fn draw_grid(
         painter,
         egui::pos2(origin.x, origin.y - 4.0),
         egui::Align2::LEFT_BOTTOM,
-        "key blocks →",
+        crate::t!("flash-key-blocks"),
         12.0,
         KEY,
     );
@@ -78,15 +78,15 @@ pub(in crate::app::scenes::flash) fn draw_grid(
         if let Some(p) = pointer
             && c.contains(p)
         {
-            *hover = Some(format!(
-                "query tile {} × key block {}: {}",
-                v.q_tile,
-                v.k_block,
-                if v.skipped {
-                    "skipped: every key comes after every query (causal)".to_string()
+            *hover = Some(crate::t!(
+                "flash-grid-cell",
+                tile = v.q_tile,
+                block = v.k_block,
+                what = if v.skipped {
+                    crate::t!("flash-grid-skipped")
                 } else {
-                    format!("visit {} of its workgroup", v.order + 1)
-                }
+                    crate::t!("flash-grid-visit", n = v.order + 1)
+                },
             ));
         }
     }
@@ -108,7 +108,11 @@ pub(in crate::app::scenes::flash) fn draw_grid(
         painter,
         egui::pos2(rect.min.x + 10.0, legend_y),
         egui::Align2::LEFT_BOTTOM,
-        format!("{} visited · {} skipped", s.visited, s.skipped),
+        crate::t!(
+            "flash-grid-counts",
+            visited = s.visited,
+            skipped = s.skipped
+        ),
         12.0,
         WEAK,
     );

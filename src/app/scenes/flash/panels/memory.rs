@@ -19,7 +19,7 @@ pub(in crate::app::scenes::flash) fn draw_memory(
         painter,
         rect.min + egui::vec2(10.0, 8.0),
         egui::Align2::LEFT_TOP,
-        "GPU memory (global)",
+        crate::t!("flash-global-memory"),
         15.0,
         TEXT,
     );
@@ -124,7 +124,7 @@ pub(in crate::app::scenes::flash) fn draw_memory(
         painter,
         egui::pos2(rect.min.x + 10.0, rect.max.y - 6.0),
         egui::Align2::LEFT_BOTTOM,
-        format!("T = {} rows, {} per tile", trace.t, ATTENTION_TILE),
+        crate::t!("flash-rows-per-tile", t = trace.t, tile = ATTENTION_TILE),
         12.0,
         WEAK,
     );

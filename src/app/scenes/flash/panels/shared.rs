@@ -28,7 +28,7 @@ pub(in crate::app::scenes::flash) fn draw_shared(
         painter,
         rect.min + egui::vec2(10.0, 8.0),
         egui::Align2::LEFT_TOP,
-        format!("shared memory · {}", human_bytes(bytes)),
+        crate::t!("flash-shared-memory", bytes = human_bytes(bytes)),
         15.0,
         TEXT,
     );
@@ -36,7 +36,7 @@ pub(in crate::app::scenes::flash) fn draw_shared(
         painter,
         rect.min + egui::vec2(10.0, 28.0),
         egui::Align2::LEFT_TOP,
-        "one workgroup: blue kept, orange loaded now",
+        crate::t!("flash-one-workgroup"),
         12.0,
         WEAK,
     );
@@ -154,14 +154,18 @@ pub(in crate::app::scenes::flash) fn draw_shared(
                     && c.contains(p)
                 {
                     let what = if masked {
-                        "masked: key after the query (causal)".to_string()
+                        crate::t!("flash-masked")
                     } else {
                         format!("{x:.4}")
                     };
-                    *hover = Some(format!(
-                        "{name}\nquery {qi} `{}` · key {kj} `{}`\n{what}",
-                        trace.tokens.get(qi).map_or("".into(), |&b| byte_label(b)),
-                        trace.tokens.get(kj).map_or("".into(), |&b| byte_label(b)),
+                    *hover = Some(crate::t!(
+                        "flash-cell-hover",
+                        name = name,
+                        qi = qi,
+                        q = trace.tokens.get(qi).map_or("".into(), |&b| byte_label(b)),
+                        kj = kj,
+                        k = trace.tokens.get(kj).map_or("".into(), |&b| byte_label(b)),
+                        what = what,
                     ));
                 }
             }
@@ -174,13 +178,9 @@ pub(in crate::app::scenes::flash) fn draw_shared(
         );
     }
     let note = match pass {
-        Pass::Forward => format!(
-            "{tile}×{tile} scores live only here; the row max m and sum l update, O is rescaled"
-        ),
-        Pass::BackwardDkdv => {
-            "P recomputed from q, k and the saved lse; dK += dSᵀ·Q, dV += Pᵀ·dO".into()
-        }
-        Pass::BackwardDq => "P recomputed again; dQ += dS·K".into(),
+        Pass::Forward => crate::t!("flash-note-forward", tile = tile),
+        Pass::BackwardDkdv => crate::t!("flash-note-dkdv"),
+        Pass::BackwardDq => crate::t!("flash-note-dq"),
     };
     text(
         painter,
