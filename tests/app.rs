@@ -1444,6 +1444,48 @@ fn a_locked_workshop_shows_its_lesson_and_nothing_else() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// The app in Spanish and in Chinese (`--lang`, as a link's `lang=`): a
+/// workshop opens its lesson in the language, the narration the
+/// translation's, and the picture is taken once the language and (for
+/// Chinese) its font are in place; the handout is printed in the language;
+/// a language the app does not speak is refused with one line.
+#[test]
+fn a_workshop_and_its_handout_speak_spanish_and_chinese() {
+    use tinygpt::i18n::Language;
+    let dir = common::scratch_dir("app-languages");
+    for language in [Language::Spanish, Language::Chinese] {
+        let code = language.code();
+        let shot = dir.join(format!("workshop-{code}.png"));
+        let r = run_headless(
+            &["app", "--headless", "--lesson", "next-byte", "--lesson-step", "3", "--locked", "--lang", code, "--frames", "30", "--width", "1280", "--height", "720"],
+            &shot,
+        );
+        let line = r.to_string();
+        let lesson = tinygpt::lesson::Lesson::load_in("next-byte", language).unwrap();
+        assert_eq!(r["language"], code, "{line}");
+        assert_eq!(r["lesson"]["title"], lesson.title.as_str(), "{line}");
+        assert_eq!(r["lesson"]["step_title"], lesson.steps[2].title.as_str(), "{line}");
+        assert_eq!(r["scene"], "flow", "the lesson's scene, not undone by the switch: {line}");
+        assert!(r["errors"].as_array().unwrap().is_empty(), "{line}");
+        assert_regions_drawn(&r, &shot, &["narration"], (200, 60), 0.2);
+    }
+    // The handout in Chinese: the page says so, with the lesson's Chinese words.
+    let page = dir.join("reversal-zh.html");
+    let (said, _) = common::tinygpt(&["handout", "--lang", "zh", "--lesson", "reversal", "--out", page.to_str().unwrap(), "--width", "320", "--height", "240"]);
+    assert!(said.contains("wrote"), "{said}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    let lesson = tinygpt::lesson::Lesson::load_in("reversal", Language::Chinese).unwrap();
+    assert!(html.contains("<html lang=\"zh\">"), "{html}");
+    assert!(html.contains(&lesson.title) && html.contains(&lesson.steps[2].title), "{html}");
+    assert!(html.contains(&tinygpt::i18n::tr_in(Language::Chinese, "handout-answers", &[])), "{html}");
+    // A language it does not speak.
+    let out = Command::new(env!("CARGO_BIN_EXE_tinygpt")).args(["app", "--headless", "--lang", "fr"]).output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("`fr`") && stderr.contains("zh (中文)"), "{stderr}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// Every byte's axis label (the Attention scene's, the Flow scene's) and
 /// the signs the scenes draw have a glyph in the label font: no tofu box
 /// (the space used to be `␠`, which DejaVu Sans lacks; it is `␣`).
