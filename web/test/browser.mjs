@@ -19,7 +19,9 @@
 //    scene with its narration; a `model=reverse` link fetches that gallery
 //    model (not in the wasm) and opens it; a `bench=tiny` link measures the
 //    CPU in the Speedup scene; a workshop link (`locked=1`) shows its
-//    lesson and hides the scene switcher, the panels and "end lesson".
+//    lesson and hides the scene switcher, the panels and "end lesson";
+//    the same lesson linked with `lang=zh` fetches the CJK font and opens
+//    in Chinese, and with `lang=es` in Spanish, fetching no font.
 // 4. Offline: after a first visit the network is cut and the page reloaded;
 //    it opens the gallery model its link names (from the page's cache), a
 //    fresh run trains, and no request reaches the server (the service
@@ -88,6 +90,8 @@ const types = {
 let down = false;
 const askedWhileDown = [];
 
+// Every path the server answered, in order (which files a page fetched).
+const served = [];
 function serve() {
   const server = http.createServer((req, res) => {
     if (down) {
@@ -96,6 +100,7 @@ function serve() {
       return;
     }
     const url = new URL(req.url, "http://localhost");
+    served.push(url.pathname);
     const file = path.join(dist, url.pathname === "/" ? "index.html" : decodeURIComponent(url.pathname));
     if (!file.startsWith(dist) || !fs.existsSync(file) || fs.statSync(file).isDirectory()) {
       res.writeHead(404);
@@ -364,6 +369,31 @@ async function scenesRun(base) {
         },
       ],
       [
+        // A workshop link in Chinese: the page fetches the CJK font (only
+        // now: it is not in the wasm), and the app switches once it is in.
+        "chinese",
+        "lesson=next-byte&step=3&locked=1&lang=zh",
+        (s) => s.language === "zh" && s.lesson?.narration_drawn && (s.flow?.nodes > 0 || s.flow?.error),
+        (s, asked) => {
+          if (s.lesson?.name !== "next-byte" || s.lesson?.step !== 3) return `the lesson is not on screen: ${JSON.stringify(s.lesson)}`;
+          if (s.flow?.error) return `the flow could not be computed: ${s.flow.error}`;
+          if (!asked.some((p) => p.endsWith("/fonts/NotoSansCJKsc-subset.otf"))) return `the CJK font was not fetched: ${JSON.stringify(asked)}`;
+          return null;
+        },
+      ],
+      [
+        // The same in Spanish: its letters are in the label font, so the
+        // page fetches no other font.
+        "spanish",
+        "lesson=next-byte&step=3&locked=1&lang=es",
+        (s) => s.language === "es" && s.lesson?.narration_drawn && (s.flow?.nodes > 0 || s.flow?.error),
+        (s, asked) => {
+          if (s.flow?.error) return `the flow could not be computed: ${s.flow.error}`;
+          if (asked.some((p) => p.includes("/fonts/"))) return `a Spanish page fetched a font: ${JSON.stringify(asked)}`;
+          return null;
+        },
+      ],
+      [
         "flow",
         "",
         (s) => s.scene === "flow" && (s.flow?.nodes > 0 || s.flow?.error),
@@ -396,6 +426,7 @@ async function scenesRun(base) {
     ]) {
       const page = await browser.newPage({ viewport: { width: 1280, height: 720 } });
       page.on("pageerror", (e) => problems.push(`${scene}: uncaught: ${e.message}`));
+      const servedBefore = served.length;
       await page.goto(`${base}/#${fragment}`);
       const status = await waitFor(page, ready, TIMEOUT_S);
       // A frame or two for what just came back to be drawn.
@@ -403,10 +434,10 @@ async function scenesRun(base) {
       const shotPath = path.join(outDir, `scene-${scene}.png`);
       fs.mkdirSync(outDir, { recursive: true });
       const picture = pictureStats(await page.screenshot({ path: shotPath }));
-      console.log(JSON.stringify({ scene, status: status && { scene: status.scene, step: status.step, lesson: status.lesson, speedup: status.speedup, correctness: status.correctness, flow: status.flow, probe: status.probe, errors: status.errors }, screenshot: picture }));
+      console.log(JSON.stringify({ scene, status: status && { scene: status.scene, step: status.step, language: status.language, lesson: status.lesson, speedup: status.speedup, correctness: status.correctness, flow: status.flow, probe: status.probe, errors: status.errors }, screenshot: picture }));
       if (!status) problems.push(`${scene}: not ready in ${TIMEOUT_S} s`);
       else {
-        const why = check(status);
+        const why = check(status, served.slice(servedBefore));
         if (why) problems.push(`${scene}: ${why}`);
         if ((status.errors || []).length) problems.push(`${scene}: the app reported errors: ${JSON.stringify(status.errors)}`);
       }
