@@ -553,6 +553,13 @@ handout-wrote = wrote { $path }: open it in a browser and print it
 worker-cpu = the CPU
 worker-cpu-because = the CPU (the GPU could not: { $why })
 worker-gpu = the GPU ({ $name })
+training-paused = training paused: { $error }
+training-back-at = {"."} The run is back at step { $step }, its last good step (the steps queued behind were discarded); lower the learning rate (New run) or press Train to try again. Finding the op where it began…
+diverged-at = the diverged step, run again op by op: the first value that is not finite came out of { $op }
+diverged-finite = the diverged step, run again op by op: every output was finite this time
+run-finished = the run finished its { $steps } steps
+checkpoint-downloaded = checkpoint downloaded as { $name } at step { $step }
+gpu-lost-missing = the GPU was lost ({ $reason }); runs train on the CPU until the app starts again
 
 ## The handout (src/handout.rs)
 handout-how = A lesson of TinyGPT Explainer, { $steps } steps. Each picture is the explainer at that step, computed for real on the model the lesson uses; open it yourself with

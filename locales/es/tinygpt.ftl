@@ -552,6 +552,13 @@ handout-wrote = escrito { $path }: ábrelo en un navegador e imprímelo
 worker-cpu = la CPU
 worker-cpu-because = la CPU (la GPU no pudo: { $why })
 worker-gpu = la GPU ({ $name })
+training-paused = entrenamiento en pausa: { $error }
+training-back-at = {"."} La ejecución vuelve al paso { $step }, su último paso bueno (los pasos en cola se descartaron); baja la tasa de aprendizaje (Nueva ejecución) o pulsa Entrenar para intentarlo de nuevo. Buscando la operación donde empezó…
+diverged-at = el paso que divergió, repetido operación a operación: el primer valor no finito salió de { $op }
+diverged-finite = el paso que divergió, repetido operación a operación: esta vez todas las salidas fueron finitas
+run-finished = la ejecución terminó sus { $steps } pasos
+checkpoint-downloaded = checkpoint descargado como { $name } en el paso { $step }
+gpu-lost-missing = se perdió la GPU ({ $reason }); las ejecuciones entrenan en la CPU hasta que la aplicación vuelva a arrancar
 
 ## The handout (src/handout.rs)
 handout-how = Una lección de TinyGPT Explainer, { $steps } pasos. Cada imagen es el explainer en ese paso, calculado de verdad con el modelo que usa la lección; ábrela tú con

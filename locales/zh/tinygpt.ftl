@@ -552,6 +552,13 @@ handout-wrote = 已写入 { $path }：在浏览器中打开并打印
 worker-cpu = CPU
 worker-cpu-because = CPU（GPU 无法运行：{ $why }）
 worker-gpu = GPU（{ $name }）
+training-paused = 训练已暂停：{ $error }
+training-back-at = 。运行退回到第 { $step } 步，即最后一个正常的步（排在后面的步已丢弃）；请降低学习率（新运行），或按“训练”再试一次。正在查找问题开始的运算…
+diverged-at = 发散的那一步逐个运算重跑：第一个非有限值出自 { $op }
+diverged-finite = 发散的那一步逐个运算重跑：这次所有输出都是有限的
+run-finished = 本次运行完成了全部 { $steps } 步
+checkpoint-downloaded = 检查点已下载为 { $name }（第 { $step } 步）
+gpu-lost-missing = GPU 丢失（{ $reason }）；在应用重新启动之前，运行都在 CPU 上训练
 
 ## The handout (src/handout.rs)
 handout-how = TinyGPT Explainer 的一节课，共 { $steps } 步。每张图片都是本应用在那一步的样子，由课程所用的模型真实计算得出；你也可以自己打开：

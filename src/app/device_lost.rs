@@ -182,9 +182,7 @@ fn fall_back_to_cpu(
     }
     gpu.context = None;
     gpu.shared_with_renderer = false;
-    gpu.missing = Some(format!(
-        "the GPU was lost ({reason}); runs train on the CPU until the app starts again"
-    ));
+    gpu.missing = Some(crate::t!("gpu-lost-missing", reason = reason.as_str()));
     if run.is_some_and(|r| r.engine.on_gpu()) {
         commands.write(RunCommand::FallBackToCpu(reason));
     }

@@ -121,9 +121,11 @@ fn count_frames(
         state.max_frame_ms = state.max_frame_ms.max(ms);
         state.timed += 1;
     }
-    // The picture waits for the language asked for and its font.
-    let language_ready = language.wanted.is_none()
-        && (!language.current.needs_cjk_font() || language.cjk_font_ready());
+    // The picture waits for the language asked for and its font (a few
+    // frames; the JSON line says which language it got if it never came).
+    let language_ready = (language.wanted.is_none()
+        && (!language.current.needs_cjk_font() || language.cjk_font_ready()))
+        || state.frames > config.frames + 600;
     if state.frames < config.frames || !language_ready {
         return;
     }

@@ -45,20 +45,19 @@ pub(super) fn pump_training(
     if let Some(e) = pumped.error {
         run.state = RunState::Diverged;
         let back = if matches!(e, TrainError::Diverged { .. }) {
-            format!(
-                ". The run is back at step {}, its last good step (the steps queued behind were discarded); \
-                 lower the learning rate (New run) or press Train to try again. Finding the op where it began…",
-                run.engine.step()
-            )
+            crate::t!("training-back-at", step = run.engine.step())
         } else {
             String::new()
         };
-        status.error(format!("training paused: {e}{back}"));
+        status.error(format!(
+            "{}{back}",
+            crate::t!("training-paused", error = e.to_string())
+        ));
     }
     if let Some(found) = pumped.diagnosis {
         status.error(match found {
-            Some(at) => format!("the diverged step, run again op by op: the first value that is not finite came out of {at}"),
-            None => "the diverged step, run again op by op: every output was finite this time".to_string(),
+            Some(at) => crate::t!("diverged-at", op = at.to_string()),
+            None => crate::t!("diverged-finite"),
         });
     }
     if run.engine.step() >= run.config().steps
@@ -66,7 +65,7 @@ pub(super) fn pump_training(
         && !run.engine.busy()
     {
         run.state = RunState::Finished;
-        status.info = Some(format!("the run finished its {} steps", run.config().steps));
+        status.info = Some(crate::t!("run-finished", steps = run.config().steps));
     }
     match pumped.probe {
         Some((step, Ok(result))) => {

@@ -83,8 +83,10 @@ pub(super) fn save_checkpoint(
             .to_bytes(Precision::F32, &name)
             .map_err(|e| e.to_string())?;
         crate::app::browser::download(&name, &bytes);
-        *slot.lock().unwrap() = Some(Ok(format!(
-            "checkpoint downloaded as {name} at step {step}"
+        *slot.lock().unwrap() = Some(Ok(crate::t!(
+            "checkpoint-downloaded",
+            name = name.as_str(),
+            step = step,
         )));
     }
     Ok(slot)

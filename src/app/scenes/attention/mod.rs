@@ -437,28 +437,22 @@ fn hover(
         let (i, j) = crate::app::canvas::cell_at(cell.rect, world, n, n);
         let p = r.p(cell.k, cell.head)[i * n + j];
         let (qi, kj) = (byte_label(r.tokens[i]), byte_label(r.tokens[j]));
-        Some(if j > i && causal {
-            crate::t!(
-                "attention-hover-masked",
-                layer = cell.layer,
-                head = cell.head,
-                i = i,
-                q = qi.as_str(),
-                j = j,
-                k = kj.as_str(),
-            )
+        // Above the diagonal of a causal run: masked, and P says nothing.
+        let key = if j > i && causal {
+            "attention-hover-masked"
         } else {
-            crate::t!(
-                "attention-hover",
-                layer = cell.layer,
-                head = cell.head,
-                i = i,
-                q = qi.as_str(),
-                j = j,
-                k = kj.as_str(),
-                p = format!("{p:.4}"),
-            )
-        })
+            "attention-hover"
+        };
+        Some(crate::t!(
+            key,
+            layer = cell.layer,
+            head = cell.head,
+            i = i,
+            q = qi.as_str(),
+            j = j,
+            k = kj.as_str(),
+            p = format!("{p:.4}"),
+        ))
     })();
     if hover.0 != text {
         hover.0 = text;
