@@ -16,8 +16,8 @@
 //! language switch, `lang=` in a link and `--lang` set it, and every later
 //! [`tr`] reads it.
 
-use fluent_bundle::concurrent::FluentBundle;
 pub use fluent_bundle::FluentValue;
+use fluent_bundle::concurrent::FluentBundle;
 use fluent_bundle::{FluentArgs, FluentResource};
 use std::sync::LazyLock;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -74,7 +74,9 @@ impl Language {
         let lower = s.trim().to_lowercase();
         let found = match lower.as_str() {
             "en" | "en-us" | "en-gb" | "english" => Some(Language::English),
-            "es" | "es-es" | "es-mx" | "spanish" | "español" | "espanol" => Some(Language::Spanish),
+            "es" | "es-es" | "es-mx" | "spanish" | "español" | "espanol" => {
+                Some(Language::Spanish)
+            }
             "zh" | "zh-cn" | "zh-hans" | "chinese" | "中文" => Some(Language::Chinese),
             _ => None,
         };
@@ -200,7 +202,10 @@ mod tests {
 
     fn parsed(language: Language) -> ast::Resource<&'static str> {
         fluent_syntax::parser::parse(language.catalogue()).unwrap_or_else(|(_, errors)| {
-            panic!("locales/{}/tinygpt.ftl does not parse: {errors:?}", language.code())
+            panic!(
+                "locales/{}/tinygpt.ftl does not parse: {errors:?}",
+                language.code()
+            )
         })
     }
 
@@ -260,8 +265,18 @@ mod tests {
         for language in Language::ALL {
             let ids: Vec<String> = messages(language).into_iter().map(|(k, _)| k).collect();
             let unique: BTreeSet<&String> = ids.iter().collect();
-            assert_eq!(unique.len(), ids.len(), "{}: an id is defined twice", language.code());
-            assert!(ids.len() > 100, "{}: only {} messages", language.code(), ids.len());
+            assert_eq!(
+                unique.len(),
+                ids.len(),
+                "{}: an id is defined twice",
+                language.code()
+            );
+            assert!(
+                ids.len() > 100,
+                "{}: only {} messages",
+                language.code(),
+                ids.len()
+            );
         }
     }
 
@@ -315,11 +330,36 @@ mod tests {
         let text = tr_in(
             Language::Spanish,
             "lesson-step-of",
-            &[("title", "T".into()), ("step", 2.into()), ("steps", 9.into())],
+            &[
+                ("title", "T".into()),
+                ("step", 2.into()),
+                ("steps", 9.into()),
+            ],
         );
-        assert!(text.contains('T') && text.contains('2') && text.contains('9'), "{text}");
-        assert!(!text.contains('\u{2068}') && !text.contains('\u{2069}'), "{text:?}");
+        assert!(
+            text.contains('T') && text.contains('2') && text.contains('9'),
+            "{text}"
+        );
+        assert!(
+            !text.contains('\u{2068}') && !text.contains('\u{2069}'),
+            "{text:?}"
+        );
         assert_eq!(tr_in(Language::English, "no-such-key", &[]), "no-such-key");
+    }
+
+    #[test]
+    fn every_gallery_model_says_what_it_does_in_every_language() {
+        for entry in crate::model::gallery::entries() {
+            let key = format!("gallery-what-{}", entry.id);
+            assert_eq!(tr_in(Language::English, &key, &[]), entry.what, "{key}");
+            for language in [Language::Spanish, Language::Chinese] {
+                assert_ne!(
+                    tr_in(language, &key, &[]),
+                    key,
+                    "{language:?} lacks `{key}`"
+                );
+            }
+        }
     }
 
     #[test]
@@ -329,6 +369,9 @@ mod tests {
             assert_eq!(Language::parse(language.native_name()), Ok(language));
         }
         let e = Language::parse("fr").unwrap_err();
-        assert!(e.contains("en") && e.contains("es") && e.contains("zh"), "{e}");
+        assert!(
+            e.contains("en") && e.contains("es") && e.contains("zh"),
+            "{e}"
+        );
     }
 }

@@ -1444,6 +1444,40 @@ fn a_locked_workshop_shows_its_lesson_and_nothing_else() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A model the start names with `train` (a link's `model=ID&train=1`,
+/// `--checkpoint X --train`) trains once it is open: it replaces the first
+/// run, which `train` set going. Opened later, by hand, it waits for Train.
+#[test]
+fn a_model_opened_at_the_start_with_train_trains() {
+    // The shipped tiny with room to train past its step.
+    let mut ckpt = tinygpt::model::checkpoint::Checkpoint::from_bytes(
+        tinygpt::model::shipped::shipped("tiny").unwrap(),
+        "tiny",
+    )
+    .unwrap();
+    ckpt.config.steps = ckpt.step + 1000;
+    let bytes = ckpt.to_bytes(tinygpt::model::checkpoint::Precision::F32, "tiny").unwrap();
+    for train_on_start in [true, false] {
+        let mut settings = RunSettings::from_preset("tiny", Config::load("tiny").unwrap());
+        settings.backend = BackendChoice::Cpu;
+        let mut app = App::new();
+        app.add_plugins(MinimalPlugins)
+            .insert_resource(settings)
+            .insert_resource(tinygpt::app::training::TrainOnStart(train_on_start));
+        tinygpt::app::add_explainer_plugins(&mut app);
+        app.update();
+        send(&mut app, RunCommand::LoadCheckpoint { name: "tiny".into(), bytes: bytes.clone() });
+        update_until(&mut app, "the checkpoint's run", |app| app.world().resource::<Run>().generation == 2);
+        let state = app.world().resource::<Run>().state;
+        if train_on_start {
+            assert_eq!(state, RunState::Training);
+            update_until(&mut app, "a step past the checkpoint", |app| run_step(app) > ckpt.step);
+        } else {
+            assert_ne!(state, RunState::Training);
+        }
+    }
+}
+
 /// The app in Spanish and in Chinese (`--lang`, as a link's `lang=`): a
 /// workshop opens its lesson in the language, the narration the
 /// translation's, and the picture is taken once the language and (for

@@ -1,8 +1,9 @@
-//! The translations' glyphs: every character the Spanish and Chinese
-//! catalogues and lessons use is in a font the app draws with, so no
+//! The glyphs: every character the app's code, its catalogues and its
+//! lessons use, in every language, is in a font the app draws with, so no
 //! learner sees a box. The fonts are read by their character maps (skrifa,
-//! the version Bevy's text uses): DejaVu Sans (the label font, behind
-//! egui's own) for every language, and the CJK subset
+//! the version Bevy's text uses): egui's four and DejaVu Sans (the label
+//! font) for every language, cut to what the app draws
+//! (scripts/make-ui-fonts.sh), and the CJK subset
 //! (`assets/fonts/NotoSansCJKsc-subset.otf`, loaded only for Chinese).
 
 use skrifa::{FontRef, MetadataProvider};
@@ -38,29 +39,60 @@ fn characters(language: Language) -> BTreeSet<char> {
     text.chars().filter(|c| !c.is_control()).collect()
 }
 
+/// The fonts every language draws with: egui's own four (three of them
+/// cut by scripts/make-ui-fonts.sh) and the label font, DejaVu Sans (cut
+/// too).
+const UI_FONTS: [&str; 6] = [
+    "assets/fonts/Ubuntu-Light.ttf",
+    "assets/fonts/Hack-subset.ttf",
+    "assets/fonts/NotoEmoji-Regular-subset.ttf",
+    "assets/fonts/emoji-icon-font-subset.ttf",
+    "assets/fonts/DejaVuSans-subset.ttf",
+    // 中文, the language menu's.
+    "assets/fonts/NotoSansCJKsc-menu.otf",
+];
+
+/// Every non-ASCII character of the app's own code (its icons and signs:
+/// 📷 ⏸ ◀ √ …), the files scripts/make-ui-fonts.sh reads.
+fn app_code_characters() -> BTreeSet<char> {
+    fn walk(dir: &std::path::Path, out: &mut BTreeSet<char>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let text = std::fs::read_to_string(&path).unwrap();
+                out.extend(text.chars().filter(|c| !c.is_ascii() && !c.is_control()));
+            }
+        }
+    }
+    let mut out = BTreeSet::new();
+    walk(std::path::Path::new("src/app"), &mut out);
+    out
+}
+
 #[test]
-fn every_character_of_every_translation_is_in_a_font_the_app_loads() {
-    let dejavu = std::fs::read("assets/fonts/DejaVuSans.ttf").unwrap();
+fn every_character_the_app_draws_is_in_a_font_it_loads() {
+    let fonts: Vec<Vec<u8>> = UI_FONTS.iter().map(|p| std::fs::read(p).unwrap()).collect();
     let cjk = std::fs::read("assets/fonts/NotoSansCJKsc-subset.otf").unwrap();
-    let in_dejavu = covered(&dejavu);
+    let ui: Vec<_> = fonts.iter().map(|f| covered(f)).collect();
     let in_cjk = covered(&cjk);
-    // What English already draws (egui's own fonts have its emoji icons)
-    // is not the translations' to check.
-    let english = characters(Language::English);
-    for language in [Language::Spanish, Language::Chinese] {
+    let in_ui = |c: char| ui.iter().any(|has| has(c));
+    let missing: Vec<char> = app_code_characters().into_iter().filter(|&c| !in_ui(c)).collect();
+    assert!(missing.is_empty(), "the app's code draws characters no UI font has: {missing:?} (run scripts/make-ui-fonts.sh)");
+    for language in Language::ALL {
         let missing: Vec<char> = characters(language)
             .into_iter()
-            .filter(|c| !english.contains(c))
-            .filter(|&c| !in_dejavu(c) && !(language.needs_cjk_font() && in_cjk(c)))
+            .filter(|&c| !in_ui(c) && !(language.needs_cjk_font() && in_cjk(c)))
             .collect();
         assert!(
             missing.is_empty(),
-            "{:?} uses characters no font of the app has: {missing:?}{}",
+            "{:?} uses characters no font of the app has: {missing:?} (run {})",
             language,
             if language.needs_cjk_font() {
-                " (run scripts/make-cjk-font.sh)"
+                "scripts/make-cjk-font.sh"
             } else {
-                ""
+                "scripts/make-ui-fonts.sh"
             }
         );
     }

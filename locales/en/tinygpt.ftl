@@ -155,6 +155,15 @@ gallery-menu = gallery…
 gallery-title = The gallery: models trained by this program
 run-state-Ready = Ready
 language-font-failed = the Chinese font could not be fetched ({ $error }); check the connection and choose 中文 again
+gallery-what-tiny = plays: pseudo-Shakespeare
+gallery-what-small = plays: pseudo-Shakespeare
+gallery-what-psalms = verse: the Psalms of the King James Bible
+gallery-what-jargon = a dictionary: the hacker's Jargon File
+gallery-what-rust = code: this program's own Rust
+gallery-what-weather = a table: a CSV weather log
+gallery-what-reverse = reverse eight letters: `qwertyui>` → `iuytrewq`
+gallery-what-sort = sort eight digits: `31415926>` → `11234569`
+gallery-what-add = add two two-digit numbers: `47+85=` → `132`
 
 ## Inside the model (src/app/scenes/flow)
 flow-prompt-hint = type a prompt
@@ -167,7 +176,7 @@ flow-pause-hover = pause or go on
 flow-next-hover = one node on
 flow-speed = nodes/s
 flow-click-block = click a block to open it
-flow-whole-model = ⤢ whole model
+flow-whole-model = ⇱ whole model
 knock-out = knock out:
 head-n = head { $head }
 knock-out-hover = zero its output before it is added to the stream

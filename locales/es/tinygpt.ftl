@@ -154,6 +154,15 @@ gallery-menu = galería…
 gallery-title = La galería: modelos entrenados por este programa
 run-state-Ready = Lista
 language-font-failed = no se pudo descargar la fuente china ({ $error }); comprueba la conexión y vuelve a elegir 中文
+gallery-what-tiny = teatro: seudo-Shakespeare
+gallery-what-small = teatro: seudo-Shakespeare
+gallery-what-psalms = verso: los Salmos de la Biblia del rey Jacobo
+gallery-what-jargon = un diccionario: el Jargon File de los hackers
+gallery-what-rust = código: el propio Rust de este programa
+gallery-what-weather = una tabla: un registro meteorológico en CSV
+gallery-what-reverse = invertir ocho letras: `qwertyui>` → `iuytrewq`
+gallery-what-sort = ordenar ocho cifras: `31415926>` → `11234569`
+gallery-what-add = sumar dos números de dos cifras: `47+85=` → `132`
 
 ## Inside the model (src/app/scenes/flow)
 flow-prompt-hint = escribe un prompt
@@ -166,7 +175,7 @@ flow-pause-hover = pausa o continúa
 flow-next-hover = un nodo más
 flow-speed = nodos/s
 flow-click-block = haz clic en un bloque para abrirlo
-flow-whole-model = ⤢ modelo entero
+flow-whole-model = ⇱ modelo entero
 knock-out = anular:
 head-n = cabeza { $head }
 knock-out-hover = pone su salida a cero antes de sumarla al flujo

@@ -154,6 +154,15 @@ gallery-menu = 作品集…
 gallery-title = 作品集：由本程序训练的模型
 run-state-Ready = 就绪
 language-font-failed = 无法下载中文字体（{ $error }）；请检查网络后再次选择“中文”
+gallery-what-tiny = 戏剧：伪莎士比亚
+gallery-what-small = 戏剧：伪莎士比亚
+gallery-what-psalms = 诗篇：英王钦定本圣经中的《诗篇》
+gallery-what-jargon = 词典：黑客的 Jargon File
+gallery-what-rust = 代码：本程序自己的 Rust 源码
+gallery-what-weather = 表格：CSV 格式的天气记录
+gallery-what-reverse = 把八个字母倒过来：`qwertyui>` → `iuytrewq`
+gallery-what-sort = 给八个数字排序：`31415926>` → `11234569`
+gallery-what-add = 两个两位数相加：`47+85=` → `132`
 
 ## Inside the model (src/app/scenes/flow)
 flow-prompt-hint = 输入提示词
@@ -166,7 +175,7 @@ flow-pause-hover = 暂停或继续
 flow-next-hover = 前进一个节点
 flow-speed = 节点/秒
 flow-click-block = 点击一个块将其展开
-flow-whole-model = ⤢ 整个模型
+flow-whole-model = ⇱ 整个模型
 knock-out = 敲除：
 head-n = 头 { $head }
 knock-out-hover = 在加入残差流之前把它的输出清零

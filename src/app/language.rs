@@ -95,23 +95,49 @@ impl Plugin for LanguagePlugin {
     }
 }
 
-/// egui's fonts: its own, then the label font (DejaVu Sans, for × · ᵀ √ ␣
-/// ↵), then the CJK font where one is given.
+/// egui's fonts: egui's own four as its `default_fonts` feature sets them
+/// up, three of them cut to what the app draws (`scripts/make-ui-fonts.sh`:
+/// the whole four are 1.4 MB of wasm), then the label font (DejaVu Sans, for
+/// × · ᵀ √ ␣ ↵), the two glyphs of 中文 (the language menu), then the CJK
+/// font where one is given.
 pub fn egui_fonts(cjk: Option<Arc<egui::FontData>>) -> egui::FontDefinitions {
-    let mut fonts = egui::FontDefinitions::default();
-    fonts.font_data.insert(
-        "dejavu".into(),
-        Arc::new(egui::FontData::from_static(super::canvas::LABEL_FONT)),
-    );
+    const UBUNTU: &[u8] = include_bytes!("../../assets/fonts/Ubuntu-Light.ttf");
+    const HACK: &[u8] = include_bytes!("../../assets/fonts/Hack-subset.ttf");
+    const EMOJI: &[u8] = include_bytes!("../../assets/fonts/NotoEmoji-Regular-subset.ttf");
+    const ICONS: &[u8] = include_bytes!("../../assets/fonts/emoji-icon-font-subset.ttf");
+    // 中文 alone, for the language menu in every language.
+    const MENU: &[u8] = include_bytes!("../../assets/fonts/NotoSansCJKsc-menu.otf");
+    let scaled = |bytes: &'static [u8], scale: f32| {
+        Arc::new(egui::FontData::from_static(bytes).tweak(egui::FontTweak {
+            scale,
+            ..Default::default()
+        }))
+    };
+    let mut fonts = egui::FontDefinitions::empty();
+    for (name, data) in [
+        ("Ubuntu-Light", scaled(UBUNTU, 1.0)),
+        ("Hack", scaled(HACK, 1.0)),
+        // egui's own sizes for its emoji fonts.
+        ("NotoEmoji-Regular", scaled(EMOJI, 0.81)),
+        ("emoji-icon-font", scaled(ICONS, 0.90)),
+        ("dejavu", scaled(super::canvas::LABEL_FONT, 1.0)),
+        ("menu", scaled(MENU, 1.0)),
+    ] {
+        fonts.font_data.insert(name.into(), data);
+    }
     if let Some(cjk) = &cjk {
         fonts.font_data.insert("cjk".into(), cjk.clone());
     }
-    for family in [egui::FontFamily::Proportional, egui::FontFamily::Monospace] {
-        let list = fonts.families.entry(family).or_default();
-        list.push("dejavu".into());
+    let behind: &[&str] = &["NotoEmoji-Regular", "emoji-icon-font", "dejavu", "menu"];
+    for (family, first) in [
+        (egui::FontFamily::Proportional, &["Ubuntu-Light"][..]),
+        (egui::FontFamily::Monospace, &["Hack", "Ubuntu-Light"][..]),
+    ] {
+        let mut list: Vec<String> = first.iter().chain(behind).map(|s| s.to_string()).collect();
         if cjk.is_some() {
             list.push("cjk".into());
         }
+        fonts.families.insert(family, list);
     }
     fonts
 }

@@ -13,9 +13,10 @@ pub const BACKGROUND: Color = Color::srgb(0.05, 0.055, 0.07);
 /// Labels in the scenes.
 pub const LABEL_COLOUR: Color = Color::srgb(0.85, 0.87, 0.9);
 
-/// DejaVu Sans: every glyph the labels use (× · ᵀ √ ␣ ↵), which Bevy's
-/// built-in subset font lacks. Licence: assets/fonts/LICENSE-DejaVu.txt.
-pub const LABEL_FONT: &[u8] = include_bytes!("../../../assets/fonts/DejaVuSans.ttf");
+/// DejaVu Sans: every glyph the labels use (× · ᵀ √ ␣ ↵), cut to Latin,
+/// Greek and the signs by `scripts/make-ui-fonts.sh` (a third of the whole
+/// font's size). Licence: assets/fonts/LICENSE-DejaVu.txt.
+pub const LABEL_FONT: &[u8] = include_bytes!("../../../assets/fonts/DejaVuSans-subset.ttf");
 
 /// The offscreen image the cameras render into in a headless run.
 #[derive(Resource, Clone, Debug)]

@@ -123,3 +123,28 @@ impl Default for SceneStart {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Scene;
+    use crate::i18n::{Language, tr_in};
+
+    /// Every scene's switcher title and tooltip are in every language's
+    /// catalogue (a new scene's line in `scene_list!` fails here until
+    /// they are).
+    #[test]
+    fn every_scene_has_its_title_and_tooltip_in_every_language() {
+        for scene in Scene::ALL {
+            for language in Language::ALL {
+                for part in ["title", "about"] {
+                    let key = format!("scene-{}-{part}", scene.key());
+                    assert_ne!(
+                        tr_in(language, &key, &[]),
+                        key,
+                        "{language:?} lacks `{key}`"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -101,10 +101,11 @@ pub(super) fn handle_commands(
     mut status: ResMut<AppStatus>,
     mut created: MessageWriter<RunCreated>,
     runs: Query<Entity, With<TrainingRun>>,
-    (records, mut earlier, mut gallery_fetch): (
+    (records, mut earlier, mut gallery_fetch, start): (
         Query<&StepRecord>,
         ResMut<EarlierRuns>,
         ResMut<GalleryFetch>,
+        Res<super::TrainOnStart>,
     ),
 ) {
     let Some(mut run) = run else { return };
@@ -113,7 +114,18 @@ pub(super) fn handle_commands(
         let mut rebuild: Option<Option<Checkpoint>> = None;
         // Where a resumed run's weights came from, for the status line.
         let mut resumed_from = "the checkpoint";
-        let mut train_on = false;
+        // A model the start names (a link's `model=ID&train=1`,
+        // `--checkpoint X --train`) trains once it is open: it replaces the
+        // first run, which `train` set going. (In the browser a gallery
+        // model opens frames later, when its fetch is done.)
+        let mut train_on = start.0
+            && run.generation == 1
+            && matches!(
+                command,
+                RunCommand::OpenGallery { .. }
+                    | RunCommand::OpenGalleryFetched { .. }
+                    | RunCommand::LoadCheckpoint { .. }
+            );
         // A fine-tune that cannot start leaves the settings as they were.
         let mut finetune_before = None;
         // So does a gallery model that cannot open.

@@ -798,7 +798,7 @@ fn gallery_menu(ui: &mut egui::Ui, commands: &mut MessageWriter<RunCommand>) {
     let hover = |e: &crate::model::gallery::Entry| {
         crate::t!(
             "gallery-hover",
-            what = e.what,
+            what = gallery_what(e),
             text = e.text.name(),
             source = e.source,
             licence = e.licence,
@@ -828,9 +828,17 @@ fn gallery_menu(ui: &mut egui::Ui, commands: &mut MessageWriter<RunCommand>) {
                         });
                         ui.close();
                     }
-                    ui.label(entry.what);
+                    ui.label(gallery_what(entry));
                     ui.end_row();
                 }
             });
     });
+}
+
+/// What a gallery model does, in the current language (the catalogue's
+/// `gallery-what-ID`; the entry's own English words for a model it lacks).
+fn gallery_what(entry: &crate::model::gallery::Entry) -> String {
+    let key = format!("gallery-what-{}", entry.id);
+    let said = crate::i18n::tr(&key, &[]);
+    if said == key { entry.what.to_string() } else { said }
 }
