@@ -105,7 +105,7 @@ pub(super) fn handle_commands(
         Query<&StepRecord>,
         ResMut<EarlierRuns>,
         ResMut<GalleryFetch>,
-        Res<super::TrainOnStart>,
+        Res<super::run::TrainOnStart>,
     ),
 ) {
     let Some(mut run) = run else { return };
