@@ -76,16 +76,11 @@ enum CjkFont {
     },
 }
 
-/// Sent when the language changed (after its font was installed).
-#[derive(Message, Clone, Copy, Debug)]
-pub struct LanguageChanged(pub Language);
-
 pub struct LanguagePlugin;
 
 impl Plugin for LanguagePlugin {
     fn build(&self, app: &mut App) {
         app.init_resource::<AppLanguage>()
-            .add_message::<LanguageChanged>()
             // The switch itself runs in egui's pass (it sets egui's fonts),
             // before the panels are drawn: `ui::UiPlugin` orders it.
             .add_systems(
@@ -173,7 +168,6 @@ fn cjk_bytes(state: &mut CjkFont, status: &mut super::training::AppStatus) -> Op
 /// Applies the language asked for: installs its font first where it needs
 /// one, then sets it, translates the open lesson and rebuilds the scene
 /// (its labels are laid out when it opens).
-#[allow(clippy::too_many_arguments)]
 pub fn switch_language(
     mut language: ResMut<AppLanguage>,
     mut contexts: EguiContexts,
@@ -182,7 +176,6 @@ pub fn switch_language(
     mut lesson: ResMut<super::lesson::LessonPlayer>,
     scene: Res<State<super::scenes::Scene>>,
     mut next_scene: ResMut<NextState<super::scenes::Scene>>,
-    mut changed: MessageWriter<LanguageChanged>,
 ) -> Result {
     let Some(wanted) = language.wanted else {
         return Ok(());
@@ -227,7 +220,6 @@ pub fn switch_language(
     if matches!(*next_scene, NextState::Unchanged) {
         next_scene.set(*scene.get());
     }
-    changed.write(LanguageChanged(wanted));
     Ok(())
 }
 

@@ -122,7 +122,7 @@ impl Spawner<'_, '_, '_> {
                 crate::t!("probe-entering-block", block = k)
             };
             self.text(
-                place,
+                place.clone(),
                 18.0,
                 Anchor::CENTER_RIGHT,
                 Vec2::new(x0 - 12.0, y + h / 2.0),
@@ -150,11 +150,7 @@ impl Spawner<'_, '_, '_> {
                         CellText(crate::t!(
                             "probe-lens-cell",
                             position = t,
-                            place = if k + 1 == points {
-                                crate::t!("probe-after-last-block")
-                            } else {
-                                crate::t!("probe-entering-block", block = k)
-                            },
+                            place = place.as_str(),
                             guesses = top5_text(top),
                         )),
                     ));
