@@ -267,12 +267,18 @@ pub struct Chosen {
 /// (lavapipe, SwiftShader) runs the kernels about a thousand times slower
 /// than a GPU, and slower than the CPU backend.
 pub fn software_adapter(ctx: &crate::gpu::GpuContext) -> Option<String> {
-    (ctx.info.device_type == wgpu::DeviceType::Cpu).then(|| {
-        format!(
-            "the only GPU adapter, {}, is a software renderer, slower than the CPU backend, so the run trains on the CPU (choose the GPU backend to run the kernels through it anyway)",
-            ctx.info.name
-        )
-    })
+    (ctx.info.device_type == wgpu::DeviceType::Cpu)
+        .then(|| crate::t!("backend-software-renderer", name = ctx.info.name.as_str()))
+}
+
+/// Why a run has no GPU, for [`choose_backend`].
+#[derive(Clone, Copy, Debug)]
+pub struct NoGpu<'a> {
+    pub why: &'a str,
+    /// The reason says already that the run trains on the CPU (a software
+    /// adapter's, the browser's without WebGPU, a lost GPU's), so the
+    /// notice does not say it twice.
+    pub says_where: bool,
 }
 
 /// Bytes the CPU backend holds for `program`: every tensor in f32
@@ -322,7 +328,7 @@ pub fn check_host_memory(program: &Program) -> Result<(), String> {
 /// runs it there, with a notice.
 pub fn choose_backend(
     choice: BackendChoice,
-    gpu: Result<&crate::gpu::GpuContext, &str>,
+    gpu: Result<&crate::gpu::GpuContext, NoGpu<'_>>,
     program: Program,
     fallback: GpuFallback,
 ) -> Result<Chosen, String> {
@@ -344,14 +350,11 @@ pub fn choose_backend(
     } else {
         fallback
     };
-    // Where a reason already says it (a software adapter's, the browser's
-    // without WebGPU), the notice does not say twice where the run goes.
-    let says_where = matches!(gpu, Err(why) if why.contains("trains on the CPU"));
     match (choice, gpu) {
         (BackendChoice::Cpu, _) => cpu(None),
-        (_, Err(why)) => match fallback {
+        (_, Err(NoGpu { why, says_where })) => match fallback {
             GpuFallback::ToCpu if says_where => cpu(Some(why.to_string())),
-            GpuFallback::ToCpu => cpu(Some(format!("{why}: the run trains on the CPU"))),
+            GpuFallback::ToCpu => cpu(Some(crate::t!("backend-trains-on-cpu", why = why))),
             GpuFallback::Refuse => Err(match &cpu_fits {
                 Ok(()) => format!("{why}; use --backend cpu"),
                 Err(e) => format!("{why}; and the CPU cannot hold this preset either ({e})"),
@@ -363,22 +366,15 @@ pub fn choose_backend(
         (_, Ok(ctx)) => match crate::gpu::GpuBackend::new(ctx.clone(), program.clone()) {
             Ok(b) => Ok(Chosen {
                 backend: Box::new(b),
-                notice: (ctx.info.device_type == wgpu::DeviceType::Cpu).then(|| {
-                    format!(
-                        "{} is a software adapter: the kernels run on the CPU through it and train slowly",
-                        ctx.info.name
-                    )
-                }),
+                notice: (ctx.info.device_type == wgpu::DeviceType::Cpu)
+                    .then(|| crate::t!("backend-software-adapter", name = ctx.info.name.as_str())),
             }),
             Err(e) => match fallback {
-                GpuFallback::ToCpu => cpu(Some(format!(
-                    "the GPU cannot run this preset, so it trains on the CPU instead{}: {e}",
-                    if cfg!(target_arch = "wasm32") {
-                        " (in one thread: much slower; a smaller preset trains on the GPU)"
-                    } else {
-                        ""
-                    }
-                )))
+                GpuFallback::ToCpu => cpu(Some(if cfg!(target_arch = "wasm32") {
+                    crate::t!("backend-gpu-cannot-page", error = e.to_string())
+                } else {
+                    crate::t!("backend-gpu-cannot", error = e.to_string())
+                }))
                 .map_err(|cpu_e| format!("{e}; and the CPU cannot hold it either ({cpu_e})")),
                 GpuFallback::Refuse => Err(format!("{e}; {instead}")),
             },

@@ -819,17 +819,32 @@ pub fn preview(program: &Program, id: TensorId, values: &[f32], batch: &Batch) -
             *x,
             0,
             Some(row0.clone()),
-            format!("batch row 0 of {b}: {t} positions × {x}"),
+            crate::t!(
+                "preview-positions-by",
+                batch = b.to_string(),
+                positions = t.to_string(),
+                width = x.to_string()
+            ),
         ),
         [bb, h, tt] if *bb == b && *tt == t => (
             *h,
             t,
             0,
             None,
-            format!("batch row 0 of {b}: {h} heads × {t} positions"),
+            crate::t!(
+                "preview-heads-by-positions",
+                batch = b.to_string(),
+                heads = h.to_string(),
+                positions = t.to_string()
+            ),
         ),
         [bb, tt] if *bb == b && *tt == t => {
-            (1, t, 0, None, format!("batch row 0 of {b}: {t} positions"))
+            let caption = crate::t!(
+                "preview-positions",
+                batch = b.to_string(),
+                positions = t.to_string()
+            );
+            (1, t, 0, None, caption)
         }
         [r, c] => (
             *r,
@@ -850,7 +865,12 @@ pub fn preview(program: &Program, id: TensorId, values: &[f32], batch: &Batch) -
         grid.resize((r + 1) * show_c, 0.0);
     }
     let caption = if (show_r, show_c) != (rows, cols) {
-        format!("{caption} (showing {show_r} × {show_c})")
+        crate::t!(
+            "preview-showing",
+            caption = caption,
+            rows = show_r.to_string(),
+            cols = show_c.to_string()
+        )
     } else {
         caption
     };

@@ -671,3 +671,61 @@ fn the_trainers_frame_loop_path_is_the_same_run_as_train_step() {
     let ln = one.backend.read(names[1]).unwrap();
     assert_eq!(values, [wpe, ln].concat());
 }
+
+#[test]
+fn timed_steps_are_the_same_run_with_a_gpu_time_per_step() {
+    // What the page's bench submits: training steps with timestamps around
+    // each pass (GpuBackend::time_steps). The timestamps change nothing of
+    // the run, and each collected step comes back with its GPU time.
+    let mut cfg = Config::load("tiny").unwrap();
+    cfg.steps = 8;
+    cfg.eval_interval = 0;
+    let program = Program::new(&cfg);
+    let corpus = || Corpus::tiny_shakespeare(cfg.ctx).unwrap();
+    let mut plain = Trainer::new(
+        Box::new(GpuBackend::new(context(), program.clone()).unwrap()),
+        corpus(),
+        5,
+    )
+    .unwrap();
+    let want: Vec<_> = (0..cfg.steps).map(|_| plain.train_step().unwrap()).collect();
+    let mut gpu = GpuBackend::new(context(), program.clone()).unwrap();
+    let has_timestamps = context()
+        .device
+        .features()
+        .contains(wgpu::Features::TIMESTAMP_QUERY);
+    assert_eq!(gpu.time_steps(true), has_timestamps);
+    let mut timed = Trainer::new(Box::new(gpu), corpus(), 5).unwrap();
+    let (mut got, mut gpu_ms) = (Vec::new(), Vec::new());
+    let collect = |timed: &mut Trainer, n| {
+        let mut flight = timed.submit_gpu_steps(n).expect("steps remain");
+        loop {
+            match timed.finish_gpu_steps(flight) {
+                Ok(done) => return done,
+                Err(f) => flight = f,
+            }
+        }
+    };
+    while got.len() < 6 {
+        let done = collect(&mut timed, 3);
+        assert!(done.diverged.is_none());
+        if has_timestamps {
+            assert_eq!(done.gpu_ms.len(), done.metrics.len(), "a time per step");
+        }
+        got.extend(done.metrics);
+        gpu_ms.extend(done.gpu_ms);
+    }
+    for ms in &gpu_ms {
+        assert!(ms.is_finite() && *ms > 0.0, "GPU times {gpu_ms:?}");
+    }
+    // Off again: the last two steps come back without times.
+    timed.backend.as_gpu().unwrap().time_steps(false);
+    let done = collect(&mut timed, 2);
+    assert!(done.gpu_ms.is_empty(), "untimed steps have no GPU times");
+    got.extend(done.metrics);
+    let key = |m: &tinygpt::train::StepMetrics| (m.step, m.loss, m.grad_norm);
+    assert_eq!(
+        got.iter().map(key).collect::<Vec<_>>(),
+        want.iter().map(key).collect::<Vec<_>>()
+    );
+}

@@ -64,7 +64,9 @@ pub fn download(name: &str, bytes: &[u8]) {
 }
 
 /// Why the browser build trains on the CPU when it has no WebGPU.
-pub const NO_WEBGPU: &str = "This browser offers no WebGPU, so the page draws through WebGL2 (which cannot run compute shaders) and the model trains on the CPU, in one thread (WebAssembly here has no threads): about ten to a hundred times slower than on a GPU. To train on your GPU, open this page in a browser with WebGPU turned on: Chrome or Edge 113 or later, Safari 26, or Firefox 141 or later on Windows.";
+pub fn no_webgpu() -> String {
+    crate::t!("browser-no-webgpu")
+}
 
 /// The window: the page's canvas, sized to its parent.
 pub fn window() -> Window {

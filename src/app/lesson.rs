@@ -292,9 +292,14 @@ pub fn narration_panel(
             let width = ui.available_width();
             ui.horizontal(|ui| {
                 ui.label(
-                    egui::RichText::new(crate::t!("lesson-step-of", title = lesson.title.as_str(), step = k + 1, steps = n))
-                        .size(14.0)
-                        .color(egui::Color32::from_rgb(140, 180, 240)),
+                    egui::RichText::new(crate::t!(
+                        "lesson-step-of",
+                        title = lesson.title.as_str(),
+                        step = k + 1,
+                        steps = n
+                    ))
+                    .size(14.0)
+                    .color(egui::Color32::from_rgb(140, 180, 240)),
                 )
                 .on_hover_text(crate::t!("lesson-name-hover", name = name.as_str()));
             });

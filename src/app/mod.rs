@@ -181,6 +181,12 @@ pub fn build(options: AppOptions) -> App {
             locked: options.locked,
         })
         .insert_resource(language::AppLanguage::starting_in(options.language));
+    // A language whose letters the label font has is on at once, so what
+    // the first frames compute (the run's notice) speaks it too; Chinese
+    // waits for its font (the switch sets it then).
+    if !options.language.needs_cjk_font() {
+        crate::i18n::set_language(options.language);
+    }
     add_explainer_plugins(&mut app);
     app.insert_state(options.scene)
         .insert_resource(scenes::SceneStart {
@@ -201,6 +207,7 @@ pub fn build(options: AppOptions) -> App {
         data::DataPlugin,
         lesson::LessonPlugin,
         language::LanguagePlugin,
+        schedule::FramesPlugin,
     ))
     .add_systems(PreStartup, spawn_cameras);
     #[cfg(not(target_arch = "wasm32"))]

@@ -8,6 +8,7 @@ use crate::model::config::Config;
 use crate::train::Trainer;
 pub mod kernels;
 pub mod report;
+pub mod stepped;
 
 use serde::{Deserialize, Serialize};
 use web_time::Instant;
@@ -91,6 +92,10 @@ pub struct BenchResult {
     /// CPU median over this median, when the same run measured the CPU.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_over_cpu: Option<f64>,
+    /// How the step times were taken when not by waiting for each step
+    /// (the page's GPU: its timestamps, or the wall time of a submit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<String>,
     pub machine: Machine,
 }
 
@@ -115,59 +120,129 @@ pub fn bench_until(
     opts: BenchOptions,
     cancelled: &dyn Fn() -> bool,
 ) -> Result<BenchResult, String> {
-    let check = || {
-        if cancelled() {
-            Err("cancelled".to_string())
-        } else {
-            Ok(())
+    let mut run = BenchRun::new(preset, backend_kind, backend, setup_ms, opts)?;
+    loop {
+        if run.started() && cancelled() {
+            return Err("cancelled".to_string());
         }
-    };
-    let config = backend.program().config.clone();
-    let device = backend.describe();
-    let corpus = Corpus::tiny_shakespeare(config.ctx).map_err(|e| e.to_string())?;
-    let mut trainer = Trainer::new(backend, corpus, 42).map_err(|e| e.to_string())?;
-    // No evaluations inside the timed steps.
-    trainer.config.eval_interval = 0;
-    trainer.config.steps = u64::MAX;
-    let first_step_ms = trainer.train_step().map_err(|e| e.to_string())?.ms;
-    let start = Instant::now();
-    for _ in 1..opts.warmup_steps.max(1) {
-        check()?;
-        trainer.train_step().map_err(|e| e.to_string())?;
+        let ms = run.trainer.train_step().map_err(|e| e.to_string())?.ms;
+        if let Some(result) = run.record(ms) {
+            return Ok(result);
+        }
     }
-    let warmup_ms = start.elapsed().as_secs_f64() * 1e3;
-    let mut times = Vec::new();
-    let timing = Instant::now();
-    while times.len() < opts.min_steps
-        || (times.len() < opts.max_steps && timing.elapsed().as_secs_f64() < opts.min_seconds)
-    {
-        check()?;
-        times.push(trainer.train_step().map_err(|e| e.to_string())?.ms);
+}
+
+/// A bench in progress, one step's time at a time: the first step alone,
+/// the untimed warm-up, then timed steps until [`BenchOptions`] has enough.
+/// [`bench_until`] waits for each step; the page's bench
+/// ([`stepped::bench_stepped`]) submits them and records their times as
+/// they come back.
+pub struct BenchRun {
+    preset: String,
+    kind: String,
+    device: String,
+    setup_ms: f64,
+    opts: BenchOptions,
+    /// The trainer on the tiny-shakespeare corpus (seed 42), without
+    /// evaluations.
+    pub trainer: Trainer,
+    first_step_ms: Option<f64>,
+    warmup_left: usize,
+    warmup_ms: f64,
+    times: Vec<f64>,
+    timing_since: Option<Instant>,
+    /// How the step times were taken, when not by waiting for each step.
+    pub timing: Option<String>,
+}
+
+impl BenchRun {
+    pub fn new(
+        preset: &str,
+        backend_kind: &str,
+        backend: Box<dyn Backend>,
+        setup_ms: f64,
+        opts: BenchOptions,
+    ) -> Result<Self, String> {
+        let config = backend.program().config.clone();
+        let device = backend.describe();
+        let corpus = Corpus::tiny_shakespeare(config.ctx).map_err(|e| e.to_string())?;
+        let mut trainer = Trainer::new(backend, corpus, 42).map_err(|e| e.to_string())?;
+        // No evaluations inside the timed steps.
+        trainer.config.eval_interval = 0;
+        trainer.config.steps = u64::MAX;
+        Ok(Self {
+            preset: preset.to_string(),
+            kind: backend_kind.to_string(),
+            device,
+            setup_ms,
+            opts,
+            trainer,
+            first_step_ms: None,
+            warmup_left: opts.warmup_steps.max(1) - 1,
+            warmup_ms: 0.0,
+            times: Vec::new(),
+            timing_since: None,
+            timing: None,
+        })
     }
-    times.sort_by(f64::total_cmp);
-    let median_ms = if times.len() % 2 == 1 {
-        times[times.len() / 2]
-    } else {
-        (times[times.len() / 2 - 1] + times[times.len() / 2]) / 2.0
-    };
-    Ok(BenchResult {
-        preset: preset.to_string(),
-        backend: backend_kind.to_string(),
-        device,
-        params: config.param_count(),
-        batch: config.batch,
-        ctx: config.ctx,
-        setup_ms,
-        first_step_ms,
-        warmup_ms,
-        steps: times.len(),
-        median_ms,
-        min_ms: times[0],
-        max_ms: *times.last().unwrap(),
-        tokens_per_s: config.tokens_per_step() as f64 / (median_ms / 1e3),
-        gpu_over_cpu: None,
-        machine: Machine::detect(),
-    })
+
+    /// Whether the first step has been recorded (a cancel counts from then).
+    pub fn started(&self) -> bool {
+        self.first_step_ms.is_some()
+    }
+
+    /// Counts a step that took `ms`; the result once enough steps are
+    /// timed (at least `min_steps`, then until `min_seconds` of timing or
+    /// `max_steps`).
+    pub fn record(&mut self, ms: f64) -> Option<BenchResult> {
+        if self.first_step_ms.is_none() {
+            self.first_step_ms = Some(ms);
+        } else if self.warmup_left > 0 {
+            self.warmup_left -= 1;
+            self.warmup_ms += ms;
+        } else {
+            let since = *self.timing_since.get_or_insert_with(Instant::now);
+            self.times.push(ms);
+            let n = self.times.len();
+            let enough = n >= self.opts.min_steps
+                && (n >= self.opts.max_steps
+                    || since.elapsed().as_secs_f64() >= self.opts.min_seconds);
+            if enough {
+                return Some(self.result());
+            }
+        }
+        None
+    }
+
+    fn result(&self) -> BenchResult {
+        let config = &self.trainer.config;
+        let mut times = self.times.clone();
+        times.sort_by(f64::total_cmp);
+        let median_ms = if times.len() % 2 == 1 {
+            times[times.len() / 2]
+        } else {
+            (times[times.len() / 2 - 1] + times[times.len() / 2]) / 2.0
+        };
+        BenchResult {
+            preset: self.preset.clone(),
+            backend: self.kind.clone(),
+            device: self.device.clone(),
+            params: config.param_count(),
+            batch: config.batch,
+            ctx: config.ctx,
+            setup_ms: self.setup_ms,
+            first_step_ms: self.first_step_ms.unwrap_or_default(),
+            warmup_ms: self.warmup_ms,
+            steps: times.len(),
+            median_ms,
+            min_ms: times[0],
+            max_ms: *times.last().expect("at least one timed step"),
+            tokens_per_s: config.tokens_per_step() as f64 / (median_ms / 1e3),
+            gpu_over_cpu: None,
+            timing: self.timing.clone(),
+            machine: Machine::detect(),
+        }
+    }
 }
 
 /// Convenience: the CPU backend in f32 for a config.
@@ -180,46 +255,78 @@ pub fn cpu_backend(config: &Config) -> Box<dyn Backend> {
 /// Where a CPU training step's time goes: milliseconds per op family
 /// (forward and backward apart) and per optimizer stage, median of `steps`.
 pub fn profile_cpu_step(config: &Config, steps: usize) -> Vec<(String, f64)> {
-    use crate::backend::Backend;
-    use crate::cpu::{CpuBackend, ops::AdamW};
-    let program = crate::program::Program::new(config);
-    let mut be = CpuBackend::<f32>::new(program.clone());
-    be.initialize(42).expect("init matches the program");
-    let corpus = Corpus::tiny_shakespeare(config.ctx)
-        .expect("TinyShakespeare is long enough for every preset");
-    let mut sampler = crate::data::BatchSampler::new(42);
-    let adam = AdamW {
-        lr: config.lr,
-        beta1: config.beta1,
-        beta2: config.beta2,
-        eps: config.eps,
-        weight_decay: config.weight_decay,
-        t: 1,
-    };
-    let mut samples: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+    let mut profile = CpuProfile::new(config);
     for _ in 0..steps + 1 {
-        let batch = sampler.next(&corpus, config.batch, config.ctx);
-        be.set_batch(&batch);
-        be.set_mode(true, 1);
+        profile.step();
+    }
+    profile.families()
+}
+
+/// [`profile_cpu_step`] one step at a time (the page pauses between).
+pub struct CpuProfile {
+    program: crate::program::Program,
+    backend: crate::cpu::CpuBackend<f32>,
+    corpus: Corpus,
+    sampler: crate::data::BatchSampler,
+    adam: crate::cpu::ops::AdamW,
+    samples: std::collections::BTreeMap<String, Vec<f64>>,
+}
+
+impl CpuProfile {
+    pub fn new(config: &Config) -> Self {
+        let program = crate::program::Program::new(config);
+        let mut backend = crate::cpu::CpuBackend::<f32>::new(program.clone());
+        backend.initialize(42).expect("init matches the program");
+        Self {
+            program,
+            backend,
+            corpus: Corpus::tiny_shakespeare(config.ctx)
+                .expect("TinyShakespeare is long enough for every preset"),
+            sampler: crate::data::BatchSampler::new(42),
+            adam: crate::cpu::ops::AdamW {
+                lr: config.lr,
+                beta1: config.beta1,
+                beta2: config.beta2,
+                eps: config.eps,
+                weight_decay: config.weight_decay,
+                t: 1,
+            },
+            samples: Default::default(),
+        }
+    }
+
+    /// One training step, op by op, each family's time noted.
+    pub fn step(&mut self) {
+        let config = &self.program.config;
+        let batch = self.sampler.next(&self.corpus, config.batch, config.ctx);
+        self.backend.set_batch(&batch);
+        self.backend.set_mode(true, 1);
         let mut this: std::collections::BTreeMap<String, f64> = Default::default();
-        for step in &program.steps {
-            let key = program.family(*step);
+        for step in &self.program.steps {
+            let key = self.program.family(*step);
             let start = Instant::now();
-            be.run(*step, Some(adam));
+            self.backend.run(*step, Some(self.adam));
             *this.entry(key).or_default() += start.elapsed().as_secs_f64() * 1e3;
         }
         for (k, v) in this {
-            samples.entry(k).or_default().push(v);
+            self.samples.entry(k).or_default().push(v);
         }
     }
-    samples
-        .into_iter()
-        .map(|(k, mut v)| {
-            v.remove(0); // the first step allocates and warms caches
-            v.sort_by(f64::total_cmp);
-            (k, v[v.len() / 2])
-        })
-        .collect()
+
+    /// Each family's median over the steps after the first (which
+    /// allocates and warms caches).
+    pub fn families(self) -> Vec<(String, f64)> {
+        self.samples
+            .into_iter()
+            .map(|(k, mut v)| {
+                if v.len() > 1 {
+                    v.remove(0);
+                }
+                v.sort_by(f64::total_cmp);
+                (k, v[v.len() / 2])
+            })
+            .collect()
+    }
 }
 
 /// One GEMM contender at one shape, in GFLOP/s.

@@ -4,7 +4,7 @@
 
 use anyhow::Result;
 use tinygpt::backend::{
-    Backend, BackendChoice as Choice, GpuFallback, choose_backend, software_adapter,
+    Backend, BackendChoice as Choice, GpuFallback, NoGpu, choose_backend, software_adapter,
 };
 use tinygpt::gpu::GpuContext;
 use tinygpt::model::config::Config;
@@ -35,8 +35,13 @@ impl From<BackendChoice> for Choice {
 pub enum Resolved {
     Cpu,
     Gpu(Box<GpuContext>),
-    /// Asked for (auto or gpu) and not found: why.
-    NoGpu(String),
+    /// Asked for (auto or gpu) and not found: why, and whether the adapter
+    /// found was a software renderer (its reason says the run goes to the
+    /// CPU).
+    NoGpu {
+        why: String,
+        software: bool,
+    },
 }
 
 /// Finds the GPU adapter a choice needs (none for `cpu`). `gpu` without an
@@ -47,10 +52,16 @@ pub fn resolve(choice: BackendChoice) -> Result<Resolved> {
         BackendChoice::Gpu => Ok(Resolved::Gpu(Box::new(GpuContext::new_blocking()?))),
         BackendChoice::Auto => Ok(match GpuContext::new_blocking() {
             Ok(ctx) => match software_adapter(&ctx) {
-                Some(why) => Resolved::NoGpu(why),
+                Some(why) => Resolved::NoGpu {
+                    why,
+                    software: true,
+                },
                 None => Resolved::Gpu(Box::new(ctx)),
             },
-            Err(e) => Resolved::NoGpu(format!("no GPU adapter found ({e})")),
+            Err(e) => Resolved::NoGpu {
+                why: format!("no GPU adapter found ({e})"),
+                software: false,
+            },
         }),
     }
 }
@@ -65,8 +76,14 @@ pub fn build(
 ) -> Result<Box<dyn Backend>> {
     let gpu = match resolved {
         Resolved::Gpu(ctx) => Ok(&**ctx),
-        Resolved::Cpu => Err("the CPU backend was asked for"),
-        Resolved::NoGpu(why) => Err(why.as_str()),
+        Resolved::Cpu => Err(NoGpu {
+            why: "the CPU backend was asked for",
+            says_where: true,
+        }),
+        Resolved::NoGpu { why, software } => Err(NoGpu {
+            why: why.as_str(),
+            says_where: *software,
+        }),
     };
     let chosen = choose_backend(
         choice.into(),

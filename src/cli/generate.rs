@@ -59,7 +59,7 @@ pub fn run(args: GenerateArgs) -> Result<()> {
         Resolved::Cpu => {
             Box::new(Generator::new(&ck.config, &ck.params).map_err(anyhow::Error::msg)?)
         }
-        Resolved::NoGpu(why) => {
+        Resolved::NoGpu { why, .. } => {
             eprintln!("backend auto: the CPU ({why})");
             Box::new(Generator::new(&ck.config, &ck.params).map_err(anyhow::Error::msg)?)
         }

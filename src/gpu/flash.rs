@@ -205,6 +205,7 @@ impl GpuBackend {
             slot,
             size: total,
             is_u32: false,
+            timed: false,
             state,
         })
     }

@@ -21,6 +21,7 @@ pub mod matmul_tiles;
 pub mod params;
 mod plan;
 pub mod readback;
+mod timing;
 
 use crate::backend::{Backend, BackendError, PendingRead, StepOutcome, StepParams};
 use crate::data::Batch;
@@ -33,6 +34,7 @@ use params::WgslMirror;
 pub use plan::split_k;
 use plan::{NORM_CHUNK, Place, ROWS_PER_CHUNK, Src, words};
 use std::sync::{Arc, Mutex};
+pub use timing::ProfileHandle;
 
 /// A probe on its way back from the GPU ([`GpuBackend::submit_probe`]).
 pub struct ProbeHandle {
@@ -90,6 +92,12 @@ pub struct GpuBackend {
     stashed: bool,
     /// The FlashAttention trace's buffers, made on the first trace.
     flash: Option<flash::FlashBuffers>,
+    /// Timestamps around each training pass of [`GpuBackend::submit_steps`]
+    /// while [`GpuBackend::time_steps`] has them on (the page's bench).
+    step_timer: Option<timing::StepTimer>,
+    /// The GPU time of each step the last [`GpuBackend::try_finish_steps`]
+    /// collected (ms), when they were timed.
+    step_ms: Vec<f64>,
     buffers_created: usize,
 }
 
@@ -591,6 +599,8 @@ impl GpuBackend {
             stash: None,
             stashed: false,
             flash: None,
+            step_timer: None,
+            step_ms: Vec::new(),
             buffers_created: alloc.created,
         })
     }
@@ -720,15 +730,28 @@ impl GpuBackend {
         uniforms: &[Option<StepParams>],
     ) -> readback::ReadbackHandle {
         let n = batches.len();
-        let (slot, created) = self.staging.acquire(&self.ctx.device, 16 * n as u64);
+        // Timed training steps: each pass's two timestamps (2 × u64) follow
+        // the stats in the same staging buffer.
+        let timed = self.step_timer.is_some() && uniforms.iter().all(Option::is_some);
+        let size = if timed { 32 } else { 16 } * n as u64;
+        let (slot, created) = self.staging.acquire(&self.ctx.device, size);
         self.buffers_created += created as usize;
-        let encoder = self.encode_passes(label, batches, uniforms, Some(slot));
+        if timed {
+            let timer = self.step_timer.as_mut().expect("checked above");
+            self.buffers_created += timer.reserve(&self.ctx.device, n) as usize;
+        }
+        let mut encoder = self.encode_passes(label, batches, uniforms, Some(slot));
+        if timed {
+            let timer = self.step_timer.as_ref().expect("checked above");
+            timer.resolve(&mut encoder, n, self.staging.buffer(slot), 16 * n as u64);
+        }
         self.ctx.queue.submit([encoder.finish()]);
-        let state = readback::start_map(self.staging.buffer(slot), 16 * n as u64);
+        let state = readback::start_map(self.staging.buffer(slot), size);
         readback::ReadbackHandle {
             slot,
-            size: 16 * n as u64,
+            size,
             is_u32: false,
+            timed,
             state,
         }
     }
@@ -764,6 +787,10 @@ impl GpuBackend {
             self.buffers_created += 1;
         }
         let ring = self.ring.clone().expect("created above");
+        // Training steps with stats are timed while the timer is on (as
+        // submit_batches reserved it).
+        let timed =
+            self.step_timer.is_some() && stats.is_some() && uniforms.iter().all(Option::is_some);
         let mut encoder = self
             .ctx
             .device
@@ -784,7 +811,17 @@ impl GpuBackend {
                 .steps
                 .iter()
                 .filter(|(s, _)| training || matches!(s, Step::Forward(_)));
-            self.record(&mut encoder, training, passes.map(|(_, d)| d.as_slice()));
+            let timestamps = self
+                .step_timer
+                .as_ref()
+                .filter(|_| timed)
+                .map(|t| t.writes(i));
+            self.record_with(
+                &mut encoder,
+                training,
+                passes.map(|(_, d)| d.as_slice()),
+                timestamps,
+            );
             if let Some(slot) = stats {
                 encoder.copy_buffer_to_buffer(
                     &self.buffers[self.stats],
@@ -863,6 +900,7 @@ impl GpuBackend {
                 slot,
                 size: total,
                 is_u32: false,
+                timed: false,
                 state,
             },
             request: request.clone(),
@@ -910,7 +948,21 @@ impl GpuBackend {
         &mut self,
         handle: readback::ReadbackHandle,
     ) -> Result<Vec<StepOutcome>, readback::ReadbackHandle> {
-        let stats = self.try_take(handle)?;
+        let timed = handle.timed;
+        let (stats, ticks) = self.try_take_mapped(handle, |bytes| {
+            // [loss, norm, clip, Σ grad²] per step, then (timed) two u64
+            // timestamps per step.
+            let (stats, ticks) = bytes.split_at(if timed { bytes.len() / 2 } else { bytes.len() });
+            (
+                bytemuck::pod_collect_to_vec::<u8, f32>(stats),
+                bytemuck::pod_collect_to_vec::<u8, u64>(ticks),
+            )
+        })?;
+        let period = self.ctx.queue.get_timestamp_period() as f64;
+        self.step_ms = ticks
+            .chunks_exact(2)
+            .map(|t| t[1].saturating_sub(t[0]) as f64 * period / 1e6)
+            .collect();
         Ok(stats
             .chunks_exact(4)
             .map(|s| StepOutcome {
@@ -922,6 +974,34 @@ impl GpuBackend {
             .collect())
     }
 
+    /// Times each training pass of the submits that follow with GPU
+    /// timestamps (on) or not (off); read them with
+    /// [`GpuBackend::take_step_ms`]. False when the adapter has no
+    /// timestamp queries (the browser did not grant them).
+    pub fn time_steps(&mut self, on: bool) -> bool {
+        if !on {
+            self.step_timer = None;
+            return true;
+        }
+        if !self
+            .ctx
+            .device
+            .features()
+            .contains(wgpu::Features::TIMESTAMP_QUERY)
+        {
+            return false;
+        }
+        self.step_timer
+            .get_or_insert_with(timing::StepTimer::default);
+        true
+    }
+
+    /// The GPU time (ms) of each step the last collected submit held, from
+    /// its timestamps (empty when its steps were not timed).
+    pub fn take_step_ms(&mut self) -> Vec<f64> {
+        std::mem::take(&mut self.step_ms)
+    }
+
     /// Records dispatch lists, in order, into `encoder`: the gradient clears
     /// first when `zero_grads`, then one compute pass.
     fn record<'a>(
@@ -930,6 +1010,18 @@ impl GpuBackend {
         zero_grads: bool,
         lists: impl Iterator<Item = &'a [Dispatch]>,
     ) {
+        self.record_with(encoder, zero_grads, lists, None);
+    }
+
+    /// [`GpuBackend::record`], the pass writing `timestamps` at its
+    /// beginning and end.
+    fn record_with<'a>(
+        &'a self,
+        encoder: &mut wgpu::CommandEncoder,
+        zero_grads: bool,
+        lists: impl Iterator<Item = &'a [Dispatch]>,
+        timestamps: Option<wgpu::ComputePassTimestampWrites<'_>>,
+    ) {
         if zero_grads {
             for &buf in &self.grad_buffers {
                 encoder.clear_buffer(&self.buffers[buf], 0, None);
@@ -937,7 +1029,7 @@ impl GpuBackend {
         }
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some("tinygpt:step"),
-            timestamp_writes: None,
+            timestamp_writes: timestamps,
         });
         for d in lists.flatten() {
             pass.set_pipeline(&self.kernels.pipelines[d.entry].1);
@@ -1057,6 +1149,7 @@ impl GpuBackend {
             slot,
             size: total,
             is_u32,
+            timed: false,
             state,
         })
     }
@@ -1066,6 +1159,27 @@ impl GpuBackend {
         &mut self,
         handle: readback::ReadbackHandle,
     ) -> Result<Vec<f32>, readback::ReadbackHandle> {
+        let is_u32 = handle.is_u32;
+        self.try_take_mapped(handle, |bytes| {
+            if is_u32 {
+                bytemuck::pod_collect_to_vec::<u8, u32>(bytes)
+                    .into_iter()
+                    .map(|x| x as f32)
+                    .collect()
+            } else {
+                bytemuck::pod_collect_to_vec::<u8, f32>(bytes)
+            }
+        })
+    }
+
+    /// A readback's bytes read by `read` straight out of the mapped range
+    /// (one copy), if they have arrived, else the handle back. A lost
+    /// device's readback reads no bytes.
+    fn try_take_mapped<T>(
+        &mut self,
+        handle: readback::ReadbackHandle,
+        read: impl FnOnce(&[u8]) -> T,
+    ) -> Result<T, readback::ReadbackHandle> {
         let taken = handle.state.lock().unwrap().take();
         let Some(result) = taken else {
             return Err(handle);
@@ -1078,18 +1192,7 @@ impl GpuBackend {
         });
         let values = match result {
             Ok(()) => {
-                // One copy, straight out of the mapped range.
-                let values = {
-                    let bytes = buffer.slice(0..handle.size).get_mapped_range();
-                    if handle.is_u32 {
-                        bytemuck::pod_collect_to_vec::<u8, u32>(&bytes)
-                            .into_iter()
-                            .map(|x| x as f32)
-                            .collect()
-                    } else {
-                        bytemuck::pod_collect_to_vec::<u8, f32>(&bytes)
-                    }
-                };
+                let values = read(&buffer.slice(0..handle.size).get_mapped_range());
                 buffer.unmap();
                 values
             }
@@ -1100,7 +1203,7 @@ impl GpuBackend {
                 if let Ok(mut lost) = self.ctx.lost.lock() {
                     lost.get_or_insert_with(|| "a readback failed: the device was lost".into());
                 }
-                Vec::new()
+                read(&[])
             }
         };
         self.staging.release(handle.slot);
@@ -1166,89 +1269,6 @@ impl GpuBackend {
         );
         self.ctx.queue.submit([encoder.finish()]);
         self.ctx.wait_for_queue();
-    }
-
-    /// Times every dispatch of one training step with GPU timestamps (each in
-    /// a compute pass of its own, so the total exceeds a normal step's).
-    /// Returns (program step label, kernel entry point, nanoseconds) in order,
-    /// or None when the adapter has no timestamp queries.
-    pub fn profile_step(
-        &mut self,
-        batch: &Batch,
-        sp: StepParams,
-    ) -> Option<Vec<(String, &'static str, f64)>> {
-        if !self
-            .ctx
-            .device
-            .features()
-            .contains(wgpu::Features::TIMESTAMP_QUERY)
-        {
-            return None;
-        }
-        self.upload_batch(batch);
-        self.write_step_uniform(Some(sp));
-        let n: usize = self.dispatches_per_step();
-        let queries = self.ctx.device.create_query_set(&wgpu::QuerySetDescriptor {
-            label: Some("tinygpt:profile"),
-            ty: wgpu::QueryType::Timestamp,
-            count: (2 * n) as u32,
-        });
-        let resolve = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("tinygpt:profile.resolve"),
-            size: (16 * n) as u64,
-            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
-            mapped_at_creation: false,
-        });
-        let staging = self.ctx.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("tinygpt:profile.staging"),
-            size: (16 * n) as u64,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
-        let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
-        for &buf in &self.grad_buffers {
-            encoder.clear_buffer(&self.buffers[buf], 0, None);
-        }
-        let mut labels = Vec::new();
-        let mut q = 0u32;
-        for (step, dispatches) in &self.steps {
-            let label = self.program.family(*step);
-            for d in dispatches {
-                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                    label: None,
-                    timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
-                        query_set: &queries,
-                        beginning_of_pass_write_index: Some(q),
-                        end_of_pass_write_index: Some(q + 1),
-                    }),
-                });
-                pass.set_pipeline(&self.kernels.pipelines[d.entry].1);
-                pass.set_bind_group(0, &d.bind_group, &[]);
-                pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
-                drop(pass);
-                labels.push((label.clone(), d.entry));
-                q += 2;
-            }
-        }
-        encoder.resolve_query_set(&queries, 0..q, &resolve, 0);
-        encoder.copy_buffer_to_buffer(&resolve, 0, &staging, 0, (16 * n) as u64);
-        self.ctx.queue.submit([encoder.finish()]);
-        let bytes = self.map_blocking(&staging, (16 * n) as u64);
-        let ticks: &[u64] = bytemuck::cast_slice(&bytes);
-        let period = self.ctx.queue.get_timestamp_period() as f64;
-        Some(
-            labels
-                .into_iter()
-                .enumerate()
-                .map(|(i, (label, entry))| {
-                    (
-                        label,
-                        entry,
-                        ticks[2 * i + 1].saturating_sub(ticks[2 * i]) as f64 * period,
-                    )
-                })
-                .collect(),
-        )
     }
 
     /// Runs only the forward ops on a batch in evaluation mode and returns the

@@ -14,6 +14,9 @@ pub struct ReadbackHandle {
     pub(super) slot: usize,
     pub(super) size: u64,
     pub(super) is_u32: bool,
+    /// Training steps' stats followed by their timestamps
+    /// ([`super::GpuBackend::time_steps`]).
+    pub(super) timed: bool,
     pub(super) state: MapState,
 }
 

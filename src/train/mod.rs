@@ -32,24 +32,16 @@ pub struct StepMetrics {
     pub tokens_per_s: f64,
 }
 
-#[derive(Debug, thiserror::Error)]
+/// Why a training step was not taken, or ruined the run. Its text comes
+/// from the catalogue ([`crate::i18n`]): English on the command line, the
+/// app's language in the app.
+#[derive(Debug)]
 pub enum TrainError {
-    #[error(
-        "training diverged at step {step}: the loss is {loss} and the gradient norm {grad_norm}; \
-         the update was not applied and the last good weights are kept (lower the learning rate with --lr)"
-    )]
     Diverged {
         step: u64,
         loss: f32,
         grad_norm: f32,
     },
-    #[error(
-        "training blew up at step {step}: the loss is {loss:.1}, more than twice that of guessing \
-         every byte at random (2 × ln 256 = {:.2}); at learning rate {lr:.1e} each update overshoots. \
-         The weights are ruined: start again (Reset in the app, or train again) with a lower \
-         learning rate (--lr, or the run panel's learning rate)",
-        EXPLODED_LOSS
-    )]
     Exploded {
         step: u64,
         loss: f32,
@@ -57,15 +49,54 @@ pub enum TrainError {
         /// The step's metrics (it was taken and is in the history).
         metrics: StepMetrics,
     },
-    #[error("the checkpoint was trained with a different model shape than the one asked for: {0}")]
+    /// The checkpoint was trained with a different model shape.
     Mismatch(String),
-    #[error(
-        "the GPU was lost ({0}): a driver reset, the GPU unplugged or put to sleep; \
-         the step was not taken"
-    )]
+    /// The GPU was lost (why).
     DeviceLost(String),
-    #[error("{0}")]
-    Backend(#[from] crate::backend::BackendError),
+    Backend(crate::backend::BackendError),
+}
+
+impl std::fmt::Display for TrainError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let text = match self {
+            TrainError::Diverged {
+                step,
+                loss,
+                grad_norm,
+            } => crate::t!(
+                "train-diverged",
+                step = step.to_string(),
+                loss = loss.to_string(),
+                grad_norm = grad_norm.to_string()
+            ),
+            TrainError::Exploded { step, loss, lr, .. } => crate::t!(
+                "train-exploded",
+                step = step.to_string(),
+                loss = format!("{loss:.1}"),
+                guessing = format!("{EXPLODED_LOSS:.2}"),
+                lr = format!("{lr:.1e}")
+            ),
+            TrainError::Mismatch(why) => crate::t!("train-mismatch", why = why.as_str()),
+            TrainError::DeviceLost(why) => crate::t!("train-device-lost", why = why.as_str()),
+            TrainError::Backend(e) => e.to_string(),
+        };
+        f.write_str(&text)
+    }
+}
+
+impl std::error::Error for TrainError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TrainError::Backend(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<crate::backend::BackendError> for TrainError {
+    fn from(e: crate::backend::BackendError) -> Self {
+        TrainError::Backend(e)
+    }
 }
 
 /// A training loss above this means the run has blown up: twice the loss of
@@ -112,6 +143,8 @@ pub struct StepsInFlight {
     eval: Option<crate::gpu::readback::ReadbackHandle>,
     eval_loss: Option<f32>,
     outcomes: Option<Vec<crate::backend::StepOutcome>>,
+    /// The GPU time of each step (ms), when the backend timed them.
+    gpu_ms: Vec<f64>,
     lrs: Vec<f32>,
     /// The batch sampler's state before each step's batch was drawn (to go
     /// back to, if that step diverges).
@@ -199,6 +232,9 @@ pub struct GpuStepsDone {
     /// Steps that ran queued behind a diverged one, whose updates the GPU
     /// skipped (the run went back to the step before the divergence).
     pub discarded: usize,
+    /// Each step's GPU time (ms) from timestamps, when the backend times
+    /// its steps ([`crate::gpu::GpuBackend::time_steps`]); else empty.
+    pub gpu_ms: Vec<f64>,
 }
 
 impl StepsInFlight {
@@ -539,6 +575,7 @@ impl Trainer {
             eval,
             eval_loss: None,
             outcomes: None,
+            gpu_ms: Vec::new(),
             lrs: params.iter().map(|p| p.lr).collect(),
             sampler_before,
             epoch: self.epoch,
@@ -575,7 +612,10 @@ impl Trainer {
                 .take()
                 .expect("a submit holds its handle until its outcomes arrive");
             match gpu.try_finish_steps(handle) {
-                Ok(outcomes) => flight.outcomes = Some(outcomes),
+                Ok(outcomes) => {
+                    flight.outcomes = Some(outcomes);
+                    flight.gpu_ms = gpu.take_step_ms();
+                }
                 Err(h) => {
                     flight.handle = Some(h);
                     return Err(flight);
@@ -599,7 +639,10 @@ impl Trainer {
         let outcomes = flight.outcomes.take().unwrap_or_default();
         let n = outcomes.len();
         let ms = now.duration_since(since).as_secs_f64() * 1e3 / n.max(1) as f64;
-        let mut done = GpuStepsDone::default();
+        let mut done = GpuStepsDone {
+            gpu_ms: std::mem::take(&mut flight.gpu_ms),
+            ..Default::default()
+        };
         if flight.epoch != self.epoch {
             // Submitted before the run went back to a last good step.
             done.discarded = n;

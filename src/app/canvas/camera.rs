@@ -177,11 +177,19 @@ fn fit_camera(
     bounds: Res<SceneBounds>,
     control: Res<ViewControl>,
     mut cameras: Query<(&Camera, &mut Transform, &mut Projection), With<SceneCamera>>,
+    mut contexts: bevy_egui::EguiContexts,
 ) {
     let b = bounds.0;
     if b.is_empty() {
         return;
     }
+    // A toolbar wrapped to two rows (a language's longer words) pushes the
+    // fit down with it.
+    let toolbar = contexts
+        .ctx_mut()
+        .ok()
+        .and_then(|ctx| crate::app::ui::toolbar::toolbar_inset(ctx))
+        .map_or(TOOLBAR_PX, |inset| inset.max(TOOLBAR_PX));
     for (camera, mut transform, mut projection) in &mut cameras {
         let Some(viewport) = camera.logical_viewport_size() else {
             continue;
@@ -190,7 +198,7 @@ fn fit_camera(
             continue;
         }
         // The scene's toolbar floats over the top of the view: fit below it.
-        let free = (viewport.y - TOOLBAR_PX).max(viewport.y * 0.5);
+        let free = (viewport.y - toolbar).max(viewport.y * 0.5);
         let fit = (b.width() / viewport.x).max(b.height() / free) * 1.04;
         let scale = fit / control.zoom;
         if let Projection::Orthographic(o) = &mut *projection

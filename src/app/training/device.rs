@@ -39,7 +39,7 @@ pub(super) fn find_gpu_device(
         #[cfg(target_arch = "wasm32")]
         if info.backend == wgpu::Backend::Gl {
             // WebGL2 draws the page but has no compute shaders.
-            gpu.missing = Some(crate::app::browser::NO_WEBGPU.to_string());
+            gpu.missing = Some(crate::app::browser::no_webgpu());
             return;
         }
         #[cfg(not(target_arch = "wasm32"))]

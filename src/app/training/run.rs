@@ -184,10 +184,18 @@ pub fn build_run(
     };
     let corpus = settings.corpus.corpus(config.ctx)?;
     let program = Program::new(&config);
+    // The app's reasons (no WebGPU in the page, a lost GPU) say already
+    // that runs train on the CPU.
     let device = match (&gpu.context, &gpu.missing) {
         (Some(ctx), _) => Ok(ctx),
-        (None, Some(why)) => Err(why.as_str()),
-        (None, None) => Err("no GPU device is available to the app"),
+        (None, Some(why)) => Err(crate::backend::NoGpu {
+            why: why.as_str(),
+            says_where: true,
+        }),
+        (None, None) => Err(crate::backend::NoGpu {
+            why: "no GPU device is available to the app",
+            says_where: false,
+        }),
     };
     let Chosen { backend, notice } = choose_backend(
         settings.backend,

@@ -134,7 +134,10 @@ pub fn draw_ui(
     egui::Panel::bottom("status").show(&mut root, |ui| {
         crate::app::gallery::progress_bar(ui, &gallery_fetch);
         ui.horizontal_wrapped(|ui| {
-            ui.label(crate::t!("status-backend", backend = run.backend_label.as_str()));
+            ui.label(crate::t!(
+                "status-backend",
+                backend = run.backend_label.as_str()
+            ));
             ui.separator();
             ui.label(crate::t!(&format!("run-state-{:?}", run.state)));
             if let Some(info) = &status.info {
@@ -152,9 +155,16 @@ pub fn draw_ui(
                     crate::t!("confirm-replace", path = path.display().to_string()),
                 );
                 if ui.button(crate::t!("replace-it")).clicked() {
-                    commands.write(RunCommand::SaveCheckpoint { path, replace: true });
+                    commands.write(RunCommand::SaveCheckpoint {
+                        path,
+                        replace: true,
+                    });
                 }
-                if ui.button(crate::t!("keep-it")).on_hover_text(crate::t!("keep-it-hover")).clicked() {
+                if ui
+                    .button(crate::t!("keep-it"))
+                    .on_hover_text(crate::t!("keep-it-hover"))
+                    .clicked()
+                {
                     status.confirm_replace = None;
                 }
             });
@@ -187,9 +197,15 @@ pub fn draw_ui(
         ui.horizontal(|ui| {
             let current = *scene.get();
             if locked {
-                let title = lesson.lesson.as_ref().map_or(crate::t!("workshop-the-lesson"), |(_, l)| l.title.clone());
-                ui.strong(egui::RichText::new(crate::t!("workshop-title", title = title.as_str())).size(15.0))
-                    .on_hover_text(crate::t!("workshop-hover"));
+                let title = lesson
+                    .lesson
+                    .as_ref()
+                    .map_or(crate::t!("workshop-the-lesson"), |(_, l)| l.title.clone());
+                ui.strong(
+                    egui::RichText::new(crate::t!("workshop-title", title = title.as_str()))
+                        .size(15.0),
+                )
+                .on_hover_text(crate::t!("workshop-hover"));
             } else {
                 ui.strong(crate::t!("scene"));
             }
@@ -210,29 +226,37 @@ pub fn draw_ui(
             let room = ui.available_width() - if locked { 180.0 } else { 440.0 };
             if room > 120.0 {
                 ui.allocate_ui(egui::vec2(room, ui.spacing().interact_size.y), |ui| {
-                    ui.add(egui::Label::new(egui::RichText::new(current.about()).weak()).truncate());
+                    ui.add(
+                        egui::Label::new(egui::RichText::new(current.about()).weak()).truncate(),
+                    );
                 });
             }
             ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
-                let label = if ui_state.wide { crate::t!("panels-show") } else { crate::t!("panels-wide") };
+                let label = if ui_state.wide {
+                    crate::t!("panels-show")
+                } else {
+                    crate::t!("panels-wide")
+                };
                 if !locked
                     && ui
-                    .button(label)
-                    .on_hover_text(crate::t!("panels-hover"))
-                    .clicked()
+                        .button(label)
+                        .on_hover_text(crate::t!("panels-hover"))
+                        .clicked()
                 {
                     ui_state.wide = !ui_state.wide;
                 }
                 crate::app::language::language_menu(ui, &mut language);
                 ui.menu_button(crate::t!("view-menu"), |ui| {
                     let mut presenter = ui_state.presenter;
-                    if ui.checkbox(&mut presenter, crate::t!("presenter-mode"))
+                    if ui
+                        .checkbox(&mut presenter, crate::t!("presenter-mode"))
                         .on_hover_text(crate::t!("presenter-hover"))
                         .changed()
                     {
                         ui_state.set_presenter(presenter);
                     }
-                    let mut cb = crate::app::heatmap::palette() == crate::app::heatmap::Palette::OrangePurple;
+                    let mut cb = crate::app::heatmap::palette()
+                        == crate::app::heatmap::Palette::OrangePurple;
                     if ui
                         .checkbox(&mut cb, crate::t!("palette-colour-blind"))
                         .on_hover_text(crate::t!("palette-hover"))
@@ -249,9 +273,9 @@ pub fn draw_ui(
                 });
                 if !locked
                     && ui
-                    .button(crate::t!("png-button"))
-                    .on_hover_text(crate::t!("png-hover"))
-                    .clicked()
+                        .button(crate::t!("png-button"))
+                        .on_hover_text(crate::t!("png-hover"))
+                        .clicked()
                 {
                     export.write(crate::app::export::ExportPng {
                         name: current.key().to_string(),
@@ -260,9 +284,9 @@ pub fn draw_ui(
                 }
                 if !locked
                     && ui
-                    .button(crate::t!("data-button"))
-                    .on_hover_text(crate::t!("data-hover"))
-                    .clicked()
+                        .button(crate::t!("data-button"))
+                        .on_hover_text(crate::t!("data-hover"))
+                        .clicked()
                 {
                     data_out.0.write(crate::app::data::ExportData);
                 }
@@ -322,19 +346,35 @@ fn lab_settings(
         .show(ui, |ui| {
             ui.checkbox(&mut settings.lab.causal_mask, crate::t!("lab-causal-mask"))
                 .on_hover_text(crate::t!("lab-causal-mask-hover"));
-            ui.checkbox(&mut settings.lab.position_embeddings, crate::t!("lab-position-embeddings"))
-                .on_hover_text(crate::t!("lab-position-embeddings-hover"));
+            ui.checkbox(
+                &mut settings.lab.position_embeddings,
+                crate::t!("lab-position-embeddings"),
+            )
+            .on_hover_text(crate::t!("lab-position-embeddings-hover"));
             ui.horizontal_wrapped(|ui| {
                 ui.label(crate::t!("learning-rate"));
                 let preset = settings.config.lr;
-                for (label, factor) in [(crate::t!("lab-lr-preset"), 1.0), ("×10".into(), 10.0), ("×1000".into(), 1e3), ("×10000".into(), 1e4)] {
+                for (label, factor) in [
+                    (crate::t!("lab-lr-preset"), 1.0),
+                    ("×10".into(), 10.0),
+                    ("×1000".into(), 1e3),
+                    ("×10000".into(), 1e4),
+                ] {
                     let lr = preset * factor;
-                    if ui.selectable_label((settings.lr - lr).abs() <= lr * 1e-4, label).on_hover_text(format!("{lr:.1e}")).clicked() {
+                    if ui
+                        .selectable_label((settings.lr - lr).abs() <= lr * 1e-4, label)
+                        .on_hover_text(format!("{lr:.1e}"))
+                        .clicked()
+                    {
                         settings.lr = lr;
                     }
                 }
             });
-            if ui.button(crate::t!("new-lab-run")).on_hover_text(crate::t!("new-lab-run-hover")).clicked() {
+            if ui
+                .button(crate::t!("new-lab-run"))
+                .on_hover_text(crate::t!("new-lab-run-hover"))
+                .clicked()
+            {
                 commands.write(RunCommand::NewRun);
             }
             ui.small(crate::t!("lab-chart-note"));
@@ -382,10 +422,19 @@ fn finetune_settings(
                 }
                 ui.end_row();
                 ui.label(crate::t!("steps"));
-                ui.add(egui::DragValue::new(&mut o.steps).speed(10).range(1..=100_000));
+                ui.add(
+                    egui::DragValue::new(&mut o.steps)
+                        .speed(10)
+                        .range(1..=100_000),
+                );
                 ui.end_row();
                 ui.label(crate::t!("learning-rate"));
-                ui.add(egui::DragValue::new(&mut o.lr).speed(1e-4).range(1e-6..=1.0).max_decimals(5));
+                ui.add(
+                    egui::DragValue::new(&mut o.lr)
+                        .speed(1e-4)
+                        .range(1e-6..=1.0)
+                        .max_decimals(5),
+                );
                 ui.end_row();
                 ui.label(crate::t!("finetune-adapt"));
                 ui.horizontal(|ui| {
@@ -408,7 +457,10 @@ fn finetune_settings(
             };
             let can = ui_state.finetune.targets.attention || ui_state.finetune.targets.mlp;
             if ui
-                .add_enabled(can, egui::Button::new(crate::t!("finetune-on", text = on.as_str())))
+                .add_enabled(
+                    can,
+                    egui::Button::new(crate::t!("finetune-on", text = on.as_str())),
+                )
                 .on_disabled_hover_text(crate::t!("finetune-disabled"))
                 .clicked()
             {
@@ -440,32 +492,153 @@ fn side_panels(
 ) {
     let run_label = run.label();
     // ---- left: run configuration, controls, metrics
-    egui::Panel::left("run").default_size(300.0).show(root, |ui| {
-        egui::ScrollArea::vertical().show(ui, |ui| {
-            ui.heading("TinyGPT Explainer");
-            ui.label(crate::t!("app-tagline"));
-            ui.separator();
-            ui.strong(crate::t!("run"));
-            let mut preset = settings.preset.clone();
-            egui::ComboBox::from_label(crate::t!("preset")).selected_text(&preset).show_ui(ui, |ui| {
-                for (id, _) in BUILTIN_PRESETS {
-                    ui.selectable_value(&mut preset, id.to_string(), *id);
+    egui::Panel::left("run")
+        .default_size(300.0)
+        .show(root, |ui| {
+            egui::ScrollArea::vertical().show(ui, |ui| {
+                ui.heading("TinyGPT Explainer");
+                ui.label(crate::t!("app-tagline"));
+                ui.separator();
+                ui.strong(crate::t!("run"));
+                let mut preset = settings.preset.clone();
+                egui::ComboBox::from_label(crate::t!("preset"))
+                    .selected_text(&preset)
+                    .show_ui(ui, |ui| {
+                        for (id, _) in BUILTIN_PRESETS {
+                            ui.selectable_value(&mut preset, id.to_string(), *id);
+                        }
+                    });
+                if preset != settings.preset
+                    && let Ok(config) = Config::load(&preset)
+                {
+                    *settings = RunSettings {
+                        corpus: settings.corpus.clone(),
+                        seed: settings.seed,
+                        backend: settings.backend,
+                        ..RunSettings::from_preset(&preset, config)
+                    };
                 }
-            });
-            if preset != settings.preset
-                && let Ok(config) = Config::load(&preset)
-            {
-                *settings = RunSettings { corpus: settings.corpus.clone(), seed: settings.seed, backend: settings.backend, ..RunSettings::from_preset(&preset, config) };
-            }
-            let c = &settings.config;
-            ui.small(crate::t!("preset-summary", layers = c.n_layer, heads = c.n_head, d = c.d_model, ctx = c.ctx, batch = c.batch, params = crate::model::config::group_thousands(c.param_count())));
-            ui.label(crate::t!("corpus-line", name = settings.corpus.name(), bytes = settings.corpus.len()));
-            #[cfg(not(target_arch = "wasm32"))]
-            {
+                let c = &settings.config;
+                ui.small(crate::t!(
+                    "preset-summary",
+                    layers = c.n_layer,
+                    heads = c.n_head,
+                    d = c.d_model,
+                    ctx = c.ctx,
+                    batch = c.batch,
+                    params = crate::model::config::group_thousands(c.param_count())
+                ));
+                ui.label(crate::t!(
+                    "corpus-line",
+                    name = settings.corpus.name(),
+                    bytes = settings.corpus.len()
+                ));
+                #[cfg(not(target_arch = "wasm32"))]
+                {
+                    ui.horizontal(|ui| {
+                        ui.add(
+                            egui::TextEdit::singleline(&mut ui_state.corpus_path)
+                                .hint_text("path/to/text.txt")
+                                .desired_width(170.0),
+                        );
+                        if ui.button(crate::t!("load-corpus")).clicked() {
+                            match files::load_path(&PathBuf::from(ui_state.corpus_path.trim())) {
+                                Ok(c) => {
+                                    commands.write(c);
+                                }
+                                Err(e) => status.error(e),
+                            }
+                        }
+                    });
+                    ui.small(crate::t!("drop-native"));
+                }
+                #[cfg(target_arch = "wasm32")]
+                {
+                    if ui
+                        .button(crate::t!("open-file"))
+                        .on_hover_text(crate::t!("open-file-hover"))
+                        .clicked()
+                    {
+                        crate::app::browser::open_file_picker();
+                    }
+                    ui.small(crate::t!("drop-web"));
+                }
+                egui::Grid::new("settings").num_columns(2).show(ui, |ui| {
+                    ui.label(crate::t!("learning-rate"));
+                    ui.add(
+                        egui::DragValue::new(&mut settings.lr)
+                            .speed(1e-5)
+                            .range(1e-6..=10.0)
+                            .max_decimals(6),
+                    );
+                    ui.end_row();
+                    ui.label(crate::t!("steps"));
+                    ui.add(
+                        egui::DragValue::new(&mut settings.steps)
+                            .speed(10)
+                            .range(1..=10_000_000),
+                    );
+                    ui.end_row();
+                    ui.label(crate::t!("seed"));
+                    ui.add(egui::DragValue::new(&mut settings.seed));
+                    ui.end_row();
+                    ui.label(crate::t!("backend"));
+                    egui::ComboBox::from_id_salt("backend")
+                        .selected_text(format!("{:?}", settings.backend))
+                        .show_ui(ui, |ui| {
+                            for b in BackendChoice::ALL {
+                                ui.selectable_value(&mut settings.backend, b, format!("{b:?}"));
+                            }
+                        });
+                    ui.end_row();
+                });
+                if ui.button(crate::t!("new-run")).clicked() {
+                    commands.write(RunCommand::NewRun);
+                }
+                ui.separator();
+                ui.strong(crate::t!("training"));
                 ui.horizontal(|ui| {
-                    ui.add(egui::TextEdit::singleline(&mut ui_state.corpus_path).hint_text("path/to/text.txt").desired_width(170.0));
-                    if ui.button(crate::t!("load-corpus")).clicked() {
-                        match files::load_path(&PathBuf::from(ui_state.corpus_path.trim())) {
+                    let training = run.state == RunState::Training;
+                    if ui
+                        .add_enabled(!training, egui::Button::new(crate::t!("train-button")))
+                        .clicked()
+                    {
+                        commands.write(RunCommand::Train);
+                    }
+                    if ui
+                        .add_enabled(training, egui::Button::new(crate::t!("pause-button")))
+                        .clicked()
+                    {
+                        commands.write(RunCommand::Pause);
+                    }
+                    if ui
+                        .add_enabled(!training, egui::Button::new(crate::t!("step-button")))
+                        .clicked()
+                    {
+                        commands.write(RunCommand::Step);
+                    }
+                    if ui
+                        .button(crate::t!("reset-button"))
+                        .on_hover_text(crate::t!("reset-hover"))
+                        .clicked()
+                    {
+                        commands.write(RunCommand::NewRun);
+                    }
+                });
+                #[cfg(not(target_arch = "wasm32"))]
+                ui.horizontal(|ui| {
+                    ui.add(
+                        egui::TextEdit::singleline(&mut ui_state.checkpoint_path)
+                            .desired_width(170.0),
+                    );
+                    if ui.button(crate::t!("save")).clicked() {
+                        commands.write(RunCommand::SaveCheckpoint {
+                            path: PathBuf::from(ui_state.checkpoint_path.trim()),
+                            replace: false,
+                        });
+                    }
+                    if ui.button(crate::t!("load")).clicked() {
+                        match files::load_path(&PathBuf::from(ui_state.checkpoint_path.trim())) {
                             Ok(c) => {
                                 commands.write(c);
                             }
@@ -473,127 +646,117 @@ fn side_panels(
                         }
                     }
                 });
-                ui.small(crate::t!("drop-native"));
-            }
-            #[cfg(target_arch = "wasm32")]
-            {
-                if ui.button(crate::t!("open-file")).on_hover_text(crate::t!("open-file-hover")).clicked() {
-                    crate::app::browser::open_file_picker();
-                }
-                ui.small(crate::t!("drop-web"));
-            }
-            egui::Grid::new("settings").num_columns(2).show(ui, |ui| {
-                ui.label(crate::t!("learning-rate"));
-                ui.add(egui::DragValue::new(&mut settings.lr).speed(1e-5).range(1e-6..=10.0).max_decimals(6));
-                ui.end_row();
-                ui.label(crate::t!("steps"));
-                ui.add(egui::DragValue::new(&mut settings.steps).speed(10).range(1..=10_000_000));
-                ui.end_row();
-                ui.label(crate::t!("seed"));
-                ui.add(egui::DragValue::new(&mut settings.seed));
-                ui.end_row();
-                ui.label(crate::t!("backend"));
-                egui::ComboBox::from_id_salt("backend").selected_text(format!("{:?}", settings.backend)).show_ui(ui, |ui| {
-                    for b in BackendChoice::ALL {
-                        ui.selectable_value(&mut settings.backend, b, format!("{b:?}"));
+                #[cfg(target_arch = "wasm32")]
+                ui.horizontal(|ui| {
+                    if ui
+                        .button(crate::t!("download-checkpoint"))
+                        .on_hover_text(crate::t!("download-checkpoint-hover"))
+                        .clicked()
+                    {
+                        // Named when saved, after the step it holds.
+                        commands.write(RunCommand::SaveCheckpoint {
+                            path: PathBuf::new(),
+                            replace: false,
+                        });
+                    }
+                    if ui
+                        .button(crate::t!("load-ellipsis"))
+                        .on_hover_text(crate::t!("load-checkpoint-hover"))
+                        .clicked()
+                    {
+                        crate::app::browser::open_file_picker();
                     }
                 });
-                ui.end_row();
-            });
-            if ui.button(crate::t!("new-run")).clicked() {
-                commands.write(RunCommand::NewRun);
-            }
-            ui.separator();
-            ui.strong(crate::t!("training"));
-            ui.horizontal(|ui| {
-                let training = run.state == RunState::Training;
-                if ui.add_enabled(!training, egui::Button::new(crate::t!("train-button"))).clicked() {
-                    commands.write(RunCommand::Train);
+                ui.horizontal(|ui| {
+                    ui.label(crate::t!("trained-model"));
+                    gallery_menu(ui, commands);
+                });
+                // Below the controls the browser test clicks by position.
+                lab_settings(ui, settings, commands);
+                finetune_settings(ui, ui_state, settings, run, commands);
+                if !run.config().lab.is_intact() {
+                    ui.colored_label(
+                        egui::Color32::from_rgb(255, 170, 60),
+                        crate::t!("lab-run-note", lab = run.config().lab.describe()),
+                    );
                 }
-                if ui.add_enabled(training, egui::Button::new(crate::t!("pause-button"))).clicked() {
-                    commands.write(RunCommand::Pause);
-                }
-                if ui.add_enabled(!training, egui::Button::new(crate::t!("step-button"))).clicked() {
-                    commands.write(RunCommand::Step);
-                }
-                if ui.button(crate::t!("reset-button")).on_hover_text(crate::t!("reset-hover")).clicked() {
-                    commands.write(RunCommand::NewRun);
-                }
-            });
-            #[cfg(not(target_arch = "wasm32"))]
-            ui.horizontal(|ui| {
-                ui.add(egui::TextEdit::singleline(&mut ui_state.checkpoint_path).desired_width(170.0));
-                if ui.button(crate::t!("save")).clicked() {
-                    commands.write(RunCommand::SaveCheckpoint { path: PathBuf::from(ui_state.checkpoint_path.trim()), replace: false });
-                }
-                if ui.button(crate::t!("load")).clicked() {
-                    match files::load_path(&PathBuf::from(ui_state.checkpoint_path.trim())) {
-                        Ok(c) => {
-                            commands.write(c);
+                ui.separator();
+                ui.strong(crate::t!("metrics"));
+                let cfg = run.config();
+                let step = run.step();
+                egui::Grid::new("metrics")
+                    .num_columns(2)
+                    .striped(true)
+                    .show(ui, |ui| {
+                        let mut row = |k: &str, v: String| {
+                            ui.label(crate::i18n::tr(k, &[]));
+                            ui.monospace(v);
+                            ui.end_row();
+                        };
+                        row("metric-step", format!("{step} / {}", cfg.steps));
+                        if let Some((trained, all, percent)) = crate::model::lora::trained_of(cfg) {
+                            row(
+                                "metric-trained",
+                                crate::t!(
+                                    "metric-trained-value",
+                                    trained = crate::model::config::group_thousands(trained),
+                                    all = crate::model::config::group_thousands(all),
+                                    percent = format!("{percent:.1}")
+                                ),
+                            );
                         }
-                        Err(e) => status.error(e),
-                    }
-                }
-            });
-            #[cfg(target_arch = "wasm32")]
-            ui.horizontal(|ui| {
-                if ui.button(crate::t!("download-checkpoint")).on_hover_text(crate::t!("download-checkpoint-hover")).clicked() {
-                    // Named when saved, after the step it holds.
-                    commands.write(RunCommand::SaveCheckpoint { path: PathBuf::new(), replace: false });
-                }
-                if ui.button(crate::t!("load-ellipsis")).on_hover_text(crate::t!("load-checkpoint-hover")).clicked() {
-                    crate::app::browser::open_file_picker();
-                }
-            });
-            ui.horizontal(|ui| {
-                ui.label(crate::t!("trained-model"));
-                gallery_menu(ui, commands);
-            });
-            // Below the controls the browser test clicks by position.
-            lab_settings(ui, settings, commands);
-            finetune_settings(ui, ui_state, settings, run, commands);
-            if !run.config().lab.is_intact() {
-                ui.colored_label(egui::Color32::from_rgb(255, 170, 60), crate::t!("lab-run-note", lab = run.config().lab.describe()));
-            }
-            ui.separator();
-            ui.strong(crate::t!("metrics"));
-            let cfg = run.config();
-            let step = run.step();
-            egui::Grid::new("metrics").num_columns(2).striped(true).show(ui, |ui| {
-                let mut row = |k: &str, v: String| {
-                    ui.label(crate::i18n::tr(k, &[]));
-                    ui.monospace(v);
-                    ui.end_row();
-                };
-                row("metric-step", format!("{step} / {}", cfg.steps));
-                if let Some((trained, all, percent)) = crate::model::lora::trained_of(cfg) {
-                    row("metric-trained", crate::t!("metric-trained-value", trained = crate::model::config::group_thousands(trained), all = crate::model::config::group_thousands(all), percent = format!("{percent:.1}")));
-                }
-                if let Some(m) = run.last {
-                    row("metric-loss", format!("{:.4}", m.loss));
-                    let ppl = (m.loss as f64).exp();
-                    // A blown-up run's perplexity has 60 digits: keep it one short line.
-                    row("metric-perplexity", if ppl < 1e6 { format!("{ppl:.2}") } else { format!("{ppl:.2e}") });
-                    row("learning-rate", format!("{:.2e}", m.lr));
-                    row("metric-grad-norm", format!("{:.3}", m.grad_norm));
-                }
-                if let Some(v) = records.iter().filter_map(|r| r.val_loss.map(|v| (r.step, v))).max_by_key(|(s, _)| *s) {
-                    row("metric-val-loss", crate::t!("metric-val-loss-value", loss = format!("{:.4}", v.1), step = v.0));
-                }
-                let recent: Vec<&StepRecord> = records.iter().filter(|r| r.ms > 0.0).collect();
-                let tail = &recent[recent.len().saturating_sub(50)..];
-                if !tail.is_empty() {
-                    let ms = tail.iter().map(|r| r.ms).sum::<f64>() / tail.len() as f64;
-                    row("metric-ms-step", format!("{ms:.2}"));
-                    row("metric-tokens-s", crate::model::config::group_thousands((cfg.tokens_per_step() as f64 / (ms / 1e3)) as usize));
-                    if run.state == RunState::Training {
-                        row("metric-eta", fmt_duration(cfg.steps.saturating_sub(step) as f64 * ms / 1e3));
-                    }
-                }
-                row("metric-corpus", run.corpus_name.clone());
+                        if let Some(m) = run.last {
+                            row("metric-loss", format!("{:.4}", m.loss));
+                            let ppl = (m.loss as f64).exp();
+                            // A blown-up run's perplexity has 60 digits: keep it one short line.
+                            row(
+                                "metric-perplexity",
+                                if ppl < 1e6 {
+                                    format!("{ppl:.2}")
+                                } else {
+                                    format!("{ppl:.2e}")
+                                },
+                            );
+                            row("learning-rate", format!("{:.2e}", m.lr));
+                            row("metric-grad-norm", format!("{:.3}", m.grad_norm));
+                        }
+                        if let Some(v) = records
+                            .iter()
+                            .filter_map(|r| r.val_loss.map(|v| (r.step, v)))
+                            .max_by_key(|(s, _)| *s)
+                        {
+                            row(
+                                "metric-val-loss",
+                                crate::t!(
+                                    "metric-val-loss-value",
+                                    loss = format!("{:.4}", v.1),
+                                    step = v.0
+                                ),
+                            );
+                        }
+                        let recent: Vec<&StepRecord> =
+                            records.iter().filter(|r| r.ms > 0.0).collect();
+                        let tail = &recent[recent.len().saturating_sub(50)..];
+                        if !tail.is_empty() {
+                            let ms = tail.iter().map(|r| r.ms).sum::<f64>() / tail.len() as f64;
+                            row("metric-ms-step", format!("{ms:.2}"));
+                            row(
+                                "metric-tokens-s",
+                                crate::model::config::group_thousands(
+                                    (cfg.tokens_per_step() as f64 / (ms / 1e3)) as usize,
+                                ),
+                            );
+                            if run.state == RunState::Training {
+                                row(
+                                    "metric-eta",
+                                    fmt_duration(cfg.steps.saturating_sub(step) as f64 * ms / 1e3),
+                                );
+                            }
+                        }
+                        row("metric-corpus", run.corpus_name.clone());
+                    });
             });
         });
-    });
 
     // ---- right: loss chart and sampling
     egui::Panel::right("charts")
@@ -637,14 +800,25 @@ fn side_panels(
                     for (i, e) in earlier.0.iter().enumerate() {
                         let shade = (110 + 50 * (i + 3 - n.min(3))) as u8;
                         plot.line(
-                            Line::new(crate::t!("loss-before", label = e.label.as_str()), PlotPoints::from(e.loss.clone()))
-                                .color(egui::Color32::from_gray(shade))
-                                .style(egui_plot::LineStyle::dashed_loose()),
+                            Line::new(
+                                crate::t!("loss-before", label = e.label.as_str()),
+                                PlotPoints::from(e.loss.clone()),
+                            )
+                            .color(egui::Color32::from_gray(shade))
+                            .style(egui_plot::LineStyle::dashed_loose()),
                         );
                     }
-                    plot.line(Line::new(crate::t!("loss-train", label = run_label.as_str()), PlotPoints::from(train)));
-                    plot.line(Line::new(crate::t!("loss-val"), PlotPoints::from(val.clone())));
-                    plot.points(Points::new(crate::t!("loss-val"), PlotPoints::from(val)).radius(3.0));
+                    plot.line(Line::new(
+                        crate::t!("loss-train", label = run_label.as_str()),
+                        PlotPoints::from(train),
+                    ));
+                    plot.line(Line::new(
+                        crate::t!("loss-val"),
+                        PlotPoints::from(val.clone()),
+                    ));
+                    plot.points(
+                        Points::new(crate::t!("loss-val"), PlotPoints::from(val)).radius(3.0),
+                    );
                 });
             ui.separator();
             ui.strong(crate::t!("sample"));
@@ -652,7 +826,11 @@ fn side_panels(
                 ui.horizontal(|ui| {
                     ui.label(crate::t!("sample-model"));
                     let before = sample.from_base;
-                    ui.selectable_value(&mut sample.from_base, false, crate::t!("sample-fine-tuned"));
+                    ui.selectable_value(
+                        &mut sample.from_base,
+                        false,
+                        crate::t!("sample-fine-tuned"),
+                    );
                     ui.selectable_value(&mut sample.from_base, true, crate::t!("sample-base"));
                     if sample.from_base != before {
                         // The same prompt and seed through the other model.
@@ -840,5 +1018,9 @@ fn gallery_menu(ui: &mut egui::Ui, commands: &mut MessageWriter<RunCommand>) {
 fn gallery_what(entry: &crate::model::gallery::Entry) -> String {
     let key = format!("gallery-what-{}", entry.id);
     let said = crate::i18n::tr(&key, &[]);
-    if said == key { entry.what.to_string() } else { said }
+    if said == key {
+        entry.what.to_string()
+    } else {
+        said
+    }
 }

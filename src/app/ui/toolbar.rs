@@ -11,7 +11,7 @@ pub fn scene_toolbar(
     view: egui::Rect,
     add_contents: impl FnOnce(&mut egui::Ui),
 ) {
-    egui::Area::new(egui::Id::new(id))
+    let shown = egui::Area::new(egui::Id::new(id))
         .fixed_pos(view.min + egui::vec2(6.0, 6.0))
         .order(egui::Order::Middle)
         .show(ctx, |ui| {
@@ -21,6 +21,23 @@ pub fn scene_toolbar(
                 ui.horizontal_wrapped(add_contents);
             });
         });
+    let inset = shown.response.rect.max.y - view.min.y;
+    let pass = ctx.cumulative_pass_nr();
+    ctx.data_mut(|d| d.insert_temp(egui::Id::new(INSET_ID), (pass, inset)));
+}
+
+/// Where [`scene_toolbar`] notes how far its bottom is below the main
+/// view's top.
+const INSET_ID: &str = "tinygpt-scene-toolbar-inset";
+
+/// How far below the main view's top the scene toolbar drawn in the last
+/// pass or the one before ends (logical pixels): two rows where a language's
+/// words make it wrap. None when no scene drew one.
+pub fn toolbar_inset(ctx: &egui::Context) -> Option<f32> {
+    let now = ctx.cumulative_pass_nr();
+    ctx.data(|d| d.get_temp::<(u64, f32)>(egui::Id::new(INSET_ID)))
+        .filter(|(pass, _)| pass + 2 >= now)
+        .map(|(_, inset)| inset)
 }
 
 /// Where a scene's toolbar ends (its last frame's height; one row of

@@ -170,6 +170,15 @@ pub(super) fn draw(
             .weak(),
         );
     }
+    // How the page's GPU steps were timed (a desktop waits for each step).
+    if let Some(timing) = view.results.iter().find_map(|r| r.timing.as_deref()) {
+        let how = if timing == crate::bench::stepped::TIMING_TIMESTAMPS {
+            crate::t!("speedup-timed-timestamps")
+        } else {
+            crate::t!("speedup-timed-wall")
+        };
+        ui.label(egui::RichText::new(how).size(12.0).weak());
+    }
     // The curve: GPU-over-CPU against parameters (log10 on x).
     let ours: Vec<[f64; 2]> = {
         let mut v: Vec<_> = view

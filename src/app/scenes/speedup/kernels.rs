@@ -258,9 +258,13 @@ pub(super) fn roofline(ui: &mut egui::Ui, k: &KernelTimes) -> egui::Rect {
         }
         None => {
             ui.label(
-                egui::RichText::new(crate::t!("kernels-no-ceilings"))
-                    .size(13.0)
-                    .weak(),
+                egui::RichText::new(if k.source == "gpu_timestamps" {
+                    crate::t!("kernels-no-ceilings-page")
+                } else {
+                    crate::t!("kernels-no-ceilings")
+                })
+                .size(13.0)
+                .weak(),
             );
         }
     }

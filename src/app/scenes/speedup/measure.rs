@@ -1,6 +1,11 @@
 //! Measuring on workers: a bench of (preset, backend) pairs one after
 //! another, or one step timed per kernel, on the async-compute pool; the
 //! results come back through an inbox the frame reads ([`collect`]).
+//! Natively the worker is a thread of its own and waits for each step (the
+//! GPU on a device of its own); in the page it is a task on the page's one
+//! thread that never waits: the bench of [`crate::bench::stepped`], which
+//! pauses until the next frame between chunks of CPU steps and while the
+//! GPU's steps and timestamps are out.
 
 use super::*;
 
@@ -25,29 +30,37 @@ pub(super) struct BenchJob {
 /// Times one step of `preset` per kernel with the adapter's ceilings,
 /// blocking: on a worker. The app's device first, then one of its own (the
 /// app's may have been opened without timestamp queries), then the CPU.
-pub(super) fn time_kernels(
-    preset: &str,
+#[cfg(not(target_arch = "wasm32"))]
+pub(super) async fn time_kernels(
+    preset: String,
     app_gpu: Option<crate::gpu::GpuContext>,
 ) -> Result<KernelTimes, String> {
-    let config = Config::load(preset).map_err(|e| e.to_string())?;
-    #[cfg(not(target_arch = "wasm32"))]
+    let config = Config::load(&preset).map_err(|e| e.to_string())?;
     let own = || crate::gpu::GpuContext::new_blocking().ok();
-    #[cfg(not(target_arch = "wasm32"))]
     let contexts = app_gpu
         .into_iter()
         .chain(std::iter::once_with(own).flatten());
-    // In the page, reading timestamps back would wait on the GPU in the
-    // page's one thread: the CPU's op times, with the reason.
-    #[cfg(target_arch = "wasm32")]
-    let contexts = {
-        let _ = app_gpu;
-        std::iter::empty()
-    };
-    let mut times = crate::bench::kernels::time_step(preset, &config, contexts, true)?;
-    if cfg!(target_arch = "wasm32") {
-        times.note = Some(crate::t!("speedup-web-timestamps"));
-    }
-    Ok(times)
+    crate::bench::kernels::time_step(&preset, &config, contexts, true)
+}
+
+/// Times one step of `preset` per kernel on the page's WebGPU device with
+/// timestamp queries read back without waiting; where the browser grants
+/// none, the CPU's op times and a line saying so. (No ceilings: measuring
+/// them would hold the page's GPU for seconds.)
+#[cfg(target_arch = "wasm32")]
+pub(super) async fn time_kernels(
+    preset: String,
+    app_gpu: Option<crate::gpu::GpuContext>,
+) -> Result<KernelTimes, String> {
+    let config = Config::load(&preset).map_err(|e| e.to_string())?;
+    crate::bench::stepped::time_step_stepped(
+        &preset,
+        &config,
+        app_gpu,
+        |why| crate::t!("speedup-web-timestamps", why = why),
+        crate::app::schedule::next_frame,
+    )
+    .await
 }
 
 /// Starts a bench of the chosen presets and backends on a worker.
@@ -62,13 +75,14 @@ pub(super) fn start(view: &mut SpeedupView, gpu: &GpuDevice) -> Result<(), Strin
         return Err(crate::t!("speedup-choose"));
     }
     let app_ctx = if view.gpu {
-        if cfg!(target_arch = "wasm32") {
-            return Err(crate::t!("speedup-web-no-gpu"));
-        }
         Some(gpu.context.clone().ok_or_else(|| {
-            gpu.missing
-                .clone()
-                .unwrap_or_else(|| crate::t!("speedup-no-gpu"))
+            if cfg!(target_arch = "wasm32") {
+                crate::t!("speedup-web-no-gpu")
+            } else {
+                gpu.missing
+                    .clone()
+                    .unwrap_or_else(|| crate::t!("speedup-no-gpu"))
+            }
         })?)
     } else {
         None
@@ -105,7 +119,12 @@ pub(super) fn start(view: &mut SpeedupView, gpu: &GpuDevice) -> Result<(), Strin
             if stop.load(Ordering::Relaxed) {
                 break;
             }
-            send(Msg::Started(format!("{preset} on the {kind}")));
+            let backend = kind.to_uppercase();
+            send(Msg::Started(crate::t!(
+                "speedup-measuring",
+                preset = preset.as_str(),
+                backend = backend.as_str()
+            )));
             let result = Config::load(&preset)
                 .map_err(|e| e.to_string())
                 .and_then(|config| {
@@ -120,14 +139,37 @@ pub(super) fn start(view: &mut SpeedupView, gpu: &GpuDevice) -> Result<(), Strin
                         ),
                         _ => crate::bench::cpu_backend(&config),
                     };
-                    let setup_ms = t0.elapsed().as_secs_f64() * 1e3;
-                    bench_until(&preset, kind, backend, setup_ms, opts, &|| {
-                        stop.load(Ordering::Relaxed)
-                    })
+                    Ok((backend, t0.elapsed().as_secs_f64() * 1e3))
                 });
+            let cancelled = || stop.load(Ordering::Relaxed);
+            #[cfg(not(target_arch = "wasm32"))]
+            let result = result.and_then(|(backend, setup_ms)| {
+                crate::bench::bench_until(&preset, kind, backend, setup_ms, opts, &cancelled)
+            });
+            #[cfg(target_arch = "wasm32")]
+            let result = match result {
+                Ok((backend, setup_ms)) => {
+                    crate::bench::stepped::bench_stepped(
+                        &preset,
+                        kind,
+                        backend,
+                        setup_ms,
+                        opts,
+                        &cancelled,
+                        crate::app::schedule::next_frame,
+                    )
+                    .await
+                }
+                Err(e) => Err(e),
+            };
             match result {
                 Ok(r) => send(Msg::Done(r)),
-                Err(e) => send(Msg::Failed(format!("{preset} on the {kind}: {e}"))),
+                Err(e) => send(Msg::Failed(crate::t!(
+                    "speedup-failed",
+                    preset = preset.as_str(),
+                    backend = backend.as_str(),
+                    error = e
+                ))),
             }
         }
         send(Msg::Finished);
@@ -157,7 +199,9 @@ pub(super) fn collect(
     if !view.backends_chosen {
         view.backends_chosen = true;
         if cfg!(target_arch = "wasm32") {
-            view.gpu = false;
+            // The page's WebGPU, whatever it runs on: the page measures
+            // what its students have.
+            view.gpu = gpu.context.is_some();
         } else if let Some(ctx) = &gpu.context
             && crate::backend::software_adapter(ctx).is_some()
         {

@@ -23,7 +23,17 @@ pub fn register(app: &mut App) {
             "message": view.message,
             "results": view.results.iter().map(|r| json!({
                 "preset": r.preset, "backend": r.backend, "median_ms": r.median_ms,
+                "steps": r.steps, "device": r.device, "timing": r.timing,
+                "gpu_over_cpu": r.gpu_over_cpu,
             })).collect::<Vec<_>>(),
+            "kernels": match &view.kernels {
+                Some(Ok(k)) => json!({
+                    "preset": k.preset, "source": k.source, "note": k.note,
+                    "dispatches": k.rows.len(), "total_ms": k.total_ms(),
+                }),
+                Some(Err(e)) => json!({ "error": e }),
+                None => Value::Null,
+            },
         })
     })
     .shown_regions(|shown: Res<SpeedupShown>| shown.regions.clone());
