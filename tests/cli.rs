@@ -282,9 +282,11 @@ fn train_resume_generate_export_and_bench() {
         serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
     assert_eq!(r["preset"], "tiny");
     assert_eq!(r["params"], 70464);
-    for key in ["median_ms", "min_ms", "max_ms", "tokens_per_s", "warmup_ms"] {
+    for key in ["median_ms", "min_ms", "max_ms", "tokens_per_s", "first_step_ms"] {
         assert!(r[key].as_f64().unwrap() > 0.0, "{key}");
     }
+    // `--warmup 1` is the first step alone: no further warm-up steps.
+    assert_eq!(r["warmup_ms"].as_f64(), Some(0.0));
     assert!(r["machine"]["cores"].as_u64().unwrap() >= 1);
 
     let out = tinygpt(&["presets"]);
