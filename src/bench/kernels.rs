@@ -249,6 +249,31 @@ pub fn time_step(
             why = Some(format!("{device} gave no timestamps"));
             continue;
         };
+        return Ok(KernelTimes::from_timestamps(
+            preset, device, &program, timed, ceilings,
+        ));
+    }
+    Ok(KernelTimes::from_cpu_ops(
+        preset,
+        &program,
+        super::profile_cpu_step(config, 3),
+        format!(
+            "{}: the CPU backend's op times instead",
+            why.unwrap_or_else(|| "no GPU adapter".into())
+        ),
+    ))
+}
+
+impl KernelTimes {
+    /// A step timed per dispatch: (op family, entry point, nanoseconds) in
+    /// order ([`crate::gpu::GpuBackend::profile_step`]).
+    pub fn from_timestamps(
+        preset: &str,
+        device: String,
+        program: &Program,
+        timed: Vec<(String, &str, f64)>,
+        ceilings: Option<Ceilings>,
+    ) -> Self {
         let rows: Vec<KernelRow> = timed
             .into_iter()
             .map(|(family, entry, ns)| KernelRow {
@@ -257,36 +282,42 @@ pub fn time_step(
                 ms: ns / 1e6,
             })
             .collect();
-        return Ok(KernelTimes {
+        KernelTimes {
             preset: preset.into(),
             device,
             source: "gpu_timestamps".into(),
             note: None,
-            families: families(&program, &rows, ceilings.as_ref()),
+            families: families(program, &rows, ceilings.as_ref()),
             rows,
             ceilings,
-        });
+        }
     }
-    let rows: Vec<KernelRow> = super::profile_cpu_step(config, 3)
-        .into_iter()
-        .map(|(family, ms)| KernelRow {
-            family,
-            entry: String::new(),
-            ms,
-        })
-        .collect();
-    Ok(KernelTimes {
-        preset: preset.into(),
-        device: super::cpu_backend(config).describe(),
-        source: "cpu_ops".into(),
-        note: Some(format!(
-            "{}: the CPU backend's op times instead",
-            why.unwrap_or_else(|| "no GPU adapter".into())
-        )),
-        families: families(&program, &rows, None),
-        rows,
-        ceilings: None,
-    })
+
+    /// The CPU backend's op times per family standing in, and why.
+    pub fn from_cpu_ops(
+        preset: &str,
+        program: &Program,
+        ops: Vec<(String, f64)>,
+        note: String,
+    ) -> Self {
+        let rows: Vec<KernelRow> = ops
+            .into_iter()
+            .map(|(family, ms)| KernelRow {
+                family,
+                entry: String::new(),
+                ms,
+            })
+            .collect();
+        KernelTimes {
+            preset: preset.into(),
+            device: super::cpu_backend(&program.config).describe(),
+            source: "cpu_ops".into(),
+            note: Some(note),
+            families: families(program, &rows, None),
+            rows,
+            ceilings: None,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 //!   (the waits between frames included: an upper bound);
 //! - the kernel view's per-dispatch timestamps are read back the same way.
 
-use super::kernels::{KernelRow, KernelTimes, families};
+use super::kernels::KernelTimes;
 use super::{BenchOptions, BenchResult, BenchRun};
 use crate::backend::{Backend, StepParams};
 use crate::model::config::Config;
@@ -204,24 +204,13 @@ pub async fn time_step_stepped<F: Future<Output = ()>>(
                     best = Some(rows);
                 }
             }
-            let rows: Vec<KernelRow> = best
-                .expect("three rounds")
-                .into_iter()
-                .map(|(family, entry, ns)| KernelRow {
-                    family,
-                    entry: entry.to_string(),
-                    ms: ns / 1e6,
-                })
-                .collect();
-            return Ok(KernelTimes {
-                preset: preset.into(),
+            return Ok(KernelTimes::from_timestamps(
+                preset,
                 device,
-                source: "gpu_timestamps".into(),
-                note: None,
-                families: families(&program, &rows, None),
-                rows,
-                ceilings: None,
-            });
+                &program,
+                best.expect("three rounds"),
+                None,
+            ));
         }
     };
     // The CPU's op times: one step at a time, pausing between.
@@ -230,22 +219,10 @@ pub async fn time_step_stepped<F: Future<Output = ()>>(
         profile.step();
         pause().await;
     }
-    let rows: Vec<KernelRow> = profile
-        .families()
-        .into_iter()
-        .map(|(family, ms)| KernelRow {
-            family,
-            entry: String::new(),
-            ms,
-        })
-        .collect();
-    Ok(KernelTimes {
-        preset: preset.into(),
-        device: super::cpu_backend(config).describe(),
-        source: "cpu_ops".into(),
-        note: Some(no_timestamps(why)),
-        families: families(&program, &rows, None),
-        rows,
-        ceilings: None,
-    })
+    Ok(KernelTimes::from_cpu_ops(
+        preset,
+        &program,
+        profile.families(),
+        no_timestamps(why),
+    ))
 }
