@@ -729,3 +729,36 @@ fn timed_steps_are_the_same_run_with_a_gpu_time_per_step() {
         want.iter().map(key).collect::<Vec<_>>()
     );
 }
+
+#[test]
+fn kernels_compile_when_warmed_one_at_a_time_and_backends_share_them() {
+    // The page compiles a backend's pipelines one a frame (a browser's GPU
+    // process draws nothing while it compiles): building a backend compiles
+    // none, each warm compiles one, a second backend of the same model
+    // shares them, and once warm a training step needs no other kernel. A
+    // device of its own: the shared one's kernels are the other tests'.
+    let ctx = GpuContext::new_blocking().expect("the GPU tests need an adapter");
+    let mut cfg = Config::load("tiny").unwrap();
+    cfg.eval_interval = 0;
+    let program = Program::new(&cfg);
+    let first = GpuBackend::new(ctx.clone(), program.clone()).unwrap();
+    let kernels = ctx.kernels(cfg.head_dim(), cfg.lab);
+    let (compiled, entries) = kernels.compiled();
+    assert_eq!(compiled, 0, "building a backend compiled {compiled} pipelines");
+    let mut warmed = 0;
+    while first.warm_next_kernel() {
+        warmed += 1;
+        assert_eq!(kernels.compiled().0, warmed, "one pipeline per warm");
+    }
+    assert!(
+        warmed > 0 && warmed < entries,
+        "warmed {warmed} of {entries}: the step's kernels, not every one"
+    );
+    let second = GpuBackend::new(ctx.clone(), program).unwrap();
+    assert!(!second.warm_next_kernel(), "the second backend found its kernels compiled");
+    let corpus = Corpus::tiny_shakespeare(cfg.ctx).unwrap();
+    let mut trainer = Trainer::new(Box::new(second), corpus, 5).unwrap();
+    let metrics = trainer.train_step().unwrap();
+    assert!(metrics.loss.is_finite());
+    assert_eq!(kernels.compiled().0, warmed, "the step ran a kernel the warming left out");
+}

@@ -614,11 +614,11 @@ fn matmul_best_tflops(
         {
             let mut pass = encoder.begin_compute_pass(&Default::default());
             for _ in 0..count {
-                pass.set_pipeline(&kernels.pipelines[entry].1);
+                pass.set_pipeline(kernels.pipeline(entry));
                 pass.set_bind_group(0, &main, &[]);
                 pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
                 if let Some(reduce) = &reduce {
-                    pass.set_pipeline(&kernels.pipelines["matmul_split_reduce"].1);
+                    pass.set_pipeline(kernels.pipeline("matmul_split_reduce"));
                     pass.set_bind_group(0, reduce, &[]);
                     pass.dispatch_workgroups(reduce_groups, 1, 1);
                 }

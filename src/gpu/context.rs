@@ -1,6 +1,8 @@
 //! The wgpu device the GPU backend runs on: one it creates itself (command
 //! line, tests, benchmarks) or one it is handed (Bevy's, in the app).
 
+use super::kernels::Kernels;
+use crate::model::config::Lab;
 use std::fmt;
 
 /// A device, its queue, and what we know about the adapter behind them.
@@ -19,7 +21,13 @@ pub struct GpuContext {
     /// The device is someone else's too (the app's renderer): a blocking
     /// read then waits by polling without blocking ([`GpuContext::wait_until`]).
     pub shared: bool,
+    /// The kernels of the backends on this device, by (head size, lab
+    /// switches): compiled once, each when first needed or warmed
+    /// ([`GpuContext::kernels`], [`GpuContext::warm_kernels`]).
+    kernels: KernelCache,
 }
+
+type KernelCache = std::sync::Arc<std::sync::Mutex<Vec<((usize, Lab), std::sync::Arc<Kernels>)>>>;
 
 impl fmt::Debug for GpuContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -161,7 +169,33 @@ impl GpuContext {
             lost,
             matmul: matmul_choice(),
             shared: false,
+            kernels: Default::default(),
         })
+    }
+
+    /// The kernels for models with this head size and lab switches on this
+    /// device, shared by its backends (their pipelines compiled once).
+    pub fn kernels(&self, head_dim: usize, lab: Lab) -> std::sync::Arc<Kernels> {
+        let mut cache = self.kernels.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, k)) = cache.iter().find(|(key, _)| *key == (head_dim, lab)) {
+            return k.clone();
+        }
+        let k = std::sync::Arc::new(Kernels::lazy(&self.device, head_dim, lab));
+        cache.push(((head_dim, lab), k.clone()));
+        k
+    }
+
+    /// Compiles one pipeline a backend on this device will run and has not
+    /// compiled yet; false when all are ready. The app calls it once a
+    /// frame, so that compiling does not hold one frame for all of them
+    /// (in a page, seconds without a frame on a software GPU: see
+    /// [`Kernels`]).
+    pub fn warm_kernels(&self) -> bool {
+        let sets: Vec<_> = {
+            let cache = self.kernels.lock().unwrap_or_else(|e| e.into_inner());
+            cache.iter().map(|(_, k)| k.clone()).collect()
+        };
+        sets.iter().any(|k| k.warm_next())
     }
 
     /// Why the device was lost, if it was.
@@ -195,6 +229,7 @@ impl GpuContext {
             lost: Default::default(),
             matmul: matmul_choice(),
             shared: true,
+            kernels: Default::default(),
         }
     }
 

@@ -89,7 +89,7 @@ impl GpuBackend {
                     mapped_at_creation: false,
                 }),
                 trace: storage("trace", parts.trace.len()),
-                traced: self.kernels.build_traced(&device),
+                traced: self.kernels.build_traced(),
             });
         }
         let fb = self.flash.as_ref().expect("made above");
@@ -157,7 +157,7 @@ impl GpuBackend {
                 // The traced pipeline where there is one (not the delta kernel).
                 let pipeline = |entry: &str| match fb.traced.get(entry) {
                     Some(p) if traced_run => p,
-                    _ => &self.kernels.pipelines[entry].1,
+                    _ => self.kernels.pipeline(entry),
                 };
                 let tiles = [t.div_ceil(ATTENTION_TILE) as u32, n_head as u32, 1];
                 let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {

@@ -7,7 +7,8 @@
 //! dynamically indexed private arrays: see `docs/performance.md`.)
 
 use crate::model::config::Lab;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Mutex, OnceLock};
 
 /// How a binding is declared in WGSL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -182,13 +183,37 @@ pub(crate) fn with_common(source: &str, head_dim: usize, lab: Lab) -> String {
         .replace("{{POSITIONS}}", &lab.position_embeddings.to_string())
 }
 
-/// Compiled pipelines, by entry-point name, and each file's layout.
+/// The kernels of one head size and set of lab switches on one device: each
+/// file's bind-group layout at once, and each entry point's pipeline when it
+/// is first needed ([`Kernels::pipeline`]) or warmed ([`Kernels::warm_next`]).
+///
+/// A pipeline is compiled lazily because compiling is slow where the GPU is
+/// software (SwiftShader in a browser: 0.7-2.4 s a matmul), and in a page it
+/// happens in the browser's GPU process, which draws nothing meanwhile: the
+/// app compiles the ones a backend will run one per frame instead of all in
+/// one go ([`crate::gpu::GpuContext::kernels`] shares them between the
+/// backends of a device).
 pub struct Kernels {
-    pub layouts: HashMap<&'static str, wgpu::BindGroupLayout>,
-    pub pipelines: HashMap<&'static str, (usize, wgpu::ComputePipeline)>,
-    /// The module and pipeline layout of the file with traced entries, for
+    device: wgpu::Device,
+    layouts: HashMap<&'static str, wgpu::BindGroupLayout>,
+    /// Each file's pipeline layout and shader modules (matmul.wgsl's first,
+    /// then its warp-tiled configurations'), by file.
+    pipeline_layouts: Vec<wgpu::PipelineLayout>,
+    modules: Vec<wgpu::ShaderModule>,
+    /// Every entry point: its file, its module, its pipeline once compiled.
+    entries: HashMap<&'static str, Entry>,
+    /// The index in `modules` of the file with traced entries, for
     /// [`Kernels::build_traced`].
-    traced_from: Option<(wgpu::ShaderModule, wgpu::PipelineLayout)>,
+    traced_from: Option<(usize, usize)>,
+    /// Entry points a backend will run, not warmed yet, in the order asked.
+    wanted: Mutex<VecDeque<&'static str>>,
+}
+
+/// One entry point of [`Kernels`].
+struct Entry {
+    file: usize,
+    module: usize,
+    pipeline: OnceLock<wgpu::ComputePipeline>,
 }
 
 /// One compute pipeline of `module`; `trace` sets the override `TRACE`.
@@ -215,14 +240,43 @@ fn pipeline(
     })
 }
 
+/// A shader module of trusted WGSL (no runtime bounds checks).
+fn trusted_module(device: &wgpu::Device, name: &str, source: String) -> wgpu::ShaderModule {
+    // SAFETY: every kernel bounds-checks its own indices (see each file's
+    // header; the tiled matmul's template guards every global access); the
+    // parity tests exercise ragged shapes.
+    unsafe {
+        device.create_shader_module_trusted(
+            wgpu::ShaderModuleDescriptor {
+                label: Some(&format!("tinygpt:shader:{name}")),
+                source: wgpu::ShaderSource::Wgsl(source.into()),
+            },
+            wgpu::ShaderRuntimeChecks::unchecked(),
+        )
+    }
+}
+
 impl Kernels {
-    /// Compiles every kernel for models with this head size and lab switches.
+    /// Every kernel for models with this head size and lab switches,
+    /// compiled now (the benchmarks of single kernels).
     pub fn new(device: &wgpu::Device, head_dim: usize, lab: Lab) -> Self {
+        let kernels = Self::lazy(device, head_dim, lab);
+        for entry in kernels.entries.keys() {
+            kernels.pipeline(entry);
+        }
+        kernels
+    }
+
+    /// The layouts and shader modules for this head size and lab switches;
+    /// no pipeline is compiled yet.
+    pub fn lazy(device: &wgpu::Device, head_dim: usize, lab: Lab) -> Self {
         let mut layouts = HashMap::new();
-        let mut pipelines = HashMap::new();
+        let mut pipeline_layouts = Vec::new();
+        let mut modules = Vec::new();
+        let mut entries = HashMap::new();
         let mut traced_from = None;
         for (file_index, file) in SHADERS.iter().enumerate() {
-            let entries: Vec<wgpu::BindGroupLayoutEntry> = file
+            let slots: Vec<wgpu::BindGroupLayoutEntry> = file
                 .slots
                 .iter()
                 .enumerate()
@@ -249,84 +303,141 @@ impl Kernels {
             let label = format!("tinygpt:layout:{}", file.name);
             let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
                 label: Some(&label),
-                entries: &entries,
+                entries: &slots,
             });
-            let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-                label: Some(&label),
-                bind_group_layouts: &[Some(&layout)],
-                immediate_size: 0,
-            });
-            let source = full_source(file, head_dim, lab);
-            // SAFETY: every kernel bounds-checks its own indices (see each
-            // file's header); the parity tests exercise ragged shapes.
-            let module = unsafe {
-                device.create_shader_module_trusted(
-                    wgpu::ShaderModuleDescriptor {
-                        label: Some(&format!("tinygpt:shader:{}", file.name)),
-                        source: wgpu::ShaderSource::Wgsl(source.into()),
-                    },
-                    wgpu::ShaderRuntimeChecks::unchecked(),
-                )
+            pipeline_layouts.push(
+                device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                    label: Some(&label),
+                    bind_group_layouts: &[Some(&layout)],
+                    immediate_size: 0,
+                }),
+            );
+            let mut add = |module: wgpu::ShaderModule, names: &[&'static str]| {
+                modules.push(module);
+                for &entry in names {
+                    let module = modules.len() - 1;
+                    entries.insert(
+                        entry,
+                        Entry {
+                            file: file_index,
+                            module,
+                            pipeline: OnceLock::new(),
+                        },
+                    );
+                }
+                modules.len() - 1
             };
-            for entry in file.entries {
-                let p = pipeline(device, &pipeline_layout, &module, entry, entry, false);
-                pipelines.insert(*entry, (file_index, p));
+            let source = full_source(file, head_dim, lab);
+            let module = add(trusted_module(device, file.name, source), file.entries);
+            if TRACED.iter().any(|(e, _)| file.entries.contains(e)) {
+                traced_from = Some((file_index, module));
             }
             if file.name == "matmul" {
                 // The warp-tiled configurations share matmul.wgsl's bindings.
                 for tile in super::matmul_tiles::usable(&device.limits()) {
                     let source = with_common(&tile.source(), head_dim, lab);
-                    // SAFETY: as above; the template guards every global access.
-                    let module = unsafe {
-                        device.create_shader_module_trusted(
-                            wgpu::ShaderModuleDescriptor {
-                                label: Some(&format!("tinygpt:shader:matmul_{}", tile.name)),
-                                source: wgpu::ShaderSource::Wgsl(source.into()),
-                            },
-                            wgpu::ShaderRuntimeChecks::unchecked(),
-                        )
-                    };
-                    for entry in tile.entries {
-                        let p = pipeline(device, &pipeline_layout, &module, entry, entry, false);
-                        pipelines.insert(entry, (file_index, p));
-                    }
+                    let name = format!("matmul_{}", tile.name);
+                    add(trusted_module(device, &name, source), &tile.entries);
                 }
-            }
-            if TRACED.iter().any(|(e, _)| file.entries.contains(e)) {
-                traced_from = Some((module, pipeline_layout));
             }
             layouts.insert(file.name, layout);
         }
         Self {
+            device: device.clone(),
             layouts,
-            pipelines,
+            pipeline_layouts,
+            modules,
+            entries,
             traced_from,
+            wanted: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// The pipeline of `entry`, compiled now if it was not yet.
+    pub fn pipeline(&self, entry: &str) -> &wgpu::ComputePipeline {
+        let (&name, e) = self
+            .entries
+            .get_key_value(entry)
+            .unwrap_or_else(|| panic!("no kernel `{entry}`"));
+        e.pipeline.get_or_init(|| {
+            pipeline(
+                &self.device,
+                &self.pipeline_layouts[e.file],
+                &self.modules[e.module],
+                name,
+                name,
+                false,
+            )
+        })
+    }
+
+    /// How many pipelines are compiled, of how many entry points.
+    pub fn compiled(&self) -> (usize, usize) {
+        let done = self.entries.values().filter(|e| e.pipeline.get().is_some());
+        (done.count(), self.entries.len())
+    }
+
+    /// Notes the entry points a backend runs, in its order, for
+    /// [`Kernels::warm_next`].
+    pub fn want<'a>(&self, entries: impl IntoIterator<Item = &'a str>) {
+        let mut wanted = self.wanted.lock().unwrap_or_else(|e| e.into_inner());
+        for entry in entries {
+            if let Some((&name, e)) = self.entries.get_key_value(entry)
+                && e.pipeline.get().is_none()
+                && !wanted.contains(&name)
+            {
+                wanted.push_back(name);
+            }
+        }
+    }
+
+    /// Compiles the next wanted pipeline not compiled yet; false when none
+    /// is left (every kernel a backend asked for is ready).
+    pub fn warm_next(&self) -> bool {
+        loop {
+            let next = self
+                .wanted
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .pop_front();
+            match next {
+                None => return false,
+                Some(entry) if self.entries[entry].pipeline.get().is_some() => continue,
+                Some(entry) => {
+                    self.pipeline(entry);
+                    return true;
+                }
+            }
         }
     }
 
     /// The traced pipelines ([`TRACED`]), by the entry point they trace:
     /// the same module and layout as the training pipelines, with `TRACE` on.
-    pub fn build_traced(
-        &self,
-        device: &wgpu::Device,
-    ) -> HashMap<&'static str, wgpu::ComputePipeline> {
-        let (module, layout) = self
-            .traced_from
-            .as_ref()
-            .expect("attention.wgsl has traced entries");
+    pub fn build_traced(&self) -> HashMap<&'static str, wgpu::ComputePipeline> {
+        let (file, module) = self.traced_from.expect("attention.wgsl has traced entries");
         TRACED
             .iter()
-            .map(|&(entry, name)| (entry, pipeline(device, layout, module, entry, name, true)))
+            .map(|&(entry, name)| {
+                let layout = &self.pipeline_layouts[file];
+                let p = pipeline(
+                    &self.device,
+                    layout,
+                    &self.modules[module],
+                    entry,
+                    name,
+                    true,
+                );
+                (entry, p)
+            })
             .collect()
     }
 
     pub fn layout_of(&self, entry: &str) -> &wgpu::BindGroupLayout {
-        let (file, _) = &self.pipelines[entry];
-        &self.layouts[SHADERS[*file].name]
+        &self.layouts[SHADERS[self.entries[entry].file].name]
     }
 
     pub fn slots_of(&self, entry: &str) -> &'static [Slot] {
-        SHADERS[self.pipelines[entry].0].slots
+        SHADERS[self.entries[entry].file].slots
     }
 }
 

@@ -55,7 +55,7 @@ const STEP_UNIFORM_BYTES: u64 = 48;
 pub struct GpuBackend {
     ctx: GpuContext,
     program: Program,
-    kernels: Kernels,
+    kernels: std::sync::Arc<Kernels>,
     buffers: Vec<wgpu::Buffer>,
     places: Vec<Option<Place>>,
     steps: Vec<(Step, Vec<Dispatch>)>,
@@ -380,7 +380,7 @@ impl GpuBackend {
         let params: Vec<TensorId> = program.trained().collect();
 
         let device = ctx.device.clone();
-        let kernels = Kernels::new(&device, cfg.head_dim(), cfg.lab);
+        let kernels = ctx.kernels(cfg.head_dim(), cfg.lab);
         // Running out of GPU memory is a property of the preset, not a bug:
         // catch it and say so, instead of wgpu's default panic.
         let memory_scope = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
@@ -566,13 +566,20 @@ impl GpuBackend {
         let (steps, probes): (Vec<_>, Vec<_>) = planned_steps
             .into_iter()
             .map(|(step, plans)| {
-                let dispatches = plans
+                let dispatches: Vec<Dispatch> = plans
                     .into_iter()
                     .map(|plan| binder.dispatch(&plan, next_uniform.next().unwrap() as u64))
                     .collect();
                 (step, dispatches)
             })
             .partition(|(step, _)| !matches!(step, Step::AttentionProbs(_)));
+        // The kernels to warm, in the order a step runs them (see `Kernels`).
+        kernels.want(
+            steps
+                .iter()
+                .chain(&probes)
+                .flat_map(|(_, dispatches)| dispatches.iter().map(|d| d.entry)),
+        );
 
         Ok(Self {
             ctx,
@@ -608,6 +615,15 @@ impl GpuBackend {
     /// Buffers this backend has created (all of them at construction).
     pub fn buffers_created(&self) -> usize {
         self.buffers_created
+    }
+
+    /// Compiles one more of the kernels this backend runs (those of the
+    /// other backends on its device too); false when they are all ready.
+    /// Where compiling must not hold the thread (a page), call it between
+    /// frames until false before the first step; elsewhere the first step
+    /// compiles what it needs.
+    pub fn warm_next_kernel(&self) -> bool {
+        self.kernels.warm_next() || self.ctx.warm_kernels()
     }
 
     pub fn context(&self) -> &GpuContext {
@@ -1032,7 +1048,7 @@ impl GpuBackend {
             timestamp_writes: timestamps,
         });
         for d in lists.flatten() {
-            pass.set_pipeline(&self.kernels.pipelines[d.entry].1);
+            pass.set_pipeline(self.kernels.pipeline(d.entry));
             pass.set_bind_group(0, &d.bind_group, &[]);
             pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
         }

@@ -134,7 +134,7 @@ impl GpuBackend {
                         end_of_pass_write_index: Some(q + 1),
                     }),
                 });
-                pass.set_pipeline(&self.kernels.pipelines[d.entry].1);
+                pass.set_pipeline(self.kernels.pipeline(d.entry));
                 pass.set_bind_group(0, &d.bind_group, &[]);
                 pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
                 drop(pass);

@@ -62,3 +62,14 @@ pub(super) fn find_gpu_device(
         gpu.shared_with_renderer = true;
     }
 }
+
+/// Compiles one kernel a frame that a backend on the training device will
+/// run, so that the first step finds them ready: compiling them all at once
+/// would hold the frame (in a page, the browser's GPU process draws nothing
+/// while it compiles: over 10 s on a software GPU). See
+/// [`crate::gpu::kernels::Kernels`].
+pub(super) fn warm_kernels(gpu: Res<GpuDevice>) {
+    if let Some(ctx) = &gpu.context {
+        ctx.warm_kernels();
+    }
+}

@@ -60,7 +60,11 @@ impl Plugin for TrainingPlugin {
             )
             .add_systems(
                 Update,
-                (commands::handle_commands, pump::pump_training)
+                (
+                    commands::handle_commands,
+                    device::warm_kernels,
+                    pump::pump_training,
+                )
                     .chain()
                     .in_set(super::schedule::AppSystems::Training),
             );
