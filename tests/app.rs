@@ -1926,6 +1926,10 @@ fn headless_flow_scene_plays_the_passes_where_it_says() {
     let flow = &r["flow"];
     assert!(flow["error"].is_null(), "{line}");
     assert_eq!(flow["zoom"], "Model", "{line}");
+    // Where it was computed: `device` for programs, the label for people.
+    let device = flow["device"].as_str().unwrap_or_default();
+    assert!(matches!(device, "gpu" | "cpu"), "{line}");
+    assert_eq!(device == "cpu", flow["backend"].as_str().unwrap().contains("CPU"), "{line}");
     let data: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("tinygpt-flow-data.json")).unwrap()).unwrap();
     let view = &data["view"];

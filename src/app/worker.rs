@@ -71,7 +71,10 @@ struct Kept {
 pub struct Answered<Q, T> {
     pub question: Q,
     pub value: T,
+    /// The backend's label, as the status lines show it (localized).
     pub backend: String,
+    /// `gpu` or `cpu`: where it was computed (the reports' `device`).
+    pub device: &'static str,
 }
 
 /// What a task hands back: the question, its answer or why not, the
@@ -164,10 +167,15 @@ impl<Q: ModelQuestion, T: ConditionalSend + 'static> ModelWorker<Q, T> {
         let Some(task) = self.task.as_mut() else {
             return;
         };
-        let Some((question, answer, backend, kept)) = check_ready(task) else {
+        let Some((question, answer, backend, mut kept)) = check_ready(task) else {
             return;
         };
         self.task = None;
+        let device = if kept.backend.as_gpu().is_some() {
+            "gpu"
+        } else {
+            "cpu"
+        };
         self.kept = Some(SyncCell::new(kept));
         match answer {
             Ok(value) => {
@@ -175,6 +183,7 @@ impl<Q: ModelQuestion, T: ConditionalSend + 'static> ModelWorker<Q, T> {
                     question,
                     value,
                     backend,
+                    device,
                 });
                 self.error = None;
             }

@@ -208,11 +208,7 @@ pub fn time_step(
     let mut why = None;
     for ctx in contexts {
         let device = ctx.describe();
-        if !ctx
-            .device
-            .features()
-            .contains(wgpu::Features::TIMESTAMP_QUERY)
-        {
+        if !ctx.has_timestamps() {
             why = Some(format!("{device} has no timestamp queries"));
             continue;
         }

@@ -164,12 +164,7 @@ pub async fn time_step_stepped<F: Future<Output = ()>>(
     };
     let why = match gpu {
         None => "no WebGPU adapter".to_string(),
-        Some(ctx)
-            if !ctx
-                .device
-                .features()
-                .contains(wgpu::Features::TIMESTAMP_QUERY) =>
-        {
+        Some(ctx) if !ctx.has_timestamps() => {
             format!("{} has no timestamp queries", ctx.describe())
         }
         Some(ctx) => {

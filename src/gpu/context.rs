@@ -198,6 +198,14 @@ impl GpuContext {
         sets.iter().any(|k| k.warm_next())
     }
 
+    /// Whether the device times passes with timestamp queries (opened with
+    /// them where the adapter has them; a browser may not grant them).
+    pub fn has_timestamps(&self) -> bool {
+        self.device
+            .features()
+            .contains(wgpu::Features::TIMESTAMP_QUERY)
+    }
+
     /// Why the device was lost, if it was.
     pub fn lost(&self) -> Option<String> {
         self.lost.lock().ok().and_then(|l| l.clone())

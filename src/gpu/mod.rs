@@ -999,12 +999,7 @@ impl GpuBackend {
             self.step_timer = None;
             return true;
         }
-        if !self
-            .ctx
-            .device
-            .features()
-            .contains(wgpu::Features::TIMESTAMP_QUERY)
-        {
+        if !self.ctx.has_timestamps() {
             return false;
         }
         self.step_timer

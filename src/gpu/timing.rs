@@ -92,12 +92,7 @@ impl GpuBackend {
     /// step's), without waiting. None when the adapter has no timestamp
     /// queries.
     pub fn submit_profile(&mut self, batch: &Batch, sp: StepParams) -> Option<ProfileHandle> {
-        if !self
-            .ctx
-            .device
-            .features()
-            .contains(wgpu::Features::TIMESTAMP_QUERY)
-        {
+        if !self.ctx.has_timestamps() {
             return None;
         }
         self.upload_batch(batch);

@@ -404,6 +404,8 @@ async function scenesRun(base) {
         (s) => s.scene === "flow" && (s.flow?.nodes > 0 || s.flow?.error),
         (s) => {
           if (s.flow.error) return `the flow could not be computed: ${s.flow.error}`;
+          // The page's questions go to its CPU (src/app/worker.rs).
+          if (s.flow.device !== "cpu") return `the flow does not say it was computed on the page's CPU: ${JSON.stringify(s.flow)}`;
           if (!(s.step >= 1000)) return `the plain address did not open the shipped trained model: step ${s.step}`;
           return null;
         },

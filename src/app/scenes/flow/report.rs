@@ -30,6 +30,7 @@ fn page(scene: Res<State<Scene>>, view: Res<FlowView>, compute: Res<FlowCompute>
         "nodes": compute.flow().map(|c| c.flow.nodes.len()),
         "top": compute.flow().map(|c| crate::flow::top5(&c.flow.probs)[0].byte),
         "backend": compute.latest.as_ref().map(|a| &a.backend),
+        "device": compute.latest.as_ref().map(|a| a.device),
         "error": compute.error_message(),
     })
 }
@@ -109,6 +110,7 @@ fn headless(
         "position": compute.flow().map(|c| c.flow.position),
         "step": compute.flow().map(|c| c.step),
         "backend": compute.latest.as_ref().map(|a| &a.backend),
+        "device": compute.latest.as_ref().map(|a| a.device),
         "error": compute.error_message(),
         "nodes": nodes,
         "regions": region_names,

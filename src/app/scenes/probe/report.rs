@@ -28,6 +28,7 @@ fn page(scene: Res<State<Scene>>, compute: Res<ProbeCompute>, view: Res<ProbeVie
         "showing": view.tool.key(),
         "tool": compute.latest.as_ref().map(|a| a.question.tool.key()),
         "backend": compute.latest.as_ref().map(|a| &a.backend),
+        "device": compute.latest.as_ref().map(|a| a.device),
         "error": compute.error_message(),
     })
 }
@@ -57,6 +58,7 @@ fn answer_json(compute: &ProbeCompute) -> Value {
                 "step": q.step,
                 "knockouts": q.knockouts,
                 "backend": compute.latest.as_ref().map(|l| &l.backend),
+                "device": compute.latest.as_ref().map(|l| l.device),
                 "numbers": numbers,
             })
         }
