@@ -78,9 +78,10 @@ pub struct BenchResult {
     pub params: usize,
     pub batch: usize,
     pub ctx: usize,
-    /// Building the backend: allocation, and for the GPU shader compilation.
+    /// Building the backend: allocation (and for the GPU its shader modules).
     pub setup_ms: f64,
-    /// The first training step alone (first-use costs).
+    /// The first training step alone (first-use costs: on the GPU, the
+    /// pipelines of its kernels not compiled yet on this device).
     pub first_step_ms: f64,
     /// The remaining untimed warm-up steps, together.
     pub warmup_ms: f64,

@@ -173,12 +173,14 @@ pub async fn time_step_stepped<F: Future<Output = ()>>(
             let mut gpu =
                 crate::gpu::GpuBackend::new(ctx, program.clone()).map_err(|e| e.to_string())?;
             gpu.initialize(42).map_err(|e| e.to_string())?;
+            // The kernels compiled one a frame (see `bench_stepped`).
             while gpu.warm_next_kernel() {
                 pause().await;
             }
             let total = |r: &[(String, &str, f64)]| r.iter().map(|x| x.2).sum::<f64>();
             let mut best: Option<Vec<(String, &str, f64)>> = None;
-            // The first profile compiles and allocates; three more count.
+            // The first profile is cold (its staging buffer made, the
+            // memory first touched); three more count.
             for round in 0..4 {
                 if round > 0 && !software {
                     // The clocks up: about 0.2 s of steps, one submit at a

@@ -196,13 +196,14 @@ pub(crate) fn with_common(source: &str, head_dim: usize, lab: Lab) -> String {
 pub struct Kernels {
     device: wgpu::Device,
     layouts: HashMap<&'static str, wgpu::BindGroupLayout>,
-    /// Each file's pipeline layout and shader modules (matmul.wgsl's first,
-    /// then its warp-tiled configurations'), by file.
+    /// Each file's pipeline layout, by file (as `SHADERS`).
     pipeline_layouts: Vec<wgpu::PipelineLayout>,
+    /// The shader modules: one per file, and one per warp-tiled matmul
+    /// configuration (which shares matmul.wgsl's layout).
     modules: Vec<wgpu::ShaderModule>,
     /// Every entry point: its file, its module, its pipeline once compiled.
     entries: HashMap<&'static str, Entry>,
-    /// The index in `modules` of the file with traced entries, for
+    /// The file with traced entries and its module (indices), for
     /// [`Kernels::build_traced`].
     traced_from: Option<(usize, usize)>,
     /// Entry points a backend will run, not warmed yet, in the order asked.
@@ -312,10 +313,10 @@ impl Kernels {
                     immediate_size: 0,
                 }),
             );
-            let mut add = |module: wgpu::ShaderModule, names: &[&'static str]| {
-                modules.push(module);
+            let mut add = |shader: wgpu::ShaderModule, names: &[&'static str]| {
+                let module = modules.len();
+                modules.push(shader);
                 for &entry in names {
-                    let module = modules.len() - 1;
                     entries.insert(
                         entry,
                         Entry {
@@ -325,7 +326,7 @@ impl Kernels {
                         },
                     );
                 }
-                modules.len() - 1
+                module
             };
             let source = full_source(file, head_dim, lab);
             let module = add(trusted_module(device, file.name, source), file.entries);

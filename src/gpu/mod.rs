@@ -617,11 +617,12 @@ impl GpuBackend {
         self.buffers_created
     }
 
-    /// Compiles one more of the kernels this backend runs (those of the
-    /// other backends on its device too); false when they are all ready.
-    /// Where compiling must not hold the thread (a page), call it between
-    /// frames until false before the first step; elsewhere the first step
-    /// compiles what it needs.
+    /// Compiles one more of the kernels this backend runs, then of those the
+    /// other backends on its device run (so that none compiles while this
+    /// one is timed); false when they are all ready. Where compiling must
+    /// not hold the thread (a page), call it between frames until false
+    /// before the first step; elsewhere the first step compiles what it
+    /// needs.
     pub fn warm_next_kernel(&self) -> bool {
         self.kernels.warm_next() || self.ctx.warm_kernels()
     }
