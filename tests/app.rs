@@ -1520,6 +1520,28 @@ fn a_workshop_and_its_handout_speak_spanish_and_chinese() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `tinygpt app --help` says what every scene is (the `--scene` text once
+/// named four of the eight), and a scene it lacks is refused with the list.
+#[test]
+fn the_help_names_every_scene() {
+    use tinygpt::app::scenes::Scene;
+    let out = Command::new(env!("CARGO_BIN_EXE_tinygpt")).args(["app", "--help"]).output().unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    let start = help.find("--scene <SCENE>").expect("--scene in the help");
+    let end = help[start + 2..].find("\n      --").map_or(help.len(), |i| start + 2 + i);
+    let scene_help = &help[start..end];
+    for scene in Scene::ALL {
+        assert!(scene_help.contains(&format!("{} (", scene.key())), "`{}` is not described in:\n{scene_help}", scene.key());
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_tinygpt")).args(["app", "--headless", "--scene", "lens"]).output().unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for scene in Scene::ALL {
+        assert!(stderr.contains(scene.key()), "{stderr}");
+    }
+}
+
 /// Every byte's axis label (the Attention scene's, the Flow scene's) and
 /// the signs the scenes draw have a glyph in the label font: no tofu box
 /// (the space used to be `␠`, which DejaVu Sans lacks; it is `␣`).

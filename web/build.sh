@@ -22,6 +22,15 @@ case "${1:-}" in
     *) echo "web/build.sh: unknown argument '$1' (use --plan, or nothing)" >&2; exit 2 ;;
 esac
 
+# What every student downloads (issue 38): the optimised wasm at most 8 MB
+# gzipped, checked at the end of every build, so a change that grows it
+# past that is seen where it is made. TINYGPT_WASM_MAX_GZ=bytes moves the
+# bound (0: none).
+max_gz="${TINYGPT_WASM_MAX_GZ:-8000000}"
+case "$max_gz" in
+    '' | *[!0-9]*) echo "web/build.sh: TINYGPT_WASM_MAX_GZ='$max_gz' is not a number of bytes (e.g. 8000000, or 0 for no bound)" >&2; exit 2 ;;
+esac
+
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tinygpt-target}"
 # cargo is where rustup puts it, when a shell has not added it to PATH.
 if ! command -v cargo >/dev/null 2>&1 && [ -x "${CARGO_HOME:-$HOME/.cargo}/bin/cargo" ]; then
@@ -100,11 +109,13 @@ if [ "$have_bindgen" != "$bindgen_version" ]; then
     cargo install --root "$tools" wasm-bindgen-cli --version "$bindgen_version"
 fi
 
-# For size: opt-level "s" and one fat-LTO module (the matmul keeps opt-level
-# 3; see Cargo.toml). Set here, so the native release build stays as it is.
-# SIMD128 (issue 38): the CPU fallback's loops vectorise 4 lanes wide; every
-# browser with WebGPU has had it since 2023 (Safari 16.4).
-CARGO_PROFILE_RELEASE_OPT_LEVEL=s CARGO_PROFILE_RELEASE_LTO=fat \
+# For size: opt-level "s", one fat-LTO module and one codegen unit per
+# crate (7% smaller gzipped than rustc's 16; docs/performance.md), the
+# matmul keeping opt-level 3 (Cargo.toml). Set here, so the native release
+# build stays as it is. SIMD128 (issue 38): the CPU fallback's loops
+# vectorise 4 lanes wide; every browser with WebGPU has had it since 2023
+# (Safari 16.4).
+CARGO_PROFILE_RELEASE_OPT_LEVEL=s CARGO_PROFILE_RELEASE_LTO=fat CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 \
     CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=+simd128" \
     cargo build --release --target wasm32-unknown-unknown --bin tinygpt
 
@@ -169,4 +180,9 @@ done
 
 size=$(stat -c %s "$out/tinygpt_bg.wasm")
 gz=$(gzip -9 -c "$out/tinygpt_bg.wasm" | wc -c)
-echo "web/dist: tinygpt_bg.wasm $((raw / 1024)) KiB from wasm-bindgen, $((size / 1024)) KiB $opt, $((gz / 1024)) KiB gzipped"
+echo "web/dist: tinygpt_bg.wasm $((raw / 1024)) KiB from wasm-bindgen, $((size / 1024)) KiB $opt, $((gz / 1024)) KiB gzipped ($gz bytes)"
+# What every student downloads: at most 8 MB gzipped (max_gz, above).
+if [ "${TINYGPT_SKIP_WASM_OPT:-0}" != 1 ] && [ "$max_gz" != 0 ] && [ "$gz" -gt "$max_gz" ]; then
+    echo "web/build.sh: the wasm is $gz bytes gzipped, over the $max_gz a class downloads at most; find what grew it (docs/performance.md, \"What the wasm's code is\"), or raise TINYGPT_WASM_MAX_GZ" >&2
+    exit 1
+fi

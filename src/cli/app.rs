@@ -44,10 +44,14 @@ pub struct AppArgs {
     /// Where to train: auto (the GPU unless its adapter is a software renderer), gpu or cpu.
     #[arg(long, value_enum, default_value = "auto")]
     backend: super::BackendChoice,
-    /// The scene to open: model (the layer stack as live heatmaps),
-    /// attention (every layer × head attention matrix), step (one training
-    /// step, op by op) or flash (FlashAttention's tiling, replayed from the
-    /// kernels).
+    /// The scene to open: flow (Inside the model: a prompt travelling up
+    /// through the model to the next byte, and the gradient back), probe
+    /// (take the model apart: the lens, knockouts, patching, attribution),
+    /// model (the layer stack as live heatmaps), attention (every layer ×
+    /// head attention matrix), step (one training step, op by op), flash
+    /// (FlashAttention's tiling, replayed from the kernels), correctness (one
+    /// step on the CPU and the GPU, every tensor compared) or speedup (the
+    /// GPU-over-CPU curve, measured).
     #[arg(long, default_value = "model", value_parser = parse_scene)]
     scene: Scene,
     /// The Step scene opens at this entry of the training step (0: the
