@@ -96,6 +96,11 @@ fi
 
 echo "web/build.sh: $bindgen_plan"
 echo "web/build.sh: $opt_plan"
+if [ "$max_gz" = 0 ]; then
+    echo "web/build.sh: no bound on the wasm's size (TINYGPT_WASM_MAX_GZ=0)"
+else
+    echo "web/build.sh: fail if the wasm is over $max_gz bytes gzipped (TINYGPT_WASM_MAX_GZ)"
+fi
 if [ "$plan" = 1 ]; then
     exit 0
 fi

@@ -5,6 +5,7 @@
 # tool root, then with npm hidden as well, then with tools that are present
 # at the wrong versions. Under `set -euo pipefail` a probe that assumes its
 # tool exists ends the script with 127 (issue 11); here it fails this check.
+# Last, the size bound's setting (TINYGPT_WASM_MAX_GZ) is said or refused.
 # Cheap (about a second), so .ci/run runs it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -83,5 +84,20 @@ out=$(env PATH="$tmp/bin-no-tools" TINYGPT_TOOLS="$tmp/tools" TINYGPT_SKIP_WASM_
     bash "$tmp/repo/web/build.sh" --plan 2>&1) || { echo "hidden-tools: skip: exited $?: $out"; fail=1; }
 grep -q "skip wasm-opt" <<<"$out" && echo "hidden-tools: TINYGPT_SKIP_WASM_OPT=1: ok" \
     || { echo "hidden-tools: TINYGPT_SKIP_WASM_OPT=1 not honoured: $out"; fail=1; }
+
+# The size bound: a number of bytes is taken and said; anything else is
+# refused in one line before anything is built.
+out=$(env PATH="$tmp/bin-no-tools" TINYGPT_TOOLS="$tmp/tools" TINYGPT_WASM_MAX_GZ=7000000 \
+    bash "$tmp/repo/web/build.sh" --plan 2>&1) || { echo "hidden-tools: bound: exited $?: $out"; fail=1; }
+grep -q "over 7000000 bytes gzipped" <<<"$out" && echo "hidden-tools: TINYGPT_WASM_MAX_GZ=7000000: ok" \
+    || { echo "hidden-tools: TINYGPT_WASM_MAX_GZ=7000000 not said: $out"; fail=1; }
+rc=0
+out=$(env PATH="$tmp/bin-no-tools" TINYGPT_TOOLS="$tmp/tools" TINYGPT_WASM_MAX_GZ=8MB \
+    bash "$tmp/repo/web/build.sh" --plan 2>&1) || rc=$?
+if [ "$rc" = 2 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -q "TINYGPT_WASM_MAX_GZ='8MB' is not a number" <<<"$out"; then
+    echo "hidden-tools: TINYGPT_WASM_MAX_GZ=8MB refused: ok"
+else
+    echo "hidden-tools: TINYGPT_WASM_MAX_GZ=8MB: expected exit 2 and one line, got $rc: $out"; fail=1
+fi
 
 exit $fail
