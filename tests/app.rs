@@ -1521,7 +1521,8 @@ fn a_workshop_and_its_handout_speak_spanish_and_chinese() {
 }
 
 /// `tinygpt app --help` says what every scene is (the `--scene` text once
-/// named four of the eight), and a scene it lacks is refused with the list.
+/// named four of the eight; it is now made from the scene list and the
+/// switcher's tooltips), and a scene it lacks is refused with the list.
 #[test]
 fn the_help_names_every_scene() {
     use tinygpt::app::scenes::Scene;

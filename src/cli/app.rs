@@ -44,15 +44,8 @@ pub struct AppArgs {
     /// Where to train: auto (the GPU unless its adapter is a software renderer), gpu or cpu.
     #[arg(long, value_enum, default_value = "auto")]
     backend: super::BackendChoice,
-    /// The scene to open: flow (Inside the model: a prompt travelling up
-    /// through the model to the next byte, and the gradient back), probe
-    /// (take the model apart: the lens, knockouts, patching, attribution),
-    /// model (the layer stack as live heatmaps), attention (every layer ×
-    /// head attention matrix), step (one training step, op by op), flash
-    /// (FlashAttention's tiling, replayed from the kernels), correctness (one
-    /// step on the CPU and the GPU, every tensor compared) or speedup (the
-    /// GPU-over-CPU curve, measured).
-    #[arg(long, default_value = "model", value_parser = parse_scene)]
+    /// The scene to open (`--help` says what each one shows).
+    #[arg(long, default_value = "model", value_parser = parse_scene, long_help = scene_help())]
     scene: Scene,
     /// The Step scene opens at this entry of the training step (0: the
     /// first forward op; `tinygpt step --json` lists them).
@@ -164,6 +157,22 @@ impl AppArgs {
         args.checkpoint = Some("small".into());
         args
     }
+}
+
+/// `--scene`'s long help: every scene of [`Scene::ALL`] with the switcher's
+/// English tooltip, so the help names each scene the app has.
+fn scene_help() -> String {
+    let scenes: Vec<String> = Scene::ALL
+        .iter()
+        .map(|s| {
+            format!(
+                "{} ({})",
+                s.key(),
+                s.about_in(tinygpt::i18n::Language::English)
+            )
+        })
+        .collect();
+    format!("The scene to open: {}.", scenes.join("; "))
 }
 
 fn parse_scene(s: &str) -> std::result::Result<Scene, String> {

@@ -78,7 +78,12 @@ macro_rules! define_scenes {
             /// One line on what the scene shows (the switcher's tooltip), in
             /// the current language.
             pub fn about(self) -> String {
-                crate::i18n::tr(&format!("scene-{}-about", self.key()), &[])
+                self.about_in(crate::i18n::language())
+            }
+
+            /// [`Scene::about`] in `language` (the command line's help is English).
+            pub fn about_in(self, language: crate::i18n::Language) -> String {
+                crate::i18n::tr_in(language, &format!("scene-{}-about", self.key()), &[])
             }
         }
     };
