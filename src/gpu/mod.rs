@@ -1096,15 +1096,9 @@ impl GpuBackend {
             }
             return bytemuck::cast_slice(&vec![f32::NAN; size as usize / 4]).to_vec();
         }
-        // The view is dropped before the unmap.
-        let out = slice.get_mapped_range().map(|view| view.to_vec());
+        let out = slice.get_mapped_range().to_vec();
         buffer.unmap();
-        out.unwrap_or_else(|e| {
-            if let Ok(mut lost) = self.ctx.lost.lock() {
-                lost.get_or_insert_with(|| format!("a readback failed: {e}"));
-            }
-            bytemuck::cast_slice(&vec![f32::NAN; size as usize / 4]).to_vec()
-        })
+        out
     }
 
     /// Why the device was lost, if it was (a device this program opened).
@@ -1209,22 +1203,11 @@ impl GpuBackend {
             None => Ok(()),
         });
         let values = match result {
-            Ok(()) => match buffer.slice(0..handle.size).get_mapped_range() {
-                Ok(view) => {
-                    let values = read(&view);
-                    drop(view);
-                    buffer.unmap();
-                    values
-                }
-                // Mapped, yet its range cannot be read: as a lost device.
-                Err(e) => {
-                    buffer.unmap();
-                    if let Ok(mut lost) = self.ctx.lost.lock() {
-                        lost.get_or_insert_with(|| format!("a readback failed: {e}"));
-                    }
-                    read(&[])
-                }
-            },
+            Ok(()) => {
+                let values = read(&buffer.slice(0..handle.size).get_mapped_range());
+                buffer.unmap();
+                values
+            }
             // The device was lost; nothing was mapped. (Unmapping resets the
             // buffer's map state, so the slot can be used again.)
             Err(_) => {
