@@ -11,9 +11,26 @@
 //! - exists and was not written by this run, unless the user said to replace
 //!   it (`--force`, or a confirmation in the app);
 //! - is being written by another tinygpt: a lock file beside the target
-//!   (`NAME.lock`, holding the writer's pid) is taken for the whole run and
-//!   removed when it ends; a lock whose process is gone is stale and taken
-//!   over.
+//!   (`NAME.lock`) is taken for the whole run and removed when it ends.
+//!
+//! Nothing beside an output is trusted (issue 56):
+//! - A lock is created exclusively (`O_EXCL`, never through a symlink) and
+//!   holds our own format ([`lock_text`]: `tinygpt-lock v1`, the pid, the
+//!   process's start time and the machine's boot id). Only a lock of that
+//!   format whose process is gone (no such pid, another start time: the pid
+//!   was reused, or another boot id) is stale and taken over; anything else
+//!   at the lock's name (a file of the user's, one holding only a number, a
+//!   symlink, a pipe) blocks the output with one line saying which file it
+//!   is, and is never opened as a pipe, followed or removed.
+//! - Temporary files ([`temp_file`]) are created exclusively under an
+//!   unpredictable name of our own format, `NAME.tmp-PID-START-XXXXXX`; the
+//!   clean-up after killed saves ([`remove_stale_temp_files`]) removes only
+//!   files of that format that it can tell a save of ours left (a regular
+//!   file, ours, one link, empty or a safetensors header, its process gone)
+//!   and never an input of the command.
+//! - A name too long for a lock or a temporary name beside it (a legal
+//!   251-byte file name) gets those under a shortened name, the start of
+//!   the name and a hash of all of it ([`lock_path`]).
 //!
 //! Default names that are taken get a number ([`numbered`]):
 //! `tinygpt-small.safetensors`, then `tinygpt-small-2.safetensors`, ….
@@ -41,7 +58,8 @@ impl<'a> Input<'a> {
 #[derive(Debug)]
 pub struct Claim {
     path: PathBuf,
-    lock: Option<PathBuf>,
+    /// The lock file and the text this run wrote in it.
+    lock: Option<(PathBuf, String)>,
 }
 
 impl Claim {
@@ -52,7 +70,11 @@ impl Claim {
     /// Removes the lock now (before `std::process::exit`, which runs no
     /// destructors).
     pub fn release(&mut self) {
-        if let Some(lock) = self.lock.take() {
+        // Only the lock this run wrote: whatever replaced it is not ours.
+        if let Some((lock, text)) = self.lock.take()
+            && let LockFile::Regular(bytes) = read_lock(&lock)
+            && bytes == text.as_bytes()
+        {
             let _ = std::fs::remove_file(lock);
         }
     }
@@ -105,6 +127,7 @@ pub fn numbered(dir: &Path, stem: &str, ext: &str, flag: &str) -> Result<Claim, 
 /// The rule without the lock: for a path that is written at once (the app's
 /// saves, a screenshot), or checked again just before writing.
 pub fn check(path: &Path, flag: &str, inputs: &[Input], force: bool) -> Result<(), String> {
+    remember_inputs(inputs);
     let shown = path.display();
     let text = path.as_os_str().to_string_lossy();
     let names_a_folder = text.is_empty()
@@ -187,24 +210,19 @@ pub fn same_file(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// Writes `bytes` to `path` through a temporary file beside it, renamed over
-/// it; refuses a target that is not a regular file (checked again here, for
-/// whatever appeared there since the command started).
+/// Writes `bytes` to `path` through a temporary file beside it ([`temp_file`]),
+/// renamed over it; refuses a target that is not a regular file (checked
+/// again here, for whatever appeared there since the command started).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     refuse_special(path)?;
-    let tmp = temp_path(path);
-    let result = (|| {
-        let mut out = std::fs::File::create(&tmp)?;
-        out.write_all(bytes)?;
-        out.sync_all()?;
-        drop(out);
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    // Removed when dropped, on any error below.
+    let mut tmp = temp_file(path)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    refuse_special(path)?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
 }
 
 /// An error unless `path` is missing or a regular file: a rename would
@@ -219,24 +237,335 @@ pub fn refuse_special(path: &Path) -> std::io::Result<()> {
     }
 }
 
-/// The temporary file a write goes through before it is renamed to `path`.
-pub fn temp_path(path: &Path) -> PathBuf {
-    let mut name = path
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_default();
-    name.push(format!(".tmp-{}", std::process::id()));
+/// The longest file name a file system takes (`NAME_MAX` on Linux, macOS
+/// and Windows' NTFS): a lock or temporary name beside an output stays
+/// within it.
+pub const NAME_MAX: usize = 255;
+
+/// The longest tail a temporary name adds to the output's name:
+/// `.tmp-` (5), a pid (10), `-`, a start time (20), `-`, 6 random characters.
+const TEMP_TAIL: usize = 5 + 10 + 1 + 20 + 1 + 6;
+
+/// How many random characters end a temporary name.
+const TEMP_RANDOM: usize = 6;
+
+/// `name`, or where `name` and a `tail` of `tail` bytes would be longer
+/// than [`NAME_MAX`], its start and `~` and a hash of all of it (16 hex
+/// digits), short enough for the tail: the same for the same name, in
+/// every process.
+fn short_name(name: &std::ffi::OsStr, tail: usize) -> std::ffi::OsString {
+    let bytes = name.as_encoded_bytes();
+    if bytes.len() + tail <= NAME_MAX {
+        return name.to_os_string();
+    }
+    let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    let keep = NAME_MAX.saturating_sub(tail + 17);
+    let text = name.to_string_lossy();
+    let mut cut = keep.min(text.len());
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!("{}~{hash:016x}", &text[..cut]).into()
+}
+
+/// The folder `path` is in (`.` for a bare name).
+fn folder_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    }
+}
+
+/// The start of every temporary name of `path`'s writes:
+/// `NAME.tmp-` (NAME shortened where the whole would be too long).
+fn temp_base(path: &Path) -> std::ffi::OsString {
+    let mut base = short_name(path.file_name().unwrap_or_default(), TEMP_TAIL);
+    base.push(".tmp-");
+    base
+}
+
+/// A new temporary file beside `path`, for bytes that are then renamed over
+/// it (`NamedTempFile::persist`): created exclusively (`O_EXCL`: never over
+/// a file, a pipe or a symlink already there, never through one) under an
+/// unpredictable name of our own format, `NAME.tmp-PID-START-XXXXXX` (this
+/// process's pid and start time, six random letters and digits), with the
+/// permissions `File::create` would give. Dropped, it is removed.
+pub fn temp_file(path: &Path) -> std::io::Result<tempfile::NamedTempFile> {
+    if path.file_name().is_none() {
+        return Err(std::io::Error::other("it names a folder, not a file"));
+    }
+    let (pid, start) = ours();
+    let mut prefix = temp_base(path);
+    prefix.push(format!("{pid}-{}-", start.unwrap_or(0)));
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(&prefix).rand_bytes(TEMP_RANDOM);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(0o666));
+    }
+    builder.tempfile_in(folder_of(path))
+}
+
+/// The pid and start time a temporary name of `path` holds, when `name` is
+/// of our format exactly ([`temp_file`]); None for any other name.
+fn our_temp_name(path: &Path, name: &std::ffi::OsStr) -> Option<(u32, u64)> {
+    let name = name.to_str()?;
+    let base = temp_base(path);
+    let rest = name.strip_prefix(base.to_str()?)?;
+    let mut parts = rest.split('-');
+    let (pid, start, random) = (parts.next()?, parts.next()?, parts.next()?);
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if parts.next().is_some()
+        || !digits(pid)
+        || !digits(start)
+        || random.len() != TEMP_RANDOM
+        || !random.bytes().all(|b| b.is_ascii_alphanumeric())
+    {
+        return None;
+    }
+    Some((pid.parse().ok()?, start.parse().ok()?))
+}
+
+/// Removes the temporary files that killed saves to `path` left, and only
+/// those: a file is removed when its name is of our format exactly
+/// ([`temp_file`]), it is a regular file (not a symlink, a pipe or a hard
+/// link to another name) owned by this user, it holds nothing or the start
+/// of a safetensors file, the process that made it is gone (no such pid,
+/// or one that started at another time), and it is no input of this
+/// command. Anything else is left where it is.
+pub fn remove_stale_temp_files(path: &Path) {
+    let Ok(entries) = std::fs::read_dir(folder_of(path)) else {
+        return;
+    };
+    let (our_pid, our_start) = ours();
+    for entry in entries.flatten() {
+        let Some((pid, start)) = our_temp_name(path, &entry.file_name()) else {
+            continue;
+        };
+        if pid == our_pid && Some(start) == our_start.or(Some(0)) {
+            continue;
+        }
+        let gone = !process_alive(pid)
+            || (start != 0 && start_time(pid).is_some_and(|now| now != start));
+        let file = entry.path();
+        if gone && left_by_a_save(&file) && !is_input(&file) {
+            let _ = std::fs::remove_file(file);
+        }
+    }
+}
+
+/// Whether `file` looks like what a killed save leaves: a regular file
+/// with one link, owned by this user, empty or opening like a safetensors
+/// file (8 bytes of header length, then `{`).
+fn left_by_a_save(file: &Path) -> bool {
+    let Ok(meta) = std::fs::symlink_metadata(file) else {
+        return false;
+    };
+    if !meta.is_file() {
+        return false;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid(2) only reads the process's user id.
+        if meta.nlink() != 1 || meta.uid() != unsafe { libc::geteuid() } {
+            return false;
+        }
+    }
+    if meta.len() == 0 {
+        return true;
+    }
+    let Ok(mut opened) = open_no_follow(file) else {
+        return false;
+    };
+    let mut head = [0u8; 9];
+    std::io::Read::read_exact(&mut opened, &mut head).is_ok() && head[8] == b'{'
+}
+
+/// The inputs of this command, as [`check`] was given them: never removed
+/// by a clean-up, whatever their names.
+static INPUTS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+fn remember_inputs(inputs: &[Input]) {
+    if let Ok(mut known) = INPUTS.lock() {
+        for input in inputs {
+            if !known.iter().any(|k| k == input.path) {
+                known.push(input.path.to_path_buf());
+            }
+        }
+    }
+}
+
+fn is_input(file: &Path) -> bool {
+    INPUTS
+        .lock()
+        .map_or(true, |known| known.iter().any(|k| same_file(k, file)))
+}
+
+/// The lock file of an output: `NAME.lock` beside it (NAME shortened, with
+/// a hash of the whole, where `NAME.lock` would be longer than a file
+/// system takes).
+pub fn lock_path(path: &Path) -> PathBuf {
+    let mut name = short_name(path.file_name().unwrap_or_default(), ".lock".len());
+    name.push(".lock");
     path.with_file_name(name)
 }
 
-/// The lock file of an output: `NAME.lock` beside it.
-pub fn lock_path(path: &Path) -> PathBuf {
-    let mut name = path
-        .file_name()
-        .map(|n| n.to_os_string())
-        .unwrap_or_default();
-    name.push(".lock");
-    path.with_file_name(name)
+/// The first line of every lock tinygpt writes.
+const LOCK_MAGIC: &str = "tinygpt-lock v1";
+
+/// The text of the lock that process `pid` holds: `tinygpt-lock v1`, then
+/// `pid N`, `start T` (its start time, field 22 of `/proc/PID/stat`, or `-`
+/// where the system does not say) and `boot ID` (the machine's boot id, or
+/// `-`), a line each. [`claim`] writes it for this process; a test plants
+/// one for another.
+pub fn lock_text(pid: u32) -> String {
+    let dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    format!(
+        "{LOCK_MAGIC}\npid {pid}\nstart {}\nboot {}\n",
+        dash(start_time(pid).map(|t| t.to_string())),
+        dash(boot_id())
+    )
+}
+
+/// Who wrote a lock of our format.
+#[derive(Debug, PartialEq, Eq)]
+struct LockOwner {
+    pid: u32,
+    start: Option<u64>,
+    boot: Option<String>,
+}
+
+/// A lock's text read as our format; None for anything else (a number
+/// alone, a file of the user's).
+fn parse_lock(bytes: &[u8]) -> Option<LockOwner> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let mut lines = text.lines();
+    if lines.next()? != LOCK_MAGIC {
+        return None;
+    }
+    let mut field = |key: &str| -> Option<String> {
+        let line = lines.next()?;
+        line.strip_prefix(key)?.strip_prefix(' ').map(str::to_string)
+    };
+    let pid = field("pid")?.parse().ok()?;
+    let known = |v: String| (v != "-").then_some(v);
+    let start = match known(field("start")?) {
+        Some(t) => Some(t.parse().ok()?),
+        None => None,
+    };
+    let boot = known(field("boot")?);
+    Some(LockOwner { pid, start, boot })
+}
+
+/// What a lock of our format says now.
+#[derive(Debug, PartialEq, Eq)]
+enum Holder {
+    /// This process (the same output given twice to one command).
+    This,
+    /// Another process that still runs.
+    Running(u32),
+    /// Its process is gone: no such pid, one that started at another time
+    /// (the pid was reused), or the machine started again since.
+    Gone,
+}
+
+fn holder(owner: &LockOwner) -> Holder {
+    if let (Some(then), Some(now)) = (&owner.boot, boot_id())
+        && *then != now
+    {
+        return Holder::Gone;
+    }
+    if !process_alive(owner.pid) {
+        return Holder::Gone;
+    }
+    if let (Some(then), Some(now)) = (owner.start, start_time(owner.pid))
+        && then != now
+    {
+        return Holder::Gone;
+    }
+    if owner.pid == std::process::id() {
+        Holder::This
+    } else {
+        Holder::Running(owner.pid)
+    }
+}
+
+/// What is at a lock's name, looked at without following a symlink and
+/// without opening anything but a regular file.
+#[derive(Debug)]
+enum LockFile {
+    Missing,
+    /// A regular file, its first 4 KiB.
+    Regular(Vec<u8>),
+    /// A symlink, a folder, a pipe, a device or a socket: what it is.
+    Special(&'static str),
+    /// It could not be read.
+    Unreadable(String),
+}
+
+fn read_lock(lock: &Path) -> LockFile {
+    let meta = match std::fs::symlink_metadata(lock) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return LockFile::Missing,
+        Err(e) => return LockFile::Unreadable(e.to_string()),
+    };
+    if !meta.is_file() {
+        return LockFile::Special(kind(&meta));
+    }
+    let mut bytes = Vec::new();
+    match open_no_follow(lock).and_then(|file| {
+        // Swapped for something else since: refused by type as well.
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(std::io::Error::other(kind(&meta)));
+        }
+        std::io::Read::read_to_end(&mut std::io::Read::take(file, 4096), &mut bytes)
+    }) {
+        Ok(_) => LockFile::Regular(bytes),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => LockFile::Missing,
+        Err(e) => LockFile::Unreadable(e.to_string()),
+    }
+}
+
+/// Opens a file to read it without following a symlink at its name and
+/// without waiting on a pipe put there.
+fn open_no_follow(path: &Path) -> std::io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+    }
+    options.open(path)
+}
+
+/// This process's pid and start time.
+fn ours() -> (u32, Option<u64>) {
+    let pid = std::process::id();
+    (pid, start_time(pid))
+}
+
+/// When process `pid` started (field 22 of `/proc/PID/stat`: clock ticks
+/// since the machine started), where the system says (Linux).
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name, in parentheses, may hold spaces and parentheses.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    // Fields 3.. follow it: field 22 is the 20th.
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// The machine's boot id (`/proc/sys/kernel/random/boot_id`), where the
+/// system says (Linux).
+fn boot_id() -> Option<String> {
+    let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let id = id.trim();
+    (!id.is_empty()).then(|| id.to_string())
 }
 
 /// Whether a process with this pid runs (on other systems: assumed so).
@@ -258,15 +587,14 @@ pub fn process_alive(pid: u32) -> bool {
     }
 }
 
-/// Whether a run that still runs (this one included) holds `path`'s lock;
-/// a lock left by a process that is gone does not count.
+/// Whether something holds `path`'s lock name: a run that still runs
+/// (this one included), or anything that is not a lock of ours; only a
+/// lock of ours whose process is gone does not count.
 fn locked(path: &Path) -> bool {
-    match std::fs::read_to_string(lock_path(path)) {
-        Ok(text) => text
-            .trim()
-            .parse::<u32>()
-            .map_or(true, |pid| pid == std::process::id() || process_alive(pid)),
-        Err(_) => exists(&lock_path(path)),
+    match read_lock(&lock_path(path)) {
+        LockFile::Missing => false,
+        LockFile::Regular(bytes) => parse_lock(&bytes).is_none_or(|o| holder(&o) != Holder::Gone),
+        LockFile::Special(_) | LockFile::Unreadable(_) => true,
     }
 }
 
@@ -284,6 +612,9 @@ fn shown_dir(dir: &Path) -> String {
 
 fn kind(meta: &std::fs::Metadata) -> &'static str {
     let t = meta.file_type();
+    if t.is_symlink() {
+        return "a symbolic link";
+    }
     if t.is_dir() {
         return "a folder";
     }
@@ -303,13 +634,24 @@ fn kind(meta: &std::fs::Metadata) -> &'static str {
     "a special file"
 }
 
-/// Creates `NAME.lock` with this process's pid, or says who holds it; a
-/// lock left by a process that no longer runs is taken over. Creating it
-/// also tells whether the folder can be written at all.
-fn take_lock(path: &Path, flag: &str) -> Result<PathBuf, String> {
+/// Creates `NAME.lock` ([`lock_path`]) holding [`lock_text`], or says what
+/// holds it: another run, this one (the output named twice), or a file
+/// that is not a lock of ours (never removed). A lock of ours whose
+/// process is gone is taken over. Creating it also tells whether the
+/// folder can be written at all. Returns the lock and its text.
+fn take_lock(path: &Path, flag: &str) -> Result<(PathBuf, String), String> {
     use std::io::Write;
     let lock = lock_path(path);
-    for _ in 0..2 {
+    let text = lock_text(std::process::id());
+    let shown = path.display();
+    let blocked = |what: &str| {
+        format!(
+            "{} blocks writing {shown}: tinygpt locks {shown} with a file of that name, and this one is {what}, so it is left alone; move it away if nothing needs it, or give {flag} another name",
+            lock.display()
+        )
+    };
+    for _ in 0..3 {
+        // O_EXCL: never over anything there, never through a symlink.
         match std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -317,47 +659,52 @@ fn take_lock(path: &Path, flag: &str) -> Result<PathBuf, String> {
         {
             Ok(mut file) => {
                 return file
-                    .write_all(format!("{}\n", std::process::id()).as_bytes())
-                    .map(|()| lock.clone())
+                    .write_all(text.as_bytes())
+                    .map(|()| (lock.clone(), text.clone()))
                     .map_err(|e| {
                         let _ = std::fs::remove_file(&lock);
-                        format!("{}: {e}; choose a writable path with {flag}", path.display())
+                        format!("{shown}: {e}; choose a writable path with {flag}")
                     });
             }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                let holder = std::fs::read_to_string(&lock)
-                    .ok()
-                    .and_then(|s| s.trim().parse::<u32>().ok());
-                match holder {
-                    Some(pid) if pid == std::process::id() => {
-                        return Err(format!(
-                            "{} is given twice to this command; give each output its own name",
-                            path.display()
-                        ));
-                    }
-                    Some(pid) if process_alive(pid) => {
-                        return Err(format!(
-                            "another tinygpt (pid {pid}) is writing {}; wait for it to finish, or give {flag} another name",
-                            path.display()
-                        ));
-                    }
-                    Some(_) => {
-                        // Stale: its process is gone.
-                        let _ = std::fs::remove_file(&lock);
-                    }
-                    None => {
-                        return Err(format!(
-                            "{} exists and is not a tinygpt lock (no pid in it); remove it, or give {flag} another name",
-                            lock.display()
-                        ));
-                    }
-                }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(format!("{shown}: {e}; choose a writable path with {flag}")),
+        }
+        let bytes = match read_lock(&lock) {
+            // Removed in the meantime: try again.
+            LockFile::Missing => continue,
+            LockFile::Regular(bytes) => bytes,
+            LockFile::Special(what) => {
+                return Err(blocked(&format!("{what}, not a tinygpt lock")));
             }
-            Err(e) => {
+            LockFile::Unreadable(e) => {
+                return Err(blocked(&format!("unreadable ({e})")));
+            }
+        };
+        let Some(owner) = parse_lock(&bytes) else {
+            return Err(blocked(
+                "not a tinygpt lock (a file of yours, or a lock of an older tinygpt)",
+            ));
+        };
+        match holder(&owner) {
+            Holder::This => {
                 return Err(format!(
-                    "{}: {e}; choose a writable path with {flag}",
-                    path.display()
+                    "{shown} is given twice to this command; give each output its own name"
                 ));
+            }
+            Holder::Running(pid) => {
+                return Err(format!(
+                    "another tinygpt (pid {pid}) is writing {shown}; wait for it to finish, or give {flag} another name"
+                ));
+            }
+            Holder::Gone => {
+                // Stale: ours, and its process is gone. Removed only while it
+                // still holds what was read (not a lock another run has just
+                // taken over).
+                if let LockFile::Regular(now) = read_lock(&lock)
+                    && now == bytes
+                {
+                    let _ = std::fs::remove_file(&lock);
+                }
             }
         }
     }
@@ -402,14 +749,23 @@ mod tests {
         let new = dir.join("new.safetensors");
         let mut c = claim(&new, "--out", &inputs, false).unwrap();
         assert!(lock_path(&new).exists());
-        // A second claim while the first holds the lock: refused (the pid
-        // is ours here, so fake another live one: pid 1 always runs).
-        std::fs::write(lock_path(&new), "1\n").unwrap();
+        let ours = std::fs::read(lock_path(&new)).unwrap();
+        // The same output twice in one command.
+        let e = claim(&new, "--out", &[], false).unwrap_err();
+        assert!(e.contains("given twice"), "{e}");
+        // A second claim while another run holds the lock: refused (the
+        // pid is ours here, so fake another live one: pid 1 always runs).
+        std::fs::write(lock_path(&new), lock_text(1)).unwrap();
         let e = claim(&new, "--out", &[], false).unwrap_err();
         assert!(e.contains("another tinygpt (pid 1)"), "{e}");
-        std::fs::write(lock_path(&new), format!("{}\n", std::process::id())).unwrap();
+        std::fs::write(lock_path(&new), &ours).unwrap();
         c.release();
         assert!(!lock_path(&new).exists());
+        // A lock that is not this run's any more is left by its release.
+        let mut c = claim(&new, "--out", &[], false).unwrap();
+        std::fs::write(lock_path(&new), lock_text(1)).unwrap();
+        c.release();
+        assert_eq!(std::fs::read_to_string(lock_path(&new)).unwrap(), lock_text(1));
     }
 
     #[test]
@@ -421,9 +777,9 @@ mod tests {
         let second = numbered(&dir, "tinygpt-small", "safetensors", "--out").unwrap();
         assert_eq!(second.path(), dir.join("tinygpt-small-2.safetensors"));
         drop((first, second));
-        // A lock whose process is gone does not take the name.
+        // A lock of ours whose process is gone does not take the name.
         let stale = dir.join("tinygpt-small.safetensors.lock");
-        std::fs::write(&stale, format!("{}\n", u32::MAX - 1)).unwrap();
+        std::fs::write(&stale, lock_text(u32::MAX - 1)).unwrap();
         let again = numbered(&dir, "tinygpt-small", "safetensors", "--out").unwrap();
         assert_eq!(again.path(), dir.join("tinygpt-small.safetensors"));
         drop(again);
@@ -444,5 +800,165 @@ mod tests {
         write_atomic(&path, b"one").unwrap();
         write_atomic(&path, b"two").unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"two");
+    }
+
+    /// Issue 56: a lock is ours only in our format, stale only when its
+    /// process is provably gone (a reused pid included); anything else at
+    /// its name blocks the output and is left alone.
+    #[test]
+    fn only_a_lock_of_ours_whose_process_is_gone_is_taken_over() {
+        let dir = scratch("locks");
+        let out = dir.join("run.safetensors");
+        let lock = lock_path(&out);
+        let text = lock_text(std::process::id());
+        assert!(text.starts_with("tinygpt-lock v1\npid "), "{text}");
+        let owner = parse_lock(text.as_bytes()).unwrap();
+        assert_eq!(owner.pid, std::process::id());
+        // This pid, another start time (a container that gives tinygpt the
+        // same pid every start): stale, not "given twice".
+        #[cfg(target_os = "linux")]
+        {
+            let start = start_time(std::process::id()).unwrap();
+            let reused = text.replace(&format!("start {start}\n"), &format!("start {}\n", start + 1));
+            assert_ne!(reused, text);
+            std::fs::write(&lock, &reused).unwrap();
+            drop(claim(&out, "--out", &[], false).expect("a reused pid's lock is stale"));
+            // pid 1 runs, but started at another time than the lock says.
+            let one = lock_text(1);
+            let start = start_time(1).unwrap();
+            let other = one.replace(&format!("start {start}\n"), &format!("start {}\n", start + 7));
+            std::fs::write(&lock, other).unwrap();
+            drop(claim(&out, "--out", &[], false).expect("pid 1's lock of another start is stale"));
+            // Another boot: stale, whatever runs under that pid now.
+            let boot = boot_id().unwrap();
+            std::fs::write(&lock, one.replace(&boot, "another-boot")).unwrap();
+            drop(claim(&out, "--out", &[], false).expect("a lock of another boot is stale"));
+        }
+        assert!(!lock.exists());
+        // A user's file that holds a number, or anything else: never removed.
+        for user in ["4000000\n", "my notes\n", ""] {
+            std::fs::write(&lock, user).unwrap();
+            let e = claim(&out, "--out", &[], false).unwrap_err();
+            assert!(
+                e.contains("run.safetensors.lock blocks writing") && e.contains("not a tinygpt lock")
+                    && e.contains("give --out another name"),
+                "{e}"
+            );
+            assert_eq!(std::fs::read_to_string(&lock).unwrap(), user);
+            // A default name goes on to the next number instead.
+            let next = numbered(&dir, "run", "safetensors", "--out").unwrap();
+            assert_eq!(next.path(), dir.join("run-2.safetensors"));
+        }
+        std::fs::remove_file(&lock).unwrap();
+        #[cfg(unix)]
+        {
+            // A symlink at the lock's name: not followed, not removed.
+            let target = dir.join("target.txt");
+            std::fs::write(&target, "keep").unwrap();
+            std::os::unix::fs::symlink(&target, &lock).unwrap();
+            let e = claim(&out, "--out", &[], false).unwrap_err();
+            assert!(e.contains("a symbolic link, not a tinygpt lock"), "{e}");
+            assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
+            std::fs::remove_file(&lock).unwrap();
+            // A dangling one is not created through either.
+            std::os::unix::fs::symlink(dir.join("nowhere"), &lock).unwrap();
+            assert!(claim(&out, "--out", &[], false).is_err());
+            assert!(!dir.join("nowhere").exists());
+            std::fs::remove_file(&lock).unwrap();
+            // A pipe: refused by type, never opened (opening it would wait
+            // for a writer forever).
+            let name = std::ffi::CString::new(lock.as_os_str().as_encoded_bytes()).unwrap();
+            // SAFETY: mkfifo(3) on a path the test owns.
+            assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o644) }, 0);
+            let e = claim(&out, "--out", &[], false).unwrap_err();
+            assert!(e.contains("a pipe, not a tinygpt lock"), "{e}");
+            assert!(!std::fs::symlink_metadata(&lock).unwrap().is_file());
+            let next = numbered(&dir, "run", "safetensors", "--out").unwrap();
+            assert_eq!(next.path(), dir.join("run-2.safetensors"));
+        }
+    }
+
+    /// Issue 56: a legal 251-byte file name is claimed and written; its lock
+    /// and temporary names beside it are shortened (the name's start and a
+    /// hash), so they stay within 255 bytes and the lock still works.
+    #[test]
+    fn a_name_too_long_for_its_lock_gets_a_shortened_lock() {
+        let dir = scratch("long");
+        let name = format!("x{}.safetensors", "é".repeat(119));
+        assert_eq!(name.len(), 251);
+        let out = dir.join(&name);
+        let lock = lock_path(&out);
+        let lock_name = lock.file_name().unwrap().to_str().unwrap();
+        assert!(lock_name.len() <= NAME_MAX && lock_name.ends_with(".lock"), "{lock_name}");
+        assert!(lock_name.starts_with("xéé"), "{lock_name}");
+        // Another long name with the same start gets another lock.
+        let other = dir.join(format!("x{}.safetensorz", "é".repeat(119)));
+        assert_ne!(lock_path(&other), lock);
+        let c = claim(&out, "--out", &[], false).unwrap();
+        assert!(lock.exists());
+        let e = claim(&out, "--out", &[], false).unwrap_err();
+        assert!(e.contains("given twice"), "{e}");
+        write_atomic(&out, b"bytes").unwrap();
+        assert_eq!(std::fs::read(&out).unwrap(), b"bytes");
+        drop(c);
+        assert!(!lock.exists());
+        // A short name keeps its plain lock name.
+        assert_eq!(lock_path(&dir.join("a.txt")), dir.join("a.txt.lock"));
+    }
+
+    /// Issue 56: the clean-up removes only a temporary file of our own
+    /// format that a save of a process that is gone left, never a file of
+    /// another name, a symlink, a hard link or an input of the command.
+    #[cfg(unix)]
+    #[test]
+    fn the_clean_up_removes_only_what_a_killed_save_left() {
+        let dir = scratch("cleanup");
+        let out = dir.join("run.safetensors");
+        let gone = 4_000_000u32;
+        assert!(!process_alive(gone));
+        let header = b"\x10\0\0\0\0\0\0\0{\"a\":1}";
+        let stale = dir.join(format!("run.safetensors.tmp-{gone}-5-aB3dE9"));
+        let empty = dir.join(format!("run.safetensors.tmp-{gone}-0-Zz0000"));
+        std::fs::write(&stale, header).unwrap();
+        std::fs::write(&empty, b"").unwrap();
+        // Names of the old format or near ours, text, links: kept.
+        let kept = [
+            ("run.safetensors.tmp-4000000", &header[..]),
+            ("run.safetensors.tmp-4000000-5-aB3dE", &header[..]),
+            ("run.safetensors.tmp-4000000-5-aB3dE9-x", &header[..]),
+            ("run.safetensors.tmp-4000000-5-aB3dE!", &header[..]),
+            ("run.safetensors.tmp-4000000-5-textAA", b"First Citizen:\n"),
+            ("other.safetensors.tmp-4000000-5-aB3dE9", &header[..]),
+        ];
+        for (name, bytes) in kept {
+            std::fs::write(dir.join(name), bytes).unwrap();
+        }
+        let target = dir.join("target.txt");
+        std::fs::write(&target, header).unwrap();
+        std::os::unix::fs::symlink(&target, dir.join(format!("run.safetensors.tmp-{gone}-5-link00"))).unwrap();
+        std::fs::hard_link(&target, dir.join(format!("run.safetensors.tmp-{gone}-5-hard00"))).unwrap();
+        // A file of our format that is an input of the command.
+        let input = dir.join(format!("run.safetensors.tmp-{gone}-5-input0"));
+        std::fs::write(&input, header).unwrap();
+        check(&out, "--out", &[Input::new("--corpus", &input)], false).unwrap();
+        // One of a process that runs (this one): kept.
+        let (pid, start) = ours();
+        let live = dir.join(format!("run.safetensors.tmp-{pid}-{}-live00", start.unwrap_or(0)));
+        std::fs::write(&live, header).unwrap();
+        remove_stale_temp_files(&out);
+        assert!(!stale.exists() && !empty.exists());
+        for (name, bytes) in kept {
+            assert_eq!(std::fs::read(dir.join(name)).unwrap(), bytes, "{name}");
+        }
+        assert!(dir.join(format!("run.safetensors.tmp-{gone}-5-link00")).exists());
+        assert!(dir.join(format!("run.safetensors.tmp-{gone}-5-hard00")).exists());
+        assert_eq!(std::fs::read(&target).unwrap(), header);
+        assert!(input.exists() && live.exists());
+        // What temp_file makes is of that format.
+        let made = temp_file(&out).unwrap();
+        let made_name = made.path().file_name().unwrap().to_os_string();
+        assert_eq!(our_temp_name(&out, &made_name), Some((pid, start.unwrap_or(0))));
+        drop(made);
+        assert!(!dir.join(made_name).exists());
     }
 }

@@ -111,7 +111,9 @@ impl Checkpoint {
     /// flushed to disk, renamed over the target, and the folder flushed. A
     /// save killed at any point leaves the old file or the new one, never a
     /// torn one (`tests/save_kill.rs` kills it at every [`SaveStage`]).
-    /// Temporary files that killed saves left beside the target are removed.
+    /// Temporary files that killed saves left beside the target are removed
+    /// ([`crate::output::remove_stale_temp_files`]: only files it can tell
+    /// a save of ours left, never an input).
     ///
     /// For those tests, two environment variables act at the N-th stage
     /// (counting from 0): `TINYGPT_TEST_SAVE_PAUSE=N` prints
@@ -160,20 +162,21 @@ impl Checkpoint {
             message,
         };
         let file = self.file(precision, &path.display().to_string())?;
-        remove_stale_temp_files(path);
-        let tmp = temp_path(path);
+        crate::output::remove_stale_temp_files(path);
         let result = (|| {
-            let mut out = std::fs::File::create(&tmp)?;
+            // Created exclusively under an unpredictable name (never through
+            // a symlink or into a pipe planted beside the target); removed
+            // when dropped, on any error below.
+            let mut tmp = crate::output::temp_file(path)?;
             observe(SaveStage::Created)?;
-            file.write_to(&mut out, observe)?;
-            out.sync_all()?;
-            drop(out);
-            readable_by_all(&tmp)?;
+            file.write_to(tmp.as_file_mut(), observe)?;
+            tmp.as_file().sync_all()?;
+            readable_by_all(tmp.as_file())?;
             observe(SaveStage::Synced)?;
             // Whatever appeared at the target since the command started: a
             // rename would replace a device or a pipe with this file.
             crate::output::refuse_special(path)?;
-            std::fs::rename(&tmp, path)?;
+            tmp.persist(path).map_err(|e| e.error)?;
             // The rename itself reaches the disk with its folder.
             #[cfg(unix)]
             if let Some(dir) = path.parent() {
@@ -186,11 +189,8 @@ impl Checkpoint {
             }
             observe(SaveStage::Renamed)
         })();
-        if let Err(e) = result {
-            // Nothing to clean once the rename happened (the file is the new one).
-            let _ = std::fs::remove_file(&tmp);
-            return Err(werr(e.to_string()));
-        }
+        // Nothing to clean: a temporary file not renamed went when dropped.
+        result.map_err(|e| werr(e.to_string()))?;
         Ok(())
     }
 
@@ -632,21 +632,19 @@ fn check_moments(state: &OptimizerState, step: u64) -> Result<(), String> {
     Ok(())
 }
 
-/// safetensors writes through a private (0600) temporary file; a checkpoint
-/// is an ordinary file (0644), like any other the user saves.
-fn readable_by_all(path: &Path) -> std::io::Result<()> {
+/// A checkpoint is an ordinary file (0644), like any other the user saves,
+/// whatever mode its temporary file was made with (set through the open
+/// file, never through a name).
+fn readable_by_all(file: &std::fs::File) -> std::io::Result<()> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))?;
+        file.set_permissions(std::fs::Permissions::from_mode(0o644))?;
     }
     #[cfg(not(unix))]
-    let _ = path;
+    let _ = file;
     Ok(())
 }
-
-/// The temporary file a save writes before renaming it over `path`.
-pub use crate::output::temp_path;
 
 /// Where a save has got to (see [`Checkpoint::save_observed`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -703,45 +701,6 @@ impl SafetensorsFile<'_> {
         }
         Ok(())
     }
-}
-
-/// Removes the temporary files that saves to `path` left when they were
-/// killed (`NAME.tmp-PID` of a process that no longer runs).
-fn remove_stale_temp_files(path: &Path) {
-    #[cfg(unix)]
-    {
-        let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
-            return;
-        };
-        let dir = if dir.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            dir
-        };
-        let prefix = format!("{}.tmp-", name.to_string_lossy());
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let file = entry.file_name();
-            let Some(pid) = file
-                .to_str()
-                .and_then(|f| f.strip_prefix(&prefix))
-                .and_then(|p| p.parse::<i32>().ok())
-            else {
-                continue;
-            };
-            // kill(pid, 0) fails with ESRCH when no such process exists.
-            let gone = pid != std::process::id() as i32
-                && unsafe { libc::kill(pid, 0) } == -1
-                && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
-            if gone {
-                let _ = std::fs::remove_file(entry.path());
-            }
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = path;
 }
 
 /// The 4-bit tensor `name` of `shape` ([`Precision::Int4`]), dequantised:
