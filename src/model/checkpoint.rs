@@ -102,6 +102,9 @@ pub enum CheckpointError {
     Write { path: String, message: String },
     #[error("{path} is not a valid safetensors file (truncated or corrupt?): {message}")]
     Corrupt { path: String, message: String },
+    /// A file that opens like the original TinyGPT's (`TGPT`) but is not one.
+    #[error("{path} is not a valid .tinygpt file (truncated or corrupt?): {message}")]
+    CorruptTinygpt { path: String, message: String },
     #[error("{path}: {message}")]
     Invalid { path: String, message: String },
 }
@@ -604,7 +607,7 @@ fn stored_name(config: &Config, name: &str) -> String {
 /// a negative second moment (an average of squares; its square root is NaN,
 /// so the first step diverges), or moments at step 0 (AdamW's bias
 /// correction starts from zero moments, so they disagree with the step).
-fn check_moments(state: &OptimizerState, step: u64) -> Result<(), String> {
+pub(super) fn check_moments(state: &OptimizerState, step: u64) -> Result<(), String> {
     for v in &state.v {
         if let Some(i) = v.values.iter().position(|&x| x < 0.0) {
             return Err(format!(

@@ -62,10 +62,14 @@ pub fn dequantise(q: &Quantised, numel: usize) -> Option<Vec<f32>> {
 }
 
 /// [`dequantise`] with blocks of `block` (even) values: the original
-/// TinyGPT's int4 files name their block size ([`super::original`]).
+/// TinyGPT's int4 files name their block size ([`super::original`]). None
+/// as well for a block size of 0, odd, or whose sizes overflow.
 pub fn dequantise_blocks(q: &Quantised, numel: usize, block: usize) -> Option<Vec<f32>> {
+    if block == 0 || block % 2 != 0 {
+        return None;
+    }
     let n = numel.div_ceil(block);
-    if q.scales.len() != n || q.nibbles.len() != n * block / 2 {
+    if q.scales.len() != n || Some(q.nibbles.len()) != n.checked_mul(block / 2) {
         return None;
     }
     Some(
@@ -116,5 +120,9 @@ mod tests {
         let q = quantise(&[0.0; 10]);
         assert_eq!(dequantise(&q, 10).unwrap(), vec![0.0; 10]);
         assert!(dequantise(&q, 65).is_none());
+        // Block sizes a file may name: 0, odd, or overflowing (issue 56).
+        assert!(dequantise_blocks(&q, 10, 0).is_none());
+        assert!(dequantise_blocks(&q, 10, 63).is_none());
+        assert!(dequantise_blocks(&q, usize::MAX, usize::MAX - 1).is_none());
     }
 }

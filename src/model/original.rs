@@ -24,6 +24,11 @@
 //! order), so a file is transposed and stacked on the way in, its AdamW
 //! moments with it. What does not fit (another vocabulary, an MLP that is not
 //! 4·d_model, another list of tensors) is refused by name.
+//!
+//! Every size computed from a file's header is checked arithmetic: a header
+//! whose numbers overflow (a huge `int4BlockSize`, sizes whose product does
+//! not fit) is refused with what it says, never a panic (`tests/fuzz.rs`
+//! fuzzes this reader).
 
 use super::checkpoint::{Checkpoint, CheckpointError, LossPoint, OptimizerState};
 use super::config::{Config, VOCAB};
@@ -89,11 +94,21 @@ impl Shape {
     }
 
     /// Its parameter count (what [`Shape::manifest`] lists, without
-    /// listing it).
-    fn floats(&self) -> usize {
+    /// listing it); None when it does not fit a `usize`.
+    fn floats(&self) -> Option<usize> {
         let (c, m) = (self.d_model, self.d_mlp);
-        let block = 4 * c + 4 * (c * c + c) + 2 * c * m + m + c;
-        VOCAB * c + self.ctx * c + 2 * c + self.layers * block
+        let square = c.checked_mul(c)?;
+        let block = square
+            .checked_add(c)?
+            .checked_mul(4)?
+            .checked_add(c.checked_mul(m)?.checked_mul(2)?)?
+            .checked_add(c.checked_mul(5)?)?
+            .checked_add(m)?;
+        VOCAB
+            .checked_add(self.ctx)?
+            .checked_add(2)?
+            .checked_mul(c)?
+            .checked_add(self.layers.checked_mul(block)?)
     }
 }
 
@@ -117,7 +132,7 @@ pub fn import(bytes: &[u8], name: &str) -> Result<Checkpoint, CheckpointError> {
         path: name.to_string(),
         message,
     };
-    let corrupt = |message: String| CheckpointError::Corrupt {
+    let corrupt = |message: String| CheckpointError::CorruptTinygpt {
         path: name.to_string(),
         message,
     };
@@ -166,28 +181,44 @@ pub fn import(bytes: &[u8], name: &str) -> Result<Checkpoint, CheckpointError> {
         .get("includesOptimizerState")
         .and_then(Value::as_bool)
         .unwrap_or(true);
-    let block = header
-        .get("int4BlockSize")
-        .and_then(Value::as_u64)
-        .unwrap_or(64) as usize;
+    let block = match header.get("int4BlockSize").filter(|_| dtype == "int4") {
+        None | Some(Value::Null) => 64,
+        Some(size) => size
+            .as_u64()
+            .and_then(|b| usize::try_from(b).ok())
+            .ok_or_else(|| {
+                invalid(format!(
+                    "its int4 block size {size} is not a positive even number"
+                ))
+            })?,
+    };
+    // Its model within this program's limits before any of it is decoded.
+    let converted = our_config(config, &shape).map_err(&invalid)?;
     let (step, tensors) =
         decode_state(state, &shape, &manifest, dtype, with_moments, block).map_err(&invalid)?;
     let seed = config_number(config, "seed").unwrap_or(0.0) as u64;
-    let config = our_config(config, &shape).map_err(&invalid)?;
+    let config = converted;
     let loss_history = header
         .get("lossHistory")
         .and_then(Value::as_array)
         .map(|points| points.iter().filter_map(loss_point).collect())
         .unwrap_or_default();
     let (params, optimizer) = ours(&config, &manifest, tensors, with_moments && dtype == "fp32");
+    let moments = optimizer.iter().flat_map(|o| o.m.iter().chain(&o.v));
     if let Some(bad) = params
         .iter()
+        .chain(moments)
         .find(|p| p.values.iter().any(|x| !x.is_finite()))
     {
         return Err(invalid(format!(
             "its tensor for {} holds NaN or infinity (a run that diverged): nothing to load",
             bad.name
         )));
+    }
+    // AdamW's moments as every checkpoint's are checked (a negative second
+    // moment makes the first step NaN).
+    if let Some(state) = &optimizer {
+        super::checkpoint::check_moments(state, step).map_err(&invalid)?;
     }
     Ok(Checkpoint {
         config,
@@ -301,26 +332,50 @@ fn decode_state(
     with_moments: bool,
     block: usize,
 ) -> Result<(u64, Vec<Stored>), String> {
-    let floats = shape.floats();
-    let numels: Vec<usize> = manifest.iter().map(|(_, s)| s.iter().product()).collect();
-    // int4: each tensor's blocks (a scale and `block` nibbles each).
-    let blocks: usize = numels.iter().map(|n| n.div_ceil(block.max(1))).sum();
+    let too_big = || {
+        format!(
+            "its config ({} layers, dModel {}, ctx {}) makes a model too large to hold",
+            shape.layers, shape.d_model, shape.ctx
+        )
+    };
+    let floats = shape.floats().ok_or_else(too_big)?;
+    let numels: Vec<usize> = manifest
+        .iter()
+        .map(|(_, s)| s.iter().try_fold(1usize, |n, &d| n.checked_mul(d)))
+        .collect::<Option<_>>()
+        .ok_or_else(too_big)?;
     let f32s = |b: &[u8]| -> Vec<f32> {
         b.chunks_exact(4)
             .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
             .collect()
     };
+    // int4: each tensor's blocks (a scale and `block` nibbles each).
+    let mut blocks = 0usize;
     let expected = match (dtype, with_moments) {
-        ("fp32", true) => 4 + floats * 12,
-        ("fp32", false) => 4 + floats * 4,
-        ("fp16", false) => 4 + floats * 2,
+        ("fp32", true) => floats.checked_mul(12).and_then(|n| n.checked_add(4)),
+        ("fp32", false) => floats.checked_mul(4).and_then(|n| n.checked_add(4)),
+        ("fp16", false) => floats.checked_mul(2).and_then(|n| n.checked_add(4)),
         ("int4", false) => {
             if block == 0 || block % 2 != 0 {
                 return Err(format!(
                     "its int4 block size {block} is not a positive even number"
                 ));
             }
-            4 + blocks * 2 + blocks * block / 2
+            blocks = numels
+                .iter()
+                .try_fold(0usize, |sum, n| sum.checked_add(n.div_ceil(block)))
+                .ok_or_else(too_big)?;
+            // A scale (2 bytes) and block / 2 bytes of nibbles per block.
+            (block / 2)
+                .checked_add(2)
+                .and_then(|per| blocks.checked_mul(per))
+                .and_then(|n| n.checked_add(4))
+                .ok_or_else(|| {
+                    format!(
+                        "its int4 block size {block} makes its model state larger than any file (overflow): not the original TinyGPT's model"
+                    )
+                })
+                .map(Some)?
         }
         (other, moments) => {
             return Err(format!(
@@ -328,7 +383,8 @@ fn decode_state(
                 if moments { " with AdamW's moments" } else { "" }
             ));
         }
-    };
+    }
+    .ok_or_else(too_big)?;
     if state.len() != expected {
         // A vocabulary other than 256 bytes is the likeliest reason: say so.
         let per = match dtype {
@@ -338,9 +394,10 @@ fn decode_state(
         };
         if per > 0 && state.len() > 4 && (state.len() - 4) % per == 0 {
             let got = (state.len() - 4) / per;
-            let diff = got as i64 - floats as i64;
-            if diff % shape.d_model as i64 == 0 && diff != 0 {
-                let vocab = VOCAB as i64 + diff / shape.d_model as i64;
+            let diff = got as i128 - floats as i128;
+            let d_model = shape.d_model as i128;
+            if diff % d_model == 0 && diff != 0 {
+                let vocab = VOCAB as i128 + diff / d_model;
                 return Err(format!(
                     "another vocabulary: its token embedding has {vocab} rows, and this program's models read bytes (256 tokens)"
                 ));
@@ -402,6 +459,8 @@ fn decode_state(
             // int4: every tensor's scales first, then every tensor's
             // nibbles; each tensor as this program's own int4 stores one
             // (the same blocks, nibble order and f16 scales).
+            // blocks · (2 + block / 2) + 4 bytes were checked (without
+            // overflow) against the state's length: every slice is in it.
             let (scales, packed) = body.split_at(blocks * 2);
             let (mut scale_at, mut packed_at) = (0, 0);
             for &n in &numels {
@@ -411,12 +470,13 @@ fn decode_state(
                         .chunks_exact(2)
                         .map(|c| f16::from_le_bytes([c[0], c[1]]))
                         .collect(),
-                    nibbles: packed[packed_at..packed_at + nb * block / 2].to_vec(),
+                    nibbles: packed[packed_at..packed_at + nb * (block / 2)].to_vec(),
                 };
-                let w = super::int4::dequantise_blocks(&q, n, block)
-                    .expect("the sizes were checked against the state's length");
+                let w = super::int4::dequantise_blocks(&q, n, block).ok_or_else(|| {
+                    format!("its int4 tensor of {n} values does not fit its blocks of {block}")
+                })?;
                 scale_at += nb * 2;
-                packed_at += nb * block / 2;
+                packed_at += nb * (block / 2);
                 out.push(Stored {
                     w,
                     m: vec![],
@@ -459,11 +519,14 @@ fn our_config(config: &Value, shape: &Shape) -> Result<Config, String> {
     Ok(ours)
 }
 
+/// A point of its loss curve; None for one whose loss is not a finite f32
+/// (which our checkpoints could not store).
 fn loss_point(p: &Value) -> Option<LossPoint> {
+    let finite = |x: f64| Some(x as f32).filter(|x| x.is_finite());
     Some(LossPoint {
         step: p.get("step")?.as_u64()?,
-        loss: p.get("train")?.as_f64()? as f32,
-        val_loss: p.get("val").and_then(Value::as_f64).map(|v| v as f32),
+        loss: finite(p.get("train")?.as_f64()?)?,
+        val_loss: p.get("val").and_then(Value::as_f64).and_then(finite),
     })
 }
 
@@ -653,12 +716,13 @@ mod tests {
             .iter()
             .map(|(_, s)| s.iter().product::<usize>())
             .sum();
-        assert_eq!(shape.floats(), listed);
-        let good = vec![0u8; 4 + shape.floats() * 12];
+        let floats = shape.floats().unwrap();
+        assert_eq!(floats, listed);
+        let good = vec![0u8; 4 + floats * 12];
         assert!(import(&file(config(32), &good), "m").is_ok());
         assert!(message(&file(config(24), &good)).contains("MLP is 24 wide"));
         // 300 tokens instead of 256: 44 more rows of 8.
-        let more = vec![0u8; 4 + (shape.floats() + 44 * 8) * 12];
+        let more = vec![0u8; 4 + (floats + 44 * 8) * 12];
         assert!(
             message(&file(config(32), &more))
                 .contains("another vocabulary: its token embedding has 300 rows")
@@ -668,5 +732,38 @@ mod tests {
         bad[4] = 3;
         assert!(message(&bad).contains("version 3"));
         assert!(message(b"TGPT\x02\0\0\0\xff\0\0\0{}").contains("header says it is 255 bytes"));
+    }
+
+    /// Issue 56: an int4 block size whose sizes overflow (2^63 + 2: the 20
+    /// tensors' one block each make blocks · block / 2 wrap to 20 bytes, so
+    /// a 64-byte state passed the old size check and a slice panicked) is
+    /// refused with what it says; so are other sizes that do not fit, and
+    /// every message calls it a .tinygpt, not a safetensors file.
+    #[test]
+    fn a_crafted_header_is_refused_never_a_panic() {
+        let int4 = |block: Value, state: &[u8]| {
+            let header = serde_json::json!({ "version": 2, "config": config(32),
+                "includesOptimizerState": false, "weightDtype": "int4", "int4BlockSize": block });
+            encode(&header, state)
+        };
+        let huge = serde_json::json!(9_223_372_036_854_775_810u64);
+        let e = message(&int4(huge.clone(), &[0u8; 64]));
+        assert!(e.contains("int4 block size 9223372036854775810"), "{e}");
+        assert!(e.contains("overflow"), "{e}");
+        assert!(message(&int4(huge, &[0u8; 4096])).contains("overflow"));
+        for bad in [serde_json::json!(-64), serde_json::json!(6.5), serde_json::json!("64")] {
+            assert!(message(&int4(bad, &[0u8; 64])).contains("not a positive even number"));
+        }
+        assert!(message(&int4(serde_json::json!(0), &[0u8; 64])).contains("block size 0"));
+        // The largest sizes the config takes: a model too large, refused.
+        let wide = serde_json::json!({ "ctx": 1 << 20, "layers": 1024, "heads": 1,
+            "dModel": 1 << 20 });
+        let e = message(&file(wide, &[0u8; 64]));
+        assert!(!e.contains("panicked"), "{e}");
+        // Not a safetensors file: a .tinygpt that is cut short or corrupt.
+        let e = message(b"TGPT\x02\0\0\0\xff\0\0\0{}");
+        assert!(e.contains("not a valid .tinygpt file") && !e.contains("safetensors"), "{e}");
+        let e = message(b"TGPT\x02\0\0\0\x02\0\0\0{x");
+        assert!(e.contains("not a valid .tinygpt file") && e.contains("not valid JSON"), "{e}");
     }
 }
