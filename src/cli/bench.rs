@@ -19,8 +19,8 @@ pub struct BenchArgs {
         default_value = "tiny,small,medium,large,xl"
     )]
     presets: Vec<String>,
-    /// Untimed warm-up steps per preset.
-    #[arg(long, default_value_t = 3)]
+    /// Untimed warm-up steps per preset (0 to 100).
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = warmup, allow_hyphen_values = true)]
     warmup: usize,
     /// Time at least this many seconds per preset (at least 5, at most 100 steps).
     #[arg(long, default_value_t = 3.0, value_parser = super::positive_f32)]
@@ -58,6 +58,24 @@ pub struct BenchArgs {
     /// Compare the CPU matmul contenders (GEMM crate vs hand-written loop) at each preset's layer shapes.
     #[arg(long)]
     gemm: bool,
+}
+
+/// The most untimed warm-up steps `--warmup` takes: as many as the most
+/// steps a preset is timed for (a few settle any backend; a hundred million
+/// ran for days without a line of output).
+const MAX_WARMUP: usize = 100;
+
+/// `--warmup`: a whole number of steps from 0 to [`MAX_WARMUP`].
+fn warmup(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<u128>() {
+        Ok(n) if n <= MAX_WARMUP as u128 => Ok(n as usize),
+        Ok(_) => Err(format!(
+            "{s} is more than {MAX_WARMUP} warm-up steps (untimed training steps before each preset is timed; a few settle any backend): give 0 to {MAX_WARMUP}"
+        )),
+        Err(_) => Err(format!(
+            "`{s}` is not a number of warm-up steps: give a whole number from 0 to {MAX_WARMUP}"
+        )),
+    }
 }
 
 pub fn run(args: BenchArgs) -> Result<()> {
