@@ -1,6 +1,7 @@
 //! Fuzzing the parsers of what a user hands the program (issue 18): the
-//! checkpoint loader, the preset and lesson RON parsers, the app's link
-//! fragment and the corpus loader.
+//! checkpoint loader, the original TinyGPT's `.tinygpt` reader (issue 56;
+//! its fp32, fp16 and int4 layouts), the preset and lesson RON parsers, the
+//! app's link fragment and the corpus loader.
 //!
 //! Each target mutates the files of its seed corpus (`tests/fuzz/seeds/NAME/`,
 //! plus the built-in presets and lessons) with byte-level mutations (flips,
@@ -101,6 +102,20 @@ const DICTIONARY: &[&str] = &[
     "\u{0}",
     "\u{202e}",
     "é",
+    "TGPT",
+    "int4BlockSize",
+    "weightDtype",
+    "\"int4\"",
+    "\"fp16\"",
+    "\"fp32\"",
+    "includesOptimizerState",
+    "manifest",
+    "lossHistory",
+    "dModel",
+    "dMlp",
+    "layers",
+    "heads",
+    "9223372036854775810",
 ];
 
 /// The files of a seed folder.
@@ -310,6 +325,35 @@ fn fuzz_checkpoint_loader() {
             .to_bytes(Precision::F32, "again.safetensors")
             .expect("a loaded checkpoint saves");
         let reloaded = Checkpoint::from_bytes(&again, "again.safetensors").expect("and loads");
+        assert_eq!(reloaded, checkpoint);
+        true
+    });
+}
+
+/// A `.tinygpt` header's end: magic, version and 4 bytes of length, then
+/// the JSON.
+fn tinygpt_header_end(bytes: &[u8]) -> usize {
+    bytes
+        .get(8..12)
+        .map(|n| u32::from_le_bytes(n.try_into().unwrap()) as usize + 12)
+        .map_or(bytes.len(), |end| end.min(bytes.len()))
+}
+
+#[test]
+fn fuzz_tinygpt_reader() {
+    fuzz("tinygpt", seeds("tinygpt"), tinygpt_header_end, |bytes| {
+        let Ok(checkpoint) = tinygpt::model::original::import(bytes, "fuzzed.tinygpt") else {
+            return false;
+        };
+        // What it reads is a runnable model that saves as one of our
+        // checkpoints and loads from it unchanged.
+        let program = Program::new(&checkpoint.config);
+        assert_eq!(program.params().count(), checkpoint.params.len());
+        let again = checkpoint
+            .to_bytes(Precision::F32, "again.safetensors")
+            .expect("an imported model saves");
+        let reloaded = Checkpoint::from_bytes(&again, "again.safetensors")
+            .unwrap_or_else(|e| panic!("an imported model loads again: {e}"));
         assert_eq!(reloaded, checkpoint);
         true
     });

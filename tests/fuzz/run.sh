@@ -10,7 +10,7 @@ cd "$(dirname "$0")/../.."
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/tinygpt-target}"
 export TINYGPT_FUZZ_SECONDS="${1:-60}"
 failed=""
-for target in checkpoint_loader preset_parser lesson_parser link_fragment corpus_loader; do
+for target in checkpoint_loader tinygpt_reader preset_parser lesson_parser link_fragment corpus_loader; do
     log="$(mktemp)"
     if cargo test --release --test fuzz -- --exact "fuzz_$target" --nocapture --test-threads 1 >"$log" 2>&1; then
         grep -oE 'fuzz [a-z]+: .*' "$log" || true
