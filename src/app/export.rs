@@ -172,16 +172,14 @@ fn deliver(name: &str, ext: &str, bytes: Vec<u8>) -> Result<String, String> {
                     dir.display()
                 )
             })?;
-        let tmp = path.with_extension(format!("{ext}.tmp"));
-        std::fs::write(&tmp, &bytes)
-            .and_then(|()| std::fs::rename(&tmp, &path))
-            .map_err(|e| {
-                let _ = std::fs::remove_file(&tmp);
-                format!(
-                    "cannot write {}: {e} (start the app in a folder you can write to)",
-                    path.display()
-                )
-            })?;
+        // Through a temporary file made exclusively under an unpredictable
+        // name (never through a symlink or into a pipe at NAME.tmp).
+        crate::output::write_atomic(&path, &bytes).map_err(|e| {
+            format!(
+                "cannot write {}: {e} (start the app in a folder you can write to)",
+                path.display()
+            )
+        })?;
         Ok(path.display().to_string())
     }
 }
