@@ -7,7 +7,13 @@
 //! app's are in `tests/app.rs`; docs/faults.md lists them all.)
 //!
 //! Then the faults that need a running process: Ctrl-C and SIGTERM mid-run, a sample of
-//! a model trained on binary bytes, resuming an export without AdamW state.
+//! a model trained on binary bytes, resuming an export without AdamW state;
+//! and what is written or deleted beside an output (issue 56): symlinks and
+//! pipes at the old temporary names, a corpus named like a killed save's
+//! temporary file, a stale lock whose pid was reused, a 251-byte name.
+//!
+//! Without the `app` feature the catalogue's `app` rows are not run (the
+//! binary has no `app` command); the rest are.
 
 mod common;
 
@@ -72,6 +78,8 @@ struct Row {
     env: Vec<(&'static str, &'static str)>,
     args: Vec<String>,
     words: Vec<&'static str>,
+    /// Words its message must not hold (a wrong name for the problem).
+    not: Vec<&'static str>,
     kept: Option<Kept>,
 }
 
@@ -81,6 +89,7 @@ fn row(what: &'static str, args: &[&str], words: &[&'static str]) -> Row {
         env: vec![],
         args: args.iter().map(|a| a.to_string()).collect(),
         words: words.to_vec(),
+        not: vec![],
         kept: None,
     }
 }
@@ -92,6 +101,10 @@ impl Row {
     }
     fn with_env(mut self, key: &'static str, value: &'static str) -> Row {
         self.env.push((key, value));
+        self
+    }
+    fn never_says(mut self, words: &[&'static str]) -> Row {
+        self.not.extend_from_slice(words);
         self
     }
 }
@@ -186,9 +199,25 @@ fn every_bad_input_in_the_catalogue_is_refused_with_its_reason() {
     // A lock held by a live process (this test's) that is not the command.
     std::fs::write(
         dir.join("busy.safetensors.lock"),
-        format!("{}\n", std::process::id()),
+        tinygpt::output::lock_text(std::process::id()),
     )
     .unwrap();
+    // Files at an output's lock name that are no lock of ours (issue 56):
+    // a user's file that holds a number, and a pipe.
+    std::fs::write(dir.join("server.lock"), b"4000000\n").unwrap();
+    make_fifo(&dir.join("piped.safetensors.lock"));
+    // A .tinygpt whose int4 block size overflows the old size check (see
+    // original.rs's a_crafted_header_is_refused_never_a_panic), and one cut short.
+    let state = [0u8; 64];
+    let crafted = tinygpt::model::original::encode(
+        &serde_json::json!({ "version": 2,
+            "config": { "ctx": 8, "layers": 1, "heads": 2, "dModel": 8 },
+            "includesOptimizerState": false, "weightDtype": "int4",
+            "int4BlockSize": 9_223_372_036_854_775_810u64 }),
+        &state,
+    );
+    std::fs::write(dir.join("crafted.tinygpt"), crafted).unwrap();
+    std::fs::write(dir.join("cut.tinygpt"), b"TGPT\x02\0\0\0\xff\0\0\0{}").unwrap();
     let special = dir.join("special");
     make_special_file(&special);
     let pipe = dir.join("pipe.txt");
@@ -289,6 +318,18 @@ fn every_bad_input_in_the_catalogue_is_refused_with_its_reason() {
             &["another tinygpt (pid", "is writing busy.safetensors"],
         ),
         row(
+            "a file of the user's at the output's lock name (it holds a number)",
+            &["export", "--checkpoint", "run.safetensors", "--out", "server"],
+            &["server.lock blocks writing server", "not a tinygpt lock", "give --out another name"],
+        )
+        .keeps(keep("server.lock")),
+        row(
+            "a pipe at the output's lock name (refused by type, never opened)",
+            &["train", "--preset", "tiny", "--steps", "1", "--out", "piped.safetensors"],
+            &["piped.safetensors.lock blocks writing", "a pipe, not a tinygpt lock"],
+        )
+        .keeps(Kept::Special(dir.join("piped.safetensors.lock"))),
+        row(
             "an f16 export over the checkpoint it exports",
             &[
                 "export", "--checkpoint", "run.safetensors", "--out", "run.safetensors", "--force",
@@ -370,6 +411,29 @@ fn every_bad_input_in_the_catalogue_is_refused_with_its_reason() {
             &["--matmul 100000x100000x100000", "MB"],
         ),
         row(
+            "a .tinygpt whose int4 block size overflows",
+            &["generate", "--checkpoint", "crafted.tinygpt", "--tokens", "1"],
+            &["crafted.tinygpt", "int4 block size 9223372036854775810", "overflow"],
+        )
+        .keeps(keep("crafted.tinygpt")),
+        row(
+            "a .tinygpt cut short, imported",
+            &["import", "cut.tinygpt", "--out", out],
+            &["cut.tinygpt is not a valid .tinygpt file", "header says it is 255 bytes"],
+        )
+        .never_says(&["safetensors file"])
+        .keeps(keep("cut.tinygpt")),
+        row(
+            "a hundred million warm-up steps",
+            &["bench", "--warmup", "100000000"],
+            &["--warmup", "100000000 is more than 100 warm-up steps", "give 0 to 100"],
+        ),
+        row(
+            "a negative warm-up",
+            &["bench", "--warmup", "-3"],
+            &["--warmup", "`-3` is not a number of warm-up steps"],
+        ),
+        row(
             "a lab while resuming (the checkpoint holds its own)",
             &["train", "--resume", shipped, "--lab", "no-causal-mask", "--out", out],
             &["--lab", "cannot be used with"],
@@ -386,12 +450,25 @@ fn every_bad_input_in_the_catalogue_is_refused_with_its_reason() {
     };
     let before = locks();
     let mut rows = Vec::new();
+    // Without the app feature the binary has no `app` command: its rows
+    // keep docs/faults.md's words and are not run.
+    let documented = documented_rows();
     for r in &catalogue {
         let what = r.what;
+        if !cfg!(feature = "app") && r.args.first().is_some_and(|a| a == "app") {
+            let key = format!("| {what} | ");
+            let row = documented.iter().find(|d| d.starts_with(&key));
+            rows.push(row.cloned().unwrap_or_else(|| format!("| {what} | (app) | |")));
+            eprintln!("not run without the app feature: {what}");
+            continue;
+        }
         let run = run_within_a_minute(&dir, &r.env, &r.args);
         let stderr = refused_without_panic(&run, what);
         for w in &r.words {
             assert!(stderr.contains(w), "{what}: no `{w}` in\n{stderr}");
+        }
+        for w in &r.not {
+            assert!(!stderr.contains(w), "{what}: `{w}` in\n{stderr}");
         }
         assert!(!dir.join(out).exists(), "{what}: wrote {out}");
         assert!(!dir.join("tinygpt-tiny.safetensors").exists(), "{what}: wrote a default output");
@@ -440,6 +517,22 @@ fn make_fifo(path: &Path) {
     }
     #[cfg(not(unix))]
     let _ = path;
+}
+
+/// docs/faults.md's table of bad input as written, a row a line.
+fn documented_rows() -> Vec<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/faults.md");
+    let doc = std::fs::read_to_string(&path).expect("docs/faults.md");
+    let table = doc
+        .split_once("<!-- begin: written by tests/faults.rs -->\n")
+        .and_then(|(_, rest)| rest.split_once("<!-- end -->"))
+        .map_or("", |(table, _)| table);
+    table
+        .lines()
+        .skip(2)
+        .filter(|l| l.starts_with('|'))
+        .map(str::to_string)
+        .collect()
 }
 
 /// docs/faults.md's table of bad input is this test's catalogue: the rows
@@ -819,4 +912,166 @@ fn a_gpu_run_without_a_session_prints_no_wayland_errors() {
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "{stderr}");
     assert!(!stderr.contains("XDG_RUNTIME_DIR"), "{stderr}");
+}
+
+/// A run of `tinygpt ARGS` in `dir` that must succeed within a minute;
+/// returns its standard error.
+fn succeeds_in(dir: &Path, args: &[&str]) -> String {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let run = run_within_a_minute(dir, &[], &args);
+    let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
+    assert!(run.status.success(), "tinygpt {}: {stderr}", args.join(" "));
+    stderr
+}
+
+/// The names in `dir` that end in `.lock` or hold `.tmp-`.
+fn locks_and_temps(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".lock") || n.contains(".tmp-"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Issue 56: saves and `write_atomic` used `NAME.tmp-PID` made with
+/// `File::create`, which followed a symlink planted there (the user's file
+/// written over) and waited forever on a pipe. Temporary files are now
+/// made exclusively under unpredictable names: a symlink or a pipe at the
+/// old name is left as it was, and nothing waits. (In this process, so the
+/// planted names carry the pid that the old code used.)
+#[cfg(unix)]
+#[test]
+fn a_link_or_a_pipe_at_the_old_temp_name_is_left_alone() {
+    use tinygpt::model::checkpoint::{Checkpoint, Precision};
+    let dir = common::scratch_dir("faults-temp-names");
+    let pid = std::process::id();
+    let user = dir.join("notes.txt");
+    std::fs::write(&user, b"the user's notes").unwrap();
+    let report = dir.join("report.md");
+    let model = dir.join("model.safetensors");
+    std::os::unix::fs::symlink(&user, dir.join(format!("report.md.tmp-{pid}"))).unwrap();
+    std::os::unix::fs::symlink(&user, dir.join(format!("model.safetensors.tmp-{pid}"))).unwrap();
+    let ck =
+        Checkpoint::from_bytes(tinygpt::model::shipped::shipped("tiny").unwrap(), "tiny").unwrap();
+    tinygpt::output::write_atomic(&report, b"# report\n").unwrap();
+    ck.save(&model, Precision::F16).unwrap();
+    assert_eq!(std::fs::read(&user).unwrap(), b"the user's notes");
+    assert_eq!(std::fs::read(&report).unwrap(), b"# report\n");
+    assert!(Checkpoint::load(&model).is_ok());
+    // The links are still there, still links.
+    for name in [format!("report.md.tmp-{pid}"), format!("model.safetensors.tmp-{pid}")] {
+        assert!(std::fs::symlink_metadata(dir.join(&name)).unwrap().is_symlink(), "{name}");
+    }
+    // Pipes at the old names: the writes finish (a pipe is never opened).
+    let piped_report = dir.join("piped.md");
+    let piped_model = dir.join("piped.safetensors");
+    make_fifo(&dir.join(format!("piped.md.tmp-{pid}")));
+    make_fifo(&dir.join(format!("piped.safetensors.tmp-{pid}")));
+    let (done, finished) = std::sync::mpsc::channel();
+    let (report_path, model_path) = (piped_report.clone(), piped_model.clone());
+    std::thread::spawn(move || {
+        let written = tinygpt::output::write_atomic(&report_path, b"piped").is_ok()
+            && ck.save(&model_path, Precision::F16).is_ok();
+        let _ = done.send(written);
+    });
+    let written = finished
+        .recv_timeout(std::time::Duration::from_secs(30))
+        .expect("a write hung on a pipe at the old temporary name");
+    assert!(written);
+    assert_eq!(std::fs::read(&piped_report).unwrap(), b"piped");
+    assert!(Checkpoint::load(&piped_model).is_ok());
+    // No temporary file of the writes is left; the planted names are.
+    assert_eq!(
+        locks_and_temps(&dir),
+        [
+            format!("model.safetensors.tmp-{pid}"),
+            format!("piped.md.tmp-{pid}"),
+            format!("piped.safetensors.tmp-{pid}"),
+            format!("report.md.tmp-{pid}"),
+        ]
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Issue 56: the clean-up of killed saves removed any `OUT.tmp-NUMBER`
+/// whose number was not a live pid, the corpus of that very run included.
+/// It now removes only files of its own unpredictable format that a save of
+/// ours left, and never an input: both corpora survive the run.
+#[test]
+fn the_clean_up_of_killed_saves_never_removes_the_corpus() {
+    let dir = common::scratch_dir("faults-cleanup-corpus");
+    let text = &include_str!("../assets/tinyshakespeare.txt")[..4000];
+    // The old format's name, and the new one's with what a save's
+    // temporary file starts with (8 bytes of length, then `{`).
+    let old_style = "run.safetensors.tmp-4000000";
+    let new_style = "run.safetensors.tmp-4000000-123-abcDEF";
+    for (corpus, bytes) in [
+        (old_style, text.to_string()),
+        (new_style, format!("01234567{{{text}")),
+    ] {
+        std::fs::write(dir.join(corpus), &bytes).unwrap();
+        succeeds_in(
+            &dir,
+            &[
+                "train", "--preset", "tiny", "--steps", "1", "--backend", "cpu", "--corpus", corpus,
+                "--out", "run.safetensors", "--force",
+            ],
+        );
+        assert_eq!(
+            std::fs::read(dir.join(corpus)).ok(),
+            Some(bytes.into_bytes()),
+            "{corpus} was removed"
+        );
+        assert!(dir.join("run.safetensors").is_file());
+        assert_eq!(locks_and_temps(&dir), [corpus]);
+        std::fs::remove_file(dir.join(corpus)).unwrap();
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Issue 56: a stale lock of ours whose pid now belongs to another process
+/// (containers give tinygpt the same pid every start) is taken over, not
+/// called "another tinygpt (pid 1)"; with a default name, a pipe at the
+/// first name's lock is skipped without a hang.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_lock_whose_pid_was_reused_is_stale_and_a_pipe_lock_is_skipped() {
+    let dir = common::scratch_dir("faults-reused-pid");
+    // pid 1 runs, but did not start when this lock says.
+    let text = tinygpt::output::lock_text(1);
+    let start = tinygpt::output::start_time(1).expect("pid 1's start time");
+    let reused = text.replace(&format!("start {start}\n"), &format!("start {}\n", start + 99));
+    assert_ne!(reused, text);
+    std::fs::write(dir.join("reused.safetensors.lock"), reused).unwrap();
+    let stderr = succeeds_in(
+        &dir,
+        &["train", "--preset", "tiny", "--steps", "1", "--backend", "cpu", "--out", "reused.safetensors"],
+    );
+    assert!(!stderr.contains("another tinygpt"), "{stderr}");
+    assert!(dir.join("reused.safetensors").is_file());
+    make_fifo(&dir.join("tinygpt-tiny.safetensors.lock"));
+    let stderr = succeeds_in(&dir, &["train", "--preset", "tiny", "--steps", "1", "--backend", "cpu"]);
+    assert!(stderr.contains("checkpoint tinygpt-tiny-2.safetensors"), "{stderr}");
+    assert_eq!(locks_and_temps(&dir), ["tinygpt-tiny.safetensors.lock"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Issue 56: a legal 251-byte file name was refused because `NAME.lock`
+/// (256 bytes) is longer than a file system takes. Its lock and temporary
+/// file now go under a shortened name (its start and a hash of it all), so
+/// the run writes it and leaves nothing beside it.
+#[test]
+fn a_251_byte_file_name_is_written() {
+    let dir = common::scratch_dir("faults-long-name");
+    let name = format!("{}.safetensors", "n".repeat(239));
+    assert_eq!(name.len(), 251);
+    succeeds_in(
+        &dir,
+        &["train", "--preset", "tiny", "--steps", "1", "--backend", "cpu", "--out", &name],
+    );
+    assert!(tinygpt::model::checkpoint::Checkpoint::load(&dir.join(&name)).is_ok());
+    assert_eq!(locks_and_temps(&dir), Vec::<String>::new());
+    std::fs::remove_dir_all(&dir).unwrap();
 }
