@@ -348,10 +348,11 @@ pub fn remove_stale_temp_files(path: &Path) {
         if pid == our_pid && Some(start) == our_start.or(Some(0)) {
             continue;
         }
-        let gone = !process_alive(pid)
-            || (start != 0 && start_time(pid).is_some_and(|now| now != start));
         let file = entry.path();
-        if gone && left_by_a_save(&file) && !is_input(&file) {
+        if process_gone(pid, (start != 0).then_some(start))
+            && left_by_a_save(&file)
+            && !is_input(&file)
+        {
             let _ = std::fs::remove_file(file);
         }
     }
@@ -479,12 +480,7 @@ fn holder(owner: &LockOwner) -> Holder {
     {
         return Holder::Gone;
     }
-    if !process_alive(owner.pid) {
-        return Holder::Gone;
-    }
-    if let (Some(then), Some(now)) = (owner.start, start_time(owner.pid))
-        && then != now
-    {
+    if process_gone(owner.pid, owner.start) {
         return Holder::Gone;
     }
     if owner.pid == std::process::id() {
@@ -566,6 +562,13 @@ fn boot_id() -> Option<String> {
     let id = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
     let id = id.trim();
     (!id.is_empty()).then(|| id.to_string())
+}
+
+/// Whether the process that wrote `pid` (and its start time, where known)
+/// is gone: no such pid, or one that started at another time (the pid was
+/// reused). The one test of both a lock's and a temporary file's owner.
+fn process_gone(pid: u32, start: Option<u64>) -> bool {
+    !process_alive(pid) || start.zip(start_time(pid)).is_some_and(|(then, now)| then != now)
 }
 
 /// Whether a process with this pid runs (on other systems: assumed so).

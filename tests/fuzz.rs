@@ -312,6 +312,19 @@ fn header_end(bytes: &[u8]) -> usize {
         .map_or(bytes.len(), |end| end.min(bytes.len() as u64) as usize)
 }
 
+/// A checkpoint that was read is a runnable model (the program has its
+/// parameters) that saves in f32 and loads again unchanged.
+fn runs_saves_and_loads_unchanged(checkpoint: &Checkpoint) {
+    let program = Program::new(&checkpoint.config);
+    assert_eq!(program.params().count(), checkpoint.params.len());
+    let again = checkpoint
+        .to_bytes(Precision::F32, "again.safetensors")
+        .expect("a checkpoint that was read saves");
+    let reloaded = Checkpoint::from_bytes(&again, "again.safetensors")
+        .unwrap_or_else(|e| panic!("a checkpoint that was read loads again: {e}"));
+    assert_eq!(&reloaded, checkpoint);
+}
+
 #[test]
 fn fuzz_checkpoint_loader() {
     fuzz("checkpoint", seeds("checkpoint"), header_end, |bytes| {
@@ -319,13 +332,7 @@ fn fuzz_checkpoint_loader() {
             return false;
         };
         // What loads is a runnable model that saves and loads unchanged.
-        let program = Program::new(&checkpoint.config);
-        assert_eq!(program.params().count(), checkpoint.params.len());
-        let again = checkpoint
-            .to_bytes(Precision::F32, "again.safetensors")
-            .expect("a loaded checkpoint saves");
-        let reloaded = Checkpoint::from_bytes(&again, "again.safetensors").expect("and loads");
-        assert_eq!(reloaded, checkpoint);
+        runs_saves_and_loads_unchanged(&checkpoint);
         true
     });
 }
@@ -347,14 +354,7 @@ fn fuzz_tinygpt_reader() {
         };
         // What it reads is a runnable model that saves as one of our
         // checkpoints and loads from it unchanged.
-        let program = Program::new(&checkpoint.config);
-        assert_eq!(program.params().count(), checkpoint.params.len());
-        let again = checkpoint
-            .to_bytes(Precision::F32, "again.safetensors")
-            .expect("an imported model saves");
-        let reloaded = Checkpoint::from_bytes(&again, "again.safetensors")
-            .unwrap_or_else(|e| panic!("an imported model loads again: {e}"));
-        assert_eq!(reloaded, checkpoint);
+        runs_saves_and_loads_unchanged(&checkpoint);
         true
     });
 }
