@@ -1,5 +1,7 @@
 //! Inside the model: one prompt's forward pass read at one position, for the
-//! picture of a transformer computing (issue 32) and `tinygpt flow --json`.
+//! picture of a transformer computing (issue 32) and `tinygpt flow --json`,
+//! or at every position ([`run_all`], `tinygpt flow --all-positions`, the
+//! 3D walk-through's data, issue 50).
 //!
 //! The program's own forward pass runs on the run's backend, for a batch of
 //! one row (the prompt's last `ctx` bytes, padded after it: causal attention
@@ -135,23 +137,30 @@ pub fn batch_for(
     ))
 }
 
-/// Runs the forward pass of `prompt` on `backend` (whose program is
-/// [`config_for`]'s, with the weights `params` already written) and reads it
-/// at `position`. `params` are the same weights, for the lens.
-pub fn run(
-    backend: &mut dyn Backend,
-    params: &[NamedTensor],
-    prompt: &[u8],
-    position: Option<usize>,
-) -> Result<Flow, String> {
+/// The forward pass of one prompt as the backend wrote it: every row.
+struct Forward {
+    tokens: Vec<u8>,
+    /// Every activation (1, T, width) in the program's order: its name,
+    /// block, shape and all T rows.
+    nodes: Vec<(String, Option<usize>, Vec<usize>, Vec<f32>)>,
+    /// The stream's L + 1 points, each T × C.
+    stream: Vec<Vec<f32>>,
+    /// T × V.
+    logits: Vec<f32>,
+    probe: crate::probe::ProbeResult,
+}
+
+/// Runs the forward pass of `prompt` on `backend` (a batch-1 program) and
+/// reads back everything a flow shows, at every position.
+fn forward(backend: &mut dyn Backend, prompt: &[u8]) -> Result<Forward, String> {
     let program: Program = backend.program().clone();
     let config = &program.config;
     if config.batch != 1 {
         return Err("a flow runs on a batch-1 program (flow::config_for)".into());
     }
-    let (tokens, position, batch) = batch_for(config, prompt, position)?;
+    let (tokens, _, batch) = batch_for(config, prompt, None)?;
     backend.eval_loss(&batch);
-    let (t, c) = (config.ctx, config.d_model);
+    let t = config.ctx;
     // The nodes: every activation (1, T, width), in the program's order.
     let node_tensors: Vec<&crate::program::TensorInfo> = program
         .tensors
@@ -182,51 +191,213 @@ pub fn run(
         .chain(stream.iter().map(String::as_str))
         .chain(std::iter::once("logits"))
         .collect();
-    let all = backend.read_many(&names).map_err(|e| e.to_string())?;
-    let row =
-        |values: &[f32], width: usize| values[position * width..(position + 1) * width].to_vec();
-    let mut nodes = Vec::new();
-    for (tensor, values) in node_tensors.iter().zip(&all) {
-        let width = tensor.shape[2];
-        let layer = program.layers[tensor.layer]
-            .name
-            .strip_prefix("h.")
-            .and_then(|i| i.parse().ok());
-        nodes.push(Node {
-            name: tensor.name.clone(),
-            layer,
-            shape: tensor.shape.clone(),
-            values: row(values, width),
-            grad: None,
-        });
-    }
-    let residual: Vec<Vec<f32>> = all[node_tensors.len()..node_tensors.len() + stream.len()]
+    let mut all = backend.read_many(&names).map_err(|e| e.to_string())?;
+    let logits = all.pop().expect("the logits were read");
+    let stream = all.split_off(node_tensors.len());
+    let nodes = node_tensors
         .iter()
-        .map(|v| row(v, c))
+        .zip(all)
+        .map(|(tensor, values)| {
+            let layer = program.layers[tensor.layer]
+                .name
+                .strip_prefix("h.")
+                .and_then(|i| i.parse().ok());
+            (tensor.name.clone(), layer, tensor.shape.clone(), values)
+        })
         .collect();
-    let logits = row(all.last().expect("the logits were read"), VOCAB);
-    // Each head's row of P at the position, from the probe (FlashAttention
-    // never stores P; the probe recomputes it from Q, K and the log-sum-exp).
+    // Each head's P (FlashAttention never stores it; the probe recomputes
+    // it from Q, K and the log-sum-exp).
     let request = crate::probe::ProbeRequest::for_prompt(config, prompt)?;
     let probe = backend.probe(&request).map_err(|e| e.to_string())?;
-    let n = probe.n();
-    let attention = (0..probe.blocks.len())
+    Ok(Forward {
+        tokens,
+        nodes,
+        stream,
+        logits,
+        probe,
+    })
+}
+
+impl Forward {
+    /// Row `position` of a T × `width` tensor.
+    fn row(values: &[f32], width: usize, position: usize) -> Vec<f32> {
+        values[position * width..(position + 1) * width].to_vec()
+    }
+
+    /// Each block's heads' attention from `position` to bytes 0..=position.
+    fn attention_at(&self, position: usize) -> Vec<Vec<Vec<f32>>> {
+        let n = self.probe.n();
+        (0..self.probe.blocks.len())
+            .map(|k| {
+                (0..self.probe.n_head)
+                    .map(|head| {
+                        self.probe.p(k, head)[position * n..position * n + position + 1].to_vec()
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// The stream's L + 1 points at `position`, each C.
+    fn residual_at(&self, position: usize, c: usize) -> Vec<Vec<f32>> {
+        self.stream
+            .iter()
+            .map(|v| Self::row(v, c, position))
+            .collect()
+    }
+
+    /// The logit lens at each point of the stream at `position`.
+    fn lens_at(
+        &self,
+        params: &[NamedTensor],
+        residual: &[Vec<f32>],
+        c: usize,
+    ) -> Result<Vec<Vec<Guess>>, String> {
+        residual
+            .iter()
+            .map(|r| lens_at(params, r, c).map(|logits| top5(&next_byte_probs(&logits))))
+            .collect()
+    }
+}
+
+/// Runs the forward pass of `prompt` on `backend` (whose program is
+/// [`config_for`]'s, with the weights `params` already written) and reads it
+/// at `position`. `params` are the same weights, for the lens.
+pub fn run(
+    backend: &mut dyn Backend,
+    params: &[NamedTensor],
+    prompt: &[u8],
+    position: Option<usize>,
+) -> Result<Flow, String> {
+    let c = backend.program().config.d_model;
+    let (_, position, _) = batch_for(&backend.program().config, prompt, position)?;
+    let pass = forward(backend, prompt)?;
+    let nodes = pass
+        .nodes
+        .iter()
+        .map(|(name, layer, shape, values)| Node {
+            name: name.clone(),
+            layer: *layer,
+            shape: shape.clone(),
+            values: Forward::row(values, shape[2], position),
+            grad: None,
+        })
+        .collect();
+    let residual = pass.residual_at(position, c);
+    let lens = pass.lens_at(params, &residual, c)?;
+    Ok(Flow {
+        probs: next_byte_probs(&Forward::row(&pass.logits, VOCAB, position)),
+        attention: pass.attention_at(position),
+        tokens: pass.tokens,
+        position,
+        residual,
+        lens,
+        nodes,
+        backward: None,
+    })
+}
+
+/// The forward pass of one prompt at every position of it
+/// (`tinygpt flow --all-positions`): the same reads as [`Flow`], with a
+/// position axis after the point or the node (T is the prompt's length
+/// after the context cut, not the context).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct FlowAll {
+    pub tokens: Vec<u8>,
+    /// (L + 1) × T × C: the stream entering each block, then leaving the last.
+    pub residual: Vec<Vec<Vec<f32>>>,
+    /// T × 256: the next-byte probabilities at each position.
+    pub probs: Vec<Vec<f32>>,
+    /// (L + 1) × T × 5: the logit lens.
+    pub lens: Vec<Vec<Vec<Guess>>>,
+    /// L × heads × T × (position + 1): each head's weights from each position.
+    pub attention: Vec<Vec<Vec<Vec<f32>>>>,
+    /// Every activation, in the program's order, its values T × width.
+    pub nodes: Vec<NodeAll>,
+    /// After [`backward_all`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backward: Option<BackwardAll>,
+}
+
+/// A node at every position.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct NodeAll {
+    pub name: String,
+    pub layer: Option<usize>,
+    /// Its shape in the batch-1 program, (1, ctx, width).
+    pub shape: Vec<usize>,
+    /// T × width.
+    pub values: Vec<Vec<f32>>,
+    /// After [`backward_all`]: dL/d(this node), T × width.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub grad: Option<Vec<Vec<f32>>>,
+}
+
+/// The backward pass of the mean loss over the prompt's positions.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct BackwardAll {
+    /// The byte each position predicts: the next byte of the prompt, and at
+    /// the last position the given target (None: that position has no loss).
+    pub targets: Vec<Option<u8>>,
+    /// −log p(target) at each position (None where it has no target).
+    pub losses: Vec<Option<f32>>,
+    /// Their mean: the loss differentiated.
+    pub loss: f32,
+    /// Every parameter's gradient norm (L2), in the program's order.
+    pub param_grad_norms: Vec<ParamGrad>,
+}
+
+/// Runs the forward pass of `prompt` and reads it at every position.
+pub fn run_all(
+    backend: &mut dyn Backend,
+    params: &[NamedTensor],
+    prompt: &[u8],
+) -> Result<FlowAll, String> {
+    let c = backend.program().config.d_model;
+    let pass = forward(backend, prompt)?;
+    let n = pass.tokens.len();
+    let per_position: Vec<Vec<Vec<f32>>> = (0..n).map(|i| pass.residual_at(i, c)).collect();
+    let lens_per_position = per_position
+        .iter()
+        .map(|r| pass.lens_at(params, r, c))
+        .collect::<Result<Vec<_>, _>>()?;
+    let points = pass.stream.len();
+    let residual = (0..points)
+        .map(|k| per_position.iter().map(|r| r[k].clone()).collect())
+        .collect();
+    let lens = (0..points)
+        .map(|k| lens_per_position.iter().map(|l| l[k].clone()).collect())
+        .collect();
+    let per_position_attention: Vec<_> = (0..n).map(|i| pass.attention_at(i)).collect();
+    let attention = (0..pass.probe.blocks.len())
         .map(|k| {
-            (0..probe.n_head)
-                .map(|head| probe.p(k, head)[position * n..position * n + position + 1].to_vec())
+            (0..pass.probe.n_head)
+                .map(|head| {
+                    per_position_attention
+                        .iter()
+                        .map(|a| a[k][head].clone())
+                        .collect()
+                })
                 .collect()
         })
         .collect();
-    let probs = next_byte_probs(&logits);
-    let lens = residual
+    let nodes = pass
+        .nodes
         .iter()
-        .map(|r| lens_at(params, r, c).map(|logits| top5(&next_byte_probs(&logits))))
-        .collect::<Result<_, _>>()?;
-    Ok(Flow {
-        tokens,
-        position,
+        .map(|(name, layer, shape, values)| NodeAll {
+            name: name.clone(),
+            layer: *layer,
+            shape: shape.clone(),
+            values: (0..n).map(|i| Forward::row(values, shape[2], i)).collect(),
+            grad: None,
+        })
+        .collect();
+    Ok(FlowAll {
+        probs: (0..n)
+            .map(|i| next_byte_probs(&Forward::row(&pass.logits, VOCAB, i)))
+            .collect(),
+        tokens: pass.tokens,
         residual,
-        probs,
         lens,
         attention,
         nodes,
@@ -248,19 +419,38 @@ pub fn target_at(tokens: &[u8], position: usize, target: Option<u8>) -> Result<u
     }
 }
 
-/// Runs the backward pass of the loss at `flow`'s position — predicting
-/// `target` next — through the program's own backward entries (the
-/// step-through's), and fills in each node's gradient at the position and
-/// each parameter's gradient norm. The program's loss is the mean over all
-/// T positions; its cross-entropy backward writes (softmax − onehot) / T in
-/// every row of dlogits, and only the position's row is kept (times T), so
-/// what flows back is the gradient of that one position's loss.
-pub fn backward(backend: &mut dyn Backend, flow: &mut Flow, target: u8) -> Result<(), String> {
+/// What the program's backward entries wrote for the mean loss over some
+/// positions: every position's loss, each node's gradient (all T rows, by
+/// node name) and each parameter's gradient norm.
+struct Gradients {
+    losses: Vec<f32>,
+    nodes: Vec<(String, Vec<f32>)>,
+    params: Vec<ParamGrad>,
+}
+
+/// Runs the backward pass of the mean of the losses of predicting
+/// `targets[k].1` after position `targets[k].0` of `tokens`, through the
+/// program's own backward entries (the step-through's). The program's loss
+/// is the mean over all T positions; its cross-entropy backward writes
+/// (softmax − onehot) / T in every row of dlogits: the rows of the chosen
+/// positions are kept, times T / their count, and the others zeroed, so
+/// what flows back is the gradient of the chosen positions' mean loss.
+fn gradients(
+    backend: &mut dyn Backend,
+    tokens: &[u8],
+    targets: &[(usize, u8)],
+    nodes: &[String],
+) -> Result<Gradients, String> {
     use crate::program::{Op, Step};
     let program: Program = backend.program().clone();
     let config = &program.config;
-    let (_, position, mut batch) = batch_for(config, &flow.tokens, Some(flow.position))?;
-    batch.targets[position] = target as u32;
+    if targets.is_empty() {
+        return Err("no position has a byte to predict".into());
+    }
+    let (_, _, mut batch) = batch_for(config, tokens, None)?;
+    for &(position, target) in targets {
+        batch.targets[position] = target as u32;
+    }
     let err = |e: crate::backend::BackendError| e.to_string();
     let ce = program
         .steps
@@ -278,27 +468,25 @@ pub fn backward(backend: &mut dyn Backend, flow: &mut Flow, target: u8) -> Resul
         .grad
         .map(|g| program.tensors[g].name.clone())
         .ok_or("the logits have no gradient")?;
-    let rows = config.ctx as f32;
+    let scale = config.ctx as f32 / targets.len() as f32;
     let mut seed = backend.read(&dlogits).map_err(err)?;
     for (row, values) in seed.chunks_mut(VOCAB).enumerate() {
+        let kept = targets.iter().any(|&(p, _)| p == row);
         for v in values {
-            *v = if row == position { *v * rows } else { 0.0 };
+            *v = if kept { *v * scale } else { 0.0 };
         }
     }
     backend.write(&dlogits, &seed).map_err(err)?;
     backend.run_entries(ce + 1..clip);
-    let loss = backend
+    let losses = backend
         .read(&program.tensors[program.losses].name)
-        .map_err(err)?[position];
-    let t = config.ctx;
+        .map_err(err)?;
     // Each node's gradient and each parameter's, read back at once.
-    let node_grads: Vec<(usize, String)> = flow
-        .nodes
+    let node_grads: Vec<(String, String)> = nodes
         .iter()
-        .enumerate()
-        .filter_map(|(k, node)| {
-            let grad = program.tensors[program.tensor_id(&node.name)?].grad?;
-            Some((k, program.tensors[grad].name.clone()))
+        .filter_map(|name| {
+            let grad = program.tensors[program.tensor_id(name)?].grad?;
+            Some((name.clone(), program.tensors[grad].name.clone()))
         })
         .collect();
     // A LoRA fine-tune's frozen weights have none.
@@ -315,16 +503,10 @@ pub fn backward(backend: &mut dyn Backend, flow: &mut Flow, target: u8) -> Resul
         .map(|(_, g)| g.as_str())
         .chain(param_grads.iter().map(|(_, g)| g.as_str()))
         .collect();
-    let all = backend.read_many(&names).map_err(err)?;
-    for ((k, _), values) in node_grads.iter().zip(&all) {
-        let width = flow.nodes[*k].values.len();
-        if values.len() == t * width {
-            flow.nodes[*k].grad = Some(values[position * width..(position + 1) * width].to_vec());
-        }
-    }
-    let param_grad_norms = param_grads
+    let mut all = backend.read_many(&names).map_err(err)?;
+    let params = param_grads
         .iter()
-        .zip(&all[node_grads.len()..])
+        .zip(all.split_off(node_grads.len()))
         .map(|((name, _), values)| ParamGrad {
             name: name.clone(),
             norm: values
@@ -334,11 +516,90 @@ pub fn backward(backend: &mut dyn Backend, flow: &mut Flow, target: u8) -> Resul
                 .sqrt() as f32,
         })
         .collect();
+    Ok(Gradients {
+        losses,
+        nodes: node_grads.into_iter().map(|(n, _)| n).zip(all).collect(),
+        params,
+    })
+}
+
+/// Runs the backward pass of the loss at `flow`'s position — predicting
+/// `target` next — and fills in each node's gradient at the position and
+/// each parameter's gradient norm ([`gradients`] with that one position).
+pub fn backward(backend: &mut dyn Backend, flow: &mut Flow, target: u8) -> Result<(), String> {
+    let position = flow.position;
+    let names: Vec<String> = flow.nodes.iter().map(|n| n.name.clone()).collect();
+    let g = gradients(backend, &flow.tokens, &[(position, target)], &names)?;
+    for (name, values) in &g.nodes {
+        let node = flow
+            .nodes
+            .iter_mut()
+            .find(|n| &n.name == name)
+            .expect("a node asked for");
+        let width = node.values.len();
+        if values.len() == node.shape[1] * width {
+            node.grad = Some(Forward::row(values, width, position));
+        }
+    }
     flow.backward = Some(Backward {
         target,
-        loss,
-        param_grad_norms,
+        loss: g.losses[position],
+        param_grad_norms: g.params,
         adamw: None,
+    });
+    Ok(())
+}
+
+/// Runs the backward pass of the mean loss over the prompt's positions —
+/// each predicting the prompt's next byte, the last `last_target` where
+/// given — and fills in each node's gradient at every position and each
+/// parameter's gradient norm.
+pub fn backward_all(
+    backend: &mut dyn Backend,
+    flow: &mut FlowAll,
+    last_target: Option<u8>,
+) -> Result<(), String> {
+    let n = flow.tokens.len();
+    let targets: Vec<Option<u8>> = (0..n)
+        .map(|i| flow.tokens.get(i + 1).copied().or(last_target))
+        .collect();
+    let chosen: Vec<(usize, u8)> = targets
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| t.map(|t| (i, t)))
+        .collect();
+    if chosen.is_empty() {
+        return Err(
+            "the prompt is one byte, so nothing in it follows a position; \
+             give the byte to predict after it with --target"
+                .into(),
+        );
+    }
+    let names: Vec<String> = flow.nodes.iter().map(|n| n.name.clone()).collect();
+    let g = gradients(backend, &flow.tokens, &chosen, &names)?;
+    for (name, values) in &g.nodes {
+        let node = flow
+            .nodes
+            .iter_mut()
+            .find(|x| &x.name == name)
+            .expect("a node asked for");
+        let width = node.shape[2];
+        if values.len() == node.shape[1] * width {
+            node.grad = Some((0..n).map(|i| Forward::row(values, width, i)).collect());
+        }
+    }
+    let losses: Vec<Option<f32>> = targets
+        .iter()
+        .enumerate()
+        .map(|(i, t)| t.map(|_| g.losses[i]))
+        .collect();
+    let loss =
+        (chosen.iter().map(|&(i, _)| g.losses[i] as f64).sum::<f64>() / chosen.len() as f64) as f32;
+    flow.backward = Some(BackwardAll {
+        targets,
+        losses,
+        loss,
+        param_grad_norms: g.params,
     });
     Ok(())
 }
@@ -452,6 +713,13 @@ pub fn lens_at(params: &[NamedTensor], stream: &[f32], c: usize) -> Result<Vec<f
 
 impl Flow {
     /// The JSON of `tinygpt flow --json`.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).expect("plain data")
+    }
+}
+
+impl FlowAll {
+    /// The JSON of `tinygpt flow --all-positions --json`.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::to_value(self).expect("plain data")
     }

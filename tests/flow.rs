@@ -451,7 +451,11 @@ fn each_ops_worked_example_redoes_the_programs_own_output() {
         );
         // The worked output is the node's largest.
         assert!(n.values.iter().all(|v| v.abs() <= computed.abs()));
-        assert!(w.filled.ends_with(&tinygpt::worked::num(w.result)), "{}", w.filled);
+        assert!(
+            w.filled.ends_with(&tinygpt::worked::num(w.result)),
+            "{}",
+            w.filled
+        );
         if let Some(win) = &w.window {
             // A window of the product: its y are the node's values at its
             // rows, and its W the weight's entries.
@@ -488,5 +492,312 @@ fn each_ops_worked_example_redoes_the_programs_own_output() {
     }
     for kind in ["product", "gelu", "layernorm", "embedding", "residual"] {
         assert!(kinds.contains(kind), "no {kind} worked out: {kinds:?}");
+    }
+}
+
+/// The forward pass of GPT-2 (nanoGPT's layout) in f64, written here from
+/// the paper's equations and independent of the program: for the prompt's
+/// `tokens`, the stream at each of its L + 1 points (T × C each) and each
+/// named activation (T × width), keyed by the program's node names.
+fn reference_forward(
+    ck: &Checkpoint,
+    tokens: &[u8],
+) -> (Vec<Vec<f64>>, std::collections::HashMap<String, Vec<f64>>) {
+    let config = &ck.config;
+    let (t, c, h) = (tokens.len(), config.d_model, config.n_head);
+    let hd = c / h;
+    let p = |name: &str| -> Vec<f64> { param(ck, name).iter().map(|&x| x as f64).collect() };
+    let layernorm = |x: &[f64], w: &[f64], b: &[f64]| -> Vec<f64> {
+        x.chunks(c)
+            .flat_map(|row| {
+                let mean = row.iter().sum::<f64>() / c as f64;
+                let var = row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / c as f64;
+                let r = 1.0 / (var + 1e-5).sqrt();
+                (0..c)
+                    .map(move |k| (row[k] - mean) * r * w[k] + b[k])
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    // out (T, OUT) = x (T, IN) · Wᵀ + b, W (OUT, IN).
+    let linear = |x: &[f64], w: &[f64], b: &[f64], n_in: usize| -> Vec<f64> {
+        let n_out = b.len();
+        x.chunks(n_in)
+            .flat_map(|row| {
+                (0..n_out)
+                    .map(|o| b[o] + (0..n_in).map(|i| row[i] * w[o * n_in + i]).sum::<f64>())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let erf = |x: f64| -> f64 {
+        // Abramowitz–Stegun 7.1.26 is too coarse; integrate exp(−s²) by
+        // Simpson's rule instead (fine enough for |x| < 10).
+        let n = 2000;
+        let step = x / n as f64;
+        let f = |s: f64| (-s * s).exp();
+        let mut sum = f(0.0) + f(x);
+        for i in 1..n {
+            sum += f(i as f64 * step) * if i % 2 == 1 { 4.0 } else { 2.0 };
+        }
+        sum * step / 3.0 * 2.0 / std::f64::consts::PI.sqrt()
+    };
+    let mut nodes = std::collections::HashMap::new();
+    let (wte, wpe) = (p("transformer.wte.weight"), p("transformer.wpe.weight"));
+    let mut x: Vec<f64> = (0..t)
+        .flat_map(|i| (0..c).map(move |k| (i, k)))
+        .map(|(i, k)| wte[tokens[i] as usize * c + k] + wpe[i * c + k])
+        .collect();
+    nodes.insert("emb".to_string(), x.clone());
+    let mut stream = vec![x.clone()];
+    for l in 0..config.n_layer {
+        let w = |s: &str| p(&format!("transformer.h.{l}.{s}"));
+        let ln1 = layernorm(&x, &w("ln_1.weight"), &w("ln_1.bias"));
+        let qkv = linear(&ln1, &w("attn.c_attn.weight"), &w("attn.c_attn.bias"), c);
+        let mut y = vec![0.0; t * c];
+        for head in 0..h {
+            let at = |i: usize, part: usize, d: usize| qkv[i * 3 * c + part * c + head * hd + d];
+            for i in 0..t {
+                let scores: Vec<f64> = (0..=i)
+                    .map(|j| {
+                        (0..hd).map(|d| at(i, 0, d) * at(j, 1, d)).sum::<f64>() / (hd as f64).sqrt()
+                    })
+                    .collect();
+                let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let z: f64 = scores.iter().map(|s| (s - m).exp()).sum();
+                for d in 0..hd {
+                    y[i * c + head * hd + d] = (0..=i)
+                        .map(|j| (scores[j] - m).exp() / z * at(j, 2, d))
+                        .sum();
+                }
+            }
+        }
+        let proj = linear(&y, &w("attn.c_proj.weight"), &w("attn.c_proj.bias"), c);
+        let res1: Vec<f64> = x.iter().zip(&proj).map(|(a, b)| a + b).collect();
+        let ln2 = layernorm(&res1, &w("ln_2.weight"), &w("ln_2.bias"));
+        let fc = linear(&ln2, &w("mlp.c_fc.weight"), &w("mlp.c_fc.bias"), c);
+        let gelu: Vec<f64> = fc
+            .iter()
+            .map(|&v| 0.5 * v * (1.0 + erf(v / std::f64::consts::SQRT_2)))
+            .collect();
+        let mlp = linear(&gelu, &w("mlp.c_proj.weight"), &w("mlp.c_proj.bias"), 4 * c);
+        x = res1.iter().zip(&mlp).map(|(a, b)| a + b).collect();
+        for (name, v) in [
+            ("ln_1.out", ln1),
+            ("attn.qkv", qkv),
+            ("attn.y", y),
+            ("attn.proj", proj),
+            ("res_1", res1),
+            ("ln_2.out", ln2),
+            ("mlp.fc", fc),
+            ("mlp.gelu", gelu),
+            ("mlp.proj", mlp),
+            ("res_2", x.clone()),
+        ] {
+            nodes.insert(format!("h.{l}.{name}"), v);
+        }
+        stream.push(x.clone());
+    }
+    let lnf = layernorm(
+        &x,
+        &p("transformer.ln_f.weight"),
+        &p("transformer.ln_f.bias"),
+    );
+    let logits: Vec<f64> = lnf
+        .chunks(c)
+        .flat_map(|row| {
+            (0..256)
+                .map(|v| (0..c).map(|k| wte[v * c + k] * row[k]).sum::<f64>())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    nodes.insert("ln_f.out".to_string(), lnf);
+    nodes.insert("logits".to_string(), logits);
+    (stream, nodes)
+}
+
+/// `--all-positions` (issue 50): the stream at every point and position,
+/// and every node at every position, equal a float64 recomputation of the
+/// forward pass written in this test; each position's slice is bit for bit
+/// the one-position flow's; the GPU's agrees with the CPU's within 1e-5 of
+/// each tensor's scale.
+#[test]
+fn the_flow_at_every_position_is_the_forward_pass() {
+    use tinygpt::flow::run_all;
+    let ck = shipped();
+    let config = config_for(&ck.config);
+    let prompt = &PROMPT[..20];
+    let mut cpu = CpuBackend::<f32>::new(Program::new(&config));
+    for p in &ck.params {
+        cpu.write(&p.name, &p.values).unwrap();
+    }
+    let all = run_all(&mut cpu, &ck.params, prompt).unwrap();
+    let t = prompt.len();
+    assert_eq!(all.tokens, prompt);
+    assert_eq!(all.residual.len(), config.n_layer + 1);
+    assert_eq!(all.probs.len(), t);
+    let (stream, reference) = reference_forward(&ck, prompt);
+    let close = |got: &[Vec<f32>], want: &[f64], what: &str| {
+        let width = want.len() / t;
+        assert_eq!(got.len(), t, "{what}");
+        let scale = want.iter().fold(1f64, |m, v| m.max(v.abs()));
+        for (i, row) in got.iter().enumerate() {
+            assert_eq!(row.len(), width, "{what}");
+            for (k, &v) in row.iter().enumerate() {
+                let d = (v as f64 - want[i * width + k]).abs();
+                assert!(
+                    d < 2e-5 * scale,
+                    "{what} at position {i}, {k}: {v} vs {}",
+                    want[i * width + k]
+                );
+            }
+        }
+    };
+    for (k, point) in all.residual.iter().enumerate() {
+        close(point, &stream[k], &format!("the stream at point {k}"));
+    }
+    for node in &all.nodes {
+        let want = reference
+            .get(&node.name)
+            .unwrap_or_else(|| panic!("the reference has no {}", node.name));
+        close(&node.values, want, &node.name);
+    }
+    // The probabilities at each position: the reference's logits' softmax.
+    let logits = &reference["logits"];
+    for (i, probs) in all.probs.iter().enumerate() {
+        let row = &logits[i * 256..(i + 1) * 256];
+        let m = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+        let z: f64 = row.iter().map(|x| (x - m).exp()).sum();
+        for (b, &p) in probs.iter().enumerate() {
+            assert!(
+                (p as f64 - (row[b] - m).exp() / z).abs() < 1e-5,
+                "position {i}, byte {b}"
+            );
+        }
+    }
+    // Each position's slice is the one-position flow, bit for bit.
+    for position in [0, 7, t - 1] {
+        let one = run(&mut cpu, &ck.params, prompt, Some(position)).unwrap();
+        for (k, r) in one.residual.iter().enumerate() {
+            assert_eq!(r, &all.residual[k][position]);
+            assert_eq!(one.lens[k], all.lens[k][position]);
+        }
+        assert_eq!(one.probs, all.probs[position]);
+        for (a, b) in one.nodes.iter().zip(&all.nodes) {
+            assert_eq!(a.values, b.values[position], "{}", a.name);
+        }
+        for (k, heads) in one.attention.iter().enumerate() {
+            for (head, row) in heads.iter().enumerate() {
+                assert_eq!(row, &all.attention[k][head][position]);
+            }
+        }
+    }
+    // The GPU computes the same pass.
+    let mut gpu = GpuBackend::new(common::gpu_context(), Program::new(&config)).unwrap();
+    for p in &ck.params {
+        gpu.write(&p.name, &p.values).unwrap();
+    }
+    let on_gpu = run_all(&mut gpu, &ck.params, prompt).unwrap();
+    for (a, b) in all.nodes.iter().zip(&on_gpu.nodes) {
+        let scale = a.values.iter().flatten().fold(1f32, |m, x| m.max(x.abs()));
+        for (x, y) in a.values.iter().zip(&b.values) {
+            assert!(
+                max_diff(x, y) < 1e-5 * scale,
+                "{}: {}",
+                a.name,
+                max_diff(x, y)
+            );
+        }
+    }
+}
+
+/// `--all-positions --backward`: the gradient of the mean loss over the
+/// prompt's positions equals a finite difference of that mean (f64 on the
+/// CPU), at entries of the stream entering block 0 at two positions; the
+/// per-position losses are −log p(next byte); the CLI prints T × width.
+#[test]
+fn the_backward_pass_at_every_position_is_the_gradient_of_the_mean_loss() {
+    use tinygpt::flow::{backward_all, run_all};
+    let ck = shipped();
+    let config = config_for(&ck.config);
+    let c = config.d_model;
+    let prompt = &PROMPT[..12];
+    let mut f64_cpu = CpuBackend::<f64>::new(Program::new(&config));
+    for p in &ck.params {
+        f64_cpu.write(&p.name, &p.values).unwrap();
+    }
+    let mut all = run_all(&mut f64_cpu, &ck.params, prompt).unwrap();
+    backward_all(&mut f64_cpu, &mut all, None).unwrap();
+    let b = all.backward.clone().unwrap();
+    let t = prompt.len();
+    assert_eq!(b.targets[t - 1], None);
+    for i in 0..t - 1 {
+        let want = -(all.probs[i][prompt[i + 1] as usize] as f64).ln();
+        assert!(
+            (b.losses[i].unwrap() as f64 - want).abs() < 1e-4,
+            "position {i}"
+        );
+    }
+    let emb = all
+        .nodes
+        .iter()
+        .find(|n| n.name == "emb")
+        .and_then(|n| n.grad.clone())
+        .unwrap();
+    let wpe = param(&ck, "transformer.wpe.weight").to_vec();
+    let eps = 1e-3f32;
+    for (pos, k) in [(0, 3), (5, c - 1), (t - 1, 11)] {
+        let mut loss_with = |delta: f32| {
+            let mut moved = wpe.clone();
+            moved[pos * c + k] += delta;
+            f64_cpu.write("transformer.wpe.weight", &moved).unwrap();
+            let f = run_all(&mut f64_cpu, &ck.params, prompt).unwrap();
+            (0..t - 1)
+                .map(|i| -(f.probs[i][prompt[i + 1] as usize] as f64).ln())
+                .sum::<f64>()
+                / (t - 1) as f64
+        };
+        let fd = (loss_with(eps) - loss_with(-eps)) / (2.0 * eps as f64);
+        f64_cpu.write("transformer.wpe.weight", &wpe).unwrap();
+        let g = emb[pos][k] as f64;
+        assert!(
+            (fd - g).abs() < 1e-3 * fd.abs().max(0.01),
+            "position {pos}, entry {k}: finite difference {fd}, backward {g}"
+        );
+    }
+    // The last position's loss takes no part without a target: its
+    // embedding's gradient is zero (nothing after it reads it).
+    assert!(emb[t - 1].iter().all(|&g| g == 0.0));
+    // The CLI: every node's values and gradient are T × width.
+    let shipped = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/assets/checkpoints/tiny.safetensors"
+    );
+    let (out, _) = common::tinygpt(&[
+        "flow",
+        "--checkpoint",
+        shipped,
+        "--prompt",
+        "ROMEO:",
+        "--all-positions",
+        "--backward",
+        "--target",
+        "\\n",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["residual"].as_array().unwrap().len(), config.n_layer + 1);
+    assert_eq!(v["residual"][0].as_array().unwrap().len(), 6);
+    assert_eq!(v["residual"][0][5].as_array().unwrap().len(), c);
+    assert_eq!(v["backward"]["targets"][5], 10);
+    for node in v["nodes"].as_array().unwrap() {
+        let width = node["shape"][2].as_u64().unwrap() as usize;
+        for key in ["values", "grad"] {
+            let rows = node[key]
+                .as_array()
+                .unwrap_or_else(|| panic!("{} has no {key}", node["name"]));
+            assert_eq!(rows.len(), 6, "{}", node["name"]);
+            assert!(rows.iter().all(|r| r.as_array().unwrap().len() == width));
+        }
     }
 }

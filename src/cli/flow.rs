@@ -2,7 +2,8 @@
 //! residual stream entering each block, every activation, the next-byte
 //! probabilities and the logit lens), from a checkpoint or a preset's
 //! initial weights, on the chosen backend: the data behind the picture of
-//! the model computing (issue 32).
+//! the model computing (issue 32); `--all-positions` reads every position
+//! (the 3D walk-through's data, issue 50).
 
 use super::backend::{BackendChoice, build, resolve};
 use anyhow::{Result, bail};
@@ -21,11 +22,19 @@ pub struct FlowArgs {
     /// The position to read (0-based, after the context cut; default the last).
     #[arg(long, value_name = "I")]
     position: Option<usize>,
+    /// Read every position of the prompt: `residual` becomes (L+1)×T×C,
+    /// each node's `values` T×width, `probs` T×256, `lens` (L+1)×T×5,
+    /// `attention` L×heads×T×(i+1); with --backward the loss is the mean
+    /// over the positions that have a next byte (the last one only with
+    /// --target) and each node's `grad` is T×width.
+    #[arg(long, conflicts_with = "position")]
+    all_positions: bool,
     /// Also run the backward pass of the loss of predicting the byte after
     /// the position: each node's gradient there and each weight's gradient norm.
     #[arg(long)]
     backward: bool,
-    /// With --backward at the prompt's last byte: the byte to predict next
+    /// With --backward at the prompt's last byte (or with --all-positions,
+    /// after it): the byte to predict next
     /// (one character, `\n`, or its value in two or three digits: `032`).
     #[arg(long, value_name = "B", requires = "backward", value_parser = tinygpt::probe::parse_byte)]
     target: Option<u8>,
@@ -50,6 +59,9 @@ pub fn run(args: FlowArgs) -> Result<()> {
     let params = args
         .weights
         .put_on(&mut *backend, checkpoint.map(|ck| ck.params))?;
+    if args.all_positions {
+        return all_positions(&args, &mut *backend, &params);
+    }
     let mut flow = tinygpt::flow::run(
         &mut *backend,
         &params,
@@ -105,5 +117,53 @@ pub fn run(args: FlowArgs) -> Result<()> {
         }
     }
     println!("({} nodes; --json prints every value)", flow.nodes.len());
+    Ok(())
+}
+
+/// `--all-positions`: the pass at every position; for people, what the
+/// model predicts after each byte (and, with --backward, each loss).
+fn all_positions(
+    args: &FlowArgs,
+    backend: &mut dyn tinygpt::backend::Backend,
+    params: &[tinygpt::model::params::NamedTensor],
+) -> Result<()> {
+    let mut flow = tinygpt::flow::run_all(backend, params, args.prompt.as_bytes())
+        .map_err(anyhow::Error::msg)?;
+    if args.backward {
+        tinygpt::flow::backward_all(backend, &mut flow, args.target).map_err(anyhow::Error::msg)?;
+    }
+    if flow.probs.iter().flatten().any(|p| !p.is_finite()) {
+        bail!("the probabilities are not finite: the checkpoint's weights have diverged");
+    }
+    if args.json {
+        println!("{}", flow.to_json());
+        return Ok(());
+    }
+    println!(
+        "{} positions; after each byte the model predicts (most likely first):",
+        flow.tokens.len()
+    );
+    for (i, probs) in flow.probs.iter().enumerate() {
+        let guesses = tinygpt::flow::top5(probs)
+            .iter()
+            .map(|g| format!("{} {:.2}", byte_label(g.byte), g.p))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let loss = flow
+            .backward
+            .as_ref()
+            .and_then(|b| Some((b.targets[i]?, b.losses[i]?)))
+            .map(|(t, l)| format!("  (next `{}`: loss {l:.3})", byte_label(t)))
+            .unwrap_or_default();
+        println!("{i:>4} `{}`: {guesses}{loss}", byte_label(flow.tokens[i]));
+    }
+    if let Some(b) = &flow.backward {
+        println!("mean loss {:.4}", b.loss);
+    }
+    println!(
+        "({} nodes at {} positions; --json prints every value)",
+        flow.nodes.len(),
+        flow.tokens.len()
+    );
     Ok(())
 }
