@@ -621,9 +621,12 @@ impl Engine {
                         Err(e) => out.error = Some(TrainError::Backend(e)),
                     }
                 }
-                // A probe, likewise behind the steps submitted.
+                // A probe, likewise behind the steps submitted, once its
+                // kernels are compiled (warmed one a frame: compiling them
+                // in its submit would hold a page's frames).
                 if probing.is_none()
                     && self.stepping.is_none()
+                    && trainer.backend.as_gpu().is_some_and(|g| g.kernels_warm())
                     && let Some(source) = self.probe_wanted.take()
                 {
                     let step = trainer.submitted();
@@ -634,9 +637,11 @@ impl Engine {
                         Err(e) => out.probe = Some((step, Err(e))),
                     }
                 }
-                // A trace, likewise.
+                // A trace, likewise, once its kernels and traced pipelines
+                // are compiled.
                 if flashing.is_none()
                     && self.stepping.is_none()
+                    && trainer.backend.as_gpu().is_some_and(|g| g.ready_to_trace())
                     && let Some(want) = self.flash_wanted.take()
                 {
                     let step = trainer.submitted();

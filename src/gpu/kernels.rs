@@ -43,7 +43,8 @@ pub const ATTENTION_TILE: usize = 16;
 
 /// The attention entry points that have a traced pipeline too (the
 /// override `TRACE` = true; see attention.wgsl's header), and its name.
-/// Built on the first trace ([`Kernels::build_traced`]), not with the rest.
+/// Built on the first trace ([`Kernels::build_traced`]), not with the rest,
+/// or warmed one a frame before it ([`Kernels::want_traced`]).
 pub const TRACED: &[(&str, &str)] = &[
     ("attention_forward", "attention_forward_traced"),
     ("attention_backward_dkdv", "attention_backward_dkdv_traced"),
@@ -206,8 +207,12 @@ pub struct Kernels {
     /// The file with traced entries and its module (indices), for
     /// [`Kernels::build_traced`].
     traced_from: Option<(usize, usize)>,
-    /// Entry points a backend will run, not warmed yet, in the order asked.
-    wanted: Mutex<VecDeque<&'static str>>,
+    /// The traced pipelines ([`TRACED`]), by the entry point they trace,
+    /// once compiled.
+    traced: HashMap<&'static str, OnceLock<wgpu::ComputePipeline>>,
+    /// Entry points a backend will run, not warmed yet, in the order asked;
+    /// `true` for an entry's traced pipeline.
+    wanted: Mutex<VecDeque<(&'static str, bool)>>,
 }
 
 /// One entry point of [`Kernels`].
@@ -350,6 +355,7 @@ impl Kernels {
             modules,
             entries,
             traced_from,
+            traced: TRACED.iter().map(|&(e, _)| (e, OnceLock::new())).collect(),
             wanted: Mutex::new(VecDeque::new()),
         }
     }
@@ -385,10 +391,41 @@ impl Kernels {
         for entry in entries {
             if let Some((&name, e)) = self.entries.get_key_value(entry)
                 && e.pipeline.get().is_none()
-                && !wanted.contains(&name)
+                && !wanted.contains(&(name, false))
             {
-                wanted.push_back(name);
+                wanted.push_back((name, false));
             }
+        }
+    }
+
+    /// Notes the traced pipelines ([`TRACED`]) for [`Kernels::warm_next`],
+    /// where this device has them.
+    pub fn want_traced(&self) {
+        if self.traced_from.is_none() {
+            return;
+        }
+        let mut wanted = self.wanted.lock().unwrap_or_else(|e| e.into_inner());
+        for (&entry, pipeline) in &self.traced {
+            if pipeline.get().is_none() && !wanted.contains(&(entry, true)) {
+                wanted.push_back((entry, true));
+            }
+        }
+    }
+
+    /// Whether every pipeline asked for ([`Kernels::want`],
+    /// [`Kernels::want_traced`]) is compiled.
+    pub fn all_warm(&self) -> bool {
+        let wanted = self.wanted.lock().unwrap_or_else(|e| e.into_inner());
+        wanted
+            .iter()
+            .all(|&(entry, traced)| self.is_compiled(entry, traced))
+    }
+
+    fn is_compiled(&self, entry: &str, traced: bool) -> bool {
+        if traced {
+            self.traced[entry].get().is_some()
+        } else {
+            self.entries[entry].pipeline.get().is_some()
         }
     }
 
@@ -403,8 +440,12 @@ impl Kernels {
                 .pop_front();
             match next {
                 None => return false,
-                Some(entry) if self.entries[entry].pipeline.get().is_some() => continue,
-                Some(entry) => {
+                Some((entry, traced)) if self.is_compiled(entry, traced) => continue,
+                Some((entry, true)) => {
+                    self.traced_pipeline(entry);
+                    return true;
+                }
+                Some((entry, false)) => {
                     self.pipeline(entry);
                     return true;
                 }
@@ -412,24 +453,33 @@ impl Kernels {
         }
     }
 
-    /// The traced pipelines ([`TRACED`]), by the entry point they trace:
-    /// the same module and layout as the training pipelines, with `TRACE` on.
-    pub fn build_traced(&self) -> HashMap<&'static str, wgpu::ComputePipeline> {
+    /// The traced pipeline of `entry` (one of [`TRACED`]), compiled now if
+    /// it was not yet.
+    fn traced_pipeline(&self, entry: &str) -> &wgpu::ComputePipeline {
         let (file, module) = self.traced_from.expect("attention.wgsl has traced entries");
+        let &(entry, name) = TRACED
+            .iter()
+            .find(|(e, _)| *e == entry)
+            .unwrap_or_else(|| panic!("no traced kernel `{entry}`"));
+        self.traced[entry].get_or_init(|| {
+            pipeline(
+                &self.device,
+                &self.pipeline_layouts[file],
+                &self.modules[module],
+                entry,
+                name,
+                true,
+            )
+        })
+    }
+
+    /// The traced pipelines ([`TRACED`]), by the entry point they trace:
+    /// the same module and layout as the training pipelines, with `TRACE` on
+    /// (those not warmed yet compiled now).
+    pub fn build_traced(&self) -> HashMap<&'static str, wgpu::ComputePipeline> {
         TRACED
             .iter()
-            .map(|&(entry, name)| {
-                let layout = &self.pipeline_layouts[file];
-                let p = pipeline(
-                    &self.device,
-                    layout,
-                    &self.modules[module],
-                    entry,
-                    name,
-                    true,
-                );
-                (entry, p)
-            })
+            .map(|&(entry, _)| (entry, self.traced_pipeline(entry).clone()))
             .collect()
     }
 

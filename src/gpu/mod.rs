@@ -627,6 +627,23 @@ impl GpuBackend {
         self.kernels.warm_next() || self.ctx.warm_kernels()
     }
 
+    /// Asks for the traced pipelines a FlashAttention trace runs
+    /// ([`GpuBackend::submit_flash_trace`]) to be warmed too; true when
+    /// they and every kernel this backend runs are compiled, so that the
+    /// trace's submit compiles nothing (in a page, compiling them all in
+    /// one task leaves the browser without a frame for tens of seconds on
+    /// a software GPU). The app waits for it, warming one a frame.
+    pub fn ready_to_trace(&self) -> bool {
+        self.kernels.want_traced();
+        self.kernels.all_warm()
+    }
+
+    /// True when every kernel this backend runs is compiled
+    /// ([`GpuBackend::warm_next_kernel`]).
+    pub fn kernels_warm(&self) -> bool {
+        self.kernels.all_warm()
+    }
+
     pub fn context(&self) -> &GpuContext {
         &self.ctx
     }

@@ -454,6 +454,7 @@ async function scenesRun(base) {
         { gaps: "report" },
       ],
     ]) {
+      if (onlyScenes.length && !onlyScenes.includes(scene)) continue;
       const page = await browser.newPage({ viewport: { width: 1280, height: 720 } });
       page.on("pageerror", (e) => problems.push(`${scene}: uncaught: ${e.message}`));
       if (options?.gaps) await page.addInitScript(recordFrames);
@@ -464,7 +465,9 @@ async function scenesRun(base) {
       await page.waitForTimeout(500);
       const shotPath = path.join(outDir, `scene-${scene}.png`);
       fs.mkdirSync(outDir, { recursive: true });
-      const picture = pictureStats(await page.screenshot({ path: shotPath }));
+      const shotStart = Date.now();
+      const picture = pictureStats(await page.screenshot({ path: shotPath, timeout: SCREENSHOT_TIMEOUT_MS }));
+      picture.ms = Date.now() - shotStart;
       console.log(JSON.stringify({ scene, status: status && { scene: status.scene, step: status.step, language: status.language, lesson: status.lesson, speedup: status.speedup, correctness: status.correctness, flow: status.flow, probe: status.probe, errors: status.errors }, screenshot: picture }));
       if (!status) problems.push(`${scene}: not ready in ${TIMEOUT_S} s`);
       else {
@@ -508,6 +511,11 @@ async function scenesRun(base) {
 // 0.85 and 1.5 s. Before the kernels were compiled one a frame
 // (`Kernels`), all of them went to the GPU process in one flush: 51 s
 // without a frame, the thread held up to 24 s.
+// TINYGPT_BROWSER_SCENES=lesson,flow runs only those of the scenes run.
+const onlyScenes = (process.env.TINYGPT_BROWSER_SCENES || "").split(",").filter(Boolean);
+// How long a screenshot may wait for the page's next frame (Playwright's
+// default is 30 s); the time each took is printed with it.
+const SCREENSHOT_TIMEOUT_MS = Number(process.env.TINYGPT_WEB_SCREENSHOT_TIMEOUT_MS || 30000);
 const MAX_THREAD_GAP_MS = Number(process.env.TINYGPT_WEB_MAX_THREAD_GAP_MS || 4000);
 const MAX_FRAME_GAP_MS = Number(process.env.TINYGPT_WEB_MAX_FRAME_GAP_MS || 15000);
 
