@@ -140,10 +140,28 @@ pub fn check(path: &Path, flag: &str, inputs: &[Input], force: bool) -> Result<(
             path.join("tinygpt.safetensors").display()
         ));
     }
+    // `FILE/.` and `FILE/..` name a folder too (Path's file name skips the
+    // trailing `.`), one that is not there.
+    let last = text
+        .rsplit(['/', std::path::MAIN_SEPARATOR])
+        .next()
+        .unwrap_or("");
+    if last == "." || last == ".." {
+        return Err(format!(
+            "{shown} ends in `{last}`, which names a folder, not a file; give {flag} a file name, e.g. tinygpt.safetensors"
+        ));
+    }
     // Through symlinks: what a write would reach.
-    let Ok(meta) = std::fs::metadata(path) else {
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
+            return Err(format!(
+                "{shown} cannot be made: a part of it before the file name is a file, not a folder; \
+                 give {flag} a name in an existing folder"
+            ));
+        }
         // A new name (or a dangling link, which the rename replaces).
-        return Ok(());
+        Err(_) => return Ok(()),
     };
     if !meta.is_file() {
         return Err(format!(
@@ -450,7 +468,9 @@ fn parse_lock(bytes: &[u8]) -> Option<LockOwner> {
     }
     let mut field = |key: &str| -> Option<String> {
         let line = lines.next()?;
-        line.strip_prefix(key)?.strip_prefix(' ').map(str::to_string)
+        line.strip_prefix(key)?
+            .strip_prefix(' ')
+            .map(str::to_string)
     };
     let pid = field("pid")?.parse().ok()?;
     let known = |v: String| (v != "-").then_some(v);
@@ -568,7 +588,10 @@ fn boot_id() -> Option<String> {
 /// is gone: no such pid, or one that started at another time (the pid was
 /// reused). The one test of both a lock's and a temporary file's owner.
 fn process_gone(pid: u32, start: Option<u64>) -> bool {
-    !process_alive(pid) || start.zip(start_time(pid)).is_some_and(|(then, now)| then != now)
+    !process_alive(pid)
+        || start
+            .zip(start_time(pid))
+            .is_some_and(|(then, now)| then != now)
 }
 
 /// Whether a process with this pid runs (on other systems: assumed so).
@@ -722,7 +745,8 @@ mod tests {
     use super::*;
 
     fn scratch(name: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("tinygpt-output-{name}-{}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("tinygpt-output-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
@@ -738,7 +762,11 @@ mod tests {
         assert!(e.contains("same file as --corpus"), "{e}");
         let e = claim(&corpus, "--out", &[], false).unwrap_err();
         assert!(e.contains("already exists") && e.contains("--force"), "{e}");
-        assert!(claim(&dir, "--out", &[], true).unwrap_err().contains("folder"));
+        assert!(
+            claim(&dir, "--out", &[], true)
+                .unwrap_err()
+                .contains("folder")
+        );
         #[cfg(unix)]
         {
             let link = dir.join("link.txt");
@@ -768,7 +796,10 @@ mod tests {
         let mut c = claim(&new, "--out", &[], false).unwrap();
         std::fs::write(lock_path(&new), lock_text(1)).unwrap();
         c.release();
-        assert_eq!(std::fs::read_to_string(lock_path(&new)).unwrap(), lock_text(1));
+        assert_eq!(
+            std::fs::read_to_string(lock_path(&new)).unwrap(),
+            lock_text(1)
+        );
     }
 
     #[test]
@@ -822,14 +853,20 @@ mod tests {
         #[cfg(target_os = "linux")]
         {
             let start = start_time(std::process::id()).unwrap();
-            let reused = text.replace(&format!("start {start}\n"), &format!("start {}\n", start + 1));
+            let reused = text.replace(
+                &format!("start {start}\n"),
+                &format!("start {}\n", start + 1),
+            );
             assert_ne!(reused, text);
             std::fs::write(&lock, &reused).unwrap();
             drop(claim(&out, "--out", &[], false).expect("a reused pid's lock is stale"));
             // pid 1 runs, but started at another time than the lock says.
             let one = lock_text(1);
             let start = start_time(1).unwrap();
-            let other = one.replace(&format!("start {start}\n"), &format!("start {}\n", start + 7));
+            let other = one.replace(
+                &format!("start {start}\n"),
+                &format!("start {}\n", start + 7),
+            );
             std::fs::write(&lock, other).unwrap();
             drop(claim(&out, "--out", &[], false).expect("pid 1's lock of another start is stale"));
             // Another boot: stale, whatever runs under that pid now.
@@ -843,7 +880,8 @@ mod tests {
             std::fs::write(&lock, user).unwrap();
             let e = claim(&out, "--out", &[], false).unwrap_err();
             assert!(
-                e.contains("run.safetensors.lock blocks writing") && e.contains("not a tinygpt lock")
+                e.contains("run.safetensors.lock blocks writing")
+                    && e.contains("not a tinygpt lock")
                     && e.contains("give --out another name"),
                 "{e}"
             );
@@ -892,7 +930,10 @@ mod tests {
         let out = dir.join(&name);
         let lock = lock_path(&out);
         let lock_name = lock.file_name().unwrap().to_str().unwrap();
-        assert!(lock_name.len() <= NAME_MAX && lock_name.ends_with(".lock"), "{lock_name}");
+        assert!(
+            lock_name.len() <= NAME_MAX && lock_name.ends_with(".lock"),
+            "{lock_name}"
+        );
         assert!(lock_name.starts_with("xéé"), "{lock_name}");
         // Another long name with the same start gets another lock.
         let other = dir.join(format!("x{}.safetensorz", "é".repeat(119)));
@@ -938,29 +979,49 @@ mod tests {
         }
         let target = dir.join("target.txt");
         std::fs::write(&target, header).unwrap();
-        std::os::unix::fs::symlink(&target, dir.join(format!("run.safetensors.tmp-{gone}-5-link00"))).unwrap();
-        std::fs::hard_link(&target, dir.join(format!("run.safetensors.tmp-{gone}-5-hard00"))).unwrap();
+        std::os::unix::fs::symlink(
+            &target,
+            dir.join(format!("run.safetensors.tmp-{gone}-5-link00")),
+        )
+        .unwrap();
+        std::fs::hard_link(
+            &target,
+            dir.join(format!("run.safetensors.tmp-{gone}-5-hard00")),
+        )
+        .unwrap();
         // A file of our format that is an input of the command.
         let input = dir.join(format!("run.safetensors.tmp-{gone}-5-input0"));
         std::fs::write(&input, header).unwrap();
         check(&out, "--out", &[Input::new("--corpus", &input)], false).unwrap();
         // One of a process that runs (this one): kept.
         let (pid, start) = ours();
-        let live = dir.join(format!("run.safetensors.tmp-{pid}-{}-live00", start.unwrap_or(0)));
+        let live = dir.join(format!(
+            "run.safetensors.tmp-{pid}-{}-live00",
+            start.unwrap_or(0)
+        ));
         std::fs::write(&live, header).unwrap();
         remove_stale_temp_files(&out);
         assert!(!stale.exists() && !empty.exists());
         for (name, bytes) in kept {
             assert_eq!(std::fs::read(dir.join(name)).unwrap(), bytes, "{name}");
         }
-        assert!(dir.join(format!("run.safetensors.tmp-{gone}-5-link00")).exists());
-        assert!(dir.join(format!("run.safetensors.tmp-{gone}-5-hard00")).exists());
+        assert!(
+            dir.join(format!("run.safetensors.tmp-{gone}-5-link00"))
+                .exists()
+        );
+        assert!(
+            dir.join(format!("run.safetensors.tmp-{gone}-5-hard00"))
+                .exists()
+        );
         assert_eq!(std::fs::read(&target).unwrap(), header);
         assert!(input.exists() && live.exists());
         // What temp_file makes is of that format.
         let made = temp_file(&out).unwrap();
         let made_name = made.path().file_name().unwrap().to_os_string();
-        assert_eq!(our_temp_name(&out, &made_name), Some((pid, start.unwrap_or(0))));
+        assert_eq!(
+            our_temp_name(&out, &made_name),
+            Some((pid, start.unwrap_or(0)))
+        );
         drop(made);
         assert!(!dir.join(made_name).exists());
     }

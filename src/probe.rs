@@ -237,6 +237,16 @@ pub fn parse_byte(s: &str) -> Result<u8, String> {
         _ if s == "\\t" => Ok(b'\t'),
         _ if s == "\\r" => Ok(b'\r'),
         _ if s == "␠" || s == "␣" => Ok(b' '),
+        _ if s.chars().count() == 1 => {
+            let bytes: Vec<String> = s.bytes().map(|b| format!("\\x{b:02X}")).collect();
+            Err(format!(
+                "`{s}` is {} bytes in UTF-8 ({}), and the model reads one byte at a time: \
+                 give one of them, e.g. {}",
+                bytes.len(),
+                bytes.join(" "),
+                bytes[0]
+            ))
+        }
         _ => s.parse::<u8>().map_err(|_| {
             format!(
                 "`{s}` is not a byte: give one character, `\\n`, `␣` for the space, `\\x41`, or a value from 00 to 255"

@@ -640,7 +640,33 @@ fn run_headless_with(
         .lines()
         .find(|l| l.starts_with('{'))
         .unwrap_or_else(|| panic!("no JSON line: {stdout}\n{stderr}"));
+    let shot = if shot.is_absolute() {
+        shot.to_path_buf()
+    } else {
+        dir.join(shot)
+    };
+    assert_not_uniform(&shot, args);
     serde_json::from_str(line).unwrap()
+}
+
+/// Every headless picture is a picture: not one colour nearly everywhere
+/// (a blank white or black frame passes a check that only compares
+/// regions with the scene's background; issue 56 found white lesson frames).
+fn assert_not_uniform(shot: &std::path::Path, args: &[&str]) {
+    let (_, _, pixels) = decode(shot);
+    let mut counts = std::collections::HashMap::new();
+    for p in &pixels {
+        *counts.entry([p[0], p[1], p[2]]).or_insert(0usize) += 1;
+    }
+    let most = counts.values().copied().max().unwrap_or(0);
+    let share = most as f64 / pixels.len().max(1) as f64;
+    assert!(
+        counts.len() >= 16 && share < 0.99,
+        "{}: a uniform frame ({} colours, the commonest on {:.1}% of it) for {args:?}",
+        shot.display(),
+        counts.len(),
+        share * 100.0
+    );
 }
 
 /// A region's `rect` from the JSON line: [x0, y0, x1, y1] in pixels.

@@ -119,7 +119,10 @@ fn bench_json_has_the_documented_fields_and_the_report_is_well_formed() {
     std::fs::write(&bad, "{\"not\": \"a bench line\"}\n").unwrap();
     let replot_bad = |force: bool| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_tinygpt"));
-        c.args(["bench", "--replot"]).arg(&bad).arg("--report").arg(&again);
+        c.args(["bench", "--replot"])
+            .arg(&bad)
+            .arg("--report")
+            .arg(&again);
         if force {
             c.arg("--force");
         }
@@ -132,6 +135,21 @@ fn bench_json_has_the_documented_fields_and_the_report_is_well_formed() {
     let out = replot_bad(true);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("line 1: not a tinygpt bench JSON line"));
+    // Refused into a new folder, it leaves no folder behind.
+    let fresh = dir.join("fresh");
+    let out = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+        .args(["bench", "--replot"])
+        .arg(&bad)
+        .arg("--report")
+        .arg(&fresh)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        !fresh.exists(),
+        "a refused --replot left {}",
+        fresh.display()
+    );
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -269,5 +287,10 @@ fn the_page_kernel_view_reads_timestamps_without_waiting() {
     .unwrap();
     assert_eq!(no_gpu.source, "cpu_ops");
     assert_eq!(no_gpu.note.as_deref(), Some("instead: no WebGPU adapter"));
-    assert!(no_gpu.families.iter().any(|f| f.family.contains("linear") && f.ms > 0.0));
+    assert!(
+        no_gpu
+            .families
+            .iter()
+            .any(|f| f.family.contains("linear") && f.ms > 0.0)
+    );
 }

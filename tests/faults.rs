@@ -434,6 +434,37 @@ fn every_bad_input_in_the_catalogue_is_refused_with_its_reason() {
             &["--warmup", "`-3` is not a number of warm-up steps"],
         ),
         row(
+            "an output that ends in /. after a file",
+            &["train", "--preset", "tiny", "--steps", "1", "--out", "run.safetensors/."],
+            &["run.safetensors/.", "names a folder, not a file"],
+        )
+        .keeps(keep("run.safetensors")),
+        row(
+            "an output inside a file",
+            &["train", "--preset", "tiny", "--steps", "1", "--out", "run.safetensors/x.safetensors"],
+            &["run.safetensors/x.safetensors", "is a file, not a folder"],
+        )
+        .keeps(keep("run.safetensors")),
+        row(
+            "a byte to predict that is a character of two bytes",
+            &["flow", "--checkpoint", shipped, "--prompt", "ROMEO:", "--backward", "--target", "é"],
+            &["`é` is 2 bytes in UTF-8", "\\xC3"],
+        )
+        .never_says(&["not a byte: give one character"]),
+        row(
+            "a negative number of validation rows to ablate on",
+            &["ablate", "--checkpoint", shipped, "--validation", "-3"],
+            &["--validation", "-3 is not a number of rows from 1 to 4096"],
+        )
+        .never_says(&["unexpected argument"]),
+        row(
+            "a headless export of a region the scene does not have",
+            &["app", "--headless", "--frames", "3", "--export", "nonsense"],
+            &["--export nonsense", "no region of that name", "view, data, loss-chart, checkpoint"],
+        )
+        // Bevy's own log lines off, for the catalogue's message column.
+        .with_env("RUST_LOG", "off"),
+        row(
             "a lab while resuming (the checkpoint holds its own)",
             &["train", "--resume", shipped, "--lab", "no-causal-mask", "--out", out],
             &["--lab", "cannot be used with"],

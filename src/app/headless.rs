@@ -49,6 +49,8 @@ struct HeadlessState {
     scene_fields: Vec<(&'static str, serde_json::Value)>,
     /// The export of `--export` was asked for.
     export_asked: bool,
+    /// `--export` named no region of the scene: what to say.
+    export_refused: Option<String>,
     done: bool,
 }
 
@@ -161,7 +163,19 @@ fn count_frames(
             });
             return;
         }
-        *state.capture_error.lock().unwrap() = Some(format!("--export {name}: no such region"));
+        let mut regions: Vec<&str> = state
+            .scene_regions
+            .iter()
+            .map(|(n, _)| n.as_str())
+            .collect();
+        regions.extend(["view", "data", "loss-chart", "checkpoint"]);
+        let message = format!(
+            "--export {name}: the {} scene has no region of that name; give one of {}",
+            scene.get().key(),
+            regions.join(", ")
+        );
+        *state.capture_error.lock().unwrap() = Some(message.clone());
+        state.export_refused = Some(message);
     }
     if state.export_asked && (exports.pending > 0 || run.as_ref().is_some_and(|r| r.saving())) {
         return;
@@ -308,7 +322,22 @@ fn count_frames(
     }
     println!("{line}");
     // A save that waited for a confirmation headless cannot give.
-    let failed = capture == 3 || status.confirm_replace.is_some();
+    // An export that was not written fails the command, saying why.
+    let export_errors: Vec<String> = state
+        .export_refused
+        .iter()
+        .cloned()
+        .chain(
+            exports
+                .done
+                .iter()
+                .filter_map(|r| r.as_ref().err().cloned()),
+        )
+        .collect();
+    for e in &export_errors {
+        eprintln!("error: {e}");
+    }
+    let failed = capture == 3 || status.confirm_replace.is_some() || !export_errors.is_empty();
     exit.write(if failed {
         AppExit::error()
     } else {

@@ -80,7 +80,8 @@ fn warmup(s: &str) -> Result<usize, String> {
 
 pub fn run(args: BenchArgs) -> Result<()> {
     // The report's files are checked and locked before anything is measured.
-    let _report_claims = match &args.report {
+    let made_report_dir = args.report.as_ref().is_some_and(|dir| !dir.exists());
+    let mut report_claims = match &args.report {
         Some(dir) => {
             let inputs: Vec<_> = args
                 .replot
@@ -92,27 +93,20 @@ pub fn run(args: BenchArgs) -> Result<()> {
         None => Vec::new(),
     };
     if let (Some(file), Some(dir)) = (&args.replot, &args.report) {
-        let text = tinygpt::data::read_text(file)
-            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
-        let results = text
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .enumerate()
-            .map(|(i, l)| {
-                serde_json::from_str(l).with_context(|| {
-                    format!(
-                        "{} line {}: not a tinygpt bench JSON line",
-                        file.display(),
-                        i + 1
-                    )
-                })
-            })
-            .collect::<Result<Vec<tinygpt::bench::BenchResult>>>()?;
-        anyhow::ensure!(
-            !results.is_empty(),
-            "{} holds no measurements",
-            file.display()
-        );
+        let results = match read_replot(file) {
+            Ok(results) => results,
+            Err(e) => {
+                // A bad file leaves no report folder behind: the locks go,
+                // then the folder this command made (empty again).
+                for claim in &mut report_claims {
+                    claim.release();
+                }
+                if made_report_dir {
+                    let _ = std::fs::remove_dir(dir);
+                }
+                return Err(e);
+            }
+        };
         tinygpt::bench::report::write(dir, &results)
             .with_context(|| format!("cannot write the report into {}", dir.display()))?;
         eprintln!(
@@ -397,4 +391,30 @@ fn parse_matmul_shape(shape: &str) -> Result<[usize; 3]> {
         "--matmul {shape}: every dimension must be at least 1, e.g. 16384x384x1536"
     );
     Ok([m, k, n])
+}
+
+/// The measurements of `--replot FILE`: its JSON lines, at least one.
+fn read_replot(file: &std::path::Path) -> Result<Vec<tinygpt::bench::BenchResult>> {
+    let text = tinygpt::data::read_text(file)
+        .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?;
+    let results = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+        .map(|(i, l)| {
+            serde_json::from_str(l).with_context(|| {
+                format!(
+                    "{} line {}: not a tinygpt bench JSON line",
+                    file.display(),
+                    i + 1
+                )
+            })
+        })
+        .collect::<Result<Vec<tinygpt::bench::BenchResult>>>()?;
+    anyhow::ensure!(
+        !results.is_empty(),
+        "{} holds no measurements",
+        file.display()
+    );
+    Ok(results)
 }

@@ -26,7 +26,7 @@ pub fn run(args: ImportArgs) -> Result<()> {
     let _claim = claim(
         &args.out,
         "--out",
-        &[Input::new("FILE", &args.file)],
+        &[Input::new("the imported file", &args.file)],
         args.force,
     )
     .map_err(|e| anyhow::anyhow!("cannot import: {e}"))?;

@@ -114,12 +114,24 @@ pub struct AblateArgs {
     /// Measure the loss on this many rows of the run's validation windows
     /// instead of the prompt (the windows `tinygpt train` evaluates on:
     /// its seed's, from the corpus's last 10%).
-    #[arg(long, value_name = "ROWS", value_parser = clap::value_parser!(u64).range(1..=4096))]
+    #[arg(long, value_name = "ROWS", allow_negative_numbers = true, value_parser = validation_rows)]
     validation: Option<u64>,
     /// With --validation: the text the model was trained on (default:
     /// TinyShakespeare).
     #[arg(long, value_name = "FILE", requires = "validation")]
     corpus: Option<std::path::PathBuf>,
+}
+
+/// `--validation`: 1 to 4096 rows (a negative number said so, not taken
+/// for a flag).
+fn validation_rows(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<i64>() {
+        Ok(n) if (1..=4096).contains(&n) => Ok(n as u64),
+        Ok(_) => Err(format!("{s} is not a number of rows from 1 to 4096")),
+        Err(_) => Err(format!(
+            "`{s}` is not a number of rows: give a whole number from 1 to 4096"
+        )),
+    }
 }
 
 pub fn ablate(args: AblateArgs) -> Result<()> {
