@@ -15,6 +15,27 @@ pub enum AppSystems {
     Scene,
 }
 
+/// Runs work that blocks for seconds (the Speedup scene's measurements) off
+/// the frame. Natively on a thread of its own (`blocking`'s pool), not in
+/// Bevy's async-compute pool: that pool has one thread on a two-core
+/// machine, and the renderer compiles its pipelines there, so a bench in it
+/// left a lesson's first frames blank until the bench ended. In the page,
+/// a task on its one thread (the work awaits [`next_frame`] between chunks).
+#[cfg(not(target_arch = "wasm32"))]
+pub fn spawn_blocking_work<T: Send + 'static>(
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> bevy::tasks::Task<T> {
+    blocking::unblock(move || bevy::tasks::block_on(work))
+}
+
+/// See the native [`spawn_blocking_work`].
+#[cfg(target_arch = "wasm32")]
+pub fn spawn_blocking_work<T: 'static>(
+    work: impl std::future::Future<Output = T> + 'static,
+) -> bevy::tasks::Task<T> {
+    bevy::tasks::AsyncComputeTaskPool::get().spawn(work)
+}
+
 /// Counts the frames begun, for [`next_frame`].
 static FRAME: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 /// The tasks waiting for the next frame.

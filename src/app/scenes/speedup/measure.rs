@@ -104,7 +104,7 @@ pub(super) fn start(view: &mut SpeedupView, gpu: &GpuDevice) -> Result<(), Strin
     let cancel = Arc::new(AtomicBool::new(false));
     let (out, stop) = (inbox.clone(), cancel.clone());
     let total = plan.len();
-    let task = AsyncComputeTaskPool::get().spawn(async move {
+    let task = crate::app::schedule::spawn_blocking_work(async move {
         let send = |m: Msg| out.lock().unwrap().push(m);
         // The GPU bench on a device of its own: each step waits only on
         // its own work, not on the app's frames queued on the app's device

@@ -41,7 +41,7 @@ use crate::bench::{BenchOptions, BenchResult};
 use crate::lesson::Action;
 use crate::model::config::{BUILTIN_PRESETS, Config};
 use bevy::prelude::*;
-use bevy::tasks::{AsyncComputeTaskPool, Task};
+use bevy::tasks::Task;
 use bevy_egui::{EguiContexts, EguiPrimaryContextPass, egui};
 use egui_plot::{Legend, Line, Plot, PlotPoints, Points};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -141,7 +141,9 @@ impl SpeedupView {
     fn start_kernels(&mut self, gpu: &GpuDevice) {
         let (preset, ctx) = (self.kernels_preset.clone(), gpu.context.clone());
         self.kernels = None;
-        self.kernels_job = Some(AsyncComputeTaskPool::get().spawn(time_kernels(preset, ctx)));
+        self.kernels_job = Some(crate::app::schedule::spawn_blocking_work(time_kernels(
+            preset, ctx,
+        )));
     }
 }
 
