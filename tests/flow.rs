@@ -17,6 +17,12 @@ use tinygpt::program::Program;
 
 const PROMPT: &[u8] = b"ROMEO:\nBut soft, what light through yonder";
 
+/// The shipped tiny checkpoint, as a user passes it to `--checkpoint`.
+const SHIPPED_TINY: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/assets/checkpoints/tiny.safetensors"
+);
+
 fn shipped() -> Checkpoint {
     Checkpoint::from_bytes(tinygpt::model::shipped::shipped("tiny").unwrap(), "tiny").unwrap()
 }
@@ -164,10 +170,7 @@ fn the_flow_is_the_programs_forward_pass_on_both_backends() {
 
 #[test]
 fn tinygpt_flow_prints_the_json_and_refuses_a_bad_position() {
-    let shipped = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/assets/checkpoints/tiny.safetensors"
-    );
+    let shipped = SHIPPED_TINY;
     let (out, _) = common::tinygpt(&[
         "flow",
         "--checkpoint",
@@ -769,10 +772,7 @@ fn the_backward_pass_at_every_position_is_the_gradient_of_the_mean_loss() {
     // embedding's gradient is zero (nothing after it reads it).
     assert!(emb[t - 1].iter().all(|&g| g == 0.0));
     // The CLI: every node's values and gradient are T × width.
-    let shipped = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/assets/checkpoints/tiny.safetensors"
-    );
+    let shipped = SHIPPED_TINY;
     let (out, _) = common::tinygpt(&[
         "flow",
         "--checkpoint",
