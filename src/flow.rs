@@ -345,6 +345,11 @@ pub struct BackwardAll {
     pub loss: f32,
     /// Every parameter's gradient norm (L2), in the program's order.
     pub param_grad_norms: Vec<ParamGrad>,
+    /// Every trained parameter's whole gradient dL/dW, by name, as the
+    /// program's backward entries wrote it (the 3D walk-through draws
+    /// them; left out of the JSON, whose norms say the same in brief).
+    #[serde(skip)]
+    pub param_grads: Vec<(String, Vec<f32>)>,
 }
 
 /// Runs the forward pass of `prompt` and reads it at every position.
@@ -426,6 +431,8 @@ struct Gradients {
     losses: Vec<f32>,
     nodes: Vec<(String, Vec<f32>)>,
     params: Vec<ParamGrad>,
+    /// Each trained parameter's whole gradient, by name.
+    param_values: Vec<(String, Vec<f32>)>,
 }
 
 /// Runs the backward pass of the mean of the losses of predicting
@@ -504,10 +511,14 @@ fn gradients(
         .chain(param_grads.iter().map(|(_, g)| g.as_str()))
         .collect();
     let mut all = backend.read_many(&names).map_err(err)?;
-    let params = param_grads
+    let param_values: Vec<(String, Vec<f32>)> = param_grads
         .iter()
+        .map(|(name, _)| name.clone())
         .zip(all.split_off(node_grads.len()))
-        .map(|((name, _), values)| ParamGrad {
+        .collect();
+    let params = param_values
+        .iter()
+        .map(|(name, values)| ParamGrad {
             name: name.clone(),
             norm: values
                 .iter()
@@ -520,6 +531,7 @@ fn gradients(
         losses,
         nodes: node_grads.into_iter().map(|(n, _)| n).zip(all).collect(),
         params,
+        param_values,
     })
 }
 
@@ -600,6 +612,7 @@ pub fn backward_all(
         losses,
         loss,
         param_grad_norms: g.params,
+        param_grads: g.param_values,
     });
     Ok(())
 }

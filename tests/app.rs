@@ -2173,3 +2173,134 @@ fn headless_opens_every_gallery_model_in_the_attention_scene() {
         }
     }
 }
+
+/// The shipped small checkpoint.
+const SHIPPED_SMALL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/checkpoints/small.safetensors");
+
+/// `--scene walk`, the 3D walk-through, at the tour's beats: its exported
+/// numbers are `tinygpt flow --all-positions --backward --json`'s for the
+/// same prompt and weights (bit for bit, computed on the same device), the
+/// tour visits the program's nodes in its order forward and in reverse
+/// backward, every tensor in view is drawn where the line says, and its
+/// labels are whole, apart and legible (18 px and more in presenter mode).
+#[test]
+fn headless_walk_scene_tours_every_tensor_where_it_says() {
+    let dir = common::scratch_dir("app-walk");
+    let shot = dir.join("walk-0.png");
+    let r = run_headless_in(
+        &dir,
+        &["app", "--headless", "--scene", "walk", "--checkpoint", "small", "--frames", "60", "--width", "1280", "--height", "720", "--walk-beat", "0", "--export", "data"],
+        &shot,
+    );
+    let line = r.to_string();
+    assert_eq!(r["scene"], "walk", "{line}");
+    let walk = &r["walk"];
+    assert!(walk["error"].is_null(), "{line}");
+    let device = walk["device"].as_str().unwrap_or_default().to_string();
+    assert!(matches!(device.as_str(), "gpu" | "cpu"), "{line}");
+    // The scene's numbers are the command's.
+    let data: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("tinygpt-walk-data.json")).unwrap()).unwrap();
+    let mut view = data["view"].clone();
+    assert_eq!(view["step"], walk["step"], "{line}");
+    view.as_object_mut().unwrap().remove("step");
+    let tokens: Vec<u8> = view["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u8).collect();
+    let prompt = String::from_utf8(tokens).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+        .args(["flow", "--checkpoint", SHIPPED_SMALL, "--prompt", &prompt, "--all-positions", "--backward", "--json", "--backend", &device])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let cli: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(view == cli, "the scene's pass differs from `tinygpt flow --all-positions --backward` on the {device}");
+    // The tour: the whole model, every node forward in the program's
+    // order, the loss, then the same backward in reverse.
+    let nodes: Vec<String> = cli["nodes"].as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap().to_string()).collect();
+    let beats = walk["beats"].as_array().unwrap();
+    let of_pass = |pass: &str| -> Vec<String> {
+        beats.iter().filter(|b| b["pass"] == pass).filter_map(|b| b["node"].as_str().map(str::to_string)).collect()
+    };
+    assert_eq!(beats[0]["kind"], "overview", "{line}");
+    assert_eq!(of_pass("forward"), nodes, "the forward tour is the program's order");
+    let mut reverse = nodes.clone();
+    reverse.reverse();
+    assert_eq!(of_pass("backward"), reverse, "the backward tour is its reverse");
+    let first_backward = beats.iter().position(|b| b["pass"] == "backward").unwrap();
+    assert_eq!(beats[first_backward]["kind"], "loss", "{line}");
+    check_walk_picture(&r, &shot, (1280.0, 720.0), false);
+    // Each phase of the tour, at both sizes (presenter mode at 1920×1080):
+    // a matmul, attention's deck, the loss's gradient, a residual add's
+    // gradient and the embedding's scatter-add.
+    let res_back = beats.iter().rposition(|b| b["node"] == "h.0.res_1").unwrap();
+    for beat in [4, 5, first_backward, res_back, beats.len() - 1] {
+        for (w, h, presenter) in [("1280", "720", false), ("1920", "1080", true)] {
+            let shot = dir.join(format!("walk-{beat}-{w}.png"));
+            let beat_arg = beat.to_string();
+            let mut args = vec!["app", "--headless", "--scene", "walk", "--checkpoint", "small", "--frames", "60", "--width", w, "--height", h, "--walk-beat", &beat_arg];
+            if presenter {
+                args.push("--presenter");
+            }
+            let r = run_headless(&args, &shot);
+            assert_eq!(r["walk"]["beat"], beat, "{r}");
+            check_walk_picture(&r, &shot, (w.parse().unwrap(), h.parse().unwrap()), presenter);
+        }
+    }
+}
+
+/// The walk-through's picture as its line describes it: the beat's
+/// tensors drawn where it says (those on screen), in the backward pass
+/// the beat's output showing its gradient, and its labels inside the view,
+/// apart and at least 18 px tall in presenter mode (12 px elsewhere).
+fn check_walk_picture(r: &serde_json::Value, shot: &std::path::Path, (w, h): (f64, f64), presenter: bool) {
+    let line = r.to_string();
+    let walk = &r["walk"];
+    let (pw, ph, pixels) = decode(shot);
+    let differs = not_background(r);
+    let beat = walk["beat"].as_u64().unwrap() as usize;
+    let pass = walk["beats"][beat]["pass"].as_str().unwrap().to_string();
+    let slabs = walk["slabs"].as_array().unwrap();
+    let focused: Vec<&serde_json::Value> = slabs.iter().filter(|s| s["focused"] == true).collect();
+    assert!(!focused.is_empty(), "{line}");
+    let mut checked = 0;
+    for s in &focused {
+        assert_eq!(s["drawn"], true, "{} is drawn: {line}", s["name"]);
+        let px: Vec<f64> = serde_json::from_value(s["px"].clone()).unwrap();
+        // Those wholly on screen and big enough to judge.
+        let (x0, y0, x1, y1) = (px[0] + 1.0, px[1] + 1.0, px[2] - 1.0, px[3] - 1.0);
+        if x0 < 0.0 || y0 < 0.0 || x1 > pw as f64 || y1 > ph as f64 || x1 - x0 < 4.0 || y1 - y0 < 4.0 {
+            continue;
+        }
+        let share = drawn_share(&pixels, pw, (x0 as usize, y0 as usize, x1 as usize, y1 as usize), &differs);
+        assert!(share > 0.5, "{} is drawn where the line says ({share:.2}): {line}", s["name"]);
+        checked += 1;
+    }
+    assert!(checked >= 1, "no tensor of the beat on screen: {line}");
+    if beat > 0 {
+        let output = focused.iter().find(|s| s["name"] == walk["slabs"][walk_output(walk, beat)]["name"]).unwrap();
+        assert_eq!(output["gradient"] == true, pass == "backward" && output["family"] != "probability" && output["name"] != "loss", "{line}");
+    }
+    let labels: Vec<(String, [f64; 4])> = walk["labels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| (l["text"].as_str().unwrap().to_string(), serde_json::from_value(l["px"].clone()).unwrap()))
+        .collect();
+    assert!(!labels.is_empty(), "{line}");
+    let min_height = if presenter { 18.0 } else { 12.0 };
+    for (text, [x0, y0, x1, y1]) in &labels {
+        assert!(*x0 >= -1.0 && *x1 <= w + 1.0 && *y0 >= -1.0 && *y1 <= h + 1.0, "`{text}` cut off: {x0},{y0}..{x1},{y1} of {w}×{h}");
+        assert!(y1 - y0 >= min_height, "`{text}` is {} px tall", y1 - y0);
+    }
+    for (i, (a, ra)) in labels.iter().enumerate() {
+        for (b, rb) in &labels[i + 1..] {
+            let ix = (ra[2].min(rb[2]) - ra[0].max(rb[0])).max(0.0);
+            let iy = (ra[3].min(rb[3]) - ra[1].max(rb[1])).max(0.0);
+            assert!(ix * iy < 1.0, "labels overlap: `{a}` {ra:?} and `{b}` {rb:?}");
+        }
+    }
+}
+
+/// The index of beat `beat`'s output slab (the first it shows).
+fn walk_output(walk: &serde_json::Value, beat: usize) -> usize {
+    walk["beats"][beat]["output"].as_u64().unwrap() as usize
+}

@@ -67,6 +67,8 @@ pub struct AppOptions {
     pub bench: Option<Vec<String>>,
     /// The preset whose step the Speedup scene times per kernel at once.
     pub kernels: Option<String>,
+    /// The beat the 3D walk-through opens at, paused.
+    pub walk_beat: Option<usize>,
     /// Start training at once (otherwise the user presses Train).
     pub train: bool,
     /// Open in the wide view: no side panels, the scene fills the window
@@ -195,6 +197,7 @@ pub fn build(options: AppOptions) -> App {
             flash_visit: options.flash_visit,
             bench: options.bench,
             kernels: options.kernels,
+            walk_beat: options.walk_beat,
         })
         .add_plugins((canvas::CanvasPlugin, canvas::camera::CameraPlugin));
     add_scene_plugins(&mut app);

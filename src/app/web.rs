@@ -54,6 +54,7 @@ pub fn main() {
         flash_visit: None,
         bench: link.bench.clone(),
         kernels: None,
+        walk_beat: None,
         train: link.train,
         wide: false,
         lesson: link.lesson.as_ref().and_then(|(name, step)| {

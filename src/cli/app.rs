@@ -67,6 +67,11 @@ pub struct AppArgs {
     /// timestamps; the CPU's ops where there are none) as soon as it opens.
     #[arg(long, value_name = "PRESET")]
     kernels: Option<String>,
+    /// The 3D walk-through (`--scene walk`) opens paused at this beat of
+    /// its tour (0: the whole model; the headless line's `walk.beats`
+    /// lists them).
+    #[arg(long, value_name = "N")]
+    walk_beat: Option<usize>,
     /// Start training at once instead of waiting for Train.
     #[arg(long)]
     train: bool,
@@ -335,6 +340,7 @@ pub fn run_app(args: AppArgs) -> Result<()> {
         flash_visit: args.flash_visit,
         bench: args.bench.clone(),
         kernels: args.kernels.clone(),
+        walk_beat: args.walk_beat,
         train: args.train,
         wide: args.wide,
         lesson,

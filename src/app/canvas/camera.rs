@@ -197,6 +197,10 @@ fn fit_camera(
         if viewport.x < 1.0 || viewport.y < 1.0 {
             continue;
         }
+        // A scene that looks in perspective places the camera itself.
+        if !matches!(*projection, Projection::Orthographic(_)) {
+            continue;
+        }
         // The scene's toolbar floats over the top of the view: fit below it.
         let free = (viewport.y - toolbar).max(viewport.y * 0.5);
         let fit = (b.width() / viewport.x).max(b.height() / free) * 1.04;

@@ -31,6 +31,8 @@ macro_rules! scene_list {
         $then! {
             /// A prompt travelling up through the model to the next byte, and the gradient back down.
             Flow, flow, "flow";
+            /// Every tensor of one real forward and backward pass in 3D, toured op by op.
+            Walk, walk, "walk";
             /// Four tools that take the model apart: the lens, knockouts, patching, attribution.
             Probe, probe, "probe";
             /// The layer stack with every parameter as a live heatmap.
@@ -115,6 +117,8 @@ pub struct SceneStart {
     pub bench: Option<Vec<String>>,
     /// The preset whose step the Speedup scene times per kernel at once.
     pub kernels: Option<String>,
+    /// The beat of its tour the 3D walk-through opens at, paused.
+    pub walk_beat: Option<usize>,
 }
 
 impl Default for SceneStart {
@@ -125,6 +129,7 @@ impl Default for SceneStart {
             flash_visit: None,
             bench: None,
             kernels: None,
+            walk_beat: None,
         }
     }
 }

@@ -37,6 +37,7 @@ use crate::lesson::{Action, Focus};
 use bevy::prelude::*;
 use compute::{FlowCompute, FlowRequest};
 use draw::{FlowTarget, NodeStrip, Pulse, Reveal};
+pub use draw::{chip_text, short};
 pub use layout::Zoom;
 
 /// Which pass the picture plays and shows.

@@ -1,0 +1,148 @@
+//! The walk-through's colours: one diverging scale per family with zero
+//! fixed at a neutral grey (activations purple ↔ green, weights orange ↔
+//! blue, gradients magenta ↔ teal: pairs with no red against green, told
+//! apart in the common colour-vision deficiencies and on a washed-out
+//! projector), each tensor's scale its own 99th percentile of |v|; the
+//! attention weights and probabilities on the app's sequential map; and
+//! the signed-max aggregate that keeps a tensor larger than its texture
+//! legible.
+
+use super::layout::Family;
+
+/// Zero, on every diverging scale (lighter than the background, so a
+/// tensor of zeros still shows its shape).
+pub const ZERO: [f32; 3] = [0.20, 0.21, 0.24];
+/// A cell with nothing in it (the causal mask's upper triangle, a position
+/// with no loss).
+pub const MASKED: [u8; 4] = [26, 28, 34, 255];
+/// The most texels a side of a tensor's texture has; larger tensors are
+/// aggregated.
+pub const MAX_SIDE: usize = 1024;
+
+/// What a tensor's cells show.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lens {
+    Value,
+    Gradient,
+}
+
+/// The two ends of a family's diverging scale (negative, positive), linear
+/// RGB-ish sRGB triples.
+fn ends(family: Family, lens: Lens) -> ([f32; 3], [f32; 3]) {
+    match (lens, family) {
+        (Lens::Gradient, _) => ([0.93, 0.35, 0.72], [0.25, 0.82, 0.76]),
+        (Lens::Value, Family::Weight) => ([0.98, 0.60, 0.22], [0.35, 0.62, 1.0]),
+        _ => ([0.72, 0.48, 0.92], [0.40, 0.85, 0.42]),
+    }
+}
+
+/// The frame's colour of a family (the positive end).
+pub fn frame(family: Family, lens: Lens) -> [f32; 3] {
+    match family {
+        Family::Probability => [0.98, 0.75, 0.25],
+        Family::Loss => [0.95, 0.45, 0.35],
+        _ => ends(family, lens).1,
+    }
+}
+
+/// The colour of `v` on `family`'s scale of half-width `scale`.
+pub fn colour(v: f32, scale: f32, family: Family, lens: Lens) -> [u8; 4] {
+    if v.is_nan() {
+        return MASKED;
+    }
+    match (family, lens) {
+        (Family::Probability, Lens::Value) => {
+            crate::app::heatmap::sequential((v / scale.max(1e-12)).sqrt())
+        }
+        (Family::Loss, Lens::Value) => {
+            let f = (v / scale.max(1e-12)).clamp(0.0, 1.0);
+            mix(ZERO, frame(Family::Loss, lens), f)
+        }
+        _ => {
+            let (neg, pos) = ends(family, lens);
+            let f = if scale > 0.0 {
+                (v.abs() / scale).clamp(0.0, 1.0).powf(0.7)
+            } else {
+                0.0
+            };
+            mix(ZERO, if v < 0.0 { neg } else { pos }, f)
+        }
+    }
+}
+
+fn mix(a: [f32; 3], b: [f32; 3], f: f32) -> [u8; 4] {
+    let c = |k: usize| ((a[k] + (b[k] - a[k]) * f) * 255.0).round().clamp(0.0, 255.0) as u8;
+    [c(0), c(1), c(2), 255]
+}
+
+/// The scale a tensor is coloured on: the 99th percentile of |v| over its
+/// finite values (the probabilities: their largest).
+pub fn scale_of(values: &[f32], family: Family) -> f32 {
+    let finite: Vec<f32> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    match family {
+        Family::Probability | Family::Loss => finite.iter().copied().fold(0.0, f32::max),
+        _ => crate::app::heatmap::abs_percentile(&finite, 0.99),
+    }
+}
+
+/// A (rows, cols) row-major grid cut to at most [`MAX_SIDE`] a side: each
+/// texel keeps the value of largest |v| of its block with its sign (a mean
+/// would wash a lone large weight out). Returns the grid and its size.
+pub fn aggregate(values: &[f32], rows: usize, cols: usize) -> (Vec<f32>, usize, usize) {
+    let (out_rows, out_cols) = (rows.clamp(1, MAX_SIDE), cols.clamp(1, MAX_SIDE));
+    if (out_rows, out_cols) == (rows, cols) {
+        return (values.to_vec(), rows, cols);
+    }
+    let mut out = vec![f32::NAN; out_rows * out_cols];
+    for r in 0..rows {
+        let tr = r * out_rows / rows;
+        for c in 0..cols {
+            let tc = c * out_cols / cols;
+            let v = values[r * cols + c];
+            let o = &mut out[tr * out_cols + tc];
+            if o.is_nan() || v.abs() > o.abs() {
+                *o = v;
+            }
+        }
+    }
+    (out, out_rows, out_cols)
+}
+
+/// RGBA8 pixels of a grid.
+pub fn pixels(values: &[f32], scale: f32, family: Family, lens: Lens) -> Vec<u8> {
+    values
+        .iter()
+        .flat_map(|&v| colour(v, scale, family, lens))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zero_is_the_same_grey_in_every_family_and_the_signs_differ() {
+        for family in [Family::Activation, Family::Weight] {
+            for lens in [Lens::Value, Lens::Gradient] {
+                assert_eq!(colour(0.0, 1.0, family, lens), colour(0.0, 2.0, Family::Activation, Lens::Value));
+                assert_ne!(colour(1.0, 1.0, family, lens), colour(-1.0, 1.0, family, lens));
+            }
+        }
+        assert_ne!(
+            colour(1.0, 1.0, Family::Weight, Lens::Value),
+            colour(1.0, 1.0, Family::Activation, Lens::Value)
+        );
+    }
+
+    #[test]
+    fn the_aggregate_keeps_the_largest_value_with_its_sign() {
+        let rows = 2 * MAX_SIDE;
+        let mut values = vec![0.1f32; rows * 3];
+        values[5 * 3 + 1] = -7.0;
+        let (out, r, c) = aggregate(&values, rows, 3);
+        assert_eq!((r, c), (MAX_SIDE, 3));
+        assert_eq!(out[2 * 3 + 1], -7.0);
+        assert_eq!(out[0], 0.1);
+        assert!(out.iter().all(|v| v.is_finite()));
+    }
+}

@@ -1,0 +1,128 @@
+//! The numbers behind the walk-through, computed off the frame: the
+//! program's forward pass of the prompt at every position
+//! ([`crate::flow::run_all`]) and the backward pass of their mean loss
+//! ([`crate::flow::backward_all`], every node's gradient and every weight's
+//! dL/dW), on the scenes' model worker ([`crate::app::worker`]: the run's
+//! GPU or the CPU) from the run's latest weights. The same calls as
+//! `tinygpt flow --all-positions --backward`, so the picture's numbers are
+//! the command's. Asked again when the prompt changes, and while the run
+//! trains at most once a second.
+
+use crate::app::worker::{Device, ModelWorker};
+use crate::backend::Backend;
+use crate::flow::FlowAll;
+use crate::model::config::Config;
+use crate::model::params::NamedTensor;
+use super::draw::{Textures, textures};
+use super::layout::{Shape, Walk, layout};
+use bevy::prelude::*;
+
+/// What one computation was asked for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WalkRequest {
+    pub prompt: Vec<u8>,
+    /// The weights' step.
+    pub step: u64,
+    /// The parts knocked out (the pass is of the model without them).
+    pub knockouts: Vec<crate::interventions::Part>,
+}
+
+impl crate::app::worker::ModelQuestion for WalkRequest {
+    fn same_but_weights(&self, other: &Self) -> bool {
+        self.prompt == other.prompt && self.knockouts == other.knockouts
+    }
+}
+
+/// A finished pass: every tensor at every position, the gradients, and the
+/// weights it ran with.
+#[derive(Clone, Debug)]
+pub struct Computed {
+    pub flow: FlowAll,
+    pub params: Vec<NamedTensor>,
+    pub step: u64,
+    /// The picture's geometry for this model and prompt.
+    pub walk: Walk,
+    /// Every tensor's textures, coloured here, off the frame.
+    pub textures: Textures,
+}
+
+impl Computed {
+    /// A weight by name.
+    pub fn param(&self, name: &str) -> Option<&NamedTensor> {
+        self.params.iter().find(|p| p.name == name)
+    }
+
+    /// A weight's gradient by name.
+    pub fn param_grad(&self, name: &str) -> Option<&[f32]> {
+        self.flow
+            .backward
+            .as_ref()?
+            .param_grads
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, g)| g.as_slice())
+    }
+}
+
+/// The scene's worker and its latest pass.
+#[derive(Resource, Default, Deref, DerefMut)]
+pub struct WalkCompute(pub ModelWorker<WalkRequest, Computed>);
+
+impl WalkCompute {
+    /// The latest pass computed.
+    pub fn computed(&self) -> Option<&Computed> {
+        self.latest.as_ref().map(|a| &a.value)
+    }
+
+    /// Asks for the pass of `request` with `params` (knockouts applied) on
+    /// `device`.
+    pub fn request(
+        &mut self,
+        request: WalkRequest,
+        config: &Config,
+        device: Device,
+        params: Vec<NamedTensor>,
+    ) {
+        self.ask(request, config, device, move |backend, r| {
+            compute(backend, params, &r.prompt, r.step)
+        });
+    }
+}
+
+/// The forward pass of `prompt` at every position, then the backward pass
+/// of the mean loss of the positions that have a next byte in the prompt
+/// (as `tinygpt flow --all-positions --backward` without `--target`).
+pub fn compute(
+    backend: &mut dyn Backend,
+    params: Vec<NamedTensor>,
+    prompt: &[u8],
+    step: u64,
+) -> Result<Computed, String> {
+    for p in &params {
+        backend
+            .write(&p.name, &p.values)
+            .map_err(|e| e.to_string())?;
+    }
+    let mut flow = crate::flow::run_all(backend, &params, prompt)?;
+    // A one-byte prompt has no next byte in it: forward only.
+    if flow.tokens.len() > 1 {
+        crate::flow::backward_all(backend, &mut flow, None)?;
+    }
+    let config = &backend.program().config;
+    let walk = layout(Shape {
+        n_layer: config.n_layer,
+        n_head: config.n_head,
+        d_model: config.d_model,
+        ctx: config.ctx,
+        tokens: flow.tokens.len(),
+    });
+    let mut computed = Computed {
+        flow,
+        params,
+        step,
+        walk,
+        textures: Vec::new(),
+    };
+    computed.textures = textures(&computed.walk, &computed);
+    Ok(computed)
+}

@@ -1,0 +1,376 @@
+//! The walk-through's entities: one textured quad per tensor (a texture of
+//! its values and one of its gradient, coloured by [`super::colour`]), a
+//! frame in its family's colour, its label, and the prompt's bytes over
+//! the columns. Entities, not cells: a tensor of any size is one sprite.
+
+use super::colour::{self, Lens};
+use super::compute::Computed;
+use super::layout::{Family, Slab, Source, Stage, Walk};
+use super::{Scene, WalkItem};
+use bevy::asset::RenderAssetUsages;
+use bevy::image::ImageSampler;
+use bevy::prelude::*;
+use bevy::render::render_resource::{Extent3d, TextureDimension, TextureFormat};
+use bevy::sprite::Anchor;
+
+/// A tensor's quad: which slab, its two textures and their scales.
+#[derive(Component, Clone, Debug)]
+pub struct SlabQuad {
+    pub slab: usize,
+    pub values: Handle<Image>,
+    pub grads: Option<Handle<Image>>,
+    pub value_scale: f32,
+    pub grad_scale: Option<f32>,
+}
+
+/// A tensor's frame (behind its quad).
+#[derive(Component, Clone, Copy, Debug)]
+pub struct SlabFrame {
+    pub slab: usize,
+}
+
+/// Where a label stands: a point of the world, the label's anchor there,
+/// and an offset in pixels.
+#[derive(Clone, Copy, Debug)]
+pub struct Place {
+    pub at: Vec3,
+    pub anchor: Anchor,
+    pub offset_px: Vec2,
+}
+
+/// A label kept at a fixed size on screen: its places, its size in
+/// pixels, and the slab it names (shown
+/// when that slab is in view; None: a stage's title, shown in the
+/// overview where it does not run into the title before it).
+#[derive(Component, Clone, Debug)]
+pub struct ScreenLabel {
+    /// Where it may stand, in order of preference: the first where it is
+    /// whole on screen is taken.
+    pub places: Vec<Place>,
+    pub px: f32,
+    pub slab: Option<usize>,
+    /// Shown only when the slab's cells are at least this many pixels wide
+    /// (the bytes over the columns).
+    pub min_cell_px: f32,
+}
+
+/// A stage's title (shown in the overview; a block's over its attention
+/// column, the first of its two).
+pub fn stage_title(stage: Stage) -> Option<String> {
+    Some(match stage {
+        Stage::Embedding => crate::t!("walk-stage-embedding"),
+        Stage::Attention(l) => crate::t!("walk-stage-block", layer = l as i64),
+        Stage::Mlp(_) => return None,
+        Stage::Head => crate::t!("walk-stage-head"),
+    })
+}
+
+/// The font size labels are laid out at; [`ScreenLabel::px`] scales them.
+pub const LABEL_FONT_PX: f32 = 32.0;
+
+/// A tensor's numbers as drawn, rows × cols row-major (NaN: nothing
+/// there), for its values or its gradient.
+pub fn grid(computed: &Computed, slab: &Slab, lens: Lens) -> Option<Vec<f32>> {
+    let flow = &computed.flow;
+    let t = flow.tokens.len();
+    let (rows, cols) = (slab.rows, slab.cols);
+    match (&slab.source, lens) {
+        (Source::Node(name), _) => {
+            let node = flow.nodes.iter().find(|n| &n.name == name)?;
+            let by_position = match lens {
+                Lens::Value => &node.values,
+                Lens::Gradient => node.grad.as_ref()?,
+            };
+            let mut out = vec![0.0; rows * cols];
+            for (p, row) in by_position.iter().enumerate().take(cols) {
+                for (r, v) in row.iter().enumerate().take(rows) {
+                    out[r * cols + p] = *v;
+                }
+            }
+            Some(out)
+        }
+        (Source::Param { name, transposed }, _) => {
+            let values = match lens {
+                Lens::Value => computed.param(name)?.values.as_slice(),
+                Lens::Gradient => computed.param_grad(name)?,
+            };
+            if values.len() != rows * cols {
+                return None;
+            }
+            Some(if *transposed {
+                let mut out = vec![0.0; rows * cols];
+                for r in 0..rows {
+                    for c in 0..cols {
+                        out[r * cols + c] = values[c * rows + r];
+                    }
+                }
+                out
+            } else {
+                values.to_vec()
+            })
+        }
+        (Source::Attention { layer, head }, Lens::Value) => {
+            let p = flow.attention.get(*layer)?.get(*head)?;
+            let mut out = vec![f32::NAN; t * t];
+            for (query, weights) in p.iter().enumerate() {
+                for (key, w) in weights.iter().enumerate() {
+                    out[key * t + query] = *w;
+                }
+            }
+            Some(out)
+        }
+        (Source::Probs, Lens::Value) => {
+            let mut out = vec![0.0; 256 * t];
+            for (p, probs) in flow.probs.iter().enumerate() {
+                for (v, x) in probs.iter().enumerate() {
+                    out[v * t + p] = *x;
+                }
+            }
+            Some(out)
+        }
+        (Source::Loss, Lens::Value) => Some(
+            flow.backward
+                .as_ref()?
+                .losses
+                .iter()
+                .map(|l| l.unwrap_or(f32::NAN))
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
+/// A tensor's texture, coloured off the frame (on the scenes' worker):
+/// RGBA8 pixels, their size, and the scale they were coloured on.
+#[derive(Clone, Debug)]
+pub struct Pixels {
+    pub rgba: Vec<u8>,
+    pub width: u32,
+    pub height: u32,
+    pub scale: f32,
+}
+
+impl Pixels {
+    /// The colours of `values` (a grid of `slab`) on its family's scale.
+    pub fn of(values: &[f32], slab: &Slab, lens: Lens) -> Pixels {
+        let scale = colour::scale_of(values, slab.family);
+        let (grid, rows, cols) = colour::aggregate(values, slab.rows, slab.cols);
+        Pixels {
+            rgba: colour::pixels(&grid, scale, slab.family, lens),
+            width: cols as u32,
+            height: rows as u32,
+            scale,
+        }
+    }
+
+    /// As a texture (nearest-neighbour: a cell is a cell).
+    pub fn image(self) -> Image {
+        let mut image = Image::new(
+            Extent3d {
+                width: self.width,
+                height: self.height,
+                depth_or_array_layers: 1,
+            },
+            TextureDimension::D2,
+            self.rgba,
+            TextureFormat::Rgba8UnormSrgb,
+            RenderAssetUsages::RENDER_WORLD,
+        );
+        image.sampler = ImageSampler::nearest();
+        image
+    }
+}
+
+/// Every slab's textures, values and gradient (None: nothing to draw).
+pub type Textures = Vec<Option<(Pixels, Option<Pixels>)>>;
+
+/// Colours every slab of `walk` from `computed` (off the frame).
+pub fn textures(walk: &Walk, computed: &Computed) -> Textures {
+    walk.slabs
+        .iter()
+        .map(|slab| {
+            let values = grid(computed, slab, Lens::Value)?;
+            let grads = grid(computed, slab, Lens::Gradient).map(|g| Pixels::of(&g, slab, Lens::Gradient));
+            Some((Pixels::of(&values, slab, Lens::Value), grads))
+        })
+        .collect()
+}
+
+/// Puts new textures into the quads already drawn (the same layout: a
+/// run that trains), without spawning anything.
+pub fn refresh(images: &mut Assets<Image>, quads: &mut Query<&mut SlabQuad>, textures: &Textures) {
+    for mut quad in quads.iter_mut() {
+        let Some(Some((values, grads))) = textures.get(quad.slab) else {
+            continue;
+        };
+        quad.value_scale = values.scale;
+        let _ = images.insert(&quad.values, values.clone().image());
+        if let (Some(handle), Some(g)) = (quad.grads.clone(), grads) {
+            quad.grad_scale = Some(g.scale);
+            let _ = images.insert(&handle, g.clone().image());
+        }
+    }
+}
+
+/// A short name for a slab's label.
+pub fn title(slab: &Slab) -> String {
+    let short = slab
+        .name
+        .trim_start_matches("transformer.")
+        .replace(".weight", " W")
+        .replace(".bias", " b");
+    match &slab.source {
+        Source::Param { transposed: true, .. } => format!("{short}ᵀ"),
+        Source::Attention { head, .. } => format!("P head {head}"),
+        _ => short,
+    }
+}
+
+/// Spawns the picture: every slab's quad, frame and label, and the bytes
+/// over each stage's columns.
+pub fn spawn(
+    commands: &mut Commands,
+    images: &mut Assets<Image>,
+    walk: &Walk,
+    computed: &Computed,
+    textures: &Textures,
+) {
+    // The stages' titles, over their columns (the overview's labels).
+    for &(top, stage) in &walk.stage_tops {
+        let Some(title) = stage_title(stage) else {
+            continue;
+        };
+        let at = top.extend(0.0);
+        commands.spawn((
+            Text2d::new(title),
+            TextFont::from_font_size(LABEL_FONT_PX),
+            TextColor(crate::app::canvas::LABEL_COLOUR),
+            Anchor::BOTTOM_LEFT,
+            Transform::from_translation(at),
+            Visibility::Hidden,
+            ScreenLabel {
+                places: vec![Place {
+                    at,
+                    anchor: Anchor::BOTTOM_LEFT,
+                    offset_px: Vec2::new(0.0, 10.0),
+                }],
+                px: 18.0,
+                slab: None,
+                min_cell_px: 0.0,
+            },
+            WalkItem,
+            DespawnOnExit(Scene::Walk),
+        ));
+    }
+    for (i, slab) in walk.slabs.iter().enumerate() {
+        let Some(Some((values, grads))) = textures.get(i) else {
+            continue;
+        };
+        let value_scale = values.scale;
+        let values = images.add(values.clone().image());
+        let grad_scale = grads.as_ref().map(|g| g.scale);
+        let grads = grads.as_ref().map(|g| images.add(g.clone().image()));
+        let size = slab.rect().size();
+        let centre = slab.centre();
+        commands.spawn((
+            Sprite {
+                image: values.clone(),
+                custom_size: Some(size),
+                ..default()
+            },
+            Transform::from_translation(centre),
+            SlabQuad {
+                slab: i,
+                values,
+                grads,
+                value_scale,
+                grad_scale,
+            },
+            WalkItem,
+            DespawnOnExit(Scene::Walk),
+        ));
+        let [r, g, b] = colour::frame(slab.family, Lens::Value);
+        let border = (size.min_element() * 0.04).clamp(0.35, 1.5);
+        commands.spawn((
+            Sprite::from_color(Color::srgb(r, g, b), size + Vec2::splat(2.0 * border)),
+            Transform::from_translation(centre - Vec3::Z * 0.05),
+            SlabFrame { slab: i },
+            WalkItem,
+            DespawnOnExit(Scene::Walk),
+        ));
+        // Thin slabs (biases, γ, β) are named by their weight's label.
+        if slab.cols > 1 || slab.family == Family::Loss {
+            let shape = format!("{} × {}", slab.rows, slab.cols);
+            // Beside the tensor, on the side away from the spine: a weight's
+            // to its left, everything else's to its right, so no label runs
+            // over another tensor of the op; where the view is too narrow
+            // for that, over it (a weight's ending at its right edge, so it
+            // never meets its output's).
+            let top_right = slab.corner + Vec3::X * size.x;
+            let places = if slab.family == Family::Weight {
+                vec![
+                    Place { at: slab.corner, anchor: Anchor::TOP_RIGHT, offset_px: Vec2::new(-8.0, 0.0) },
+                    Place { at: top_right, anchor: Anchor::BOTTOM_RIGHT, offset_px: Vec2::new(0.0, 4.0) },
+                ]
+            } else {
+                vec![
+                    Place { at: top_right, anchor: Anchor::TOP_LEFT, offset_px: Vec2::new(8.0, 0.0) },
+                    Place { at: slab.corner, anchor: Anchor::BOTTOM_LEFT, offset_px: Vec2::new(0.0, 4.0) },
+                ]
+            };
+            let (anchor, at) = (places[0].anchor, places[0].at);
+            let text = match &slab.source {
+                Source::Attention { .. } => format!("P  {shape}"),
+                _ => format!("{}  {shape}", title(slab)),
+            };
+            // One label for the deck of heads (the front one's).
+            let named = !matches!(slab.source, Source::Attention { head, .. } if head > 0);
+            if named {
+                commands.spawn((
+                    Text2d::new(text),
+                    TextFont::from_font_size(LABEL_FONT_PX),
+                    TextColor(Color::srgb(r, g, b)),
+                    bevy::text::TextBackgroundColor(crate::app::canvas::BACKGROUND.with_alpha(0.85)),
+                    anchor,
+                    Transform::from_translation(at),
+                    Visibility::Hidden,
+                    ScreenLabel {
+                        places,
+                        px: 18.0,
+                        slab: Some(i),
+                        min_cell_px: 0.0,
+                    },
+                    WalkItem,
+                    DespawnOnExit(Scene::Walk),
+                ));
+            }
+        }
+        // The bytes over an activation's columns, once a column is wide
+        // enough on screen to read one.
+        if matches!(slab.source, Source::Node(_) | Source::Probs | Source::Loss) {
+            for (p, &byte) in computed.flow.tokens.iter().enumerate().take(slab.cols) {
+                let at = slab.corner + Vec3::new((p as f32 + 0.5) * slab.cell.x, 0.0, 0.0);
+                commands.spawn((
+                    Text2d::new(crate::app::scenes::flow::chip_text(byte)),
+                    TextFont::from_font_size(LABEL_FONT_PX),
+                    TextColor(Color::srgb(0.92, 0.93, 0.95)),
+                    Anchor::BOTTOM_CENTER,
+                    Transform::from_translation(at),
+                    Visibility::Hidden,
+                    ScreenLabel {
+                        places: vec![Place {
+                            at,
+                            anchor: Anchor::BOTTOM_CENTER,
+                            offset_px: Vec2::new(0.0, 3.0),
+                        }],
+                        px: 16.0,
+                        slab: Some(i),
+                        min_cell_px: 14.0,
+                    },
+                    WalkItem,
+                    DespawnOnExit(Scene::Walk),
+                ));
+            }
+        }
+    }
+}

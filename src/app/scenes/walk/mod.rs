@@ -1,0 +1,617 @@
+//! "Inside the model, in 3D": a walk through every tensor of one real
+//! forward and backward pass of the prompt, all positions at once, on the
+//! model the run trains. Every activation stands at its shape (features ×
+//! positions, the prompt's bytes over its columns), every weight to the
+//! left of the op that uses it, the heads as a deck in depth; the tour
+//! flies from op to op in the program's order, then back in reverse while
+//! each tensor turns into its gradient. The numbers are the program's own
+//! ([`compute`]: the calls of `tinygpt flow --all-positions --backward`),
+//! recomputed from the latest weights while the run trains.
+//!
+//! The geometry is [`layout`], the camera [`tour`] (a function of the
+//! timeline: play, scrub, step), the quads and labels [`draw`], the
+//! colours [`colour`], the toolbar and narration [`panel`], the reports
+//! [`report`].
+
+mod colour;
+mod compute;
+mod draw;
+mod layout;
+mod panel;
+mod report;
+mod tour;
+
+use super::Scene;
+use crate::app::canvas::{Hover, SceneCamera};
+use crate::app::training::{
+    GpuDevice, Knockouts, Run, RunCreated, RunSettings, Snapshots, TensorWants,
+};
+use crate::app::ui::state::UiState;
+use crate::app::worker::Device;
+use bevy::camera::{PerspectiveProjection, Projection};
+use bevy::prelude::*;
+use colour::Lens;
+use compute::{WalkCompute, WalkRequest};
+use draw::{ScreenLabel, SlabFrame, SlabQuad};
+use layout::{Pass, Walk};
+
+/// What the walk-through shows and how it plays.
+#[derive(Resource, Clone, Debug)]
+pub struct WalkView {
+    pub prompt: String,
+    /// The prompt was chosen (a default is replaced when the text changes).
+    pub prompt_set: bool,
+    pub prompt_corpus: String,
+    /// The timeline: beat `k` spans `k..k + 1`.
+    pub t: f32,
+    pub playing: bool,
+    /// Beats a second.
+    pub speed: f32,
+    /// The beats reached while playing, in order (for checks: the
+    /// program's order forward, the reverse backward).
+    pub visited: Vec<usize>,
+}
+
+impl Default for WalkView {
+    fn default() -> Self {
+        Self {
+            prompt: String::new(),
+            prompt_set: false,
+            prompt_corpus: String::new(),
+            t: 0.0,
+            playing: false,
+            speed: 0.5,
+            visited: Vec::new(),
+        }
+    }
+}
+
+impl WalkView {
+    /// The beat the timeline is in.
+    pub fn beat(&self) -> usize {
+        self.t.max(0.0).floor() as usize
+    }
+
+    /// Jumps to beat `k` (the camera cuts there; playing goes on from it).
+    pub fn go_to(&mut self, k: usize) {
+        self.t = k as f32 + tour::MOVE_SHARE;
+    }
+}
+
+/// Everything the picture spawned.
+#[derive(Component)]
+pub struct WalkItem;
+
+/// The picture shown: its layout and the pass it was drawn from.
+#[derive(Resource, Default)]
+pub struct Shown {
+    pub walk: Option<Walk>,
+    /// The compute generation it was drawn from.
+    generation: u64,
+    /// The prompt's bytes it was drawn with (labels over the columns).
+    tokens: Vec<u8>,
+    /// The beats' camera poses for the last frame size.
+    poses: Vec<tour::Pose>,
+    frame: Option<tour::Frame>,
+}
+
+/// The scene camera as another scene left it (restored on leaving).
+#[derive(Resource, Default)]
+struct Before(Option<(Transform, Projection)>);
+
+pub struct ScenePlugin;
+
+impl Plugin for ScenePlugin {
+    fn build(&self, app: &mut App) {
+        report::register(app);
+        let start = app
+            .world()
+            .get_resource::<super::SceneStart>()
+            .and_then(|s| s.walk_beat);
+        let mut view = WalkView::default();
+        if let Some(k) = start {
+            view.go_to(k);
+        }
+        app.insert_resource(view)
+            .init_resource::<WalkCompute>()
+            .init_resource::<Shown>()
+            .init_resource::<Before>()
+            .init_resource::<panel::NarrationHeight>()
+            .add_systems(OnExit(Scene::Walk), leave)
+            .add_systems(
+                Update,
+                (enter, new_run, ask, rebuild, keys, advance, fly, shade, size_labels, hover)
+                    .chain()
+                    .in_set(crate::app::schedule::AppSystems::Scene)
+                    .run_if(in_state(Scene::Walk)),
+            )
+            .add_systems(
+                bevy_egui::EguiPrimaryContextPass,
+                panel::panels
+                    .after(crate::app::ui::draw_ui)
+                    .run_if(in_state(Scene::Walk)),
+            );
+    }
+}
+
+/// Entering (the first frame the scene camera is still flat, which may
+/// be before it was spawned at start-up): the camera looks in
+/// perspective.
+fn enter(
+    mut cameras: Query<(&mut Transform, &mut Projection), With<SceneCamera>>,
+    mut before: ResMut<Before>,
+    mut shown: ResMut<Shown>,
+) {
+    for (mut transform, mut projection) in &mut cameras {
+        if !matches!(*projection, Projection::Orthographic(_)) {
+            continue;
+        }
+        before.0 = Some((*transform, projection.clone()));
+        *projection = Projection::Perspective(PerspectiveProjection {
+            fov: tour::FOV_Y,
+            near: 0.5,
+            far: 1.0e7,
+            ..default()
+        });
+        *transform = Transform::from_xyz(0.0, 0.0, 1000.0);
+        shown.generation = u64::MAX;
+        shown.frame = None;
+    }
+}
+
+/// Leaving: the camera back as the other scenes had it; stop asking for
+/// the weights.
+fn leave(
+    mut cameras: Query<(&mut Transform, &mut Projection), With<SceneCamera>>,
+    mut before: ResMut<Before>,
+    mut wants: ResMut<TensorWants>,
+) {
+    wants.set("walk", Vec::new());
+    if let Some((t, p)) = before.0.take() {
+        for (mut transform, mut projection) in &mut cameras {
+            *transform = t;
+            *projection = p.clone();
+        }
+    }
+}
+
+/// A new run: compute again at once.
+fn new_run(mut created: MessageReader<RunCreated>, mut compute: ResMut<WalkCompute>) {
+    if created.read().count() > 0 {
+        compute.reset();
+    }
+}
+
+/// Asks for the weights, and for a pass when the prompt or the weights
+/// changed.
+fn ask(
+    run: Option<Res<Run>>,
+    snapshots: Res<Snapshots>,
+    knockouts: Res<Knockouts>,
+    mut wants: ResMut<TensorWants>,
+    mut view: ResMut<WalkView>,
+    mut compute: ResMut<WalkCompute>,
+    (gpu, settings): (Res<GpuDevice>, Res<RunSettings>),
+) {
+    compute.poll();
+    let Some(run) = run else { return };
+    let params: Vec<String> = run
+        .program
+        .params()
+        .map(|id| run.program.tensors[id].name.clone())
+        .collect();
+    wants.set("walk", params);
+    let ctx = run.config().ctx;
+    if !view.prompt_set || (!view.prompt_corpus.is_empty() && view.prompt_corpus != run.corpus_name)
+    {
+        view.prompt_corpus = run.corpus_name.clone();
+        // A short line: the columns stay wide enough to read their bytes.
+        view.prompt = settings
+            .corpus
+            .prompt_line(ctx.min(24))
+            .unwrap_or_else(|| "ROMEO: But soft, what".chars().take(ctx).collect());
+        view.prompt_set = true;
+    }
+    if view.prompt.is_empty() {
+        return;
+    }
+    let Some(snapshot) = &snapshots.latest else {
+        return;
+    };
+    let Some(mut params) = snapshot.params(&run.program) else {
+        return;
+    };
+    if knockouts.apply(&mut params, run.config()).is_err() {
+        return;
+    }
+    compute.request(
+        WalkRequest {
+            prompt: view.prompt.clone().into_bytes(),
+            step: snapshot.step,
+            knockouts: knockouts.0.clone(),
+        },
+        run.config(),
+        Device::of_run(run.engine.on_gpu(), &gpu),
+        params,
+    );
+}
+
+/// Draws the picture when a new pass arrived: new textures in the same
+/// quads when only the numbers changed (a run that trains), everything
+/// spawned again when the shape did (a new prompt, a new model).
+fn rebuild(
+    mut commands: Commands,
+    compute: Res<WalkCompute>,
+    mut shown: ResMut<Shown>,
+    old: Query<Entity, With<WalkItem>>,
+    mut quads: Query<&mut SlabQuad>,
+    mut images: ResMut<Assets<Image>>,
+) {
+    let Some(computed) = compute.computed() else {
+        return;
+    };
+    if shown.generation == compute.generation {
+        return;
+    }
+    let same_shape = shown.generation != u64::MAX
+        && shown.walk.as_ref().is_some_and(|w| {
+            w.slabs.len() == computed.walk.slabs.len()
+                && w.slabs.iter().zip(&computed.walk.slabs).all(|(a, b)| a.rows == b.rows && a.cols == b.cols)
+        })
+        && shown.tokens == computed.flow.tokens;
+    shown.generation = compute.generation;
+    if same_shape {
+        draw::refresh(&mut images, &mut quads, &computed.textures);
+        return;
+    }
+    for e in &old {
+        commands.entity(e).despawn();
+    }
+    draw::spawn(&mut commands, &mut images, &computed.walk, computed, &computed.textures);
+    shown.walk = Some(computed.walk.clone());
+    shown.tokens = computed.flow.tokens.clone();
+    // The poses are fitted again for the new layout.
+    shown.frame = None;
+}
+
+/// Page Down / Page Up: the next or the previous beat; Space plays or
+/// pauses (when no text field has the keyboard).
+fn keys(
+    keys: Res<ButtonInput<KeyCode>>,
+    shown: Res<Shown>,
+    mut view: ResMut<WalkView>,
+    egui: Option<Res<bevy_egui::input::EguiWantsInput>>,
+) {
+    if egui.is_some_and(|e| e.wants_keyboard_input()) {
+        return;
+    }
+    let Some(walk) = &shown.walk else { return };
+    let last = walk.beats.len() - 1;
+    if keys.just_pressed(KeyCode::PageDown) {
+        let k = (view.beat() + 1).min(last);
+        view.t = k as f32;
+    }
+    if keys.just_pressed(KeyCode::PageUp) {
+        let k = view.beat().saturating_sub(1);
+        view.go_to(k);
+    }
+    if keys.just_pressed(KeyCode::Space) {
+        view.playing = !view.playing;
+        if view.playing && view.beat() >= last {
+            view.t = 0.0;
+            view.visited.clear();
+        }
+    }
+}
+
+/// Moves the timeline while playing, and records the beats reached.
+fn advance(time: Res<Time>, shown: Res<Shown>, mut view: ResMut<WalkView>) {
+    let Some(walk) = &shown.walk else { return };
+    let n = walk.beats.len();
+    if view.playing {
+        let t = view.t + time.delta_secs() * view.speed;
+        if t >= n as f32 {
+            view.t = n as f32 - 1.0 + tour::MOVE_SHARE;
+            view.playing = false;
+        } else {
+            view.t = t;
+        }
+        let k = view.beat().min(n - 1);
+        if view.visited.last() != Some(&k) {
+            view.visited.push(k);
+        }
+    }
+}
+
+/// The viewport's free part (the toolbar above, the narration below).
+fn frame_of(camera: &Camera, narration: f32) -> Option<tour::Frame> {
+    let v = camera.logical_viewport_size()?;
+    (v.x >= 1.0 && v.y >= 1.0).then(|| tour::Frame {
+        width: v.x,
+        height: v.y,
+        // The toolbar, the status line under it, and the labels over the
+        // top tensors.
+        top: crate::app::canvas::camera::TOOLBAR_PX + 70.0,
+        bottom: narration,
+    })
+}
+
+/// Puts the camera where the timeline says.
+fn fly(
+    mut shown: ResMut<Shown>,
+    view: Res<WalkView>,
+    ui_state: Res<UiState>,
+    narration: Res<panel::NarrationHeight>,
+    mut cameras: Query<(&Camera, &mut Transform), With<SceneCamera>>,
+) {
+    let Ok((camera, mut transform)) = cameras.single_mut() else {
+        return;
+    };
+    let Some(frame) = frame_of(camera, narration.0) else {
+        return;
+    };
+    let Some(walk) = &shown.walk else { return };
+    if shown.frame != Some(frame) {
+        shown.poses = tour::poses(walk, frame);
+        shown.frame = Some(frame);
+    }
+    if let Some(pose) = tour::pose_at(&shown.poses, view.t, ui_state.reduced_motion) {
+        let want = pose.transform();
+        if *transform != want {
+            *transform = want;
+        }
+    }
+}
+
+/// Which slabs the current beat shows, and which show their gradient: in
+/// the backward pass, every slab of the backward beats reached so far.
+pub fn state_at(walk: &Walk, beat: usize) -> (Vec<bool>, Vec<bool>) {
+    let n = walk.slabs.len();
+    let beat = beat.min(walk.beats.len() - 1);
+    let mut focused = vec![false; n];
+    for &i in &walk.beats[beat].slabs {
+        focused[i] = true;
+    }
+    let mut gradient = vec![false; n];
+    if walk.beats[beat].pass == Pass::Backward {
+        for b in walk.beats[..=beat].iter().filter(|b| b.pass == Pass::Backward) {
+            for &i in &b.slabs {
+                gradient[i] = layout::has_gradient(&walk.slabs[i]);
+            }
+        }
+    }
+    // The overview shows everything.
+    if beat == 0 {
+        focused.iter_mut().for_each(|f| *f = true);
+    }
+    (focused, gradient)
+}
+
+/// Colours each quad for the beat: its values or its gradient, bright in
+/// the beat's view and dimmed elsewhere.
+fn shade(
+    shown: Res<Shown>,
+    view: Res<WalkView>,
+    mut quads: Query<(&SlabQuad, &mut Sprite), Without<SlabFrame>>,
+    mut frames: Query<(&SlabFrame, &mut Sprite), Without<SlabQuad>>,
+) {
+    let Some(walk) = &shown.walk else { return };
+    let (focused, gradient) = state_at(walk, view.beat());
+    for (quad, mut sprite) in &mut quads {
+        let image = match (&quad.grads, gradient[quad.slab]) {
+            (Some(g), true) => g.clone(),
+            _ => quad.values.clone(),
+        };
+        if sprite.image != image {
+            sprite.image = image;
+        }
+        let tint = if focused[quad.slab] {
+            Color::WHITE
+        } else {
+            Color::srgb(0.32, 0.32, 0.34)
+        };
+        if sprite.color != tint {
+            sprite.color = tint;
+        }
+    }
+    for (frame, mut sprite) in &mut frames {
+        let slab = &walk.slabs[frame.slab];
+        let lens = if gradient[frame.slab] { Lens::Gradient } else { Lens::Value };
+        let [r, g, b] = colour::frame(slab.family, lens);
+        let a = if focused[frame.slab] { 1.0 } else { 0.25 };
+        let c = Color::srgba(r, g, b, a);
+        if sprite.color != c {
+            sprite.color = c;
+        }
+    }
+}
+
+/// Keeps each label at its size on screen, facing the camera, shown when
+/// its slab is in the beat's view (and, for the bytes, when a column is
+/// wide enough to read one).
+fn size_labels(
+    shown: Res<Shown>,
+    view: Res<WalkView>,
+    ui_state: Res<UiState>,
+    cameras: Query<(&Camera, &GlobalTransform), With<SceneCamera>>,
+    narration: Res<panel::NarrationHeight>,
+    mut labels: Query<(
+        &ScreenLabel,
+        &bevy::text::TextLayoutInfo,
+        &mut bevy::sprite::Anchor,
+        &mut Transform,
+        &mut Visibility,
+    )>,
+) {
+    let Some(walk) = &shown.walk else { return };
+    let Ok((camera, camera_at)) = cameras.single() else {
+        return;
+    };
+    let Some(rect) = camera.logical_viewport_rect() else {
+        return;
+    };
+    let viewport = rect.size();
+    let (focused, _) = state_at(walk, view.beat());
+    let overview = view.beat() == 0;
+    let rotation = camera_at.rotation();
+    let forward = camera_at.forward();
+    let (right, up) = (camera_at.right(), camera_at.up());
+    let zoom = if ui_state.presenter { 1.3 } else { 1.0 };
+    // The stages' titles left to right: one that would run into the last
+    // shown is left out.
+    let mut titles_end = f32::NEG_INFINITY;
+    let mut order: Vec<_> = labels.iter_mut().collect();
+    order.sort_by(|a, b| a.0.places[0].at.x.total_cmp(&b.0.places[0].at.x));
+    // A label is shown whole or not at all: between the toolbar's status
+    // line and the narration.
+    // (World-to-viewport points are on the render target, the
+    // viewport's offset included.)
+    let (top, bottom) = (
+        rect.min.y + crate::app::canvas::camera::TOOLBAR_PX + 30.0,
+        rect.max.y - narration.0,
+    );
+    for (label, layout, mut anchor, mut transform, mut visibility) in order {
+        let px = label.px * zoom;
+        let size = layout.size / draw::LABEL_FONT_PX * px;
+        // Its box on screen at a place, if whole in the free part.
+        let fits = |place: &draw::Place| {
+            camera.world_to_viewport(camera_at, place.at).ok().is_some_and(|p| {
+                let p = p + Vec2::new(place.offset_px.x, -place.offset_px.y) * zoom;
+                let a = place.anchor.as_vec();
+                let (x0, y0) = (p.x - (a.x + 0.5) * size.x, p.y - (0.5 - a.y) * size.y);
+                x0 >= rect.min.x && x0 + size.x <= rect.max.x && y0 >= top && y0 + size.y <= bottom
+            })
+        };
+        let chosen = label.places.iter().find(|p| fits(p));
+        let on_screen = chosen.is_some();
+        let place = *chosen.unwrap_or(&label.places[0]);
+        let depth = (place.at - camera_at.translation()).dot(*forward);
+        let wpp = tour::world_per_px(depth.max(0.1), viewport.y);
+        let mut in_view = match label.slab {
+            Some(s) => focused[s] && !overview,
+            None => overview,
+        };
+        if label.slab.is_none() && in_view {
+            let width = layout.size.x / draw::LABEL_FONT_PX * label.px * zoom;
+            let x = camera
+                .world_to_viewport(camera_at, place.at)
+                .map_or(f32::NEG_INFINITY, |p| p.x);
+            if x < titles_end + 12.0 || x + width > rect.max.x {
+                in_view = false;
+            } else {
+                titles_end = x + width;
+            }
+        }
+        let wide_enough = wpp > 0.0 && 1.0 / wpp >= label.min_cell_px;
+        let want = if in_view && wide_enough && depth > 0.0 && on_screen {
+            Visibility::Inherited
+        } else {
+            Visibility::Hidden
+        };
+        if *visibility != want {
+            *visibility = want;
+        }
+        if want == Visibility::Hidden {
+            continue;
+        }
+        let scale = px * wpp / draw::LABEL_FONT_PX;
+        if *anchor != place.anchor {
+            *anchor = place.anchor;
+        }
+        let at = place.at + (right * place.offset_px.x + up * place.offset_px.y) * wpp * zoom;
+        let next = Transform {
+            translation: at + Vec3::Z * 0.2,
+            rotation,
+            scale: Vec3::splat(scale),
+        };
+        if *transform != next {
+            *transform = next;
+        }
+    }
+}
+
+/// The point of a slab's plane under the pointer, and the slab: the
+/// nearest slab the pointer's ray meets.
+pub fn pick(walk: &Walk, ray: Ray3d) -> Option<(usize, Vec2)> {
+    walk.slabs
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| {
+            let dz = ray.direction.z;
+            if dz.abs() < 1e-6 {
+                return None;
+            }
+            let d = (s.corner.z - ray.origin.z) / dz;
+            let p = ray.origin + *ray.direction * d;
+            (d > 0.0 && s.rect().contains(p.truncate())).then_some((i, p.truncate(), d))
+        })
+        .min_by(|a, b| a.2.total_cmp(&b.2))
+        .map(|(i, p, _)| (i, p))
+}
+
+/// Names the cell under the pointer (its tensor, indices, value and
+/// gradient); a click flies to the tensor's op.
+#[allow(clippy::too_many_arguments)]
+fn hover(
+    windows: Query<&Window, With<bevy::window::PrimaryWindow>>,
+    cameras: Query<(&Camera, &GlobalTransform), With<SceneCamera>>,
+    buttons: Res<ButtonInput<MouseButton>>,
+    egui: Option<Res<bevy_egui::input::EguiWantsInput>>,
+    shown: Res<Shown>,
+    compute: Res<WalkCompute>,
+    mut view: ResMut<WalkView>,
+    mut hover: ResMut<Hover>,
+) {
+    let busy = egui.is_some_and(|e| e.wants_pointer_input() || e.is_pointer_over_area());
+    let hit = (|| {
+        if busy {
+            return None;
+        }
+        let walk = shown.walk.as_ref()?;
+        let window = windows.single().ok()?;
+        let (camera, at) = cameras.single().ok()?;
+        let pointer = window.cursor_position()?;
+        if !camera.logical_viewport_rect()?.contains(pointer) {
+            return None;
+        }
+        // (Bevy's viewport positions are on the window, the viewport's
+        // offset included.)
+        let ray = camera.viewport_to_world(at, pointer).ok()?;
+        let (i, p) = pick(walk, ray)?;
+        let (row, col) = layout::cell_at(&walk.slabs[i], p)?;
+        Some((i, row, col))
+    })();
+    let text = hit.and_then(|(i, row, col)| {
+        let walk = shown.walk.as_ref()?;
+        let computed = compute.computed()?;
+        let slab = &walk.slabs[i];
+        let value = draw::grid(computed, slab, Lens::Value)?[row * slab.cols + col];
+        let grad = draw::grid(computed, slab, Lens::Gradient).map(|g| g[row * slab.cols + col]);
+        let mut s = format!("{}[{row}, {col}] = {}", draw::title(slab), crate::app::scenes::flow::short(value));
+        if let Some(g) = grad {
+            s.push_str(&format!("   dL/d = {}", crate::app::scenes::flow::short(g)));
+        }
+        Some(s)
+    });
+    if hover.0 != text {
+        hover.0 = text;
+    }
+    // A click flies to the first beat of the current pass that shows the tensor.
+    if buttons.just_released(MouseButton::Left)
+        && let (Some((i, _, _)), Some(walk)) = (hit, &shown.walk)
+    {
+        let pass = walk.beats[view.beat().min(walk.beats.len() - 1)].pass;
+        if let Some(k) = walk
+            .beats
+            .iter()
+            .enumerate()
+            .skip(1)
+            .find(|(_, b)| b.pass == pass && b.slabs.first() == Some(&i))
+            .or_else(|| walk.beats.iter().enumerate().skip(1).find(|(_, b)| b.pass == pass && b.slabs.contains(&i)))
+            .map(|(k, _)| k)
+        {
+            view.playing = false;
+            view.t = k as f32;
+        }
+    }
+}

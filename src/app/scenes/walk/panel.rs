@@ -1,0 +1,189 @@
+//! The walk-through's egui: the toolbar (the prompt, play, step, speed)
+//! and the narration under the picture (where the tour is, what the op
+//! computes, the scrubber). Text the narration names is at the body size,
+//! 18 px and more in presenter mode.
+
+use super::compute::WalkCompute;
+use super::layout::{OpKind, Pass};
+use super::{Shown, WalkView};
+use crate::app::training::Run;
+use crate::app::ui::state::UiState;
+use bevy::prelude::*;
+use bevy_egui::{EguiContexts, egui};
+
+/// The narration's height as last drawn, in logical pixels (the camera
+/// fits the picture above it).
+#[derive(Resource, Clone, Copy, Debug, PartialEq)]
+pub struct NarrationHeight(pub f32);
+
+impl Default for NarrationHeight {
+    fn default() -> Self {
+        Self(140.0)
+    }
+}
+
+/// The narration of beat `k`: where it is, and what the op computes.
+pub fn narration(shown: &Shown, compute: &WalkCompute, run: &Run, k: usize) -> Option<(String, String)> {
+    let walk = shown.walk.as_ref()?;
+    let beat = walk.beats.get(k)?;
+    let config = run.config();
+    let flow = compute.computed().map(|c| &c.flow);
+    let place = match beat.layer {
+        Some(l) => crate::t!("walk-where-block", layer = l as i64),
+        None => String::new(),
+    };
+    let pass = match beat.pass {
+        Pass::Forward => crate::t!("walk-pass-forward"),
+        Pass::Backward => crate::t!("walk-pass-backward"),
+    };
+    let op = beat.node.clone().unwrap_or_else(|| match beat.kind {
+        OpKind::Overview => crate::t!("walk-the-model"),
+        _ => "loss".into(),
+    });
+    let title = if place.is_empty() {
+        format!("{pass} · {op}")
+    } else {
+        format!("{pass} · {place} · {op}")
+    };
+    let loss = flow
+        .and_then(|f| f.backward.as_ref())
+        .map_or("–".to_string(), |b| format!("{:.3}", b.loss));
+    let body = crate::i18n::tr(
+        &beat.kind.message(beat.pass),
+        &[
+            ("c", (config.d_model as i64).into()),
+            ("heads", (config.n_head as i64).into()),
+            ("head_size", ((config.d_model / config.n_head.max(1)) as i64).into()),
+            ("layers", (config.n_layer as i64).into()),
+            ("t", (flow.map_or(0, |f| f.tokens.len()) as i64).into()),
+            ("loss", loss.into()),
+        ],
+    );
+    Some((title, body))
+}
+
+/// The toolbar and the narration.
+pub fn panels(
+    mut contexts: EguiContexts,
+    ui_state: Res<UiState>,
+    run: Option<Res<Run>>,
+    compute: Res<WalkCompute>,
+    shown: Res<Shown>,
+    mut view: ResMut<WalkView>,
+    quads: Query<&super::draw::SlabQuad>,
+    mut narration_height: ResMut<NarrationHeight>,
+) -> Result {
+    let ctx = contexts.ctx_mut()?;
+    let (Some(at), Some(run)) = (ui_state.central_rect(ctx), run) else {
+        return Ok(());
+    };
+    let beats = shown.walk.as_ref().map_or(0, |w| w.beats.len());
+    crate::app::ui::scene_toolbar(ctx, "walk-toolbar", at, |ui| {
+        let edit = ui.add(
+            egui::TextEdit::singleline(&mut view.prompt)
+                .desired_width(220.0)
+                .hint_text(crate::t!("flow-prompt-hint")),
+        );
+        if edit.changed() {
+            view.prompt_set = true;
+            view.prompt_corpus.clear();
+        }
+        if beats == 0 {
+            return;
+        }
+        let k = view.beat().min(beats - 1);
+        if ui.button("⏮").on_hover_text(crate::t!("walk-previous")).clicked() {
+            view.playing = false;
+            view.go_to(k.saturating_sub(1));
+        }
+        let play = if view.playing { crate::t!("walk-pause") } else { crate::t!("walk-play") };
+        if ui.button(play).clicked() {
+            view.playing = !view.playing;
+            if view.playing && k + 1 >= beats {
+                view.t = 0.0;
+                view.visited.clear();
+            }
+        }
+        if ui.button("⏭").on_hover_text(crate::t!("walk-next")).clicked() {
+            view.playing = false;
+            view.t = (k + 1).min(beats - 1) as f32;
+        }
+        let backward = shown
+            .walk
+            .as_ref()
+            .and_then(|w| w.beats.iter().position(|b| b.pass == Pass::Backward));
+        if let Some(b) = backward
+            && ui.button(crate::t!("walk-to-backward")).clicked()
+        {
+            view.t = b as f32;
+        }
+        ui.label(crate::t!("walk-speed"));
+        ui.add(egui::Slider::new(&mut view.speed, 0.1..=3.0).show_value(false));
+    });
+    let status = match (compute.computed(), compute.error_message()) {
+        (_, Some(e)) => e.to_string(),
+        (Some(c), None) => crate::t!(
+            "walk-status",
+            step = c.step as i64,
+            device = compute.latest.as_ref().map_or("", |a| a.device),
+        ),
+        (None, None) => crate::t!("walk-computing"),
+    };
+    crate::app::ui::toolbar::scene_status(ctx, "walk-status", "walk-toolbar", at, status);
+    if beats == 0 {
+        return Ok(());
+    }
+    // The narration, across the bottom of the view.
+    let k = view.beat().min(beats - 1);
+    let (title, body) = narration(&shown, &compute, &run, k).unwrap_or_default();
+    let drawn = egui::Area::new(egui::Id::new("walk-narration"))
+        .pivot(egui::Align2::LEFT_BOTTOM)
+        .fixed_pos(egui::pos2(at.min.x + 8.0, at.max.y - 6.0))
+        .order(egui::Order::Middle)
+        .show(ctx, |ui| {
+            egui::Frame::popup(ui.style()).show(ui, |ui| {
+                ui.set_width(at.width() - 36.0);
+                ui.horizontal(|ui| {
+                    ui.label(egui::RichText::new(format!("{} / {}", k + 1, beats)).weak());
+                    ui.label(egui::RichText::new(title).strong().size(20.0));
+                });
+                ui.add(egui::Label::new(egui::RichText::new(body).size(16.0)).wrap_mode(egui::TextWrapMode::Wrap));
+                if let Some(line) = scale_line(&shown, &quads, k) {
+                    ui.label(egui::RichText::new(line).weak());
+                }
+                let mut t = view.t;
+                let slider = egui::Slider::new(&mut t, 0.0..=(beats as f32 - 0.01))
+                    .show_value(false)
+                    .trailing_fill(true);
+                ui.spacing_mut().slider_width = at.width() - 60.0;
+                if ui.add(slider).changed() {
+                    view.playing = false;
+                    view.t = t;
+                }
+            });
+        });
+    // Points to logical pixels (presenter mode zooms egui).
+    let height = NarrationHeight((drawn.response.rect.height() + 10.0) * ctx.zoom_factor());
+    if (height.0 - narration_height.0).abs() > 1.0 {
+        *narration_height = height;
+    }
+    Ok(())
+}
+
+/// The colour scale of the beat's output: each tensor is coloured on its
+/// own, the 99th percentile of |v| at full colour.
+fn scale_line(shown: &Shown, quads: &Query<&super::draw::SlabQuad>, k: usize) -> Option<String> {
+    let walk = shown.walk.as_ref()?;
+    let (_, gradient) = super::state_at(walk, k);
+    let out = *walk.beats.get(k)?.slabs.first()?;
+    if k == 0 {
+        return None;
+    }
+    let quad = quads.iter().find(|q| q.slab == out)?;
+    let name = super::draw::title(&walk.slabs[out]);
+    let short = crate::app::scenes::flow::short;
+    Some(match (gradient[out], quad.grad_scale) {
+        (true, Some(s)) => crate::t!("walk-scale-gradient", name = name, scale = short(s)),
+        _ => crate::t!("walk-scale", name = name, scale = short(quad.value_scale)),
+    })
+}

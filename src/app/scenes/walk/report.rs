@@ -1,0 +1,151 @@
+//! What the walk-through reports: the data behind it (the pass as
+//! `tinygpt flow --all-positions --backward --json` prints it, with the
+//! weights' step), and its field of the headless line: the tour's beats,
+//! the beat shown, the beats played, and where each tensor and each shown
+//! label is on screen.
+
+use super::compute::WalkCompute;
+use super::draw::{ScreenLabel, SlabQuad};
+
+use super::{Shown, WalkView, state_at};
+use crate::app::canvas::SceneCamera;
+use crate::app::registry::{Report, SceneApp};
+use crate::app::scenes::Scene;
+use bevy::prelude::*;
+use serde_json::{Value, json};
+
+/// Registers the scene's data and fields.
+pub fn register(app: &mut App) {
+    app.scene_data(Scene::Walk, data)
+        .report_field(Report::Headless, "walk", headless)
+        .report_field(Report::Page, "walk", page);
+}
+
+fn data(compute: Res<WalkCompute>) -> Value {
+    match (compute.computed(), compute.error_message()) {
+        (_, Some(e)) => json!({ "error": e }),
+        (Some(c), None) => {
+            let mut v = c.flow.to_json();
+            v["step"] = json!(c.step);
+            v
+        }
+        (None, None) => json!({ "error": "not computed yet" }),
+    }
+}
+
+/// The page's field (the browser test reads it).
+fn page(scene: Res<State<Scene>>, view: Res<WalkView>, shown: Res<Shown>, compute: Res<WalkCompute>) -> Value {
+    if *scene.get() != Scene::Walk {
+        return Value::Null;
+    }
+    json!({
+        "beat": view.beat(),
+        "beats": shown.walk.as_ref().map(|w| w.beats.len()),
+        "playing": view.playing,
+        "device": compute.latest.as_ref().map(|a| a.device),
+        "error": compute.error_message(),
+    })
+}
+
+/// Where a world box lands on the target, in physical pixels.
+fn px_box(camera: &Camera, at: &GlobalTransform, corners: &[Vec3]) -> Option<[f32; 4]> {
+    let scale = camera.target_scaling_factor().unwrap_or(1.0);
+    let mut lo = Vec2::splat(f32::INFINITY);
+    let mut hi = Vec2::splat(f32::NEG_INFINITY);
+    for &c in corners {
+        let p = camera.world_to_viewport(at, c).ok()? * scale;
+        lo = lo.min(p);
+        hi = hi.max(p);
+    }
+    Some([lo.x.round(), lo.y.round(), hi.x.round(), hi.y.round()])
+}
+
+#[allow(clippy::type_complexity)]
+fn headless(
+    scene: Res<State<Scene>>,
+    view: Res<WalkView>,
+    shown: Res<Shown>,
+    compute: Res<WalkCompute>,
+    quads: Query<&SlabQuad>,
+    labels: Query<(
+        &Text2d,
+        &bevy::sprite::Anchor,
+        &GlobalTransform,
+        &bevy::text::TextLayoutInfo,
+        &InheritedVisibility,
+    ), With<ScreenLabel>>,
+    cameras: Query<(&Camera, &GlobalTransform), With<SceneCamera>>,
+) -> Value {
+    if *scene.get() != Scene::Walk {
+        return Value::Null;
+    }
+    let (Some(walk), Ok((camera, camera_at))) = (&shown.walk, cameras.single()) else {
+        return json!({ "error": compute.error_message().unwrap_or("not drawn yet") });
+    };
+    let k = view.beat().min(walk.beats.len() - 1);
+    let (focused, gradient) = state_at(walk, k);
+    let drawn: Vec<usize> = quads.iter().map(|q| q.slab).collect();
+    let slabs: Vec<Value> = walk
+        .slabs
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let r = s.rect();
+            let z = s.corner.z;
+            let corners = [
+                Vec3::new(r.min.x, r.min.y, z),
+                Vec3::new(r.max.x, r.min.y, z),
+                Vec3::new(r.min.x, r.max.y, z),
+                Vec3::new(r.max.x, r.max.y, z),
+            ];
+            json!({
+                "name": s.name,
+                "rows": s.rows,
+                "cols": s.cols,
+                "family": s.family,
+                "px": px_box(camera, camera_at, &corners),
+                "focused": focused[i],
+                "gradient": gradient[i],
+                "drawn": drawn.contains(&i),
+            })
+        })
+        .collect();
+    let labels: Vec<Value> = labels
+        .iter()
+        .filter(|(.., v)| v.get())
+        .map(|(text, anchor, at, layout, _)| {
+            // The box of the laid-out text, scaled as drawn, from its
+            // anchor (bottom-left, bottom-centre or bottom-right).
+            let size = layout.size * at.scale().x;
+            let right = at.right() * size.x;
+            let up = at.up() * size.y;
+            let origin = at.translation() - right * (anchor.as_vec().x + 0.5) - up * (anchor.as_vec().y + 0.5);
+            let corners = [origin, origin + right, origin + up, origin + right + up];
+            json!({ "text": text.0, "px": px_box(camera, camera_at, &corners) })
+        })
+        .collect();
+    let beats: Vec<Value> = walk
+        .beats
+        .iter()
+        .map(|b| {
+            json!({
+                "kind": b.kind,
+                "pass": b.pass,
+                "node": b.node,
+                "layer": b.layer,
+                "output": b.slabs.first(),
+            })
+        })
+        .collect();
+    json!({
+        "beat": k,
+        "t": view.t,
+        "playing": view.playing,
+        "beats": beats,
+        "visited": view.visited,
+        "slabs": slabs,
+        "labels": labels,
+        "device": compute.latest.as_ref().map(|a| a.device),
+        "step": compute.computed().map(|c| c.step),
+    })
+}
