@@ -188,3 +188,26 @@ fn use_label_font(mut fonts: ResMut<Assets<Font>>) {
         Font::from_bytes(LABEL_FONT.to_vec()),
     );
 }
+
+/// A byte as a chip shows it: the space as ␣, escapes for the unprintable.
+pub fn chip_text(byte: u8) -> String {
+    match byte {
+        b' ' => "␣".into(),
+        _ => crate::probe::byte_label(byte),
+    }
+}
+
+/// A number in four significant digits.
+pub fn short(x: f32) -> String {
+    let a = x.abs();
+    if a == 0.0 {
+        "0".into()
+    } else if !(1e-3..1e4).contains(&a) {
+        format!("{x:.2e}")
+    } else {
+        format!("{x:.4}")
+            .trim_end_matches('0')
+            .trim_end_matches('.')
+            .to_string()
+    }
+}

@@ -10,7 +10,7 @@ use crate::app::canvas::{SceneRegion, cell_texture};
 use crate::app::heatmap;
 use crate::app::scenes::Scene;
 use crate::flow::Flow;
-use crate::probe::byte_label;
+use crate::app::canvas::{chip_text, short};
 use crate::program::{Program, TensorKind};
 use crate::worked::Worked;
 use bevy::prelude::*;
@@ -618,29 +618,6 @@ fn spawn_probs<B: Bundle>(
         },
         item(),
     ));
-}
-
-/// A byte as a chip shows it: the space as ␣, escapes for the unprintable.
-pub fn chip_text(byte: u8) -> String {
-    match byte {
-        b' ' => "␣".into(),
-        _ => byte_label(byte),
-    }
-}
-
-/// A number in four significant digits.
-pub fn short(x: f32) -> String {
-    let a = x.abs();
-    if a == 0.0 {
-        "0".into()
-    } else if !(1e-3..1e4).contains(&a) {
-        format!("{x:.2e}")
-    } else {
-        format!("{x:.4}")
-            .trim_end_matches('0')
-            .trim_end_matches('.')
-            .to_string()
-    }
 }
 
 /// The numbers of one node (the op zoom): its name and maths, and a window

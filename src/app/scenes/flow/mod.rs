@@ -37,7 +37,6 @@ use crate::lesson::{Action, Focus};
 use bevy::prelude::*;
 use compute::{FlowCompute, FlowRequest};
 use draw::{FlowTarget, NodeStrip, Pulse, Reveal};
-pub use draw::{chip_text, short};
 pub use layout::Zoom;
 
 /// Which pass the picture plays and shows.
@@ -583,7 +582,7 @@ fn hover(
                 format!(
                     "{what}{}[{j}] = {}",
                     flow.nodes[i].name,
-                    draw::short(values[j])
+                    crate::app::canvas::short(values[j])
                 )
             }
             FlowTarget::Head { layer, head } => {
@@ -592,7 +591,7 @@ fn hover(
             FlowTarget::Chip(p) => crate::t!(
                 "flow-hover-chip",
                 position = p,
-                byte = draw::chip_text(flow.tokens[p]),
+                byte = crate::app::canvas::chip_text(flow.tokens[p]),
             ),
             FlowTarget::Block(b) => crate::t!("flow-hover-block", name = region.name.as_str(), block = b),
         })

@@ -7,7 +7,7 @@
 //! the signed-max aggregate that keeps a tensor larger than its texture
 //! legible.
 
-use super::layout::Family;
+use super::layout::TensorFamily;
 
 /// Zero, on every diverging scale (lighter than the background, so a
 /// tensor of zeros still shows its shape).
@@ -21,42 +21,42 @@ pub const MAX_SIDE: usize = 1024;
 
 /// What a tensor's cells show.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Lens {
+pub enum CellLens {
     Value,
     Gradient,
 }
 
 /// The two ends of a family's diverging scale (negative, positive), linear
 /// RGB-ish sRGB triples.
-fn ends(family: Family, lens: Lens) -> ([f32; 3], [f32; 3]) {
+fn ends(family: TensorFamily, lens: CellLens) -> ([f32; 3], [f32; 3]) {
     match (lens, family) {
-        (Lens::Gradient, _) => ([0.93, 0.35, 0.72], [0.25, 0.82, 0.76]),
-        (Lens::Value, Family::Weight) => ([0.98, 0.60, 0.22], [0.35, 0.62, 1.0]),
+        (CellLens::Gradient, _) => ([0.93, 0.35, 0.72], [0.25, 0.82, 0.76]),
+        (CellLens::Value, TensorFamily::Weight) => ([0.98, 0.60, 0.22], [0.35, 0.62, 1.0]),
         _ => ([0.72, 0.48, 0.92], [0.40, 0.85, 0.42]),
     }
 }
 
 /// The frame's colour of a family (the positive end).
-pub fn frame(family: Family, lens: Lens) -> [f32; 3] {
+pub fn frame(family: TensorFamily, lens: CellLens) -> [f32; 3] {
     match family {
-        Family::Probability => [0.98, 0.75, 0.25],
-        Family::Loss => [0.95, 0.45, 0.35],
+        TensorFamily::Probability => [0.98, 0.75, 0.25],
+        TensorFamily::Loss => [0.95, 0.45, 0.35],
         _ => ends(family, lens).1,
     }
 }
 
 /// The colour of `v` on `family`'s scale of half-width `scale`.
-pub fn colour(v: f32, scale: f32, family: Family, lens: Lens) -> [u8; 4] {
+pub fn colour(v: f32, scale: f32, family: TensorFamily, lens: CellLens) -> [u8; 4] {
     if v.is_nan() {
         return MASKED;
     }
     match (family, lens) {
-        (Family::Probability, Lens::Value) => {
+        (TensorFamily::Probability, CellLens::Value) => {
             crate::app::heatmap::sequential((v / scale.max(1e-12)).sqrt())
         }
-        (Family::Loss, Lens::Value) => {
+        (TensorFamily::Loss, CellLens::Value) => {
             let f = (v / scale.max(1e-12)).clamp(0.0, 1.0);
-            mix(ZERO, frame(Family::Loss, lens), f)
+            mix(ZERO, frame(TensorFamily::Loss, lens), f)
         }
         _ => {
             let (neg, pos) = ends(family, lens);
@@ -77,10 +77,10 @@ fn mix(a: [f32; 3], b: [f32; 3], f: f32) -> [u8; 4] {
 
 /// The scale a tensor is coloured on: the 99th percentile of |v| over its
 /// finite values (the probabilities: their largest).
-pub fn scale_of(values: &[f32], family: Family) -> f32 {
+pub fn scale_of(values: &[f32], family: TensorFamily) -> f32 {
     let finite: Vec<f32> = values.iter().copied().filter(|v| v.is_finite()).collect();
     match family {
-        Family::Probability | Family::Loss => finite.iter().copied().fold(0.0, f32::max),
+        TensorFamily::Probability | TensorFamily::Loss => finite.iter().copied().fold(0.0, f32::max),
         _ => crate::app::heatmap::abs_percentile(&finite, 0.99),
     }
 }
@@ -109,7 +109,7 @@ pub fn aggregate(values: &[f32], rows: usize, cols: usize) -> (Vec<f32>, usize, 
 }
 
 /// RGBA8 pixels of a grid.
-pub fn pixels(values: &[f32], scale: f32, family: Family, lens: Lens) -> Vec<u8> {
+pub fn pixels(values: &[f32], scale: f32, family: TensorFamily, lens: CellLens) -> Vec<u8> {
     values
         .iter()
         .flat_map(|&v| colour(v, scale, family, lens))
@@ -122,15 +122,15 @@ mod tests {
 
     #[test]
     fn zero_is_the_same_grey_in_every_family_and_the_signs_differ() {
-        for family in [Family::Activation, Family::Weight] {
-            for lens in [Lens::Value, Lens::Gradient] {
-                assert_eq!(colour(0.0, 1.0, family, lens), colour(0.0, 2.0, Family::Activation, Lens::Value));
+        for family in [TensorFamily::Activation, TensorFamily::Weight] {
+            for lens in [CellLens::Value, CellLens::Gradient] {
+                assert_eq!(colour(0.0, 1.0, family, lens), colour(0.0, 2.0, TensorFamily::Activation, CellLens::Value));
                 assert_ne!(colour(1.0, 1.0, family, lens), colour(-1.0, 1.0, family, lens));
             }
         }
         assert_ne!(
-            colour(1.0, 1.0, Family::Weight, Lens::Value),
-            colour(1.0, 1.0, Family::Activation, Lens::Value)
+            colour(1.0, 1.0, TensorFamily::Weight, CellLens::Value),
+            colour(1.0, 1.0, TensorFamily::Activation, CellLens::Value)
         );
     }
 

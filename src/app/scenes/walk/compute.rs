@@ -14,7 +14,7 @@ use crate::flow::FlowAll;
 use crate::model::config::Config;
 use crate::model::params::NamedTensor;
 use super::draw::{Textures, textures};
-use super::layout::{Shape, Walk, layout};
+use super::layout::{Shape, WalkLayout, layout};
 use bevy::prelude::*;
 
 /// What one computation was asked for.
@@ -41,7 +41,7 @@ pub struct Computed {
     pub params: Vec<NamedTensor>,
     pub step: u64,
     /// The picture's geometry for this model and prompt.
-    pub walk: Walk,
+    pub walk: WalkLayout,
     /// Every tensor's textures, coloured here, off the frame.
     pub textures: Textures,
 }

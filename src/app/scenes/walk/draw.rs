@@ -3,9 +3,9 @@
 //! frame in its family's colour, its label, and the prompt's bytes over
 //! the columns. Entities, not cells: a tensor of any size is one sprite.
 
-use super::colour::{self, Lens};
+use super::colour::{self, CellLens};
 use super::compute::Computed;
-use super::layout::{Family, Slab, Source, Stage, Walk};
+use super::layout::{TensorFamily, Slab, Source, StageColumn, WalkLayout};
 use super::{Scene, WalkItem};
 use bevy::asset::RenderAssetUsages;
 use bevy::image::ImageSampler;
@@ -56,12 +56,12 @@ pub struct ScreenLabel {
 
 /// A stage's title (shown in the overview; a block's over its attention
 /// column, the first of its two).
-pub fn stage_title(stage: Stage) -> Option<String> {
+pub fn stage_title(stage: StageColumn) -> Option<String> {
     Some(match stage {
-        Stage::Embedding => crate::t!("walk-stage-embedding"),
-        Stage::Attention(l) => crate::t!("walk-stage-block", layer = l as i64),
-        Stage::Mlp(_) => return None,
-        Stage::Head => crate::t!("walk-stage-head"),
+        StageColumn::Embedding => crate::t!("walk-stage-embedding"),
+        StageColumn::Attention(l) => crate::t!("walk-stage-block", layer = l as i64),
+        StageColumn::Mlp(_) => return None,
+        StageColumn::Head => crate::t!("walk-stage-head"),
     })
 }
 
@@ -70,7 +70,7 @@ pub const LABEL_FONT_PX: f32 = 32.0;
 
 /// A tensor's numbers as drawn, rows × cols row-major (NaN: nothing
 /// there), for its values or its gradient.
-pub fn grid(computed: &Computed, slab: &Slab, lens: Lens) -> Option<Vec<f32>> {
+pub fn grid(computed: &Computed, slab: &Slab, lens: CellLens) -> Option<Vec<f32>> {
     let flow = &computed.flow;
     let t = flow.tokens.len();
     let (rows, cols) = (slab.rows, slab.cols);
@@ -78,8 +78,8 @@ pub fn grid(computed: &Computed, slab: &Slab, lens: Lens) -> Option<Vec<f32>> {
         (Source::Node(name), _) => {
             let node = flow.nodes.iter().find(|n| &n.name == name)?;
             let by_position = match lens {
-                Lens::Value => &node.values,
-                Lens::Gradient => node.grad.as_ref()?,
+                CellLens::Value => &node.values,
+                CellLens::Gradient => node.grad.as_ref()?,
             };
             let mut out = vec![0.0; rows * cols];
             for (p, row) in by_position.iter().enumerate().take(cols) {
@@ -91,8 +91,8 @@ pub fn grid(computed: &Computed, slab: &Slab, lens: Lens) -> Option<Vec<f32>> {
         }
         (Source::Param { name, transposed }, _) => {
             let values = match lens {
-                Lens::Value => computed.param(name)?.values.as_slice(),
-                Lens::Gradient => computed.param_grad(name)?,
+                CellLens::Value => computed.param(name)?.values.as_slice(),
+                CellLens::Gradient => computed.param_grad(name)?,
             };
             if values.len() != rows * cols {
                 return None;
@@ -109,7 +109,7 @@ pub fn grid(computed: &Computed, slab: &Slab, lens: Lens) -> Option<Vec<f32>> {
                 values.to_vec()
             })
         }
-        (Source::Attention { layer, head }, Lens::Value) => {
+        (Source::Attention { layer, head }, CellLens::Value) => {
             let p = flow.attention.get(*layer)?.get(*head)?;
             let mut out = vec![f32::NAN; t * t];
             for (query, weights) in p.iter().enumerate() {
@@ -119,7 +119,7 @@ pub fn grid(computed: &Computed, slab: &Slab, lens: Lens) -> Option<Vec<f32>> {
             }
             Some(out)
         }
-        (Source::Probs, Lens::Value) => {
+        (Source::Probs, CellLens::Value) => {
             let mut out = vec![0.0; 256 * t];
             for (p, probs) in flow.probs.iter().enumerate() {
                 for (v, x) in probs.iter().enumerate() {
@@ -128,7 +128,7 @@ pub fn grid(computed: &Computed, slab: &Slab, lens: Lens) -> Option<Vec<f32>> {
             }
             Some(out)
         }
-        (Source::Loss, Lens::Value) => Some(
+        (Source::Loss, CellLens::Value) => Some(
             flow.backward
                 .as_ref()?
                 .losses
@@ -152,7 +152,7 @@ pub struct Pixels {
 
 impl Pixels {
     /// The colours of `values` (a grid of `slab`) on its family's scale.
-    pub fn of(values: &[f32], slab: &Slab, lens: Lens) -> Pixels {
+    pub fn of(values: &[f32], slab: &Slab, lens: CellLens) -> Pixels {
         let scale = colour::scale_of(values, slab.family);
         let (grid, rows, cols) = colour::aggregate(values, slab.rows, slab.cols);
         Pixels {
@@ -185,13 +185,13 @@ impl Pixels {
 pub type Textures = Vec<Option<(Pixels, Option<Pixels>)>>;
 
 /// Colours every slab of `walk` from `computed` (off the frame).
-pub fn textures(walk: &Walk, computed: &Computed) -> Textures {
+pub fn textures(walk: &WalkLayout, computed: &Computed) -> Textures {
     walk.slabs
         .iter()
         .map(|slab| {
-            let values = grid(computed, slab, Lens::Value)?;
-            let grads = grid(computed, slab, Lens::Gradient).map(|g| Pixels::of(&g, slab, Lens::Gradient));
-            Some((Pixels::of(&values, slab, Lens::Value), grads))
+            let values = grid(computed, slab, CellLens::Value)?;
+            let grads = grid(computed, slab, CellLens::Gradient).map(|g| Pixels::of(&g, slab, CellLens::Gradient));
+            Some((Pixels::of(&values, slab, CellLens::Value), grads))
         })
         .collect()
 }
@@ -231,7 +231,7 @@ pub fn title(slab: &Slab) -> String {
 pub fn spawn(
     commands: &mut Commands,
     images: &mut Assets<Image>,
-    walk: &Walk,
+    walk: &WalkLayout,
     computed: &Computed,
     textures: &Textures,
 ) {
@@ -289,7 +289,7 @@ pub fn spawn(
             WalkItem,
             DespawnOnExit(Scene::Walk),
         ));
-        let [r, g, b] = colour::frame(slab.family, Lens::Value);
+        let [r, g, b] = colour::frame(slab.family, CellLens::Value);
         let border = (size.min_element() * 0.04).clamp(0.35, 1.5);
         commands.spawn((
             Sprite::from_color(Color::srgb(r, g, b), size + Vec2::splat(2.0 * border)),
@@ -299,7 +299,7 @@ pub fn spawn(
             DespawnOnExit(Scene::Walk),
         ));
         // Thin slabs (biases, γ, β) are named by their weight's label.
-        if slab.cols > 1 || slab.family == Family::Loss {
+        if slab.cols > 1 || slab.family == TensorFamily::Loss {
             let shape = format!("{} × {}", slab.rows, slab.cols);
             // Beside the tensor, on the side away from the spine: a weight's
             // to its left, everything else's to its right, so no label runs
@@ -307,7 +307,7 @@ pub fn spawn(
             // for that, over it (a weight's ending at its right edge, so it
             // never meets its output's).
             let top_right = slab.corner + Vec3::X * size.x;
-            let places = if slab.family == Family::Weight {
+            let places = if slab.family == TensorFamily::Weight {
                 vec![
                     Place { at: slab.corner, anchor: Anchor::TOP_RIGHT, offset_px: Vec2::new(-8.0, 0.0) },
                     Place { at: top_right, anchor: Anchor::BOTTOM_RIGHT, offset_px: Vec2::new(0.0, 4.0) },
@@ -351,7 +351,7 @@ pub fn spawn(
             for (p, &byte) in computed.flow.tokens.iter().enumerate().take(slab.cols) {
                 let at = slab.corner + Vec3::new((p as f32 + 0.5) * slab.cell.x, 0.0, 0.0);
                 commands.spawn((
-                    Text2d::new(crate::app::scenes::flow::chip_text(byte)),
+                    Text2d::new(crate::app::canvas::chip_text(byte)),
                     TextFont::from_font_size(LABEL_FONT_PX),
                     TextColor(Color::srgb(0.92, 0.93, 0.95)),
                     Anchor::BOTTOM_CENTER,

@@ -31,7 +31,7 @@ pub const POSITION: f32 = 3.0;
 /// What colours a tensor: each family its own diverging scale.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Family {
+pub enum TensorFamily {
     Activation,
     Weight,
     /// Attention weights and next-byte probabilities: 0 to 1.
@@ -61,7 +61,7 @@ pub struct Slab {
     /// Its name in the program (`h.0.attn.qkv`, `transformer.wte.weight`…).
     pub name: String,
     pub source: Source,
-    pub family: Family,
+    pub family: TensorFamily,
     /// Rows and columns as drawn.
     pub rows: usize,
     pub cols: usize,
@@ -93,7 +93,7 @@ impl Slab {
 /// Which way a beat goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Pass {
+pub enum TourPass {
     Forward,
     Backward,
 }
@@ -119,15 +119,15 @@ pub enum OpKind {
 
 impl OpKind {
     /// The narration's message id for this op in `pass`.
-    pub fn message(self, pass: Pass) -> String {
+    pub fn message(self, pass: TourPass) -> String {
         let kind = serde_json::to_value(self)
             .ok()
             .and_then(|v| v.as_str().map(str::to_string))
             .unwrap_or_default()
             .replace('_', "-");
         match pass {
-            Pass::Forward => format!("walk-forward-{kind}"),
-            Pass::Backward => format!("walk-backward-{kind}"),
+            TourPass::Forward => format!("walk-forward-{kind}"),
+            TourPass::Backward => format!("walk-backward-{kind}"),
         }
     }
 }
@@ -136,27 +136,27 @@ impl OpKind {
 #[derive(Clone, Debug)]
 pub struct Beat {
     pub kind: OpKind,
-    pub pass: Pass,
+    pub pass: TourPass,
     /// The flow node it writes (forward) or whose gradient arrives
     /// (backward); the tour's order is the program's order of these.
     pub node: Option<String>,
     pub layer: Option<usize>,
-    /// The slabs in view (indices into [`Walk::slabs`]); the first is the
+    /// The slabs in view (indices into [`WalkLayout::slabs`]); the first is the
     /// output.
     pub slabs: Vec<usize>,
 }
 
 /// The whole picture.
 #[derive(Clone, Debug)]
-pub struct Walk {
+pub struct WalkLayout {
     pub slabs: Vec<Slab>,
     pub beats: Vec<Beat>,
     /// Each stage's column: its top-left corner (its leftmost tensor's),
     /// and what it is.
-    pub stage_tops: Vec<(Vec2, Stage)>,
+    pub stage_tops: Vec<(Vec2, StageColumn)>,
 }
 
-impl Walk {
+impl WalkLayout {
     /// The slab named `name`.
     pub fn slab(&self, name: &str) -> Option<usize> {
         self.slabs.iter().position(|s| s.name == name)
@@ -183,7 +183,7 @@ impl Walk {
 
 /// A column of the picture.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stage {
+pub enum StageColumn {
     Embedding,
     Attention(usize),
     Mlp(usize),
@@ -219,7 +219,7 @@ impl Builder {
         self.push(Slab {
             name: name.to_string(),
             source: Source::Node(name.to_string()),
-            family: Family::Activation,
+            family: TensorFamily::Activation,
             rows,
             cols: self.t,
             cell: Vec2::new(POSITION, 1.0),
@@ -243,7 +243,7 @@ impl Builder {
         self.push(Slab {
             name: name.clone(),
             source: Source::Param { name, transposed },
-            family: Family::Weight,
+            family: TensorFamily::Weight,
             rows,
             cols,
             cell: Vec2::ONE,
@@ -306,7 +306,7 @@ impl Builder {
     fn beat(&mut self, kind: OpKind, node: Option<&str>, layer: Option<usize>, slabs: Vec<usize>) {
         self.beats.push(Beat {
             kind,
-            pass: Pass::Forward,
+            pass: TourPass::Forward,
             node: node.map(str::to_string),
             layer,
             slabs,
@@ -315,7 +315,7 @@ impl Builder {
 }
 
 /// The picture of a model of `shape`.
-pub fn layout(shape: Shape) -> Walk {
+pub fn layout(shape: Shape) -> WalkLayout {
     let c = shape.d_model;
     let t = shape.tokens.max(1);
     // The width of an activation (T columns).
@@ -348,7 +348,7 @@ pub fn layout(shape: Shape) -> Walk {
         0.0,
         None,
     );
-    stage_tops.push((Vec2::ZERO, Stage::Embedding));
+    stage_tops.push((Vec2::ZERO, StageColumn::Embedding));
     b.beat(OpKind::Embedding, Some("emb"), None, vec![emb, wte_t, wpe_t]);
     let mut stream_in = emb;
     x += tf;
@@ -359,7 +359,7 @@ pub fn layout(shape: Shape) -> Walk {
         // The attention's weights (C columns) left of the stage's spine.
         x += STAGE_GAP + c as f32 + NEAR * 2.0 + 1.0;
         let mut y = 0.0;
-        stage_tops.push((Vec2::new(x - c as f32 - NEAR * 2.0 - 1.0, y), Stage::Attention(layer)));
+        stage_tops.push((Vec2::new(x - c as f32 - NEAR * 2.0 - 1.0, y), StageColumn::Attention(layer)));
         let (ln1, g1, b1) = b.layer_norm(&format!("{h}.ln_1.out"), &format!("{module}.ln_1"), c, x, y, l);
         b.beat(OpKind::LayerNorm, Some(&format!("{h}.ln_1.out")), l, vec![ln1, g1, b1, stream_in]);
         y -= c as f32 + OP_GAP;
@@ -371,7 +371,7 @@ pub fn layout(shape: Shape) -> Walk {
                 b.push(Slab {
                     name: format!("{h}.attn.p.{head}"),
                     source: Source::Attention { layer, head },
-                    family: Family::Probability,
+                    family: TensorFamily::Probability,
                     rows: t,
                     cols: t,
                     cell: Vec2::splat(POSITION),
@@ -403,7 +403,7 @@ pub fn layout(shape: Shape) -> Walk {
         x += tf + OP_GAP + tf + (shape.n_head.saturating_sub(1)) as f32 * 2.0;
         x += STAGE_GAP * 0.5 + 4.0 * c as f32 + NEAR * 2.0 + 1.0;
         y = 0.0;
-        stage_tops.push((Vec2::new(x - 4.0 * c as f32 - NEAR * 2.0 - 1.0, y), Stage::Mlp(layer)));
+        stage_tops.push((Vec2::new(x - 4.0 * c as f32 - NEAR * 2.0 - 1.0, y), StageColumn::Mlp(layer)));
         let (ln2, g2, b2) = b.layer_norm(&format!("{h}.ln_2.out"), &format!("{module}.ln_2"), c, x, y, l);
         b.beat(OpKind::LayerNorm, Some(&format!("{h}.ln_2.out")), l, vec![ln2, g2, b2, res1]);
         y -= c as f32 + OP_GAP;
@@ -424,7 +424,7 @@ pub fn layout(shape: Shape) -> Walk {
     // The head: ln_f, the logits through the tied embedding, the
     // probabilities and the loss.
     x += STAGE_GAP + c as f32 + NEAR * 2.0 + 1.0;
-    stage_tops.push((Vec2::new(x - c as f32 - NEAR * 2.0, 0.0), Stage::Head));
+    stage_tops.push((Vec2::new(x - c as f32 - NEAR * 2.0, 0.0), StageColumn::Head));
     let mut y = 0.0;
     let (lnf, gf, bf) = b.layer_norm("ln_f.out", "transformer.ln_f", c, x, y, None);
     b.beat(OpKind::FinalNorm, Some("ln_f.out"), None, vec![lnf, gf, bf, stream_in]);
@@ -436,7 +436,7 @@ pub fn layout(shape: Shape) -> Walk {
     let probs = b.push(Slab {
         name: "probs".into(),
         source: Source::Probs,
-        family: Family::Probability,
+        family: TensorFamily::Probability,
         rows: 256,
         cols: t,
         cell: Vec2::new(POSITION, 1.0),
@@ -447,7 +447,7 @@ pub fn layout(shape: Shape) -> Walk {
     let loss = b.push(Slab {
         name: "loss".into(),
         source: Source::Loss,
-        family: Family::Loss,
+        family: TensorFamily::Loss,
         rows: 1,
         cols: t,
         cell: Vec2::new(POSITION, POSITION),
@@ -461,17 +461,17 @@ pub fn layout(shape: Shape) -> Walk {
     let all: Vec<usize> = (0..b.slabs.len()).collect();
     let mut beats = vec![Beat {
         kind: OpKind::Overview,
-        pass: Pass::Forward,
+        pass: TourPass::Forward,
         node: None,
         layer: None,
         slabs: all,
     }];
     beats.extend(forward.iter().cloned());
     beats.extend(forward.iter().rev().map(|beat| Beat {
-        pass: Pass::Backward,
+        pass: TourPass::Backward,
         ..beat.clone()
     }));
-    Walk {
+    WalkLayout {
         slabs: b.slabs,
         beats,
         stage_tops,
@@ -500,7 +500,7 @@ pub fn cell_at(slab: &Slab, at: Vec2) -> Option<(usize, usize)> {
 mod tests {
     use super::*;
 
-    fn small() -> Walk {
+    fn small() -> WalkLayout {
         layout(Shape {
             n_layer: 3,
             n_head: 3,
@@ -515,11 +515,11 @@ mod tests {
     #[test]
     fn every_weight_sits_left_of_its_output_with_its_rows() {
         let walk = small();
-        for beat in &walk.beats {
+        for beat in walk.beats.iter().filter(|b| b.kind != OpKind::Overview) {
             let out = &walk.slabs[beat.slabs[0]];
             for &i in &beat.slabs[1..] {
                 let s = &walk.slabs[i];
-                if s.family == Family::Weight && s.layer == out.layer && s.corner.y == out.corner.y {
+                if s.family == TensorFamily::Weight && s.layer == out.layer && s.corner.y == out.corner.y {
                     assert_eq!(s.rows, out.rows, "{} beside {}", s.name, out.name);
                     assert!(s.rect().max.x < out.rect().min.x, "{} left of {}", s.name, out.name);
                 }
@@ -552,8 +552,8 @@ mod tests {
     #[test]
     fn the_tour_is_forward_then_the_reverse() {
         let walk = small();
-        let forward: Vec<&Beat> = walk.beats.iter().filter(|b| b.pass == Pass::Forward).collect();
-        let backward: Vec<&Beat> = walk.beats.iter().filter(|b| b.pass == Pass::Backward).collect();
+        let forward: Vec<&Beat> = walk.beats.iter().filter(|b| b.pass == TourPass::Forward).collect();
+        let backward: Vec<&Beat> = walk.beats.iter().filter(|b| b.pass == TourPass::Backward).collect();
         assert_eq!(forward.len(), backward.len() + 1, "the overview opens the tour");
         let f: Vec<_> = forward[1..].iter().map(|b| (&b.node, b.kind)).collect();
         let mut r: Vec<_> = backward.iter().map(|b| (&b.node, b.kind)).collect();

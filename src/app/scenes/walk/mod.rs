@@ -30,10 +30,10 @@ use crate::app::ui::state::UiState;
 use crate::app::worker::Device;
 use bevy::camera::{PerspectiveProjection, Projection};
 use bevy::prelude::*;
-use colour::Lens;
+use colour::CellLens;
 use compute::{WalkCompute, WalkRequest};
 use draw::{ScreenLabel, SlabFrame, SlabQuad};
-use layout::{Pass, Walk};
+use layout::{TourPass, WalkLayout};
 
 /// What the walk-through shows and how it plays.
 #[derive(Resource, Clone, Debug)]
@@ -85,14 +85,14 @@ pub struct WalkItem;
 /// The picture shown: its layout and the pass it was drawn from.
 #[derive(Resource, Default)]
 pub struct Shown {
-    pub walk: Option<Walk>,
+    pub walk: Option<WalkLayout>,
     /// The compute generation it was drawn from.
     generation: u64,
     /// The prompt's bytes it was drawn with (labels over the columns).
     tokens: Vec<u8>,
     /// The beats' camera poses for the last frame size.
     poses: Vec<tour::Pose>,
-    frame: Option<tour::Frame>,
+    frame: Option<tour::FreeView>,
 }
 
 /// The scene camera as another scene left it (restored on leaving).
@@ -324,9 +324,9 @@ fn advance(time: Res<Time>, shown: Res<Shown>, mut view: ResMut<WalkView>) {
 }
 
 /// The viewport's free part (the toolbar above, the narration below).
-fn frame_of(camera: &Camera, narration: f32) -> Option<tour::Frame> {
+fn frame_of(camera: &Camera, narration: f32) -> Option<tour::FreeView> {
     let v = camera.logical_viewport_size()?;
-    (v.x >= 1.0 && v.y >= 1.0).then(|| tour::Frame {
+    (v.x >= 1.0 && v.y >= 1.0).then(|| tour::FreeView {
         width: v.x,
         height: v.y,
         // The toolbar, the status line under it, and the labels over the
@@ -365,7 +365,7 @@ fn fly(
 
 /// Which slabs the current beat shows, and which show their gradient: in
 /// the backward pass, every slab of the backward beats reached so far.
-pub fn state_at(walk: &Walk, beat: usize) -> (Vec<bool>, Vec<bool>) {
+pub fn state_at(walk: &WalkLayout, beat: usize) -> (Vec<bool>, Vec<bool>) {
     let n = walk.slabs.len();
     let beat = beat.min(walk.beats.len() - 1);
     let mut focused = vec![false; n];
@@ -373,8 +373,8 @@ pub fn state_at(walk: &Walk, beat: usize) -> (Vec<bool>, Vec<bool>) {
         focused[i] = true;
     }
     let mut gradient = vec![false; n];
-    if walk.beats[beat].pass == Pass::Backward {
-        for b in walk.beats[..=beat].iter().filter(|b| b.pass == Pass::Backward) {
+    if walk.beats[beat].pass == TourPass::Backward {
+        for b in walk.beats[..=beat].iter().filter(|b| b.pass == TourPass::Backward) {
             for &i in &b.slabs {
                 gradient[i] = layout::has_gradient(&walk.slabs[i]);
             }
@@ -416,7 +416,7 @@ fn shade(
     }
     for (frame, mut sprite) in &mut frames {
         let slab = &walk.slabs[frame.slab];
-        let lens = if gradient[frame.slab] { Lens::Gradient } else { Lens::Value };
+        let lens = if gradient[frame.slab] { CellLens::Gradient } else { CellLens::Value };
         let [r, g, b] = colour::frame(slab.family, lens);
         let a = if focused[frame.slab] { 1.0 } else { 0.25 };
         let c = Color::srgba(r, g, b, a);
@@ -532,7 +532,7 @@ fn size_labels(
 
 /// The point of a slab's plane under the pointer, and the slab: the
 /// nearest slab the pointer's ray meets.
-pub fn pick(walk: &Walk, ray: Ray3d) -> Option<(usize, Vec2)> {
+pub fn pick(walk: &WalkLayout, ray: Ray3d) -> Option<(usize, Vec2)> {
     walk.slabs
         .iter()
         .enumerate()
@@ -585,11 +585,11 @@ fn hover(
         let walk = shown.walk.as_ref()?;
         let computed = compute.computed()?;
         let slab = &walk.slabs[i];
-        let value = draw::grid(computed, slab, Lens::Value)?[row * slab.cols + col];
-        let grad = draw::grid(computed, slab, Lens::Gradient).map(|g| g[row * slab.cols + col]);
-        let mut s = format!("{}[{row}, {col}] = {}", draw::title(slab), crate::app::scenes::flow::short(value));
+        let value = draw::grid(computed, slab, CellLens::Value)?[row * slab.cols + col];
+        let grad = draw::grid(computed, slab, CellLens::Gradient).map(|g| g[row * slab.cols + col]);
+        let mut s = format!("{}[{row}, {col}] = {}", draw::title(slab), crate::app::canvas::short(value));
         if let Some(g) = grad {
-            s.push_str(&format!("   dL/d = {}", crate::app::scenes::flow::short(g)));
+            s.push_str(&format!("   dL/d = {}", crate::app::canvas::short(g)));
         }
         Some(s)
     });

@@ -4,7 +4,7 @@
 //! 18 px and more in presenter mode.
 
 use super::compute::WalkCompute;
-use super::layout::{OpKind, Pass};
+use super::layout::{OpKind, TourPass};
 use super::{Shown, WalkView};
 use crate::app::training::Run;
 use crate::app::ui::state::UiState;
@@ -33,8 +33,8 @@ pub fn narration(shown: &Shown, compute: &WalkCompute, run: &Run, k: usize) -> O
         None => String::new(),
     };
     let pass = match beat.pass {
-        Pass::Forward => crate::t!("walk-pass-forward"),
-        Pass::Backward => crate::t!("walk-pass-backward"),
+        TourPass::Forward => crate::t!("walk-pass-forward"),
+        TourPass::Backward => crate::t!("walk-pass-backward"),
     };
     let op = beat.node.clone().unwrap_or_else(|| match beat.kind {
         OpKind::Overview => crate::t!("walk-the-model"),
@@ -111,7 +111,7 @@ pub fn panels(
         let backward = shown
             .walk
             .as_ref()
-            .and_then(|w| w.beats.iter().position(|b| b.pass == Pass::Backward));
+            .and_then(|w| w.beats.iter().position(|b| b.pass == TourPass::Backward));
         if let Some(b) = backward
             && ui.button(crate::t!("walk-to-backward")).clicked()
         {
@@ -181,7 +181,7 @@ fn scale_line(shown: &Shown, quads: &Query<&super::draw::SlabQuad>, k: usize) ->
     }
     let quad = quads.iter().find(|q| q.slab == out)?;
     let name = super::draw::title(&walk.slabs[out]);
-    let short = crate::app::scenes::flow::short;
+    let short = crate::app::canvas::short;
     Some(match (gradient[out], quad.grad_scale) {
         (true, Some(s)) => crate::t!("walk-scale-gradient", name = name, scale = short(s)),
         _ => crate::t!("walk-scale", name = name, scale = short(quad.value_scale)),

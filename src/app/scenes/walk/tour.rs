@@ -4,7 +4,7 @@
 //! is a fixed rhythm: a short eased move (a cut with reduced motion), a
 //! still camera for the rest of the beat.
 
-use super::layout::Walk;
+use super::layout::WalkLayout;
 use bevy::prelude::*;
 
 /// The camera's vertical field of view.
@@ -45,7 +45,7 @@ impl Pose {
 /// The free part of the view the tensors must fit in, in pixels: the
 /// viewport, less the toolbar above and the narration below.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Frame {
+pub struct FreeView {
     pub width: f32,
     pub height: f32,
     pub top: f32,
@@ -63,7 +63,7 @@ pub fn rotation(overview: bool) -> Quat {
 }
 
 /// The pose that shows the box `lo..hi` whole in the frame's free part.
-pub fn fit(lo: Vec3, hi: Vec3, frame: Frame, rotation: Quat) -> Pose {
+pub fn fit(lo: Vec3, hi: Vec3, frame: FreeView, rotation: Quat) -> Pose {
     let free_h = (frame.height - frame.top - frame.bottom).max(frame.height * 0.3);
     let tan_y = (FOV_Y * 0.5).tan();
     let tan_x = tan_y * frame.width / frame.height;
@@ -97,7 +97,7 @@ pub fn fit(lo: Vec3, hi: Vec3, frame: Frame, rotation: Quat) -> Pose {
 }
 
 /// The pose of each beat.
-pub fn poses(walk: &Walk, frame: Frame) -> Vec<Pose> {
+pub fn poses(walk: &WalkLayout, frame: FreeView) -> Vec<Pose> {
     walk.beats
         .iter()
         .enumerate()
@@ -119,6 +119,13 @@ pub fn pose_at(poses: &[Pose], t: f32, reduced_motion: bool) -> Option<Pose> {
         return Some(poses[k]);
     }
     let f = ((t - k as f32) / MOVE_SHARE).clamp(0.0, 1.0);
+    // The ends exactly (the log-space zoom does not round-trip).
+    if f >= 1.0 - 1e-4 {
+        return Some(poses[k]);
+    }
+    if f <= 0.0 {
+        return Some(poses[k - 1]);
+    }
     let eased = f * f * (3.0 - 2.0 * f);
     Some(poses[k - 1].lerp(&poses[k], eased))
 }
@@ -132,8 +139,8 @@ pub fn world_per_px(distance: f32, viewport_height: f32) -> f32 {
 mod tests {
     use super::*;
 
-    fn frame() -> Frame {
-        Frame {
+    fn frame() -> FreeView {
+        FreeView {
             width: 1280.0,
             height: 720.0,
             top: 40.0,
