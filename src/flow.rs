@@ -352,6 +352,38 @@ pub struct BackwardAll {
     pub param_grads: Vec<(String, Vec<f32>)>,
 }
 
+impl FlowAll {
+    /// The forward pass read at one position, as [`run`] reads it (the same
+    /// numbers: `run` and `run_all` read one pass of the program), without
+    /// the backward pass (a [`Flow`]'s is of that one position's loss).
+    pub fn at(&self, position: usize) -> Option<Flow> {
+        (position < self.tokens.len()).then(|| Flow {
+            tokens: self.tokens.clone(),
+            position,
+            residual: self.residual.iter().map(|r| r[position].clone()).collect(),
+            probs: self.probs[position].clone(),
+            lens: self.lens.iter().map(|l| l[position].clone()).collect(),
+            attention: self
+                .attention
+                .iter()
+                .map(|heads| heads.iter().map(|h| h[position].clone()).collect())
+                .collect(),
+            nodes: self
+                .nodes
+                .iter()
+                .map(|n| Node {
+                    name: n.name.clone(),
+                    layer: n.layer,
+                    shape: n.shape.clone(),
+                    values: n.values[position].clone(),
+                    grad: None,
+                })
+                .collect(),
+            backward: None,
+        })
+    }
+}
+
 /// Runs the forward pass of `prompt` and reads it at every position.
 pub fn run_all(
     backend: &mut dyn Backend,

@@ -19,8 +19,9 @@ use std::path::Path;
 
 /// The scene keys a lesson may name (the app's `Scene::key`s; a test in
 /// the app checks the two lists agree).
-pub const SCENES: [&str; 8] = [
+pub const SCENES: [&str; 9] = [
     "flow",
+    "walk",
     "probe",
     "model",
     "attention",

@@ -681,6 +681,9 @@ fn the_flow_at_every_position_is_the_forward_pass() {
     // Each position's slice is the one-position flow, bit for bit.
     for position in [0, 7, t - 1] {
         let one = run(&mut cpu, &ck.params, prompt, Some(position)).unwrap();
+        // FlowAll::at reads the same pass at the position (the 3D
+        // walk-through's worked examples start from it).
+        assert_eq!(all.at(position).as_ref(), Some(&one));
         for (k, r) in one.residual.iter().enumerate() {
             assert_eq!(r, &all.residual[k][position]);
             assert_eq!(one.lens[k], all.lens[k][position]);
@@ -695,6 +698,7 @@ fn the_flow_at_every_position_is_the_forward_pass() {
             }
         }
     }
+    assert_eq!(all.at(t), None, "past the prompt");
     // The GPU computes the same pass.
     let mut gpu = GpuBackend::new(common::gpu_context(), Program::new(&config)).unwrap();
     for p in &ck.params {

@@ -641,3 +641,5 @@ walk-scale-gradient = colours: dL/d { $name } from −{ $scale } to +{ $scale } 
 walk-stage-embedding = embedding
 walk-stage-head = the next byte
 walk-stage-block = block { $layer }
+walk-worked = at the last byte “{ $byte }” (position { $position }), outlined: { $formula }
+walk-worked-filled = { $filled }   (the program computed { $computed })

@@ -640,3 +640,5 @@ walk-scale-gradient = colores: dL/d { $name } de −{ $scale } a +{ $scale } (su
 walk-stage-embedding = embedding
 walk-stage-head = el siguiente byte
 walk-stage-block = bloque { $layer }
+walk-worked = en el último byte “{ $byte }” (posición { $position }), recuadrado: { $formula }
+walk-worked-filled = { $filled }   (el programa calculó { $computed })

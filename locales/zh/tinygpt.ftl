@@ -640,3 +640,5 @@ walk-scale-gradient = 颜色：dL/d { $name } 从 −{ $scale } 到 +{ $scale }�
 walk-stage-embedding = 嵌入
 walk-stage-head = 下一个字节
 walk-stage-block = 第 { $layer } 块
+walk-worked = 在最后一个字节“{ $byte }”（位置 { $position }），框出的单元：{ $formula }
+walk-worked-filled = { $filled }   （程序算出的是 { $computed }）

@@ -15,6 +15,7 @@ use crate::model::config::Config;
 use crate::model::params::NamedTensor;
 use super::draw::{Textures, textures};
 use super::layout::{Shape, WalkLayout, layout};
+use crate::worked::Worked;
 use bevy::prelude::*;
 
 /// What one computation was asked for.
@@ -44,6 +45,10 @@ pub struct Computed {
     pub walk: WalkLayout,
     /// Every tensor's textures, coloured here, off the frame.
     pub textures: Textures,
+    /// Per node of the flow, one output at the prompt's last position
+    /// worked out by hand ([`crate::worked`]: the largest output, the dot
+    /// product's largest terms, redone in f64).
+    pub worked: Vec<Option<Worked>>,
 }
 
 impl Computed {
@@ -116,12 +121,17 @@ pub fn compute(
         ctx: config.ctx,
         tokens: flow.tokens.len(),
     });
+    let last = flow.at(flow.tokens.len() - 1).ok_or("the prompt is empty")?;
+    let worked = (0..last.nodes.len())
+        .map(|i| crate::worked::worked(backend.program(), &params, &last, i))
+        .collect();
     let mut computed = Computed {
         flow,
         params,
         step,
         walk,
         textures: Vec::new(),
+        worked,
     };
     computed.textures = textures(&computed.walk, &computed);
     Ok(computed)

@@ -249,11 +249,14 @@ pub fn spawn(
             Transform::from_translation(at),
             Visibility::Hidden,
             ScreenLabel {
-                places: vec![Place {
-                    at,
-                    anchor: Anchor::BOTTOM_LEFT,
-                    offset_px: Vec2::new(0.0, 10.0),
-                }],
+                // Two rows, for titles that would run into each other.
+                places: [10.0, 36.0]
+                    .map(|y| Place {
+                        at,
+                        anchor: Anchor::BOTTOM_LEFT,
+                        offset_px: Vec2::new(0.0, y),
+                    })
+                    .to_vec(),
                 px: 18.0,
                 slab: None,
                 min_cell_px: 0.0,

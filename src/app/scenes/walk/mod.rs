@@ -17,6 +17,7 @@ mod colour;
 mod compute;
 mod draw;
 mod layout;
+mod marks;
 mod panel;
 mod report;
 mod tour;
@@ -117,10 +118,23 @@ impl Plugin for ScenePlugin {
             .init_resource::<Shown>()
             .init_resource::<Before>()
             .init_resource::<panel::NarrationHeight>()
+            .init_resource::<marks::Marked>()
             .add_systems(OnExit(Scene::Walk), leave)
             .add_systems(
                 Update,
-                (enter, new_run, ask, rebuild, keys, advance, fly, shade, size_labels, hover)
+                (
+                    enter,
+                    new_run,
+                    ask,
+                    rebuild,
+                    keys,
+                    advance,
+                    fly,
+                    shade,
+                    marks::draw,
+                    size_labels,
+                    hover,
+                )
                     .chain()
                     .in_set(crate::app::schedule::AppSystems::Scene)
                     .run_if(in_state(Scene::Walk)),
@@ -165,8 +179,10 @@ fn leave(
     mut cameras: Query<(&mut Transform, &mut Projection), With<SceneCamera>>,
     mut before: ResMut<Before>,
     mut wants: ResMut<TensorWants>,
+    mut marked: ResMut<marks::Marked>,
 ) {
     wants.set("walk", Vec::new());
+    *marked = marks::Marked::default();
     if let Some((t, p)) = before.0.take() {
         for (mut transform, mut projection) in &mut cameras {
             *transform = t;
@@ -281,17 +297,20 @@ fn keys(
     shown: Res<Shown>,
     mut view: ResMut<WalkView>,
     egui: Option<Res<bevy_egui::input::EguiWantsInput>>,
+    lesson: Option<Res<crate::app::lesson::LessonPlayer>>,
 ) {
     if egui.is_some_and(|e| e.wants_keyboard_input()) {
         return;
     }
+    // In a lesson, Page Up / Page Down step the lesson.
+    let paging = !lesson.is_some_and(|l| l.lesson.is_some());
     let Some(walk) = &shown.walk else { return };
     let last = walk.beats.len() - 1;
-    if keys.just_pressed(KeyCode::PageDown) {
+    if paging && keys.just_pressed(KeyCode::PageDown) {
         let k = (view.beat() + 1).min(last);
         view.t = k as f32;
     }
-    if keys.just_pressed(KeyCode::PageUp) {
+    if paging && keys.just_pressed(KeyCode::PageUp) {
         let k = view.beat().saturating_sub(1);
         view.go_to(k);
     }
@@ -441,6 +460,7 @@ fn size_labels(
         &mut bevy::sprite::Anchor,
         &mut Transform,
         &mut Visibility,
+        &mut TextColor,
     )>,
 ) {
     let Some(walk) = &shown.walk else { return };
@@ -451,7 +471,7 @@ fn size_labels(
         return;
     };
     let viewport = rect.size();
-    let (focused, _) = state_at(walk, view.beat());
+    let (focused, gradient) = state_at(walk, view.beat());
     let overview = view.beat() == 0;
     let rotation = camera_at.rotation();
     let forward = camera_at.forward();
@@ -459,7 +479,7 @@ fn size_labels(
     let zoom = if ui_state.presenter { 1.3 } else { 1.0 };
     // The stages' titles left to right: one that would run into the last
     // shown is left out.
-    let mut titles_end = f32::NEG_INFINITY;
+    let mut titles_end = [f32::NEG_INFINITY; 2];
     let mut order: Vec<_> = labels.iter_mut().collect();
     order.sort_by(|a, b| a.0.places[0].at.x.total_cmp(&b.0.places[0].at.x));
     // A label is shown whole or not at all: between the toolbar's status
@@ -470,7 +490,19 @@ fn size_labels(
         rect.min.y + crate::app::canvas::camera::TOOLBAR_PX + 30.0,
         rect.max.y - narration.0,
     );
-    for (label, layout, mut anchor, mut transform, mut visibility) in order {
+    for (label, layout, mut anchor, mut transform, mut visibility, mut colour) in order {
+        // A tensor's name in the colour of what it shows (its gradient's
+        // in the backward pass).
+        if let Some(s) = label.slab
+            && label.min_cell_px == 0.0
+        {
+            let lens = if gradient[s] { CellLens::Gradient } else { CellLens::Value };
+            let [r, g, b] = colour::frame(walk.slabs[s].family, lens);
+            let want = TextColor(Color::srgb(r, g, b));
+            if *colour != want {
+                *colour = want;
+            }
+        }
         let px = label.px * zoom;
         let size = layout.size / draw::LABEL_FONT_PX * px;
         // Its box on screen at a place, if whole in the free part.
@@ -482,26 +514,29 @@ fn size_labels(
                 x0 >= rect.min.x && x0 + size.x <= rect.max.x && y0 >= top && y0 + size.y <= bottom
             })
         };
-        let chosen = label.places.iter().find(|p| fits(p));
+        // A stage's title takes the first of its rows where it does not
+        // run into the title before it; anything else its first place
+        // that is whole on screen.
+        let chosen = if label.slab.is_none() {
+            label.places.iter().enumerate().find_map(|(row, place)| {
+                let x = camera.world_to_viewport(camera_at, place.at).ok()?.x;
+                let free = row < titles_end.len() && x >= titles_end[row] + 12.0 && fits(place);
+                free.then(|| {
+                    titles_end[row] = x + size.x;
+                    place
+                })
+            })
+        } else {
+            label.places.iter().find(|p| fits(p))
+        };
         let on_screen = chosen.is_some();
         let place = *chosen.unwrap_or(&label.places[0]);
         let depth = (place.at - camera_at.translation()).dot(*forward);
         let wpp = tour::world_per_px(depth.max(0.1), viewport.y);
-        let mut in_view = match label.slab {
+        let in_view = match label.slab {
             Some(s) => focused[s] && !overview,
             None => overview,
         };
-        if label.slab.is_none() && in_view {
-            let width = layout.size.x / draw::LABEL_FONT_PX * label.px * zoom;
-            let x = camera
-                .world_to_viewport(camera_at, place.at)
-                .map_or(f32::NEG_INFINITY, |p| p.x);
-            if x < titles_end + 12.0 || x + width > rect.max.x {
-                in_view = false;
-            } else {
-                titles_end = x + width;
-            }
-        }
         let wide_enough = wpp > 0.0 && 1.0 / wpp >= label.min_cell_px;
         let want = if in_view && wide_enough && depth > 0.0 && on_screen {
             Visibility::Inherited
@@ -519,10 +554,16 @@ fn size_labels(
             *anchor = place.anchor;
         }
         let at = place.at + (right * place.offset_px.x + up * place.offset_px.y) * wpp * zoom;
+        // Drawn over every tensor: the 2D pipeline sorts by z, so the label
+        // is pulled a fifth of the way towards the camera along its line
+        // of sight (and shrunk as much), which leaves it where it was on
+        // screen, at the size it was.
+        let eye = camera_at.translation();
+        let pull = 0.8;
         let next = Transform {
-            translation: at + Vec3::Z * 0.2,
+            translation: eye + (at - eye) * pull,
             rotation,
-            scale: Vec3::splat(scale),
+            scale: Vec3::splat(scale * pull),
         };
         if *transform != next {
             *transform = next;

@@ -148,6 +148,10 @@ pub fn panels(
                     ui.label(egui::RichText::new(title).strong().size(20.0));
                 });
                 ui.add(egui::Label::new(egui::RichText::new(body).size(16.0)).wrap_mode(egui::TextWrapMode::Wrap));
+                if let Some((formula, filled)) = worked_lines(&shown, &compute, k) {
+                    ui.label(egui::RichText::new(formula).monospace().size(14.0).color(egui::Color32::from_rgb(255, 237, 89)));
+                    ui.add(egui::Label::new(egui::RichText::new(filled).monospace().size(14.0)).wrap_mode(egui::TextWrapMode::Wrap));
+                }
                 if let Some(line) = scale_line(&shown, &quads, k) {
                     ui.label(egui::RichText::new(line).weak());
                 }
@@ -186,4 +190,31 @@ fn scale_line(shown: &Shown, quads: &Query<&super::draw::SlabQuad>, k: usize) ->
         (true, Some(s)) => crate::t!("walk-scale-gradient", name = name, scale = short(s)),
         _ => crate::t!("walk-scale", name = name, scale = short(quad.value_scale)),
     })
+}
+
+/// The worked example of a forward beat (outlined in the picture): where
+/// it is, its formula, and its values filled in beside the program's own.
+fn worked_lines(shown: &Shown, compute: &WalkCompute, k: usize) -> Option<(String, String)> {
+    let walk = shown.walk.as_ref()?;
+    let beat = walk.beats.get(k)?;
+    if beat.pass != TourPass::Forward {
+        return None;
+    }
+    let computed = compute.computed()?;
+    let node = beat.node.as_ref()?;
+    let i = computed.flow.nodes.iter().position(|n| &n.name == node)?;
+    let worked = computed.worked.get(i)?.as_ref()?;
+    let last = computed.flow.tokens.len() - 1;
+    let formula = crate::t!(
+        "walk-worked",
+        byte = crate::app::canvas::chip_text(computed.flow.tokens[last]),
+        position = last as i64,
+        formula = worked.formula.as_str(),
+    );
+    let filled = crate::t!(
+        "walk-worked-filled",
+        filled = worked.filled.as_str(),
+        computed = crate::app::canvas::short(worked.computed),
+    );
+    Some((formula, filled))
 }

@@ -103,6 +103,15 @@ pub fn poses(walk: &WalkLayout, frame: FreeView) -> Vec<Pose> {
         .enumerate()
         .map(|(k, beat)| {
             let (lo, hi) = walk.bounds_of(&beat.slabs);
+            // The overview leaves room above for two rows of titles.
+            let frame = if k == 0 {
+                FreeView {
+                    top: frame.top + 30.0,
+                    ..frame
+                }
+            } else {
+                frame
+            };
             fit(lo, hi, frame, rotation(k == 0))
         })
         .collect()
