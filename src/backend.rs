@@ -300,22 +300,54 @@ pub fn host_memory_total() -> Option<u64> {
         };
         Some((kb("MemTotal:")? + kb("SwapTotal:").unwrap_or(0)) * 1024)
     }
-    #[cfg(not(target_os = "linux"))]
+    // A web page's memory is wasm32's: at most 4 GB, however much the
+    // machine has.
+    #[cfg(target_arch = "wasm32")]
+    {
+        Some(WASM32_MEMORY)
+    }
+    #[cfg(not(any(target_os = "linux", target_arch = "wasm32")))]
     {
         None
     }
 }
 
+/// Bytes of a full snapshot of `program`'s run on the host: every trained
+/// tensor, its gradient and both AdamW moments, in f32.
+pub fn page_snapshot_bytes(program: &Program) -> u64 {
+    program
+        .trained()
+        .map(|id| program.tensors[id].numel() as u64 * 16)
+        .sum()
+}
+
+/// The most memory a wasm32 page can address (4 GiB).
+pub const WASM32_MEMORY: u64 = 4 << 30;
+
 /// Refuses, before anything is allocated, a program the CPU backend could
 /// not hold in this machine's memory, with both numbers.
 pub fn check_host_memory(program: &Program) -> Result<(), String> {
-    let need = cpu_bytes(program);
-    match host_memory_total() {
+    memory_fits(cpu_bytes(program), host_memory_total(), cfg!(target_arch = "wasm32"))
+}
+
+/// [`check_host_memory`]'s rule: `need` bytes in `have` (a web page's
+/// 4 GB when `in_a_page`).
+fn memory_fits(need: u64, have: Option<u64>, in_a_page: bool) -> Result<(), String> {
+    match have {
         Some(have) if need > have => Err(format!(
             "the CPU backend needs {} MB for this preset (weights, gradients, AdamW moments and \
-             activations) and this machine has {} MB of memory; choose a smaller preset",
+             activations) and {} MB of memory; choose a smaller preset{}",
             need >> 20,
-            have >> 20
+            if in_a_page {
+                format!("a web page can address at most {}", have >> 20)
+            } else {
+                format!("this machine has {}", have >> 20)
+            },
+            if in_a_page {
+                " (or run the native app: `cargo run --release`)"
+            } else {
+                ""
+            }
         )),
         _ => Ok(()),
     }
@@ -363,6 +395,17 @@ pub fn choose_backend(
         (BackendChoice::Auto, Ok(ctx)) if software_adapter(ctx).is_some() => {
             cpu(software_adapter(ctx))
         }
+        // In a page the run's host copies (a save reads every weight, its
+        // gradient and both moments) live in wasm32's 4 GB too.
+        (_, Ok(_)) if cfg!(target_arch = "wasm32") && page_snapshot_bytes(&program) > WASM32_MEMORY => {
+            Err(format!(
+                "saving or recovering this preset's run reads {} MB of weights, gradients and AdamW \
+                 moments back from the GPU, and a web page can address at most {} MB; choose a \
+                 smaller preset, or run the native app (`cargo run --release`)",
+                page_snapshot_bytes(&program) >> 20,
+                WASM32_MEMORY >> 20
+            ))
+        }
         (_, Ok(ctx)) => match crate::gpu::GpuBackend::new(ctx.clone(), program.clone()) {
             Ok(b) => Ok(Chosen {
                 backend: Box::new(b),
@@ -379,5 +422,29 @@ pub fn choose_backend(
                 GpuFallback::Refuse => Err(format!("{e}; {instead}")),
             },
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::config::Config;
+
+    #[test]
+    fn a_page_refuses_what_wasm32_cannot_address() {
+        let behemoth = Program::new(&Config::load("behemoth").unwrap());
+        let small = Program::new(&Config::load("small").unwrap());
+        // 473 M parameters at 16 bytes each: more than 4 GB.
+        assert!(page_snapshot_bytes(&behemoth) > WASM32_MEMORY);
+        assert!(page_snapshot_bytes(&small) < WASM32_MEMORY);
+        let e = memory_fits(cpu_bytes(&behemoth), Some(WASM32_MEMORY), true).unwrap_err();
+        assert!(e.contains("a web page can address at most 4096 MB"), "{e}");
+        assert!(e.contains("choose a smaller preset"), "{e}");
+        memory_fits(cpu_bytes(&small), Some(WASM32_MEMORY), true).unwrap();
+        let e = memory_fits(10 << 30, Some(8 << 30), false).unwrap_err();
+        assert!(e.contains("this machine has 8192 MB"), "{e}");
+        assert!(!e.contains("web page"), "{e}");
+        // Where the total is unknown, nothing is refused.
+        memory_fits(u64::MAX, None, false).unwrap();
     }
 }

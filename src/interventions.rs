@@ -378,8 +378,28 @@ pub fn patch(
     bytes: Option<(u8, u8)>,
 ) -> Result<Patching, String> {
     let program: Program = backend.program().clone();
+    for (which, prompt) in [("clean", clean), ("corrupted", corrupt)] {
+        if prompt.is_empty() {
+            return Err(format!(
+                "the {which} prompt is empty; give it the same number of bytes as the other"
+            ));
+        }
+    }
     let (clean_tokens, _, _) = batch_for(&program.config, clean, None)?;
     let (corrupt_tokens, _, _) = batch_for(&program.config, corrupt, None)?;
+    if clean_tokens == corrupt_tokens {
+        let ctx = program.config.ctx;
+        let cut = if clean.len() > ctx {
+            format!(" in their last {ctx} bytes (the context the model reads)")
+        } else {
+            String::new()
+        };
+        return Err(format!(
+            "the clean and the corrupted prompt are the same{cut}, so there is nothing to patch; \
+             change a byte of the corrupted one{}",
+            if cut.is_empty() { "" } else { " within those bytes" }
+        ));
+    }
     if clean_tokens.len() != corrupt_tokens.len() {
         return Err(format!(
             "the clean prompt has {} bytes and the corrupted one {}: patching needs the same length (change bytes, do not add or remove them)",
@@ -407,6 +427,16 @@ pub fn patch(
     let diff = |l: &[f32]| l[a as usize] - l[b as usize];
     let (clean_diff, corrupt_diff) = (diff(&clean_logits), diff(&corrupt_logits));
     let span = clean_diff - corrupt_diff;
+    // The shares are divided by the span: none to divide means none to restore.
+    if !(span.abs() > f32::EPSILON * clean_diff.abs().max(corrupt_diff.abs()).max(1.0)) {
+        return Err(format!(
+            "logit({a}) − logit({b}) is {clean_diff:.4} in the clean run and {corrupt_diff:.4} in the corrupted \
+             one: the change of prompt does not move it, so there is no share of it to restore; \
+             choose a pair of prompts whose answers differ, or other bytes with --bytes",
+            a = crate::probe::byte_label(a),
+            b = crate::probe::byte_label(b),
+        ));
+    }
     let mut restored = Vec::new();
     for (l, name) in points[..program.config.n_layer].iter().enumerate() {
         let mut row = Vec::new();

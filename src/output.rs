@@ -196,10 +196,24 @@ pub enum SaveRefusal {
     Refused(String),
 }
 
-/// [`check`] for a save the app makes (no inputs): an existing regular file
-/// asks the user first, unless `replace`.
+/// [`check`] for a save the app makes: an input of the app (what
+/// [`note_inputs`] was told it opened) is refused whatever the answer; any
+/// other existing regular file asks the user first, unless `replace`.
 pub fn check_save(path: &Path, flag: &str, replace: bool) -> Result<(), SaveRefusal> {
-    check(path, flag, &[], replace).map_err(|e| {
+    let known = INPUTS.lock().map(|k| k.clone()).unwrap_or_default();
+    let inputs: Vec<Input> = known
+        .iter()
+        .map(|(flag, path)| Input::new(flag, path))
+        .collect();
+    if let Some(input) = inputs.iter().find(|i| same_file(path, i.path)) {
+        return Err(SaveRefusal::Refused(format!(
+            "{flag} {} is the same file as {} {}, which this app opened; save under another name",
+            path.display(),
+            input.flag,
+            input.path.display()
+        )));
+    }
+    check(path, flag, &inputs, replace).map_err(|e| {
         if !replace && path.is_file() {
             SaveRefusal::Ask
         } else {
@@ -404,15 +418,22 @@ fn left_by_a_save(file: &Path) -> bool {
     std::io::Read::read_exact(&mut opened, &mut head).is_ok() && head[8] == b'{'
 }
 
-/// The inputs of this command, as [`check`] was given them: never removed
-/// by a clean-up, whatever their names.
-static INPUTS: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+/// The inputs of this command (flag, path), as [`check`] or [`note_inputs`]
+/// was given them: never removed by a clean-up, whatever their names, and
+/// never an app's save.
+static INPUTS: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+
+/// Tells the rule the files this command reads before any output is named
+/// (the app: its --checkpoint, --corpus, …), so [`check_save`] refuses them.
+pub fn note_inputs(inputs: &[Input]) {
+    remember_inputs(inputs)
+}
 
 fn remember_inputs(inputs: &[Input]) {
     if let Ok(mut known) = INPUTS.lock() {
         for input in inputs {
-            if !known.iter().any(|k| k == input.path) {
-                known.push(input.path.to_path_buf());
+            if !known.iter().any(|(_, k)| k == input.path) {
+                known.push((input.flag.to_string(), input.path.to_path_buf()));
             }
         }
     }
@@ -421,7 +442,7 @@ fn remember_inputs(inputs: &[Input]) {
 fn is_input(file: &Path) -> bool {
     INPUTS
         .lock()
-        .map_or(true, |known| known.iter().any(|k| same_file(k, file)))
+        .map_or(true, |known| known.iter().any(|(_, k)| same_file(k, file)))
 }
 
 /// The lock file of an output: `NAME.lock` beside it (NAME shortened, with

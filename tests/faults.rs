@@ -234,6 +234,21 @@ fn every_bad_input_in_the_catalogue_is_refused_with_its_reason() {
     let overflowing = edited_checkpoint(&dir, "overflowing.safetensors", |ck| {
         ck.params[0].values.fill(f32::MAX);
     });
+    // Files in other formats that a run continued in place would replace
+    // (issue 56): an original TinyGPT file and a 4-bit export.
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/original/original.tinygpt"),
+        dir.join("original.tinygpt"),
+    )
+    .unwrap();
+    let int4 = dir.join("tiny-int4.safetensors");
+    common::tinygpt(&["export", "--checkpoint", shipped, "--int4", "--out", int4.to_str().unwrap()]);
+    // The checkpoint the app opens, at the name its Save writes.
+    std::fs::copy(shipped, dir.join("tinygpt-app.safetensors")).unwrap();
+    // A prompt longer than tiny's context, and one that differs from it only
+    // in its first byte, which the context cuts off.
+    let long_clean = format!("A{}", "b".repeat(40));
+    let long_corrupt = format!("B{}", "b".repeat(40));
     let keep = |name: &str| Kept::bytes(&dir.join(name));
     let out = "never.safetensors";
     let catalogue: Vec<Row> = vec![
@@ -464,6 +479,50 @@ fn every_bad_input_in_the_catalogue_is_refused_with_its_reason() {
         )
         // Bevy's own log lines off, for the catalogue's message column.
         .with_env("RUST_LOG", "off"),
+        row(
+            "a patch whose two prompts are the same",
+            &["patch", "--checkpoint", shipped, "--clean", "ROMEO: hi", "--corrupt", "ROMEO: hi", "--bytes", "a,b"],
+            &["the clean and the corrupted prompt are the same", "nothing to patch"],
+        )
+        .never_says(&["NaN"]),
+        row(
+            "a patch whose only difference is cut off by the context",
+            &["patch", "--checkpoint", shipped, "--clean", &long_clean, "--corrupt", &long_corrupt],
+            &["the same in their last", "within those bytes"],
+        )
+        .never_says(&["NaN", "same next byte"]),
+        row(
+            "a patch with an empty clean prompt",
+            &["patch", "--checkpoint", shipped, "--clean", "", "--corrupt", "x"],
+            &["the clean prompt is empty"],
+        )
+        .never_says(&["--prompt"]),
+        row(
+            "a fine-tune whose α/r overflows its gradients",
+            &["finetune", "--base", shipped, "--corpus", "corpus.txt", "--backend", "cpu", "--alpha", "1e30", "--steps", "3", "--out", out],
+            &["scaled by α/r", "lower --alpha"],
+        )
+        .never_says(&["(lower the learning rate with --lr)"])
+        .keeps(keep("corpus.txt")),
+        row(
+            "continuing a .tinygpt file in place (the run saves safetensors)",
+            &["train", "--resume", "original.tinygpt", "--backend", "cpu"],
+            &["cannot continue original.tinygpt in place", "the original TinyGPT's format", "--out original-continued.safetensors"],
+        )
+        .keeps(keep("original.tinygpt")),
+        row(
+            "continuing an int4 export in place (the run saves f32 with AdamW's moments)",
+            &["train", "--resume", "tiny-int4.safetensors", "--backend", "cpu", "--out", "tiny-int4.safetensors"],
+            &["cannot continue tiny-int4.safetensors in place", "a weights-only export"],
+        )
+        .keeps(keep("tiny-int4.safetensors")),
+        row(
+            "the app's checkpoint export over the checkpoint it opened",
+            &["app", "--headless", "--frames", "3", "--checkpoint", "tinygpt-app.safetensors", "--export", "checkpoint", "--force"],
+            &["the same file as --checkpoint tinygpt-app.safetensors", "which this app opened"],
+        )
+        .with_env("RUST_LOG", "off")
+        .keeps(keep("tinygpt-app.safetensors")),
         row(
             "a lab while resuming (the checkpoint holds its own)",
             &["train", "--resume", shipped, "--lab", "no-causal-mask", "--out", out],

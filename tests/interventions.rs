@@ -223,8 +223,37 @@ fn patching_restores_the_clean_answer_where_the_corruption_is() {
     // Different lengths, and the same answer, are refused with the fix.
     let e = interventions::patch(&mut b, b"abc", b"abcd", None).unwrap_err();
     assert!(e.contains("same length"), "{e}");
-    let e = interventions::patch(&mut b, &clean, &clean, None).unwrap_err();
+    // A pair that differs in its first byte and still leads to the same
+    // next byte (the first such corruption of the clean prompt).
+    fn answer(b: &mut dyn tinygpt::backend::Backend, prompt: &[u8]) -> usize {
+        let l = interventions::last_logits(b, prompt, None).unwrap();
+        (0..l.len()).max_by(|&i, &j| l[i].total_cmp(&l[j])).unwrap()
+    }
+    let clean_answer = answer(&mut b, &clean);
+    let same_answer = (b'a'..=b'z')
+        .map(|x| {
+            let mut p = clean.clone();
+            p[0] = x;
+            p
+        })
+        .find(|p| *p != clean && answer(&mut b, p) == clean_answer)
+        .expect("a first byte that keeps the answer");
+    let e = interventions::patch(&mut b, &clean, &same_answer, None).unwrap_err();
     assert!(e.contains("same next byte"), "{e}");
+    // The same prompt twice: nothing to patch (it used to be a table of NaN
+    // with --bytes), and the same after the context's cut.
+    for bytes in [None, Some((b'n', b'e'))] {
+        let e = interventions::patch(&mut b, &clean, &clean, bytes).unwrap_err();
+        assert!(e.contains("nothing to patch"), "{e}");
+    }
+    let ctx = config.ctx;
+    let (mut long_clean, mut long_corrupt) = (vec![b'a'; ctx + 3], vec![b'a'; ctx + 3]);
+    long_clean[0] = b'x';
+    long_corrupt[0] = b'y';
+    let e = interventions::patch(&mut b, &long_clean, &long_corrupt, None).unwrap_err();
+    assert!(e.contains(&format!("the same in their last {ctx} bytes")), "{e}");
+    let e = interventions::patch(&mut b, b"", b"a", None).unwrap_err();
+    assert!(e.contains("the clean prompt is empty"), "{e}");
 }
 
 #[test]

@@ -333,6 +333,7 @@ fn count_frames(
                 .iter()
                 .filter_map(|r| r.as_ref().err().cloned()),
         )
+        .chain(status.save_failures.iter().cloned())
         .collect();
     for e in &export_errors {
         eprintln!("error: {e}");

@@ -82,12 +82,7 @@ impl Plugin for SamplePlugin {
 /// Sampling reads the weights: every parameter, in every scene.
 fn want_weights(run: Option<Res<Run>>, mut wants: ResMut<super::training::TensorWants>) {
     if let Some(run) = run {
-        let names = run
-            .program
-            .params()
-            .map(|id| run.program.tensors[id].name.clone())
-            .collect();
-        wants.set("sample", names);
+        wants.set("sample", super::training::param_names(&run.program));
     }
 }
 

@@ -36,7 +36,7 @@ pub fn main() {
         settings.backend = backend;
     }
     // The plain address opens as the native app does: a trained model
-    // predicting, in "Inside the model" (the shipped small with WebGPU;
+    // predicting, in 3D (the shipped small with WebGPU;
     // without it, the shipped tiny, which the page's one CPU thread keeps
     // up with).
     let bare = link.is_bare();
@@ -45,7 +45,7 @@ pub fn main() {
     let mut app = super::build(AppOptions {
         settings,
         scene: link.scene.unwrap_or(if bare {
-            super::scenes::Scene::Flow
+            super::scenes::Scene::Walk
         } else {
             Default::default()
         }),

@@ -156,9 +156,9 @@ impl AppArgs {
             args: AppArgs,
         }
         // A newcomer first sees a trained model predicting: the shipped
-        // small, in the "Inside the model" scene.
+        // small, in 3D (the walk-through of its forward and backward pass).
         let mut args = Wrapper::parse_from(["tinygpt"]).args;
-        args.scene = Scene::Flow;
+        args.scene = Scene::Walk;
         args.checkpoint = Some("small".into());
         args
     }
@@ -279,34 +279,34 @@ pub fn run_app(args: AppArgs) -> Result<()> {
     settings.seed = args.seed;
     settings.backend = args.backend.into();
     settings.run_config().map_err(anyhow::Error::msg)?;
-    // The screenshot is checked and locked before the app starts; the files
-    // the app reads are never it.
+    // The files the app reads: never its screenshot, nor a checkpoint it
+    // saves (Save checkpoint, `--export checkpoint`).
+    use tinygpt::output::Input;
+    let preset = std::path::Path::new(&args.preset);
+    let lesson = args.lesson.as_deref().map(std::path::Path::new);
+    let inputs: Vec<Input> = [
+        args.corpus.as_deref().map(|p| Input::new("--corpus", p)),
+        args.checkpoint
+            .as_deref()
+            .map(std::path::Path::new)
+            .filter(|p| p.is_file())
+            .map(|p| Input::new("--checkpoint", p)),
+        args.adapter.as_deref().map(|p| Input::new("--adapter", p)),
+        preset.is_file().then(|| Input::new("--preset", preset)),
+        lesson
+            .filter(|p| p.is_file())
+            .map(|p| Input::new("--lesson", p)),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    tinygpt::output::note_inputs(&inputs);
+    // The screenshot is checked and locked before the app starts.
     let _screenshot_claim = match &args.screenshot {
-        Some(path) => {
-            use tinygpt::output::Input;
-            let preset = std::path::Path::new(&args.preset);
-            let lesson = args.lesson.as_deref().map(std::path::Path::new);
-            let inputs: Vec<Input> = [
-                args.corpus.as_deref().map(|p| Input::new("--corpus", p)),
-                args.checkpoint
-                    .as_deref()
-                    .map(std::path::Path::new)
-                    .filter(|p| p.is_file())
-                    .map(|p| Input::new("--checkpoint", p)),
-                args.adapter.as_deref().map(|p| Input::new("--adapter", p)),
-                preset.is_file().then(|| Input::new("--preset", preset)),
-                lesson
-                    .filter(|p| p.is_file())
-                    .map(|p| Input::new("--lesson", p)),
-            ]
-            .into_iter()
-            .flatten()
-            .collect();
-            Some(
-                tinygpt::output::claim(path, "--screenshot", &inputs, args.force)
-                    .map_err(|e| anyhow::anyhow!("cannot write the screenshot: {e}"))?,
-            )
-        }
+        Some(path) => Some(
+            tinygpt::output::claim(path, "--screenshot", &inputs, args.force)
+                .map_err(|e| anyhow::anyhow!("cannot write the screenshot: {e}"))?,
+        ),
         None => None,
     };
     let headless = args.headless.then(|| HeadlessConfig {

@@ -117,7 +117,11 @@ pub fn run(args: FinetuneArgs) -> Result<()> {
             trainer.corpus.train.len(),
             trainer.corpus.val.len(),
             lora.rank,
-            lora.alpha,
+            if (1e-3..1e6).contains(&lora.alpha) {
+                lora.alpha.to_string()
+            } else {
+                format!("{:e}", lora.alpha)
+            },
             lora.targets.describe(),
         );
         eprintln!("validation loss on the new text before: {before:.4}");

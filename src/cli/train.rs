@@ -72,6 +72,9 @@ pub fn run(args: TrainArgs) -> Result<()> {
         Some(path) => Some(Checkpoint::load(path)?),
         None => None,
     };
+    if let (Some(path), Some(ck)) = (&args.resume, &resumed) {
+        refuse_another_format_in_place(&args, path, ck)?;
+    }
     let mut config = match &resumed {
         Some(ck) => ck.config.clone(),
         None => Config::load(&args.preset)?,
@@ -110,7 +113,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         && ck.optimizer.is_none()
     {
         eprintln!(
-            "note: {} holds no AdamW moments (an f16 export keeps only the weights): they start \
+            "note: {} holds no AdamW moments (an export keeps only the weights): they start \
              from zero, so the first steps move the weights more than the run would have",
             args.resume
                 .as_deref()
@@ -312,9 +315,15 @@ pub(super) fn train_loop(
                     Ok(Some(at)) => {
                         eprintln!("the first value that is not finite came out of {at}")
                     }
-                    Ok(None) => eprintln!(
-                        "run again op by op, every output of the step was finite (a value that overflows only sometimes?)"
-                    ),
+                    Ok(None) => match &e {
+                        TrainError::Diverged { grad_norm, .. } if grad_norm.is_infinite() => eprintln!(
+                            "run again op by op, every output of the step was finite: the gradients are \
+                             too large for f32 to hold the sum of their squares (the gradient norm)"
+                        ),
+                        _ => eprintln!(
+                            "run again op by op, every output of the step was finite (a value that overflows only sometimes?)"
+                        ),
+                    },
                     Err(err) => eprintln!("could not run the step again op by op: {err}"),
                 }
                 if let (Some(path), true) = (resume, trainer.step == first_step) {
@@ -340,6 +349,29 @@ pub(super) fn train_loop(
                         "the last good weights (step {}) are saved in {}",
                         trainer.step,
                         out.display()
+                    );
+                }
+                // A fine-tune whose α/r is above the default's 2 scales its
+                // gradients with it: that, not the learning rate, comes first.
+                if let Some(lora) = trainer.config.lora
+                    && lora.alpha / lora.rank as f32 > 2.0
+                {
+                    let TrainError::Diverged {
+                        step,
+                        loss,
+                        grad_norm,
+                    } = e
+                    else {
+                        unreachable!("matched above")
+                    };
+                    bail!(
+                        "the fine-tune diverged at step {step}: the loss is {loss} and the gradient norm \
+                         {grad_norm}; its update B·A is scaled by α/r = {:e} (α {:e}, rank {}), and the \
+                         gradients of A and B grow with it: lower --alpha (the default, 2r, is a scale \
+                         of 2), then the learning rate (--lr) if it still diverges",
+                        lora.alpha / lora.rank as f32,
+                        lora.alpha,
+                        lora.rank
                     );
                 }
                 return Err(e.into());
@@ -429,6 +461,48 @@ fn resume_command(config: &Config, path: &std::path::Path) -> String {
         ),
         None => format!("tinygpt train --resume {}", path.display()),
     }
+}
+
+/// A run continued in place saves an f32 safetensors checkpoint with
+/// AdamW's moments over the file it resumed: refused when that file is in
+/// another format (a `.tinygpt`, a weights-only f16 or int4 export), which
+/// the save would silently replace, and grow.
+fn refuse_another_format_in_place(
+    args: &TrainArgs,
+    resume: &std::path::Path,
+    checkpoint: &Checkpoint,
+) -> Result<()> {
+    let in_place = match &args.out {
+        None => true,
+        Some(out) => tinygpt::output::same_file(out, resume),
+    };
+    if !in_place {
+        return Ok(());
+    }
+    let mut magic = [0u8; 4];
+    let original = std::fs::File::open(resume)
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
+        .is_ok()
+        && &magic == tinygpt::model::original::MAGIC;
+    let what = if original {
+        "a .tinygpt file (the original TinyGPT's format)"
+    } else if checkpoint.optimizer.is_none() {
+        "a weights-only export (f16 or int4, no AdamW moments)"
+    } else {
+        return Ok(());
+    };
+    let stem = resume
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "run".into());
+    let suggestion = resume.with_file_name(format!("{stem}-continued.safetensors"));
+    bail!(
+        "cannot continue {} in place: it is {what}, and the run saves an f32 safetensors checkpoint \
+         with AdamW's moments, which would replace it in another format; give --out a new file \
+         for the run, e.g. --out {}",
+        resume.display(),
+        suggestion.display()
+    )
 }
 
 /// The checkpoint this run writes, checked and locked before any work (the

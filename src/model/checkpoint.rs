@@ -98,7 +98,7 @@ pub const Q4_SCALES: &str = ".q4_scale";
 pub enum CheckpointError {
     #[error("cannot read checkpoint {path}: {message}")]
     Io { path: String, message: String },
-    #[error("cannot write checkpoint {path}: {message} (choose a writable path with --out)")]
+    #[error("cannot write checkpoint {path}: {message}")]
     Write { path: String, message: String },
     #[error("{path} is not a valid safetensors file (truncated or corrupt?): {message}")]
     Corrupt { path: String, message: String },
@@ -193,7 +193,11 @@ impl Checkpoint {
             observe(SaveStage::Renamed)
         })();
         // Nothing to clean: a temporary file not renamed went when dropped.
-        result.map_err(|e| werr(e.to_string()))?;
+        result.map_err(|e| {
+            werr(format!(
+                "{e} (choose a path in a folder you can write to, with room for the file)"
+            ))
+        })?;
         Ok(())
     }
 

@@ -10,9 +10,9 @@
 //    checkpoint saved as a download and loaded back through the file input.
 // 2. WebGPU turned off: the page draws through WebGL2, the app trains on the
 //    CPU backend and shows the notice that says why.
-// 3. The scenes that compute in the page: the plain address opens Inside
-//    the model on the shipped small, its flow computed in the page; a
-//    `scene=walk` link computes the 3D walk-through's pass there; a
+// 3. The scenes that compute in the page: the plain address opens the 3D
+//    walk-through on the shipped trained model, its pass computed in the
+//    page; a `scene=flow` link computes Inside the model's flow there; a
 //    `lesson=which-heads&step=2` link computes a Take-it-apart tool there;
 //    CPU vs GPU compares one step on
 //    the page's CPU and WebGPU; a `lesson=why-flash&step=2` link opens that
@@ -401,25 +401,26 @@ async function scenesRun(base) {
       ],
       [
         "flow",
-        "",
+        "scene=flow",
         (s) => s.scene === "flow" && (s.flow?.nodes > 0 || s.flow?.error),
         (s) => {
           if (s.flow.error) return `the flow could not be computed: ${s.flow.error}`;
           // The page's questions go to its CPU (src/app/worker.rs).
           if (s.flow.device !== "cpu") return `the flow does not say it was computed on the page's CPU: ${JSON.stringify(s.flow)}`;
-          if (!(s.step >= 1000)) return `the plain address did not open the shipped trained model: step ${s.step}`;
           return null;
         },
       ],
       [
-        // The 3D walk-through: its pass computed on the page's CPU, the
-        // tour's beats laid out and its tensors drawn.
+        // The plain address: the 3D walk-through of the shipped trained
+        // model, its pass computed on the page's CPU, the tour's beats laid
+        // out and its tensors drawn.
         "walk",
-        "scene=walk",
+        "",
         (s) => s.scene === "walk" && (s.walk?.beats > 0 || s.walk?.error),
         (s) => {
           if (s.walk.error) return `the walk-through could not be computed: ${s.walk.error}`;
           if (s.walk.device !== "cpu") return `the walk-through does not say it was computed on the page's CPU: ${JSON.stringify(s.walk)}`;
+          if (!(s.step >= 1000)) return `the plain address did not open the shipped trained model: step ${s.step}`;
           return null;
         },
       ],

@@ -222,13 +222,13 @@ pub(super) fn handle_commands(
                     crate::output::check_save(&path, "the save path", replace)
                 };
                 if run.saving.is_some() {
-                    status.error(crate::t!("checkpoint-still-writing"));
+                    status.save_failed(crate::t!("checkpoint-still-writing"));
                 } else if let Err(refusal) = writable {
                     match refusal {
                         // An earlier file, not written here: ask before replacing it.
                         crate::output::SaveRefusal::Ask => status.confirm_replace = Some(path),
                         crate::output::SaveRefusal::Refused(e) => {
-                            status.error(crate::t!("checkpoint-not-saved", error = e.to_string()))
+                            status.save_failed(crate::t!("checkpoint-not-saved", error = e.to_string()))
                         }
                     }
                 } else {

@@ -122,7 +122,7 @@ pub(super) fn pump_training(
                     status.info = Some(format!("saving the checkpoint of step {}…", snapshot.step));
                     run.saving = Some(saving);
                 }
-                Err(e) => status.error(format!("checkpoint not saved: {e}")),
+                Err(e) => status.save_failed(format!("checkpoint not saved: {e}")),
             }
             if resume {
                 run.state = RunState::Training;
@@ -176,7 +176,7 @@ pub(super) fn pump_training(
         run.saving = None;
         match outcome {
             Ok(message) => status.info = Some(message),
-            Err(e) => status.error(format!("checkpoint not saved: {e}")),
+            Err(e) => status.save_failed(format!("checkpoint not saved: {e}")),
         }
     }
     // A pending save waits until nothing is in flight, then reads everything.

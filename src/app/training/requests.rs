@@ -210,7 +210,29 @@ impl Snapshots {
 #[derive(Resource, Debug, Default, Clone, PartialEq)]
 pub struct Knockouts(pub Vec<crate::interventions::Part>);
 
+/// The names of `program`'s parameters, in program order: what a scene
+/// that recomputes the model asks [`TensorWants`] for.
+pub fn param_names(program: &crate::program::Program) -> Vec<String> {
+    program
+        .params()
+        .map(|id| program.tensors[id].name.clone())
+        .collect()
+}
+
 impl Knockouts {
+    /// The snapshot's weights of `program` as the learner has taken the
+    /// model apart (every knocked-out part zeroed); None until the snapshot
+    /// holds them all.
+    pub fn weights_of(
+        &self,
+        snapshot: &Snapshot,
+        program: &crate::program::Program,
+    ) -> Option<Vec<crate::model::params::NamedTensor>> {
+        let mut params = snapshot.params(program)?;
+        self.apply(&mut params, &program.config).ok()?;
+        Some(params)
+    }
+
     /// `params` with every knocked-out part zeroed.
     pub fn apply(
         &self,

@@ -68,6 +68,18 @@ impl CorpusSource {
         Some(line.chars().take(ctx.min(64)).collect())
     }
 
+    /// [`CorpusSource::prompt_line`] of at most `len` characters, else the
+    /// first `len` (at most 48) of TinyShakespeare's line that the scenes
+    /// showing a prompt open with.
+    pub fn prompt_or_romeo(&self, len: usize) -> String {
+        self.prompt_line(len).unwrap_or_else(|| {
+            "ROMEO: But soft, what light through yonder window breaks"
+                .chars()
+                .take(len.min(48))
+                .collect()
+        })
+    }
+
     /// The text a gallery model learned.
     pub fn of_gallery(text: crate::model::gallery::Text) -> Self {
         match text {

@@ -14,6 +14,9 @@ pub struct AppStatus {
     pub confirm_replace: Option<PathBuf>,
     /// The files this app has saved, which later saves may replace unasked.
     pub written: std::collections::HashSet<PathBuf>,
+    /// Checkpoint saves that did not happen, why (headless, `--export
+    /// checkpoint` fails the command with them).
+    pub save_failures: Vec<String>,
 }
 
 impl AppStatus {
@@ -21,5 +24,12 @@ impl AppStatus {
         let message = message.into();
         warn!("{message}");
         self.errors.push(message);
+    }
+
+    /// An error that is a checkpoint save not made.
+    pub fn save_failed(&mut self, message: impl Into<String>) {
+        let message = message.into();
+        self.save_failures.push(message.clone());
+        self.error(message);
     }
 }

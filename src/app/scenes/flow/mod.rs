@@ -29,7 +29,7 @@ use super::Scene;
 use crate::app::canvas::{Hover, SceneBounds, SceneCursor};
 use crate::app::lesson::{LessonAction, LessonFocus, PendingFocus};
 use crate::app::training::{
-    GpuDevice, Knockouts, Run, RunCreated, RunSettings, Snapshots, TensorWants,
+    GpuDevice, Knockouts, Run, RunCreated, RunSettings, Snapshots, TensorWants, param_names,
 };
 use crate::app::ui::state::UiState;
 use crate::app::worker::Device;
@@ -156,14 +156,6 @@ fn new_run(mut created: MessageReader<RunCreated>, mut compute: ResMut<FlowCompu
     }
 }
 
-/// A line of the corpus to start from, cut to the context.
-fn default_prompt(ctx: usize) -> String {
-    "ROMEO: But soft, what light through yonder window breaks"
-        .chars()
-        .take(ctx.min(48))
-        .collect()
-}
-
 /// Asks for the weights, and for a flow when the prompt, the position or
 /// the weights changed.
 fn ask(
@@ -178,11 +170,7 @@ fn ask(
     compute.poll();
     let Some(run) = run else { return };
     // The weights, and AdamW's moments for the end of the backward pass.
-    let params: Vec<String> = run
-        .program
-        .params()
-        .map(|id| run.program.tensors[id].name.clone())
-        .collect();
+    let params = param_names(&run.program);
     // The moments only while the backward pass is shown (AdamW's update
     // ends it): they are twice the weights' size, read back four times a
     // second while the run trains.
@@ -206,10 +194,7 @@ fn ask(
     if !view.prompt_set || (!view.prompt_corpus.is_empty() && view.prompt_corpus != run.corpus_name)
     {
         view.prompt_corpus = run.corpus_name.clone();
-        view.prompt = settings
-            .corpus
-            .prompt_line(run.config().ctx)
-            .unwrap_or_else(|| default_prompt(run.config().ctx));
+        view.prompt = settings.corpus.prompt_or_romeo(run.config().ctx);
         view.prompt_set = true;
     }
     if view.prompt.is_empty() {
@@ -218,7 +203,8 @@ fn ask(
     let Some(snapshot) = &snapshots.latest else {
         return;
     };
-    let Some(mut params) = snapshot.params(&run.program) else {
+    // The model as the learner has taken it apart (Take it apart's knockouts).
+    let Some(params) = knockouts.weights_of(snapshot, &run.program) else {
         return;
     };
     // AdamW's moments as read back with the weights, and the run's next
@@ -248,10 +234,6 @@ fn ask(
             };
             (m, step)
         });
-    // The model as the learner has taken it apart (Take it apart's knockouts).
-    if knockouts.apply(&mut params, run.config()).is_err() {
-        return;
-    }
     compute.request(
         FlowRequest {
             prompt: view.prompt.clone().into_bytes(),

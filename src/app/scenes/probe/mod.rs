@@ -21,7 +21,9 @@ mod toolbar;
 use super::Scene;
 use crate::app::canvas::{Hover, SceneBounds, SceneCursor};
 use crate::app::lesson::{LessonAction, LessonFocus};
-use crate::app::training::{GpuDevice, Knockouts, Run, RunCreated, Snapshots, TensorWants};
+use crate::app::training::{
+    GpuDevice, Knockouts, Run, RunCreated, Snapshots, TensorWants, param_names,
+};
 use crate::app::worker::Device;
 use crate::interventions::Part;
 use crate::lesson::{Action, Focus};
@@ -148,24 +150,11 @@ fn ask(
 ) {
     compute.poll();
     let Some(run) = run else { return };
-    let names = run
-        .program
-        .params()
-        .map(|id| run.program.tensors[id].name.clone())
-        .collect();
-    wants.set("probe", names);
+    wants.set("probe", param_names(&run.program));
     if !view.prompt_set || (!view.prompt_corpus.is_empty() && view.prompt_corpus != run.corpus_name)
     {
         view.prompt_corpus = run.corpus_name.clone();
-        view.prompt = settings
-            .corpus
-            .prompt_line(run.config().ctx)
-            .unwrap_or_else(|| {
-                "ROMEO: But soft, what light through yonder window"
-                    .chars()
-                    .take(run.config().ctx.min(48))
-                    .collect()
-            });
+        view.prompt = settings.corpus.prompt_or_romeo(run.config().ctx);
         view.corrupt = corrupt_of(&view.prompt);
         view.prompt_set = true;
     }

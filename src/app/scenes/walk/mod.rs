@@ -25,7 +25,7 @@ mod tour;
 use super::Scene;
 use crate::app::canvas::{Hover, SceneCamera};
 use crate::app::training::{
-    GpuDevice, Knockouts, Run, RunCreated, RunSettings, Snapshots, TensorWants,
+    GpuDevice, Knockouts, Run, RunCreated, RunSettings, Snapshots, TensorWants, param_names,
 };
 use crate::app::ui::state::UiState;
 use crate::app::worker::Device;
@@ -211,21 +211,12 @@ fn ask(
 ) {
     compute.poll();
     let Some(run) = run else { return };
-    let params: Vec<String> = run
-        .program
-        .params()
-        .map(|id| run.program.tensors[id].name.clone())
-        .collect();
-    wants.set("walk", params);
-    let ctx = run.config().ctx;
+    wants.set("walk", param_names(&run.program));
     if !view.prompt_set || (!view.prompt_corpus.is_empty() && view.prompt_corpus != run.corpus_name)
     {
         view.prompt_corpus = run.corpus_name.clone();
         // A short line: the columns stay wide enough to read their bytes.
-        view.prompt = settings
-            .corpus
-            .prompt_line(ctx.min(24))
-            .unwrap_or_else(|| "ROMEO: But soft, what".chars().take(ctx).collect());
+        view.prompt = settings.corpus.prompt_or_romeo(run.config().ctx.min(21));
         view.prompt_set = true;
     }
     if view.prompt.is_empty() {
@@ -234,12 +225,9 @@ fn ask(
     let Some(snapshot) = &snapshots.latest else {
         return;
     };
-    let Some(mut params) = snapshot.params(&run.program) else {
+    let Some(params) = knockouts.weights_of(snapshot, &run.program) else {
         return;
     };
-    if knockouts.apply(&mut params, run.config()).is_err() {
-        return;
-    }
     compute.request(
         WalkRequest {
             prompt: view.prompt.clone().into_bytes(),
