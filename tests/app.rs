@@ -2245,6 +2245,50 @@ fn headless_walk_scene_tours_every_tensor_where_it_says() {
             check_walk_picture(&r, &shot, (w.parse().unwrap(), h.parse().unwrap()), presenter);
         }
     }
+    // Zoomed in on a beat, forward and backward: cells wide enough carry
+    // their numbers (the gradient's in the backward pass), each the
+    // program's to the precision of its text.
+    let params = tinygpt::model::checkpoint::Checkpoint::load(std::path::Path::new(SHIPPED_SMALL)).unwrap().params;
+    for (beat, zoom) in [(4, "24"), (res_back, "40")] {
+        let shot = dir.join(format!("walk-{beat}-zoom.png"));
+        let beat_arg = beat.to_string();
+        let r = run_headless(
+            &["app", "--headless", "--scene", "walk", "--checkpoint", "small", "--frames", "60", "--width", "1280", "--height", "720", "--walk-beat", &beat_arg, "--walk-zoom", zoom],
+            &shot,
+        );
+        let line = r.to_string();
+        let walk = &r["walk"];
+        assert_eq!(walk["zoom"].as_f64(), Some(zoom.parse().unwrap()), "{line}");
+        let count = walk["numbers"].as_u64().unwrap();
+        assert!((1..=1500).contains(&count), "{line}");
+        let mut checked = 0;
+        for e in walk["numbered"].as_array().unwrap() {
+            let slab = &walk["slabs"][e["slab"].as_u64().unwrap() as usize];
+            let (name, rows, cols) = (slab["name"].as_str().unwrap(), slab["rows"].as_u64().unwrap() as usize, slab["cols"].as_u64().unwrap() as usize);
+            let (row, col) = (e["row"].as_u64().unwrap() as usize, e["col"].as_u64().unwrap() as usize);
+            let text = e["text"].as_str().unwrap();
+            let shown: f64 = text.parse().unwrap();
+            let gradient = e["gradient"] == true;
+            assert_eq!(gradient, beat == res_back, "{line}");
+            // An activation (features × positions) or a weight's values.
+            let want = match cli["nodes"].as_array().unwrap().iter().find(|n| n["name"] == name) {
+                Some(node) => node[if gradient { "grad" } else { "values" }][col][row].as_f64(),
+                None if !gradient => params.iter().find(|p| p.name == name).map(|p| {
+                    // Drawn with a row per output feature (transposed where stored in × out).
+                    let at = if slab["transposed"] == true { col * rows + row } else { row * cols + col };
+                    p.values[at] as f64
+                }),
+                None => None,
+            };
+            let Some(want) = want else { continue };
+            assert!((shown - want).abs() <= want.abs() * 0.05 + 0.006, "{name}[{row}, {col}] shows {text}, the program's is {want}: {line}");
+            checked += 1;
+        }
+        assert!(checked >= 1, "no number checked: {line}");
+        let (_, _, pixels) = decode(&shot);
+        let distinct: std::collections::HashSet<[u8; 4]> = pixels.iter().copied().collect();
+        assert!(distinct.len() > 16, "the zoomed picture is nearly uniform: {line}");
+    }
 }
 
 /// The walk-through's picture as its line describes it: the beat's

@@ -69,6 +69,8 @@ pub struct AppOptions {
     pub kernels: Option<String>,
     /// The beat the 3D walk-through opens at, paused.
     pub walk_beat: Option<usize>,
+    /// Its zoom on that beat's framing (1: the tour's).
+    pub walk_zoom: Option<f32>,
     /// Start training at once (otherwise the user presses Train).
     pub train: bool,
     /// Open in the wide view: no side panels, the scene fills the window
@@ -198,6 +200,7 @@ pub fn build(options: AppOptions) -> App {
             bench: options.bench,
             kernels: options.kernels,
             walk_beat: options.walk_beat,
+            walk_zoom: options.walk_zoom,
         })
         .add_plugins((canvas::CanvasPlugin, canvas::camera::CameraPlugin));
     add_scene_plugins(&mut app);

@@ -55,6 +55,7 @@ pub fn main() {
         bench: link.bench.clone(),
         kernels: None,
         walk_beat: None,
+        walk_zoom: None,
         train: link.train,
         wide: false,
         lesson: link.lesson.as_ref().and_then(|(name, step)| {

@@ -72,6 +72,10 @@ pub struct AppArgs {
     /// lists them).
     #[arg(long, value_name = "N")]
     walk_beat: Option<usize>,
+    /// With --walk-beat: zoomed this much (0.5 to 80, the mouse wheel's)
+    /// on the beat's output; cells wide enough on screen show their numbers.
+    #[arg(long, value_name = "Z", requires = "walk_beat", value_parser = walk_zoom)]
+    walk_zoom: Option<f32>,
     /// Start training at once instead of waiting for Train.
     #[arg(long)]
     train: bool,
@@ -178,6 +182,16 @@ fn scene_help() -> String {
         })
         .collect();
     format!("The scene to open: {}.", scenes.join("; "))
+}
+
+/// `--walk-zoom`: a number from 0.5 to 80.
+fn walk_zoom(s: &str) -> std::result::Result<f32, String> {
+    let z = super::positive_f32(s)?;
+    if (0.5..=80.0).contains(&z) {
+        Ok(z)
+    } else {
+        Err(format!("{s} is not a zoom from 0.5 to 80"))
+    }
 }
 
 fn parse_scene(s: &str) -> std::result::Result<Scene, String> {
@@ -341,6 +355,7 @@ pub fn run_app(args: AppArgs) -> Result<()> {
         bench: args.bench.clone(),
         kernels: args.kernels.clone(),
         walk_beat: args.walk_beat,
+        walk_zoom: args.walk_zoom,
         train: args.train,
         wide: args.wide,
         lesson,

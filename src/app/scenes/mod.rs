@@ -119,6 +119,8 @@ pub struct SceneStart {
     pub kernels: Option<String>,
     /// The beat of its tour the 3D walk-through opens at, paused.
     pub walk_beat: Option<usize>,
+    /// Its zoom on that beat's framing.
+    pub walk_zoom: Option<f32>,
 }
 
 impl Default for SceneStart {
@@ -130,6 +132,7 @@ impl Default for SceneStart {
             bench: None,
             kernels: None,
             walk_beat: None,
+            walk_zoom: None,
         }
     }
 }

@@ -9,15 +9,18 @@
 //! recomputed from the latest weights while the run trains.
 //!
 //! The geometry is [`layout`], the camera [`tour`] (a function of the
-//! timeline: play, scrub, step), the quads and labels [`draw`], the
-//! colours [`colour`], the toolbar and narration [`panel`], the reports
-//! [`report`].
+//! timeline: play, scrub, step) with the learner's zoom and pan on top
+//! ([`look`]), the quads and labels [`draw`], the numbers on cells wide
+//! enough ([`numbers`]), the colours [`colour`], the toolbar and narration
+//! [`panel`], the reports [`report`].
 
 mod colour;
 mod compute;
 mod draw;
 mod layout;
+mod look;
 mod marks;
+mod numbers;
 mod panel;
 mod report;
 mod tour;
@@ -51,6 +54,11 @@ pub struct WalkView {
     /// The beats reached while playing, in order (for checks: the
     /// program's order forward, the reverse backward).
     pub visited: Vec<usize>,
+    /// The learner's zoom and pan on the beat's framing.
+    pub look: look::Look,
+    /// A zoom to open with, centred on the beat's output (`--walk-zoom`),
+    /// until the picture is laid out.
+    pub zoom_on_output: Option<f32>,
 }
 
 impl Default for WalkView {
@@ -63,6 +71,8 @@ impl Default for WalkView {
             playing: false,
             speed: 0.5,
             visited: Vec::new(),
+            look: look::Look::default(),
+            zoom_on_output: None,
         }
     }
 }
@@ -105,15 +115,18 @@ pub struct ScenePlugin;
 impl Plugin for ScenePlugin {
     fn build(&self, app: &mut App) {
         report::register(app);
-        let start = app
+        let (start, zoom) = app
             .world()
             .get_resource::<super::SceneStart>()
-            .and_then(|s| s.walk_beat);
+            .map_or((None, None), |s| (s.walk_beat, s.walk_zoom));
         let mut view = WalkView::default();
         if let Some(k) = start {
             view.go_to(k);
         }
+        view.zoom_on_output = zoom.map(|z| z.clamp(look::Look::MIN_ZOOM, look::Look::MAX_ZOOM));
         app.insert_resource(view)
+            .init_resource::<look::PointerTravel>()
+            .init_resource::<numbers::NumbersShown>()
             .init_resource::<WalkCompute>()
             .init_resource::<Shown>()
             .init_resource::<Before>()
@@ -129,10 +142,12 @@ impl Plugin for ScenePlugin {
                     rebuild,
                     keys,
                     advance,
+                    look::steer,
                     fly,
                     shade,
                     marks::draw,
                     size_labels,
+                    numbers::draw_numbers,
                     hover,
                 )
                     .chain()
@@ -346,7 +361,7 @@ fn frame_of(camera: &Camera, narration: f32) -> Option<tour::FreeView> {
 /// Puts the camera where the timeline says.
 fn fly(
     mut shown: ResMut<Shown>,
-    view: Res<WalkView>,
+    mut view: ResMut<WalkView>,
     ui_state: Res<UiState>,
     narration: Res<panel::NarrationHeight>,
     mut cameras: Query<(&Camera, &mut Transform), With<SceneCamera>>,
@@ -357,13 +372,25 @@ fn fly(
     let Some(frame) = frame_of(camera, narration.0) else {
         return;
     };
+    // (Its fields borrowed apart: the layout read, the poses written.)
+    let shown = &mut *shown;
     let Some(walk) = &shown.walk else { return };
     if shown.frame != Some(frame) {
         shown.poses = tour::poses(walk, frame);
         shown.frame = Some(frame);
     }
+    // The learner's look holds while the tour stays on its beat.
+    let beat = view.beat();
+    if (view.playing || view.look.beat != beat) && view.look != look::Look::at(beat) {
+        view.look = look::Look::at(beat);
+    }
     if let Some(pose) = tour::pose_at(&shown.poses, view.t, ui_state.reduced_motion) {
-        let want = pose.transform();
+        if let Some(zoom) = view.zoom_on_output.take()
+            && let Some(&output) = walk.beats[beat.min(walk.beats.len() - 1)].slabs.first()
+        {
+            view.look = look::Look::on(&pose, walk.slabs[output].centre(), zoom, beat);
+        }
+        let want = view.look.apply(&pose).transform();
         if *transform != want {
             *transform = want;
         }
@@ -578,6 +605,15 @@ pub fn pick(walk: &WalkLayout, ray: Ray3d) -> Option<(usize, Vec2)> {
         .map(|(i, p, _)| (i, p))
 }
 
+/// The hovered tensor's values and gradient as drawn, for the pass
+/// (`WalkCompute`'s generation) and slab they were laid out from.
+#[derive(Default)]
+struct HoveredGrids {
+    key: Option<(u64, usize)>,
+    values: Option<Vec<f32>>,
+    grads: Option<Vec<f32>>,
+}
+
 /// Names the cell under the pointer (its tensor, indices, value and
 /// gradient); a click flies to the tensor's op.
 #[allow(clippy::too_many_arguments)]
@@ -590,6 +626,8 @@ fn hover(
     compute: Res<WalkCompute>,
     mut view: ResMut<WalkView>,
     mut hover: ResMut<Hover>,
+    mut grids: Local<HoveredGrids>,
+    travel: Res<look::PointerTravel>,
 ) {
     let busy = egui.is_some_and(|e| e.wants_pointer_input() || e.is_pointer_over_area());
     let hit = (|| {
@@ -614,8 +652,17 @@ fn hover(
         let walk = shown.walk.as_ref()?;
         let computed = compute.computed()?;
         let slab = &walk.slabs[i];
-        let value = draw::grid(computed, slab, CellLens::Value)?[row * slab.cols + col];
-        let grad = draw::grid(computed, slab, CellLens::Gradient).map(|g| g[row * slab.cols + col]);
+        // The hovered tensor's grids, laid out once per pass, not per frame.
+        if grids.key != Some((compute.generation, i)) {
+            *grids = HoveredGrids {
+                key: Some((compute.generation, i)),
+                values: draw::grid(computed, slab, CellLens::Value),
+                grads: draw::grid(computed, slab, CellLens::Gradient),
+            };
+        }
+        let at = row * slab.cols + col;
+        let value = *grids.values.as_ref()?.get(at)?;
+        let grad = grids.grads.as_ref().and_then(|g| g.get(at).copied());
         let mut s = format!("{}[{row}, {col}] = {}", draw::title(slab), crate::app::canvas::short(value));
         if let Some(g) = grad {
             s.push_str(&format!("   dL/d = {}", crate::app::canvas::short(g)));
@@ -625,8 +672,10 @@ fn hover(
     if hover.0 != text {
         hover.0 = text;
     }
-    // A click flies to the first beat of the current pass that shows the tensor.
+    // A click (not the end of a drag) flies to the first beat of the
+    // current pass that shows the tensor.
     if buttons.just_released(MouseButton::Left)
+        && travel.0 <= look::CLICK_TRAVEL_PX
         && let (Some((i, _, _)), Some(walk)) = (hit, &shown.walk)
     {
         let pass = walk.beats[view.beat().min(walk.beats.len() - 1)].pass;

@@ -75,6 +75,7 @@ fn headless(
         &InheritedVisibility,
     ), With<ScreenLabel>>,
     cameras: Query<(&Camera, &GlobalTransform), With<SceneCamera>>,
+    numbers: Res<super::numbers::NumbersShown>,
 ) -> Value {
     if *scene.get() != Scene::Walk {
         return Value::Null;
@@ -103,6 +104,8 @@ fn headless(
                 "rows": s.rows,
                 "cols": s.cols,
                 "family": s.family,
+                // A weight drawn as its transpose (stored in × out).
+                "transposed": matches!(s.source, super::layout::Source::Param { transposed: true, .. }),
                 "px": px_box(camera, camera_at, &corners),
                 "focused": focused[i],
                 "gradient": gradient[i],
@@ -145,6 +148,11 @@ fn headless(
         "visited": view.visited,
         "slabs": slabs,
         "labels": labels,
+        "zoom": view.look.zoom,
+        "numbers": numbers.count,
+        "numbered": numbers.first.iter().map(|(slab, row, col, gradient, text)| {
+            json!({ "slab": slab, "row": row, "col": col, "gradient": gradient, "text": text })
+        }).collect::<Vec<_>>(),
         "device": compute.latest.as_ref().map(|a| a.device),
         "step": compute.computed().map(|c| c.step),
     })
