@@ -678,14 +678,14 @@ mod tests {
     }
 
     #[test]
-    fn the_readmes_example_lesson_parses_and_resolves() {
-        let readme = include_str!("../README.md");
+    fn the_guides_example_lesson_parses_and_resolves() {
+        let readme = include_str!("../docs/guide/lessons.md");
         let section = &readme[readme
-            .find("### Writing a lesson")
-            .expect("the README says how to write a lesson")..];
+            .find("# Writing a lesson")
+            .expect("the user guide says how to write a lesson")..];
         let start = section.find("```ron\n").expect("with an example") + "```ron\n".len();
         let example = &section[start..start + section[start..].find("```").unwrap()];
-        let lesson = Lesson::parse("README.md", example).unwrap_or_else(|e| panic!("{e}"));
+        let lesson = Lesson::parse("docs/guide/lessons.md", example).unwrap_or_else(|e| panic!("{e}"));
         assert!(
             lesson
                 .steps
