@@ -11,9 +11,10 @@ use tinygpt::model::config::{Config, DEFAULT_PRESET};
 
 #[derive(Args, Debug)]
 pub struct AppArgs {
-    /// Model size: a built-in preset (see `tinygpt presets`) or a .ron file.
-    #[arg(long, default_value = DEFAULT_PRESET)]
-    preset: String,
+    /// Model size: a built-in preset (see `tinygpt presets`) or a .ron file
+    /// (default: small).
+    #[arg(long)]
+    preset: Option<String>,
     /// A text file to train on, `task:NAME` for a toy task, or `gallery:ID`
     /// for a gallery model's text (default: the text of the gallery model
     /// opened, else TinyShakespeare, built in).
@@ -39,14 +40,16 @@ pub struct AppArgs {
     /// (comma-separated; the run panel's 🔨 Break it has the same switches).
     #[arg(long, value_enum, value_delimiter = ',')]
     lab: Vec<super::LabSwitch>,
-    #[arg(long, default_value_t = 1337, value_parser = super::seed, allow_hyphen_values = true)]
-    seed: u64,
+    /// The seed of a new run's weights and batches (default: 1337).
+    #[arg(long, value_parser = super::seed, allow_hyphen_values = true)]
+    seed: Option<u64>,
     /// Where to train: auto (the GPU unless its adapter is a software renderer), gpu or cpu.
     #[arg(long, value_enum, default_value = "auto")]
     backend: super::BackendChoice,
-    /// The scene to open (`--help` says what each one shows).
-    #[arg(long, default_value = "model", value_parser = parse_scene, long_help = scene_help())]
-    scene: Scene,
+    /// The scene to open (`--help` says what each one shows; default: the
+    /// Model scene, or In 3D where the window opens as `tinygpt` alone does).
+    #[arg(long, value_parser = parse_scene, long_help = scene_help())]
+    scene: Option<Scene>,
     /// The Step scene opens at this entry of the training step (0: the
     /// first forward op; `tinygpt step --json` lists them).
     #[arg(long, default_value_t = 0, value_name = "N")]
@@ -153,18 +156,38 @@ pub struct AppArgs {
 impl AppArgs {
     /// `tinygpt` alone: the window with every default.
     pub fn default_for_window() -> Self {
+        Self::parsed(&["tinygpt"])
+    }
+
+    fn parsed(line: &[&str]) -> Self {
         use clap::Parser;
         #[derive(Parser)]
         struct Wrapper {
             #[command(flatten)]
             args: AppArgs,
         }
-        // A newcomer first sees a trained model predicting: the shipped
-        // small, in 3D (the walk-through of its forward and backward pass).
-        let mut args = Wrapper::parse_from(["tinygpt"]).args;
-        args.scene = Scene::Walk;
-        args.checkpoint = Some("small".into());
-        args
+        Wrapper::parse_from(line.iter().copied()).args
+    }
+
+    /// Whether the window opens as `tinygpt` alone does: a newcomer first
+    /// sees a trained model predicting, the shipped small in 3D. So it does
+    /// whenever nothing asks for a scene or chooses the run (`tinygpt app
+    /// --presenter`, `--lang es`, `--backend gpu` …); headless keeps the
+    /// Model scene on a new run, as scripts expect.
+    fn opens_like_tinygpt(&self) -> bool {
+        !self.headless
+            && self.scene.is_none()
+            && self.preset.is_none()
+            && self.corpus.is_none()
+            && self.checkpoint.is_none()
+            && self.steps.is_none()
+            && self.lr.is_none()
+            && self.lab.is_empty()
+            && self.seed.is_none()
+            && !self.train
+            && self.lesson.is_none()
+            && self.bench.is_none()
+            && self.kernels.is_none()
     }
 }
 
@@ -209,7 +232,12 @@ fn parse_pass(s: &str) -> std::result::Result<tinygpt::flash::Pass, String> {
     })
 }
 
-pub fn run_app(args: AppArgs) -> Result<()> {
+pub fn run_app(mut args: AppArgs) -> Result<()> {
+    if args.opens_like_tinygpt() {
+        args.scene = Some(Scene::Walk);
+        args.checkpoint = Some("small".into());
+    }
+    let preset_name = args.preset.clone().unwrap_or_else(|| DEFAULT_PRESET.to_string());
     if !args.headless && (args.screenshot.is_some()) {
         bail!("--screenshot needs --headless (in the window, use your system's screenshot tool)");
     }
@@ -219,8 +247,8 @@ pub fn run_app(args: AppArgs) -> Result<()> {
             "no display found (DISPLAY is not set): run the explainer on a desktop, or check it with `tinygpt app --headless --screenshot frame.png`"
         );
     }
-    let config = Config::load(&args.preset)?;
-    let mut settings = RunSettings::from_preset(&args.preset, config);
+    let config = Config::load(&preset_name)?;
+    let mut settings = RunSettings::from_preset(&preset_name, config);
     // The gallery model a checkpoint argument names (`gallery:ID`, or a
     // shipped one's bare name), whose text is the corpus unless --corpus.
     let gallery_entry = args.checkpoint.as_deref().and_then(|name| {
@@ -290,13 +318,13 @@ pub fn run_app(args: AppArgs) -> Result<()> {
         settings.lr = lr;
     }
     super::apply_lab(&mut settings.lab, &args.lab);
-    settings.seed = args.seed;
+    settings.seed = args.seed.unwrap_or(1337);
     settings.backend = args.backend.into();
     settings.run_config().map_err(anyhow::Error::msg)?;
     // The files the app reads: never its screenshot, nor a checkpoint it
     // saves (Save checkpoint, `--export checkpoint`).
     use tinygpt::output::Input;
-    let preset = std::path::Path::new(&args.preset);
+    let preset = std::path::Path::new(&preset_name);
     let lesson = args.lesson.as_deref().map(std::path::Path::new);
     let inputs: Vec<Input> = [
         args.corpus.as_deref().map(|p| Input::new("--corpus", p)),
@@ -348,7 +376,7 @@ pub fn run_app(args: AppArgs) -> Result<()> {
     };
     let mut app = build(AppOptions {
         settings,
-        scene: args.scene,
+        scene: args.scene.unwrap_or_default(),
         step_op: args.step_op,
         flash_pass: args.flash_pass,
         flash_visit: args.flash_visit,
@@ -427,4 +455,36 @@ fn corpus_source(path: &std::path::Path) -> Result<CorpusSource> {
 
 pub(crate) fn parse_language(s: &str) -> Result<tinygpt::i18n::Language, String> {
     tinygpt::i18n::Language::parse(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_window_opens_like_tinygpt_unless_a_scene_or_a_run_is_asked_for() {
+        for line in [
+            &["tinygpt"][..],
+            &["tinygpt", "--presenter"],
+            &["tinygpt", "--lang", "es"],
+            &["tinygpt", "--backend", "gpu", "--wide", "--colour-blind"],
+        ] {
+            assert!(AppArgs::parsed(line).opens_like_tinygpt(), "{line:?}");
+        }
+        for line in [
+            &["tinygpt", "--headless"][..],
+            &["tinygpt", "--scene", "attention"],
+            &["tinygpt", "--preset", "tiny"],
+            &["tinygpt", "--seed", "5"],
+            &["tinygpt", "--train"],
+            &["tinygpt", "--checkpoint", "tiny"],
+            &["tinygpt", "--lesson", "attention"],
+            &["tinygpt", "--corpus", "task:reverse"],
+            &["tinygpt", "--lr", "1e-3"],
+        ] {
+            assert!(!AppArgs::parsed(line).opens_like_tinygpt(), "{line:?}");
+        }
+        // Headless and unasked, the Model scene as before.
+        assert_eq!(AppArgs::parsed(&["tinygpt", "--headless"]).scene.unwrap_or_default(), Scene::Model);
+    }
 }

@@ -194,8 +194,12 @@ pub fn draw_ui(
 
     // ---- top: the scene switcher (a workshop link: the lesson's title)
     egui::Panel::top("scene").show(&mut root, |ui| {
-        ui.horizontal(|ui| {
-            let current = *scene.get();
+        let current = *scene.get();
+        let buttons_id = egui::Id::new("scene-bar-buttons");
+        // The scene tabs, and what the scene shows with the buttons on the
+        // right: one row where they fit, else two (presenter mode at
+        // 1280×720 ran the last tabs under the buttons).
+        let mut tabs = |ui: &mut egui::Ui| {
             if locked {
                 let title = lesson
                     .lesson
@@ -219,6 +223,8 @@ pub fn draw_ui(
                     next_scene.set(s);
                 }
             }
+        };
+        let mut rest = |ui: &mut egui::Ui| {
             ui.separator();
             // What the scene shows, cut short with "…" where the window is
             // narrow: it must not run under the buttons on the right (each
@@ -290,11 +296,43 @@ pub fn draw_ui(
                 {
                     data_out.0.write(crate::app::data::ExportData);
                 }
+                // The buttons' width, for the next frame's choice of rows.
+                let used = ui.min_rect().width();
+                ui.ctx().data_mut(|d| d.insert_temp(buttons_id, used));
                 if ui.available_width() > 520.0 {
                     ui.weak(crate::t!("view-keys"));
                 }
             });
-        });
+        };
+        let spacing = ui.spacing().item_spacing.x + 2.0 * ui.spacing().button_padding.x;
+        let tab_width: f32 = Scene::ALL
+            .into_iter()
+            .filter(|_| !locked)
+            .map(|s| {
+                let galley = ui.painter().layout_no_wrap(
+                    s.title(),
+                    egui::FontId::proportional(15.0),
+                    egui::Color32::WHITE,
+                );
+                galley.size().x + spacing
+            })
+            .sum::<f32>()
+            + 80.0;
+        // The buttons on the right as drawn last frame, and a margin.
+        let buttons_width = ui
+            .ctx()
+            .data(|d| d.get_temp::<f32>(buttons_id))
+            .unwrap_or(if locked { 180.0 } else { 330.0 })
+            + 24.0;
+        if ui.available_width() >= tab_width + buttons_width {
+            ui.horizontal(|ui| {
+                tabs(ui);
+                rest(ui);
+            });
+        } else {
+            ui.horizontal_wrapped(|ui| tabs(ui));
+            ui.horizontal(|ui| rest(ui));
+        }
     });
 
     // ---- left and right, unless the view is wide or a workshop link's
