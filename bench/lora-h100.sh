@@ -1,10 +1,7 @@
 #!/usr/bin/env bash
 # LoRA fine-tuning against full training, ms per step, on the device (issue 37).
 set -u
-for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan XDG_RUNTIME_DIR=/tmp/xdg
-mkdir -p /tmp/xdg && chmod 700 /tmp/xdg
-xz -dc .devbin/tg.xz > /tmp/tg && chmod +x /tmp/tg
+. bench/h100-env.sh
 REPO=$PWD
 W=/tmp/w; mkdir -p $W; cd $W
 find $REPO/src -name '*.rs' | sort | xargs cat > code.txt

@@ -6,9 +6,7 @@
 # .devbin/old.xz and .devbin/new.xz; run with `carry: [".gl", ".devbin"]`.
 # Raw JSON lines land in $OUT.
 set -u
-for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan XDG_RUNTIME_DIR=/tmp/xdg
-mkdir -p /tmp/xdg && chmod 700 /tmp/xdg
+. bench/h100-env.sh
 for b in old new; do xz -dc .devbin/$b.xz > /tmp/tg-$b && chmod +x /tmp/tg-$b; done
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/machine.txt
 cd /tmp

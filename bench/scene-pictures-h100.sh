@@ -4,10 +4,7 @@
 # 1280×720, after enough frames for its numbers to arrive. One binary in
 # .devbin/tg.xz, carry .gl and .devbin; the PNGs land in $OUT.
 set -u
-for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan XDG_RUNTIME_DIR=/tmp/xdg
-mkdir -p /tmp/xdg && chmod 700 /tmp/xdg
-xz -dc .devbin/tg.xz > /tmp/tg && chmod +x /tmp/tg
+. bench/h100-env.sh
 cd /tmp
 shot() { local key=$1; shift
   /tmp/tg app --headless --backend gpu --width 1280 --height 720 --wide --checkpoint small \

@@ -4,10 +4,7 @@
 # training xl; as bench/walk-h100.sh (one binary in .devbin/tg.xz, carry
 # .gl and .devbin). Raw lines in $OUT.
 set -u
-for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan XDG_RUNTIME_DIR=/tmp/xdg
-mkdir -p /tmp/xdg && chmod 700 /tmp/xdg
-xz -dc .devbin/tg.xz > /tmp/tg && chmod +x /tmp/tg
+. bench/h100-env.sh
 cd /tmp
 app() { local label=$1; shift
   /tmp/tg app --headless --backend gpu --width 1920 --height 1080 --fps 60 "$@" 2>/dev/null | grep '^{' | sed "s/^{/{\"run\":\"$label\",/" >> $OUT/walk2.jsonl; }

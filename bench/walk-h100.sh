@@ -7,10 +7,7 @@
 # xz'd into .devbin/tg.xz; run with `carry: [".gl", ".devbin"]`. Raw JSON
 # lines and two pictures land in $OUT.
 set -u
-for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan XDG_RUNTIME_DIR=/tmp/xdg
-mkdir -p /tmp/xdg && chmod 700 /tmp/xdg
-xz -dc .devbin/tg.xz > /tmp/tg && chmod +x /tmp/tg
+. bench/h100-env.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/machine.txt
 cd /tmp
 app() { # label, then the app's arguments

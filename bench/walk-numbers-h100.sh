@@ -7,10 +7,7 @@
 # .devbin; raw lines and a picture in $OUT. XL_ZOOM (default 80, the
 # most) is xl's zoom: its cells are far smaller than small's.
 set -u
-for f in .gl/*.deb; do dpkg -x $f /; done; ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json WGPU_BACKEND=vulkan XDG_RUNTIME_DIR=/tmp/xdg
-mkdir -p /tmp/xdg && chmod 700 /tmp/xdg
-xz -dc .devbin/tg.xz > /tmp/tg && chmod +x /tmp/tg
+. bench/h100-env.sh
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $OUT/machine.txt
 cd /tmp
 app() { local label=$1; shift

@@ -201,19 +201,14 @@ pub enum SaveRefusal {
 /// other existing regular file asks the user first, unless `replace`.
 pub fn check_save(path: &Path, flag: &str, replace: bool) -> Result<(), SaveRefusal> {
     let known = INPUTS.lock().map(|k| k.clone()).unwrap_or_default();
-    let inputs: Vec<Input> = known
-        .iter()
-        .map(|(flag, path)| Input::new(flag, path))
-        .collect();
-    if let Some(input) = inputs.iter().find(|i| same_file(path, i.path)) {
+    if let Some((input_flag, input)) = known.iter().find(|(_, p)| same_file(path, p)) {
         return Err(SaveRefusal::Refused(format!(
-            "{flag} {} is the same file as {} {}, which this app opened; save under another name",
+            "{flag} {} is the same file as {input_flag} {}, which this app opened; save under another name",
             path.display(),
-            input.flag,
-            input.path.display()
+            input.display()
         )));
     }
-    check(path, flag, &inputs, replace).map_err(|e| {
+    check(path, flag, &[], replace).map_err(|e| {
         if !replace && path.is_file() {
             SaveRefusal::Ask
         } else {

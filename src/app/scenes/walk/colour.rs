@@ -20,7 +20,7 @@ pub const MASKED: [u8; 4] = [26, 28, 34, 255];
 pub const MAX_SIDE: usize = 1024;
 
 /// What a tensor's cells show.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum CellLens {
     Value,
     Gradient,

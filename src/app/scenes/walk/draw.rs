@@ -140,6 +140,45 @@ pub fn grid(computed: &Computed, slab: &Slab, lens: CellLens) -> Option<Vec<f32>
     }
 }
 
+/// Slabs' numbers as drawn ([`grid`]) with the scale they are coloured on,
+/// laid out once per pass and kept for the hover's names and the numbers
+/// on the cells, which read them every frame.
+#[derive(Resource, Default)]
+pub struct SlabGrids {
+    /// The pass (`WalkCompute`'s generation) they were laid out from.
+    generation: Option<u64>,
+    by: std::collections::HashMap<(usize, CellLens), Option<(Vec<f32>, f32)>>,
+}
+
+impl SlabGrids {
+    /// At most this many grids are kept (a pointer swept over the whole
+    /// model would otherwise copy the pass).
+    const KEPT: usize = 32;
+
+    /// Slab `i`'s grid and scale for `lens` in the pass `generation`.
+    pub fn get(
+        &mut self,
+        generation: u64,
+        computed: &Computed,
+        i: usize,
+        slab: &Slab,
+        lens: CellLens,
+    ) -> Option<&(Vec<f32>, f32)> {
+        if self.generation != Some(generation) || (self.by.len() >= Self::KEPT && !self.by.contains_key(&(i, lens))) {
+            self.generation = Some(generation);
+            self.by.clear();
+        }
+        self.by
+            .entry((i, lens))
+            .or_insert_with(|| {
+                let g = grid(computed, slab, lens)?;
+                let scale = colour::scale_of(&g, slab.family);
+                Some((g, scale))
+            })
+            .as_ref()
+    }
+}
+
 /// A tensor's texture, coloured off the frame (on the scenes' worker):
 /// RGBA8 pixels, their size, and the scale they were coloured on.
 #[derive(Clone, Debug)]

@@ -169,7 +169,7 @@ pub(super) fn steer(
         }
     }
     if look != view.look {
-        if look != Look::at(beat) {
+        if !look.is_tour() {
             view.playing = false;
         }
         view.look = look;

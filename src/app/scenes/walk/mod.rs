@@ -123,10 +123,11 @@ impl Plugin for ScenePlugin {
         if let Some(k) = start {
             view.go_to(k);
         }
-        view.zoom_on_output = zoom.map(|z| z.clamp(look::Look::MIN_ZOOM, look::Look::MAX_ZOOM));
+        view.zoom_on_output = zoom;
         app.insert_resource(view)
             .init_resource::<look::PointerTravel>()
             .init_resource::<numbers::NumbersShown>()
+            .init_resource::<draw::SlabGrids>()
             .init_resource::<WalkCompute>()
             .init_resource::<Shown>()
             .init_resource::<Before>()
@@ -605,15 +606,6 @@ pub fn pick(walk: &WalkLayout, ray: Ray3d) -> Option<(usize, Vec2)> {
         .map(|(i, p, _)| (i, p))
 }
 
-/// The hovered tensor's values and gradient as drawn, for the pass
-/// (`WalkCompute`'s generation) and slab they were laid out from.
-#[derive(Default)]
-struct HoveredGrids {
-    key: Option<(u64, usize)>,
-    values: Option<Vec<f32>>,
-    grads: Option<Vec<f32>>,
-}
-
 /// Names the cell under the pointer (its tensor, indices, value and
 /// gradient); a click flies to the tensor's op.
 #[allow(clippy::too_many_arguments)]
@@ -626,7 +618,7 @@ fn hover(
     compute: Res<WalkCompute>,
     mut view: ResMut<WalkView>,
     mut hover: ResMut<Hover>,
-    mut grids: Local<HoveredGrids>,
+    mut grids: ResMut<draw::SlabGrids>,
     travel: Res<look::PointerTravel>,
 ) {
     let busy = egui.is_some_and(|e| e.wants_pointer_input() || e.is_pointer_over_area());
@@ -653,16 +645,10 @@ fn hover(
         let computed = compute.computed()?;
         let slab = &walk.slabs[i];
         // The hovered tensor's grids, laid out once per pass, not per frame.
-        if grids.key != Some((compute.generation, i)) {
-            *grids = HoveredGrids {
-                key: Some((compute.generation, i)),
-                values: draw::grid(computed, slab, CellLens::Value),
-                grads: draw::grid(computed, slab, CellLens::Gradient),
-            };
-        }
         let at = row * slab.cols + col;
-        let value = *grids.values.as_ref()?.get(at)?;
-        let grad = grids.grads.as_ref().and_then(|g| g.get(at).copied());
+        let mut cell = |lens| grids.get(compute.generation, computed, i, slab, lens).and_then(|(g, _)| g.get(at).copied());
+        let value = cell(CellLens::Value)?;
+        let grad = cell(CellLens::Gradient);
         let mut s = format!("{}[{row}, {col}] = {}", draw::title(slab), crate::app::canvas::short(value));
         if let Some(g) = grad {
             s.push_str(&format!("   dL/d = {}", crate::app::canvas::short(g)));

@@ -12,7 +12,6 @@ use super::tour::world_per_px;
 use super::{Scene, Shown, WalkItem, WalkView, state_at};
 use crate::app::canvas::SceneCamera;
 use bevy::prelude::*;
-use std::collections::HashMap;
 
 /// A cell's number: pooled text, hidden while unused.
 #[derive(Component)]
@@ -68,14 +67,6 @@ fn visible(start: f32, cell: f32, sign: f32, n: usize, from: f32, to: f32) -> st
     lo..hi
 }
 
-/// Each shown slab's grids, laid out once per pass: (slab, gradient) →
-/// (numbers, the scale they are coloured on).
-#[derive(Default)]
-pub struct Grids {
-    generation: u64,
-    by: HashMap<(usize, bool), Option<(Vec<f32>, f32)>>,
-}
-
 /// One number to show: its cell, text, colour, and where (world) at what
 /// scale.
 struct Wanted {
@@ -97,7 +88,7 @@ pub fn draw_numbers(
         (&mut Text2d, &mut TextColor, &mut Transform, &mut Visibility),
         With<CellNumber>,
     >,
-    mut grids: Local<Grids>,
+    mut grids: ResMut<draw::SlabGrids>,
     mut count: ResMut<NumbersShown>,
     narration: Res<super::panel::NarrationHeight>,
 ) {
@@ -107,12 +98,6 @@ pub fn draw_numbers(
         let computed = compute.computed()?;
         let (camera, at) = cameras.single().ok()?;
         let rect = camera.logical_viewport_rect()?;
-        if grids.generation != compute.generation {
-            *grids = Grids {
-                generation: compute.generation,
-                by: HashMap::new(),
-            };
-        }
         let beat = view.beat().min(walk.beats.len() - 1);
         if beat == 0 {
             return Some(());
@@ -167,15 +152,7 @@ pub fn draw_numbers(
                 continue;
             }
             let lens = if gradient[i] { CellLens::Gradient } else { CellLens::Value };
-            let Some((values, scale)) = grids
-                .by
-                .entry((i, gradient[i]))
-                .or_insert_with(|| {
-                    let g = draw::grid(computed, slab, lens)?;
-                    let s = colour::scale_of(&g, slab.family);
-                    Some((g, s))
-                })
-                .as_ref()
+            let Some((values, scale)) = grids.get(compute.generation, computed, i, slab, lens)
             else {
                 continue;
             };
