@@ -23,7 +23,7 @@ use crate::data::Batch;
 use crate::model::config::{Config, VOCAB};
 use crate::model::params::NamedTensor;
 use crate::program::{Program, TensorKind};
-use crate::train::sample::{SampleOptions, next_byte_distribution};
+use crate::sample::{SampleOptions, next_byte_distribution};
 
 /// A node of the picture: one activation of the forward pass at the position.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]

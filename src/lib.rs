@@ -1,35 +1,42 @@
 //! # TinyGPT Explainer
 //!
 //! A byte-level GPT that trains for real and shows its own computation. The
-//! crate is laid out in data-flow order:
+//! crate is in layers (docs/architecture.md; `tests/architecture.rs` checks
+//! that a file imports only its own layer or a lower one), in data-flow
+//! order:
 //!
-//! 1. [`data`]: the byte tokenizer, corpora, the 90/10 split and the seeded,
-//!    portable batch sampler.
-//! 2. [`model`]: the configuration and RON presets, parameter init, checkpoints.
-//! 3. [`program`]: one training step as an ordered list of ops over named
-//!    tensors, built from a config; every backend and viewer runs this.
-//! 4. [`backend`] and [`cpu`]: the backend interface and the CPU reference
-//!    backend (rayon-parallel, f32 or f64); [`gpu`]: the same program as
-//!    WGSL compute shaders on any wgpu device.
-//!    [`flow`]: one prompt's forward pass read at one position (the
-//!    residual stream, every activation, the logit lens); [`worked`]: one
-//!    output of an op worked out by hand from what the flow read;
-//!    [`interventions`]: taking the model apart (knockouts, patching,
-//!    attribution).
-//!    [`probe`]: a look inside one forward pass (attention weights, logits),
-//!    on either backend. [`stepthrough`]: one training step entry by
-//!    entry, with the tensors each entry reads and writes.
-//! 5. [`train`]: the trainer, learning-rate schedules and text generation.
-//!    [`output`]: the one rule for every file the program writes.
-//! 6. [`bench`]: the training-speed benchmark; [`chart`]: charts the app
-//!    draws, as SVG and CSV files.
-//! 7. `app` (feature `app`): the Bevy explainer, which mirrors the program
-//!    as entities and trains inside its frame loop.
+//! 1. Data and the shared parts: [`data`] (the byte tokenizer, corpora,
+//!    the 90/10 split, the seeded portable batch sampler, the toy tasks'
+//!    text), [`output`] (the one rule for every file the program writes),
+//!    [`i18n`], [`chart`] (charts as SVG and CSV).
+//! 2. The model: [`model`] (configuration and RON presets, parameter init,
+//!    checkpoints, the gallery's list) and [`program`] (one training step as
+//!    an ordered list of ops over named tensors; every backend and viewer
+//!    runs this).
+//! 3. The backend interface: [`backend`] (the trait), [`probe`] (a look
+//!    inside one forward pass), [`sample`] (text generation from any
+//!    next-token source), [`readback`], [`flash::format`].
+//! 4. The backends: [`cpu`] (the reference, rayon-parallel, f32 or f64),
+//!    [`gpu`] (the same program as WGSL compute shaders on any wgpu device),
+//!    [`backends`] (choosing one for a run).
+//! 5. Training: [`train`] (the trainer and learning-rate schedules),
+//!    [`stepthrough`] (one step entry by entry).
+//! 6. The analyses: [`flow`] (one prompt's forward and backward pass),
+//!    [`worked`], [`interventions`] (knockouts, patching, attribution),
+//!    [`flash`] (FlashAttention's tiling traced), [`bench`],
+//!    [`correctness`].
+//! 7. The catalogue: [`cards`] (the gallery's cards and task scores),
+//!    [`lesson`], [`handout`].
+//! 8. The front ends: the command line (`src/cli`, the binary) and `app`
+//!    (feature `app`): the Bevy explainer, which mirrors the program as
+//!    entities and trains inside its frame loop.
 
 #[cfg(feature = "app")]
 pub mod app;
 pub mod backend;
+pub mod backends;
 pub mod bench;
+pub mod cards;
 pub mod chart;
 pub mod correctness;
 pub mod cpu;
@@ -45,6 +52,8 @@ pub mod model;
 pub mod output;
 pub mod probe;
 pub mod program;
+pub mod readback;
+pub mod sample;
 pub mod stepthrough;
 pub mod train;
 pub mod worked;

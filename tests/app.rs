@@ -430,11 +430,11 @@ fn a_model_fine_tunes_in_the_app_and_samples_both_ways() {
     let config = app.world().resource::<Run>().config().clone();
     let greedy = |config: &Config, params: &[tinygpt::model::params::NamedTensor]| {
         let mut g = tinygpt::cpu::generate::Generator::new(config, params).unwrap();
-        let opts = tinygpt::train::sample::SampleOptions {
+        let opts = tinygpt::sample::SampleOptions {
             temperature: 0.0,
             ..Default::default()
         };
-        let out = tinygpt::train::sample::generate(&mut g, b"fn ", 30, &opts, |_| {});
+        let out = tinygpt::sample::generate(&mut g, b"fn ", 30, &opts, |_| {});
         format!("fn {}", String::from_utf8_lossy(&out))
     };
     let base_config = Config {

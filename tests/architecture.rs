@@ -1,12 +1,14 @@
-//! The app's shape, checked by reading its sources (issue 31): each scene is
-//! a folder that registers what it adds, and the shared parts ask instead of
-//! knowing. Two rules:
+//! The crate's shape, checked by reading its sources (issues 31 and 54).
 //!
-//! - no file of `src/app` outside `src/app/scenes/<name>/` names a type or
-//!   the module of that scene (the scene list, `src/app/scenes/mod.rs`,
-//!   names each scene's module once);
-//! - no import cycle among `src/app`'s files, other than inside one scene's
-//!   folder.
+//! - every file of `src/` imports only from its own layer or a lower one
+//!   ([`LAYERS`], bottom to top, as docs/architecture.md lists them), and no
+//!   import cycle ties two parts of `src/` (a folder or a file) together;
+//! - inside `src/app`, each scene is a folder that registers what it adds,
+//!   and the shared parts ask instead of knowing: no file of `src/app`
+//!   outside `src/app/scenes/<name>/` names a type or the module of that
+//!   scene (the scene list, `src/app/scenes/mod.rs`, names each scene's
+//!   module once), and no import cycle among `src/app`'s files, other than
+//!   inside one scene's folder.
 //!
 //! An import is a path in the code (comments and strings left out) that
 //! resolves to another file's module: `use super::x::Y`, `crate::app::x::f()`,
@@ -16,7 +18,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// One file of `src/app`: its module path (`["scenes", "model"]`), its
+/// One file of `src/` (or `src/app`): its module path (`["scenes", "model"]`), its
 /// code without comments and strings, and the modules it declares.
 struct File {
     module: Vec<String>,
@@ -24,6 +26,20 @@ struct File {
 }
 
 fn app_files() -> BTreeMap<PathBuf, File> {
+    files_under("src/app")
+}
+
+/// The files of the whole library crate (`src/` but the binary's `main.rs`).
+fn crate_files() -> BTreeMap<PathBuf, File> {
+    let mut files = files_under("src");
+    files.remove(Path::new("main.rs"));
+    files.remove(Path::new("lib.rs"));
+    files
+}
+
+/// The `.rs` files under `dir` (relative to the crate), keyed by their path
+/// below it, each with its module path below it.
+fn files_under(dir: &str) -> BTreeMap<PathBuf, File> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
@@ -34,7 +50,7 @@ fn app_files() -> BTreeMap<PathBuf, File> {
             }
         }
     }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/app");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     let mut paths = Vec::new();
     walk(&root, &mut paths);
     paths
@@ -276,16 +292,18 @@ fn resolve(
     from: &[String],
     path: &[String],
     modules: &BTreeMap<Vec<String>, PathBuf>,
+    root: &[&str],
 ) -> Option<PathBuf> {
     let mut at: Vec<String>;
     let mut rest = path;
     match rest.first().map(String::as_str) {
         Some("crate") => {
-            if rest.get(1).map(String::as_str) != Some("app") {
+            let below = &rest[1..];
+            if below.len() < root.len() || below.iter().zip(root).any(|(a, b)| a != b) {
                 return None;
             }
             at = Vec::new();
-            rest = &rest[2..];
+            rest = &below[root.len()..];
         }
         Some("self") => {
             at = from.to_vec();
@@ -312,8 +330,9 @@ fn resolve(
     modules.get(&at).cloned()
 }
 
-/// The import graph: file → the files it names.
-fn graph(files: &BTreeMap<PathBuf, File>) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
+/// The import graph: file → the files it names; `root` is the files' module
+/// below `crate` (`["app"]` for `src/app`).
+fn graph(files: &BTreeMap<PathBuf, File>, root: &[&str]) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
     let modules: BTreeMap<Vec<String>, PathBuf> = files
         .iter()
         .map(|(p, f)| (f.module.clone(), p.clone()))
@@ -328,7 +347,7 @@ fn graph(files: &BTreeMap<PathBuf, File>) -> BTreeMap<PathBuf, BTreeSet<PathBuf>
                 .collect();
             let to: BTreeSet<PathBuf> = paths(&file.code, &children)
                 .iter()
-                .filter_map(|p| resolve(&file.module, p, &modules))
+                .filter_map(|p| resolve(&file.module, p, &modules, root))
                 .filter(|to| to != path)
                 .collect();
             (path.clone(), to)
@@ -416,7 +435,7 @@ fn scene_of(path: &Path) -> Option<String> {
 #[test]
 fn no_import_cycle_outside_a_scene_folder() {
     let files = app_files();
-    let graph = graph(&files);
+    let graph = graph(&files, &["app"]);
     let edges: usize = graph.values().map(BTreeSet::len).sum();
     eprintln!(
         "src/app: {} files, {edges} imports between them",
@@ -528,5 +547,101 @@ fn only_a_scene_names_its_own_types() {
         found.is_empty(),
         "files outside a scene's folder name its parts:\n{}",
         found.join("\n")
+    );
+}
+
+/// The crate's layers, lowest first: a file imports only from its own layer
+/// or a lower one. A file's layer is that of the longest prefix of its path
+/// (below `src/`) listed here; every file must have one.
+const LAYERS: &[(&str, &[&str])] = &[
+    // Bytes, corpora, batches, the toy tasks' text; files written safely;
+    // the words in three languages; charts as SVG.
+    ("data and the shared parts", &["data/", "output.rs", "i18n.rs", "chart.rs"]),
+    // The configuration, parameters, checkpoints and the gallery's list;
+    // one training step as a program of ops.
+    ("the model and its program", &["model/", "program/"]),
+    // What every backend implements and the requests it answers: the
+    // Backend trait, probes, text generation's next-token source,
+    // readbacks, the FlashAttention trace's format.
+    ("the backend interface", &["backend.rs", "probe.rs", "sample.rs", "readback.rs", "flash/format.rs"]),
+    // The CPU reference and the GPU kernels, and choosing between them.
+    ("the backends", &["cpu/", "gpu/", "backends.rs"]),
+    // The trainer, its schedules, and one step entry by entry.
+    ("training", &["train/", "stepthrough.rs"]),
+    // What drives a backend to explain it: the flow, interventions,
+    // FlashAttention traces, benchmarks, the correctness check.
+    ("the analyses", &["flow.rs", "worked.rs", "interventions.rs", "flash/", "bench/", "correctness.rs"]),
+    // The gallery's cards and task scores, lessons and handouts.
+    ("the catalogue", &["cards.rs", "lesson.rs", "handout.rs"]),
+    // The front ends.
+    ("the command line and the app", &["cli/", "app/"]),
+];
+
+/// The layer of a file (its index in [`LAYERS`]), by the longest prefix.
+fn layer_of(path: &Path) -> Option<usize> {
+    let path = path.to_string_lossy().replace('\\', "/");
+    LAYERS
+        .iter()
+        .enumerate()
+        .flat_map(|(i, (_, prefixes))| prefixes.iter().map(move |p| (i, *p)))
+        .filter(|(_, p)| path.starts_with(p))
+        .max_by_key(|(_, p)| p.len())
+        .map(|(i, _)| i)
+}
+
+#[test]
+fn every_file_imports_only_its_layer_or_below() {
+    let files = crate_files();
+    let graph = graph(&files, &[]);
+    let edges: usize = graph.values().map(BTreeSet::len).sum();
+    eprintln!("src: {} files, {edges} imports between them", graph.len());
+    let mut problems = Vec::new();
+    for (from, to) in &graph {
+        let Some(here) = layer_of(from) else {
+            problems.push(format!(
+                "{} is in no layer: add its path to LAYERS in tests/architecture.rs",
+                from.display()
+            ));
+            continue;
+        };
+        for target in to {
+            let there = layer_of(target).unwrap_or(usize::MAX);
+            if there > here {
+                problems.push(format!(
+                    "{} ({}) imports {} ({}), a layer above it",
+                    from.display(),
+                    LAYERS[here].0,
+                    target.display(),
+                    LAYERS.get(there).map_or("no layer", |l| l.0)
+                ));
+            }
+        }
+    }
+    for p in &problems {
+        eprintln!("{p}");
+    }
+    assert!(
+        problems.is_empty(),
+        "{} import(s) break the layers (listed above)",
+        problems.len()
+    );
+    // Inside a layer, folders may lean on each other, but no cycle may tie
+    // two top-level parts (a folder or a file of src/) together.
+    let part = |p: &Path| p.components().next().unwrap().as_os_str().to_string_lossy().into_owned();
+    let crossing: Vec<Vec<PathBuf>> = cycles(&graph)
+        .into_iter()
+        .filter(|c| c.iter().any(|p| part(p) != part(&c[0])))
+        .collect();
+    for c in &crossing {
+        eprintln!(
+            "cycle of {} files: {}",
+            c.len(),
+            c.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+        );
+    }
+    assert!(
+        crossing.is_empty(),
+        "{} import cycle(s) between parts of src/ (listed above)",
+        crossing.len()
     );
 }

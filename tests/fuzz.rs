@@ -384,7 +384,7 @@ fn fuzz_preset_parser() {
             let numel: usize = program.params().map(|id| program.tensors[id].numel()).sum();
             assert_eq!(numel, config.param_count());
             let _ = config.tokens_per_step();
-            let _ = tinygpt::backend::cpu_bytes(&program);
+            let _ = tinygpt::backends::cpu_bytes(&program);
             let written = ron::to_string(&config).unwrap();
             assert_eq!(Config::from_ron(&written, "written.ron").unwrap(), config);
             true

@@ -33,7 +33,7 @@ fn the_gallery_lists_its_models_and_gallery_ids_load_them() {
         let sample = card["sample"].as_str().unwrap();
         let entry = gallery::find(id).unwrap();
         assert!(sample.starts_with(&entry.sample_prompt()) && sample.len() > entry.sample_prompt().len(), "{id}: {sample}");
-        assert_eq!(entry.sample(&ck).unwrap(), sample, "{id}");
+        assert_eq!(tinygpt::cards::sample(&entry, &ck).unwrap(), sample, "{id}");
         let params: usize = ck.params.iter().map(|p| p.values.len()).sum();
         assert_eq!(card["params"].as_u64().unwrap() as usize, params, "{id}");
         for key in ["preset", "corpus", "source", "licence", "command"] {
@@ -91,7 +91,7 @@ fn the_gallery_lists_its_models_and_gallery_ids_load_them() {
 /// held-out examples, answer and newline; and the models work.
 #[test]
 fn task_models_answer_the_held_out_examples() {
-    use tinygpt::train::sample::{SampleOptions, generate};
+    use tinygpt::sample::{SampleOptions, generate};
     let greedy = SampleOptions {
         temperature: 0.0,
         ..Default::default()
@@ -109,7 +109,7 @@ fn task_models_answer_the_held_out_examples() {
                 generate(&mut generator, prompt, answer.len(), &greedy, |_| {}) == answer
             })
             .count();
-        let card = entry.card().unwrap();
+        let card = tinygpt::cards::card(&entry).unwrap();
         let accuracy = right as f32 / held_out.len() as f32;
         assert_eq!(card.accuracy, Some(accuracy), "{}", entry.id);
         assert!(accuracy >= 0.99, "{}: {right} of {} right", entry.id, held_out.len());

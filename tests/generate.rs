@@ -17,7 +17,7 @@ use tinygpt::gpu::generate::GpuGenerator;
 use tinygpt::model::checkpoint::Checkpoint;
 use tinygpt::model::config::VOCAB;
 use tinygpt::program::Program;
-use tinygpt::train::sample::{NextToken, SampleOptions, generate};
+use tinygpt::sample::{NextToken, SampleOptions, generate};
 
 /// A generator that remembers the window behind every set of logits.
 struct Recording<'a> {

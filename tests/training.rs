@@ -12,7 +12,7 @@ use tinygpt::model::checkpoint::{Checkpoint, Precision};
 use tinygpt::model::config::Config;
 use tinygpt::program::Program;
 use tinygpt::train::Trainer;
-use tinygpt::train::sample::{SampleOptions, generate};
+use tinygpt::sample::{SampleOptions, generate};
 
 fn trainer(config: &Config, seed: u64) -> Trainer {
     let corpus = Corpus::tiny_shakespeare(config.ctx).unwrap();

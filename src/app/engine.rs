@@ -15,7 +15,7 @@
 use crate::backend::Backend;
 use crate::flash::{FlashRequest, FlashTrace, FlashWant, TraceSource};
 use crate::gpu::ProbeHandle;
-use crate::gpu::readback::ReadbackHandle;
+use crate::readback::ReadbackHandle;
 use crate::model::params::NamedTensor;
 use crate::probe::{ProbeResult, ProbeSource};
 use crate::stepthrough::EntryRun;

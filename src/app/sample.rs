@@ -1,11 +1,11 @@
 //! Sampling in the app: text generated from the latest weights read back
 //! from the training backend, on the CPU with a KV cache (the same
-//! [`crate::train::sample::generate`] as the command line), on Bevy's
+//! [`crate::sample::generate`] as the command line), on Bevy's
 //! async-compute pool, so it streams in while training goes on.
 
 use super::training::{Run, Snapshots};
 use crate::cpu::generate::Generator;
-use crate::train::sample::{SampleOptions, generate};
+use crate::sample::{SampleOptions, generate};
 use bevy::prelude::*;
 use bevy::tasks::{AsyncComputeTaskPool, Task, futures::check_ready};
 use std::sync::atomic::{AtomicBool, Ordering};

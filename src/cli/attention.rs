@@ -3,7 +3,8 @@
 //! model's own forward pass on the chosen backend: the data behind the app's
 //! Attention scene.
 
-use super::backend::{BackendChoice, build, resolve};
+use super::backend::{build, resolve};
+use super::backend::BackendChoice;
 use anyhow::{Result, bail};
 use tinygpt::probe::{ProbeRequest, byte_label};
 

@@ -3,9 +3,8 @@
 //! module finds the GPU adapter for it and prints its notice.
 
 use anyhow::Result;
-use tinygpt::backend::{
-    Backend, BackendChoice as Choice, GpuFallback, NoGpu, choose_backend, software_adapter,
-};
+use tinygpt::backend::Backend;
+use tinygpt::backends::{BackendChoice as Choice, GpuFallback, NoGpu, choose_backend, software_adapter};
 use tinygpt::gpu::GpuContext;
 use tinygpt::model::config::Config;
 use tinygpt::program::Program;

@@ -1,6 +1,7 @@
 //! `tinygpt bench`: training speed per preset, as a table or JSON lines.
 
-use super::backend::{BackendChoice, Resolved, build, resolve};
+use super::backend::{Resolved, build, resolve};
+use super::backend::BackendChoice;
 use anyhow::{Context, Result};
 use tinygpt::bench::{BenchOptions, Machine, bench};
 use tinygpt::gpu::matmul_tiles::Layout;

@@ -4,7 +4,8 @@
 //! checked against a finite difference of the loss in f64. The run itself
 //! is not changed.
 
-use super::backend::{BackendChoice, build, resolve};
+use super::backend::{build, resolve};
+use super::backend::BackendChoice;
 use anyhow::{Context, Result, bail};
 use tinygpt::correctness::{compare_step, finite_difference, load_weights};
 use tinygpt::cpu::CpuBackend;

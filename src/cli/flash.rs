@@ -5,7 +5,8 @@
 //! checks the result against naive attention. The data behind the app's
 //! Flash scene. The run itself is not changed.
 
-use super::backend::{BackendChoice, build, resolve};
+use super::backend::{build, resolve};
+use super::backend::BackendChoice;
 use anyhow::{Result, bail};
 use tinygpt::flash::{FlashRequest, Pass, TraceSource, human_bytes as bytes, trace_blocking};
 use tinygpt::probe::ProbeSource;

@@ -5,7 +5,8 @@
 //! the model computing (issue 32); `--all-positions` reads every position
 //! (the 3D walk-through's data, issue 50).
 
-use super::backend::{BackendChoice, build, resolve};
+use super::backend::{build, resolve};
+use super::backend::BackendChoice;
 use anyhow::{Result, bail};
 use tinygpt::probe::byte_label;
 

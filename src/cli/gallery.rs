@@ -17,7 +17,7 @@ pub struct GalleryArgs {
 
 pub fn run(args: GalleryArgs) -> Result<()> {
     for entry in gallery::entries() {
-        let card = entry.card()?;
+        let card = tinygpt::cards::card(&entry)?;
         if args.json {
             println!("{}", serde_json::to_string(&card)?);
             continue;

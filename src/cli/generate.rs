@@ -1,6 +1,7 @@
 //! `tinygpt generate` (streaming text from a checkpoint) and `tinygpt export`.
 
-use super::backend::{BackendChoice, Resolved};
+use super::backend::Resolved;
+use super::backend::BackendChoice;
 use super::non_negative_f32;
 use anyhow::{Context, Result};
 use std::io::Write;
@@ -9,7 +10,7 @@ use tinygpt::cpu::generate::Generator;
 use tinygpt::gpu::generate::GpuGenerator;
 use tinygpt::model::checkpoint::{Checkpoint, Precision};
 use tinygpt::output::{Input, claim};
-use tinygpt::train::sample::{NextToken, SampleOptions, generate};
+use tinygpt::sample::{NextToken, SampleOptions, generate};
 
 #[derive(clap::Args)]
 pub struct GenerateArgs {
@@ -359,7 +360,7 @@ pub fn eval(args: EvalArgs) -> Result<()> {
         let mut generator = tinygpt::cpu::generate::Generator::new(&ck.config, &all_params)
             .map_err(anyhow::Error::msg)?;
         let (_, held_out) = task.examples();
-        let accuracy = tinygpt::data::tasks::accuracy(&mut generator, task, &held_out)
+        let accuracy = tinygpt::cards::accuracy(&mut generator, task, &held_out)
             .map_err(anyhow::Error::msg)?;
         line["accuracy"] = accuracy.fraction().into();
         line["correct"] = accuracy.correct.into();

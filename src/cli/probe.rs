@@ -3,7 +3,8 @@
 //! chosen backend, through [`tinygpt::interventions`]. Each prints a summary
 //! for people, or with `--json` the numbers the scene draws.
 
-use super::backend::{BackendChoice, build, resolve};
+use super::backend::{build, resolve};
+use super::backend::BackendChoice;
 use anyhow::{Result, bail};
 use tinygpt::backend::Backend;
 use tinygpt::interventions::{self, Part};

@@ -3,7 +3,8 @@
 //! chosen backend, printing what each entry computed: the data behind the
 //! app's Step scene. The run itself is not changed or saved.
 
-use super::backend::{BackendChoice, build, resolve};
+use super::backend::{build, resolve};
+use super::backend::BackendChoice;
 use anyhow::{Context, Result, bail};
 use tinygpt::train::StepSource;
 

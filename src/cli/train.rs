@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use tinygpt::cpu::generate::Generator;
 use tinygpt::model::checkpoint::{Checkpoint, Precision};
 use tinygpt::model::config::{Config, DEFAULT_PRESET};
-use tinygpt::train::sample::{SampleOptions, generate};
+use tinygpt::sample::{SampleOptions, generate};
 use tinygpt::train::{TrainError, Trainer};
 
 #[derive(clap::Args)]
@@ -183,7 +183,7 @@ pub(super) fn print_task_accuracy(
     params: &[tinygpt::model::params::NamedTensor],
     json: bool,
 ) -> Result<()> {
-    use tinygpt::data::tasks;
+    use tinygpt::cards as tasks;
     let mut generator = Generator::new(config, params).map_err(anyhow::Error::msg)?;
     let (_, held_out) = task.examples();
     let accuracy = tasks::accuracy(&mut generator, task, &held_out).map_err(anyhow::Error::msg)?;

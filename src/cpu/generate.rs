@@ -284,3 +284,20 @@ impl Generator {
         logits
     }
 }
+
+/// Text generation draws from the KV cache ([`crate::sample`]).
+impl crate::sample::NextToken for Generator {
+    fn ctx(&self) -> usize {
+        Generator::ctx(self)
+    }
+    fn positions(&self) -> usize {
+        Generator::len(self)
+    }
+    fn prime(&mut self, tokens: &[u8]) -> Vec<f32> {
+        Generator::prime(self, tokens)
+    }
+    fn push(&mut self, token: u8) -> Vec<f32> {
+        Generator::push(self, token)
+    }
+}
+

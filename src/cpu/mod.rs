@@ -669,6 +669,10 @@ impl<F: Float> CpuBackend<F> {
 }
 
 impl<F: Float> Backend for CpuBackend<F> {
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+
     fn describe(&self) -> String {
         format!(
             "cpu ({}, rayon, {} threads)",

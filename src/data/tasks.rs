@@ -4,15 +4,14 @@
 //! window starts at an example's first byte ([`super::Corpus::align`]) and
 //! the model's positions are the example's. The last tenth of the examples
 //! is held out (the validation split, none of them seen in training), and a
-//! model's exact-answer accuracy is measured on them: greedy decoding from
-//! the prompt must give the whole answer and the newline after it.
+//! model's exact-answer accuracy is measured on them
+//! ([`crate::cards::accuracy`]): greedy decoding from the prompt must give
+//! the whole answer and the newline after it.
 //!
 //! `--corpus task:reverse` names one anywhere a corpus is read.
 
 use super::rng::Rng;
 use super::{Corpus, CorpusError};
-use crate::cpu::generate::Generator;
-use serde::Serialize;
 use std::collections::HashSet;
 
 /// How a `--corpus` argument names a task: `task:reverse`.
@@ -171,71 +170,6 @@ impl Task {
         let name = corpus.name.strip_prefix(PREFIX)?;
         Self::named(name).ok()
     }
-}
-
-/// A model's exact-answer accuracy on a task's held-out examples.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct Accuracy {
-    pub correct: usize,
-    pub total: usize,
-}
-
-impl Accuracy {
-    pub fn fraction(&self) -> f32 {
-        self.correct as f32 / self.total.max(1) as f32
-    }
-}
-
-/// Whether greedy decoding from each example's prompt gives its answer
-/// and then the newline ([`greedy_answer`]). The model's context must hold
-/// an example but its newline.
-pub fn accuracy(
-    generator: &mut Generator,
-    task: Task,
-    examples: &[Vec<u8>],
-) -> Result<Accuracy, String> {
-    let correct = examples
-        .iter()
-        .map(|example| {
-            let (prompt, answer) = example.split_at(task.prompt_len());
-            greedy_answer(generator, task, prompt).map(|given| given == answer)
-        })
-        .collect::<Result<Vec<bool>, String>>()?
-        .into_iter()
-        .filter(|&right| right)
-        .count();
-    Ok(Accuracy {
-        correct,
-        total: examples.len(),
-    })
-}
-
-/// What greedy decoding (temperature 0) writes after `prompt`: as many
-/// bytes as an answer and its newline.
-pub fn greedy_answer(
-    generator: &mut Generator,
-    task: Task,
-    prompt: &[u8],
-) -> Result<Vec<u8>, String> {
-    if generator.ctx() + 1 < task.example_len() {
-        return Err(format!(
-            "the model's context of {} bytes is shorter than a {} example ({} bytes before its newline)",
-            generator.ctx(),
-            task.name(),
-            task.example_len() - 1
-        ));
-    }
-    let len = task.example_len() - task.prompt_len();
-    let mut logits = generator.prime(prompt);
-    let mut given = Vec::with_capacity(len);
-    while given.len() < len {
-        let byte = argmax(&logits);
-        given.push(byte);
-        if given.len() < len {
-            logits = generator.push(byte);
-        }
-    }
-    Ok(given)
 }
 
 /// The first largest logit's byte (what temperature 0 samples).

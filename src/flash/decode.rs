@@ -6,7 +6,7 @@ use super::{
     BLOCK_A, BLOCK_B, FlashRequest, NEG_FLT_MAX, Parts, Pass, REC, ROW_STRIDE, ROWS, record_at,
     tiles,
 };
-use crate::gpu::kernels::ATTENTION_TILE;
+use super::ATTENTION_TILE;
 use crate::model::config::Config;
 use serde::Serialize;
 use serde_json::json;

@@ -5,10 +5,10 @@
 
 use super::{
     BLOCK_A, BLOCK_B, FlashRequest, NEG_FLT_MAX, Parts, Pass, ROW_STRIDE, ROWS, attention_tensors,
-    record_at, run_to_attention_backward, tiles,
+    record_at, entries_to_attention_backward, tiles,
 };
 use crate::backend::{Backend, BackendError};
-use crate::gpu::kernels::ATTENTION_TILE;
+use super::ATTENTION_TILE;
 use crate::program::TensorId;
 
 /// The CPU's trace: the program's own attention (the CPU backend's), and the
@@ -18,7 +18,10 @@ pub fn cpu_model<B: Backend + ?Sized>(
     backend: &mut B,
     request: &FlashRequest,
 ) -> Result<Vec<f32>, BackendError> {
-    run_to_attention_backward(backend, request)?;
+    let entries = entries_to_attention_backward(backend.program(), request)
+        .map_err(BackendError::BadProbe)?;
+    backend.load_step(&request.batch, None);
+    backend.run_entries(entries);
     let program = backend.program().clone();
     let cfg = &program.config;
     let (t, c, h) = (cfg.ctx, cfg.d_model, cfg.n_head);

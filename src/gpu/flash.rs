@@ -12,8 +12,8 @@
 
 use super::kernels::ATTENTION_TILE;
 use super::{GpuBackend, plan, readback};
-use crate::backend::BackendError;
-use crate::flash::{FlashRequest, Parts, attention_tensors, run_to_attention_backward};
+use crate::backend::{Backend, BackendError};
+use crate::flash::format::{FlashRequest, Parts, attention_tensors, entries_to_attention_backward};
 
 /// The trace's own buffers: one batch row of the op's inputs and outputs.
 pub(super) struct FlashBuffers {
@@ -29,7 +29,7 @@ pub(super) struct FlashBuffers {
     dqkv: wgpu::Buffer,
     /// `AttnParams` of one row.
     params: wgpu::Buffer,
-    /// The trace records ([`crate::flash::trace_len`] floats).
+    /// The trace records ([`crate::flash::format::trace_len`] floats).
     trace: wgpu::Buffer,
     /// The traced pipelines, by the entry point they trace.
     traced: std::collections::HashMap<&'static str, wgpu::ComputePipeline>,
@@ -42,12 +42,15 @@ impl GpuBackend {
         &mut self,
         request: &FlashRequest,
     ) -> Result<readback::ReadbackHandle, BackendError> {
-        run_to_attention_backward(self, request)?;
+        let entries = entries_to_attention_backward(&self.program, request)
+            .map_err(BackendError::BadProbe)?;
+        self.load_step(&request.batch, None);
+        self.run_entries(entries);
         let cfg = self.program.config.clone();
         let (t, c, h) = (cfg.ctx, cfg.d_model, cfg.n_head);
         let parts = Parts::new(&cfg);
         let (op, [qkv, out, _lse]) = attention_tensors(&self.program, request.layer)
-            .expect("run_to_attention_backward checked the block");
+            .expect("entries_to_attention_backward checked the block");
         let crate::program::Op::Attention {
             n_head,
             stream,

@@ -13,7 +13,7 @@ use crate::data::Batch;
 use crate::model::config::{Config, VOCAB};
 use crate::model::params::NamedTensor;
 use crate::program::Program;
-use crate::train::sample::NextToken;
+use crate::sample::NextToken;
 
 pub struct GpuGenerator {
     backend: GpuBackend,

@@ -36,10 +36,7 @@ const COMMON: &str = include_str!("../../shaders/common.wgsl");
 /// Bindings of one shader file, at most (checked below, when compiling).
 pub const MAX_BINDINGS: usize = 9;
 
-/// The FlashAttention kernels' tile: queries per tile and keys per block
-/// (`TILE` in attention.wgsl, templated in; the workgroup is TILE×TILE).
-/// The plan's workgroup counts and the trace's CPU model read it here.
-pub const ATTENTION_TILE: usize = 16;
+pub use crate::flash::format::ATTENTION_TILE;
 
 /// The attention entry points that have a traced pipeline too (the
 /// override `TRACE` = true; see attention.wgsl's header), and its name.

@@ -20,7 +20,7 @@ pub mod kernels;
 pub mod matmul_tiles;
 pub mod params;
 mod plan;
-pub mod readback;
+pub(crate) use crate::readback;
 mod timing;
 
 use crate::backend::{Backend, BackendError, PendingRead, StepOutcome, StepParams};
@@ -1315,6 +1315,14 @@ impl GpuBackend {
     }
 }
 
+impl<'a> dyn Backend + 'a {
+    /// The GPU backend behind this one, for the asynchronous paths (several
+    /// steps per submit, readbacks without waiting) that only it has.
+    pub fn as_gpu(&mut self) -> Option<&mut GpuBackend> {
+        self.as_any_mut().downcast_mut()
+    }
+}
+
 impl Backend for GpuBackend {
     fn describe(&self) -> String {
         format!("gpu ({})", self.ctx.describe())
@@ -1350,8 +1358,8 @@ impl Backend for GpuBackend {
         self.forward(batch, None)
     }
 
-    fn as_gpu(&mut self) -> Option<&mut GpuBackend> {
-        Some(self)
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
     }
 
     fn load_step(&mut self, batch: &Batch, params: Option<StepParams>) {
@@ -1451,9 +1459,9 @@ impl Backend for GpuBackend {
 
     fn start_flash_trace(
         &mut self,
-        request: &crate::flash::FlashRequest,
-    ) -> Result<PendingRead, BackendError> {
-        self.submit_flash_trace(request).map(PendingRead::Gpu)
+        request: &crate::flash::format::FlashRequest,
+    ) -> Option<Result<PendingRead, BackendError>> {
+        Some(self.submit_flash_trace(request).map(PendingRead::Gpu))
     }
 
     /// Blocking: the convenience for the CLI and tests (not for a browser,

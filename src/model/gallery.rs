@@ -5,11 +5,9 @@
 //! validation loss, size), and every command that loads a checkpoint takes
 //! `gallery:ID` for one ([`crate::model::checkpoint::Checkpoint::load`]).
 
-use super::checkpoint::{Checkpoint, CheckpointError, Precision};
+use super::checkpoint::{Checkpoint, CheckpointError};
 use crate::data::tasks::Task;
 use crate::data::{Corpus, CorpusError};
-use crate::program::Program;
-use serde::Serialize;
 use std::path::Path;
 
 /// How a checkpoint argument names a gallery entry: `gallery:small`.
@@ -227,36 +225,6 @@ pub fn named(arg: &str) -> Option<Result<Entry, String>> {
     arg.strip_prefix(PREFIX).map(find)
 }
 
-/// An entry's card, read from its checkpoint.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Card {
-    pub id: String,
-    pub preset: String,
-    pub corpus: String,
-    pub source: String,
-    pub licence: String,
-    pub command: String,
-    pub params: usize,
-    pub steps: u64,
-    /// The validation loss of the weights that ship, measured now on the
-    /// run's own validation batches (`tinygpt eval --validation`).
-    pub val_loss: f32,
-    /// The last validation loss the run recorded while it trained (in f32:
-    /// an int4 entry's differs from `val_loss` by what the 4 bits cost).
-    pub trained_val_loss: Option<f32>,
-    /// The training loss at the end of its run: the mean of the last (up
-    /// to) 50 steps it recorded, as `tinygpt train` reports it.
-    pub train_loss: Option<f32>,
-    /// What it writes, from these weights now: [`Entry::sample`].
-    pub sample: String,
-    /// How the weights are stored: `f32`, `f16` or `int4`.
-    pub precision: &'static str,
-    /// Exact-answer accuracy on the held-out examples, for the toy tasks.
-    pub accuracy: Option<f32>,
-    pub file: String,
-    pub bytes: usize,
-}
-
 impl Entry {
     pub fn checkpoint(&self) -> Result<Checkpoint, CheckpointError> {
         Checkpoint::from_bytes(self.bytes, &format!("{PREFIX}{}", self.id))
@@ -278,27 +246,6 @@ impl Entry {
         }
     }
 
-    /// The validation loss of `ck` (this entry's weights) on the mean of
-    /// the run's own validation batches (its seed, its `eval_batches`), on
-    /// the CPU: what training measured at its evaluations.
-    pub fn validation_loss(&self, ck: &Checkpoint) -> Result<f32, String> {
-        use crate::backend::Backend;
-        let config = &ck.config;
-        let corpus = self.corpus(config.ctx).map_err(|e| e.to_string())?;
-        let mut backend = crate::cpu::CpuBackend::<f32>::new(Program::new(config));
-        for p in &ck.params {
-            backend
-                .write(&p.name, &p.values)
-                .map_err(|e| e.to_string())?;
-        }
-        Ok(crate::train::validation_loss(
-            &mut backend,
-            &corpus,
-            config,
-            ck.seed,
-        ))
-    }
-
     /// A prompt to sample it from: a toy task's first held-out prompt.
     pub fn sample_prompt(&self) -> String {
         match self.task() {
@@ -310,94 +257,12 @@ impl Entry {
         }
     }
 
-    /// What the model writes after its sample prompt, on the CPU from a
-    /// fixed seed: a toy task's greedy answer to its first held-out
-    /// example, or 160 bytes of text at temperature 0.8 (top-k 40).
-    pub fn sample(&self, ck: &Checkpoint) -> Result<String, String> {
-        use crate::train::sample::{SampleOptions, generate};
-        let mut generator = crate::cpu::generate::Generator::new(&ck.config, &ck.params)?;
-        let prompt = self.sample_prompt();
-        let (n, options) = match self.task() {
-            Some(task) => (
-                task.example_len() - task.prompt_len(),
-                SampleOptions {
-                    temperature: 0.0,
-                    top_k: 1,
-                    seed: 1337,
-                },
-            ),
-            None => (
-                160,
-                SampleOptions {
-                    temperature: 0.8,
-                    top_k: 40,
-                    seed: 1337,
-                },
-            ),
-        };
-        let out = generate(&mut generator, prompt.as_bytes(), n, &options, |_| {});
-        Ok(format!("{prompt}{}", String::from_utf8_lossy(&out)))
-    }
-
     /// The task it was trained on, for a toy-task model.
     pub fn task(&self) -> Option<Task> {
         match self.text {
             Text::Task(task) => Some(task),
             _ => None,
         }
-    }
-
-    /// Its exact-answer accuracy on the task's held-out examples, measured
-    /// now (greedy decoding on the CPU), for a toy-task model.
-    pub fn accuracy(&self) -> Result<Option<crate::data::tasks::Accuracy>, String> {
-        if self.task().is_none() {
-            return Ok(None);
-        }
-        self.accuracy_of(&self.checkpoint().map_err(|e| e.to_string())?)
-    }
-
-    /// [`Entry::accuracy`] of `ck`, this entry's weights already read.
-    fn accuracy_of(&self, ck: &Checkpoint) -> Result<Option<crate::data::tasks::Accuracy>, String> {
-        let Some(task) = self.task() else {
-            return Ok(None);
-        };
-        let mut generator = crate::cpu::generate::Generator::new(&ck.config, &ck.params)?;
-        let (_, held_out) = task.examples();
-        crate::data::tasks::accuracy(&mut generator, task, &held_out).map(Some)
-    }
-
-    pub fn card(&self) -> Result<Card, CheckpointError> {
-        let ck = self.checkpoint()?;
-        let program = Program::new(&ck.config);
-        let invalid = |message| CheckpointError::Invalid {
-            path: format!("{PREFIX}{}", self.id),
-            message,
-        };
-        Ok(Card {
-            id: self.id.into(),
-            preset: self.preset.into(),
-            corpus: self.text.name(),
-            source: self.source.into(),
-            licence: self.licence.into(),
-            command: self.command.into(),
-            params: program.params().map(|id| program.tensors[id].numel()).sum(),
-            steps: ck.step,
-            val_loss: self.validation_loss(&ck).map_err(invalid)?,
-            trained_val_loss: ck.loss_history.iter().rev().find_map(|p| p.val_loss),
-            train_loss: {
-                let last = &ck.loss_history[ck.loss_history.len().saturating_sub(50)..];
-                (!last.is_empty())
-                    .then(|| last.iter().map(|p| p.loss).sum::<f32>() / last.len() as f32)
-            },
-            sample: self.sample(&ck).map_err(invalid)?,
-            precision: Precision::of_file(self.bytes).map_or("?", Precision::name),
-            accuracy: self
-                .accuracy_of(&ck)
-                .map_err(invalid)?
-                .map(|a| a.fraction()),
-            file: self.file.into(),
-            bytes: self.bytes.len(),
-        })
     }
 }
 
@@ -427,5 +292,26 @@ pub fn corpus_for(
             _ => Corpus::tiny_shakespeare(ctx),
         },
         (None, None) => Corpus::tiny_shakespeare(ctx),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::i18n::{Language, tr_in};
+
+    #[test]
+    fn every_gallery_model_says_what_it_does_in_every_language() {
+        for entry in entries() {
+            let key = format!("gallery-what-{}", entry.id);
+            assert_eq!(tr_in(Language::English, &key, &[]), entry.what, "{key}");
+            for language in [Language::Spanish, Language::Chinese] {
+                assert_ne!(
+                    tr_in(language, &key, &[]),
+                    key,
+                    "{language:?} lacks `{key}`"
+                );
+            }
+        }
     }
 }

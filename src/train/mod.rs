@@ -1,8 +1,8 @@
 //! Training: the [`Trainer`] runs whole steps of the program on any backend,
 //! evaluates the validation loss, records metrics, and makes checkpoints;
-//! [`schedule`] gives the learning rate; [`sample`] generates text.
+//! [`schedule`] gives the learning rate; [`crate::sample`] generates text.
 
-pub mod sample;
+
 pub mod schedule;
 
 use crate::backend::{Backend, StepParams};
@@ -139,8 +139,8 @@ pub struct Trainer {
 /// when the last one lands on the evaluation interval.
 #[must_use = "collect the steps with Trainer::finish_gpu_steps"]
 pub struct StepsInFlight {
-    handle: Option<crate::gpu::readback::ReadbackHandle>,
-    eval: Option<crate::gpu::readback::ReadbackHandle>,
+    handle: Option<crate::readback::ReadbackHandle>,
+    eval: Option<crate::readback::ReadbackHandle>,
     eval_loss: Option<f32>,
     outcomes: Option<Vec<crate::backend::StepOutcome>>,
     /// The GPU time of each step (ms), when the backend timed them.

@@ -9,7 +9,7 @@ use super::run::RunCreated;
 use super::run::{PendingFinetune, Run, RunState, build_run, install_run};
 use super::settings::{CorpusSource, RunSettings};
 use super::status::AppStatus;
-use crate::backend::BackendChoice;
+use crate::backends::BackendChoice;
 use crate::model::checkpoint::Checkpoint;
 use crate::model::config::{Config, Lab};
 use crate::model::lora::FinetuneOptions;

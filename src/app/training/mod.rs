@@ -30,7 +30,7 @@ pub use status::AppStatus;
 use bevy::prelude::*;
 
 /// Which backend a new run asks for: the library's one list.
-pub use crate::backend::BackendChoice;
+pub use crate::backends::BackendChoice;
 
 pub struct TrainingPlugin;
 

@@ -6,7 +6,7 @@ use super::records::TrainingRun;
 use super::settings::RunSettings;
 use super::status::AppStatus;
 use crate::app::engine::Engine;
-use crate::backend::{Chosen, GpuFallback, choose_backend};
+use crate::backends::{Chosen, GpuFallback, choose_backend};
 use crate::model::checkpoint::Checkpoint;
 use crate::model::config::Config;
 use crate::program::Program;
@@ -188,11 +188,11 @@ pub fn build_run(
     // that runs train on the CPU.
     let device = match (&gpu.context, &gpu.missing) {
         (Some(ctx), _) => Ok(ctx),
-        (None, Some(why)) => Err(crate::backend::NoGpu {
+        (None, Some(why)) => Err(crate::backends::NoGpu {
             why: why.as_str(),
             says_where: true,
         }),
-        (None, None) => Err(crate::backend::NoGpu {
+        (None, None) => Err(crate::backends::NoGpu {
             why: "no GPU device is available to the app",
             says_where: false,
         }),

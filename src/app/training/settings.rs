@@ -1,7 +1,7 @@
 //! What a new run is made from: its preset, seed, backend and corpus
 //! ([`RunSettings`], the Run panel's fields).
 
-use crate::backend::BackendChoice;
+use crate::backends::BackendChoice;
 use crate::data::Corpus;
 use crate::data::tasks::Task;
 use crate::model::checkpoint::Checkpoint;

@@ -21,7 +21,7 @@ use crate::app::training::{Probes, Run, RunSettings, RunState};
 use crate::app::ui::UiState;
 use crate::lesson::{Action, Focus};
 use crate::probe::{ProbeResult, ProbeSource, byte_label};
-use crate::train::sample::{SampleOptions, next_byte_distribution};
+use crate::sample::{SampleOptions, next_byte_distribution};
 use bevy::prelude::*;
 use bevy::sprite::Anchor;
 use bevy_egui::{EguiContexts, EguiPrimaryContextPass, egui};

@@ -210,7 +210,7 @@ pub(super) fn collect(
             // what its students have.
             view.gpu = gpu.context.is_some();
         } else if let Some(ctx) = &gpu.context
-            && crate::backend::software_adapter(ctx).is_some()
+            && crate::backends::software_adapter(ctx).is_some()
         {
             view.gpu = false;
             view.gpu_note = Some(crate::t!(

@@ -2,22 +2,22 @@
 //! `map_async`, and a handle that is ready once the GPU is done. Nothing here
 //! waits, so it works in a browser (where `map_async` completes only after
 //! control returns to the page) and never stalls a frame; the caller (Bevy's
-//! render loop, or [`super::GpuBackend::poll`]) drives the device.
+//! render loop, or [`crate::gpu::GpuBackend::poll`]) drives the device.
 
 use std::sync::{Arc, Mutex};
 
 type MapState = Arc<Mutex<Option<Result<(), wgpu::BufferAsyncError>>>>;
 
-/// A readback in flight; give it back to [`super::GpuBackend::try_take`].
+/// A readback in flight; give it back to [`crate::gpu::GpuBackend::try_take`].
 #[must_use = "a readback holds a staging buffer until it is taken"]
 pub struct ReadbackHandle {
-    pub(super) slot: usize,
-    pub(super) size: u64,
-    pub(super) is_u32: bool,
+    pub(crate) slot: usize,
+    pub(crate) size: u64,
+    pub(crate) is_u32: bool,
     /// Training steps' stats followed by their timestamps
-    /// ([`super::GpuBackend::time_steps`]).
-    pub(super) timed: bool,
-    pub(super) state: MapState,
+    /// ([`crate::gpu::GpuBackend::time_steps`]).
+    pub(crate) timed: bool,
+    pub(crate) state: MapState,
 }
 
 impl ReadbackHandle {
@@ -30,14 +30,14 @@ impl ReadbackHandle {
 /// Staging buffers for readbacks, reused: one is created only when every
 /// buffer large enough is busy.
 #[derive(Default)]
-pub(super) struct StagingPool {
+pub(crate) struct StagingPool {
     slots: Vec<(wgpu::Buffer, bool)>,
 }
 
 impl StagingPool {
     /// A free buffer of at least `size` bytes, creating one if none is free
     /// (the bool says whether it was created).
-    pub(super) fn acquire(&mut self, device: &wgpu::Device, size: u64) -> (usize, bool) {
+    pub(crate) fn acquire(&mut self, device: &wgpu::Device, size: u64) -> (usize, bool) {
         if let Some(i) = self
             .slots
             .iter()
@@ -56,18 +56,18 @@ impl StagingPool {
         (self.slots.len() - 1, true)
     }
 
-    pub(super) fn buffer(&self, slot: usize) -> &wgpu::Buffer {
+    pub(crate) fn buffer(&self, slot: usize) -> &wgpu::Buffer {
         &self.slots[slot].0
     }
 
-    pub(super) fn release(&mut self, slot: usize) {
+    pub(crate) fn release(&mut self, slot: usize) {
         self.slots[slot].1 = false;
     }
 }
 
 /// Starts mapping `size` bytes of `buffer`; the returned state fills in when
 /// the GPU is done.
-pub(super) fn start_map(buffer: &wgpu::Buffer, size: u64) -> MapState {
+pub(crate) fn start_map(buffer: &wgpu::Buffer, size: u64) -> MapState {
     let state: MapState = Arc::default();
     let flag = state.clone();
     buffer
@@ -79,8 +79,8 @@ pub(super) fn start_map(buffer: &wgpu::Buffer, size: u64) -> MapState {
 }
 
 /// A future that is pending once, asking to be polled again: lets
-/// [`super::GpuBackend::read_async`] hand control back between device polls.
-pub(super) struct YieldNow(pub(super) bool);
+/// [`crate::gpu::GpuBackend::read_async`] hand control back between device polls.
+pub(crate) struct YieldNow(pub(crate) bool);
 
 impl std::future::Future for YieldNow {
     type Output = ();

@@ -28,21 +28,6 @@ pub trait NextToken {
     }
 }
 
-impl NextToken for crate::cpu::generate::Generator {
-    fn ctx(&self) -> usize {
-        crate::cpu::generate::Generator::ctx(self)
-    }
-    fn positions(&self) -> usize {
-        crate::cpu::generate::Generator::len(self)
-    }
-    fn prime(&mut self, tokens: &[u8]) -> Vec<f32> {
-        crate::cpu::generate::Generator::prime(self, tokens)
-    }
-    fn push(&mut self, token: u8) -> Vec<f32> {
-        crate::cpu::generate::Generator::push(self, token)
-    }
-}
-
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SampleOptions {
     /// Softmax temperature; 0 picks the most likely byte (greedy).
