@@ -11,6 +11,7 @@ use crate::backend::{Backend, StepParams};
 use crate::model::config::Config;
 use crate::program::Program;
 use crate::program::cost::Cost;
+use super::datasheet::Datasheet;
 use serde::{Deserialize, Serialize};
 
 /// One dispatch of the step (GPU) or one op family (CPU).
@@ -43,6 +44,10 @@ pub struct Family {
     pub attainable_gflops: Option<f64>,
     /// `compute` when the intensity is past the ridge point, else `memory`.
     pub bound: Option<String>,
+    /// The datasheet's f32 roof at this intensity, GFLOP/s, where the
+    /// adapter's datasheet is known ([`super::datasheet`]).
+    #[serde(default)]
+    pub datasheet_gflops: Option<f64>,
 }
 
 /// One step of a preset, timed.
@@ -59,6 +64,10 @@ pub struct KernelTimes {
     /// Families, the most time first.
     pub families: Vec<Family>,
     pub ceilings: Option<Ceilings>,
+    /// The adapter's datasheet peaks, where we know them: the roof a reader
+    /// expects, beside the measured one.
+    #[serde(default)]
+    pub datasheet: Option<Datasheet>,
 }
 
 impl KernelTimes {
@@ -98,6 +107,34 @@ impl KernelTimes {
                     ),
                     vec![(lo, lo * c.copy_gbps), (ridge, peak), (hi, peak)],
                     "#444444",
+                )
+                .dashed(),
+            );
+        }
+        if let Some(d) = &self.datasheet {
+            let peak = d.f32_tflops * 1e3;
+            let ridge = peak / d.memory_gbps;
+            let lo = points.iter().map(|f| f.intensity).fold(ridge, f64::min) / 3.0;
+            let hi = points.iter().map(|f| f.intensity).fold(ridge, f64::max) * 3.0;
+            series.push(
+                Series::line(
+                    format!(
+                        "{} datasheet: f32 {}, memory {:.0} GB/s",
+                        d.part,
+                        human_flops(peak),
+                        d.memory_gbps
+                    ),
+                    vec![(lo, lo * d.memory_gbps), (ridge, peak), (hi, peak)],
+                    "#999999",
+                )
+                .dashed(),
+            );
+            let tensor = d.f16_tensor_tflops * 1e3;
+            series.push(
+                Series::line(
+                    format!("its tensor cores' peak (f16, dense): {}", human_flops(tensor)),
+                    vec![(lo, tensor), (hi, tensor)],
+                    "#bbbbbb",
                 )
                 .dashed(),
             );
@@ -157,6 +194,7 @@ pub fn families(program: &Program, rows: &[KernelRow], ceilings: Option<&Ceiling
                 gbps: 0.0,
                 attainable_gflops: None,
                 bound: None,
+                datasheet_gflops: None,
             }),
         }
     }
@@ -278,14 +316,22 @@ impl KernelTimes {
                 ms: ns / 1e6,
             })
             .collect();
+        let datasheet = super::datasheet::for_adapter(&device);
+        let mut families = families(program, &rows, ceilings.as_ref());
+        if let Some(sheet) = &datasheet {
+            for f in &mut families {
+                f.datasheet_gflops = Some(sheet.f32_roof_gflops(f.intensity));
+            }
+        }
         KernelTimes {
             preset: preset.into(),
             device,
             source: "gpu_timestamps".into(),
             note: None,
-            families: families(program, &rows, ceilings.as_ref()),
+            families,
             rows,
             ceilings,
+            datasheet,
         }
     }
 
@@ -312,6 +358,7 @@ impl KernelTimes {
             families: families(program, &rows, None),
             rows,
             ceilings: None,
+            datasheet: None,
         }
     }
 }

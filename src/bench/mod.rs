@@ -6,6 +6,7 @@ use crate::backend::Backend;
 use crate::data::Corpus;
 use crate::model::config::Config;
 use crate::train::Trainer;
+pub mod datasheet;
 pub mod kernels;
 pub mod report;
 pub mod stepped;

@@ -205,13 +205,24 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     c.matmul_tflops * 1e3 / c.copy_gbps
                 );
             }
+            match &k.datasheet {
+                Some(d) => println!(
+                    "  {} datasheet: f32 {}, tensor cores f16 {} (dense), memory {:.0} GB/s ({})",
+                    d.part,
+                    tinygpt::bench::kernels::human_flops(d.f32_tflops * 1e3),
+                    tinygpt::bench::kernels::human_flops(d.f16_tensor_tflops * 1e3),
+                    d.memory_gbps,
+                    d.source
+                ),
+                None => println!("  no datasheet figures for this adapter: 'of peak' is left out"),
+            }
             println!(
-                "  {:<20} {:>5} {:>9} {:>6} {:>9} {:>10} {:>9} {:>8} {:>7}",
-                "family", "n", "ms", "%", "FLOP/B", "GFLOP/s", "GB/s", "of roof", "bound"
+                "  {:<20} {:>5} {:>9} {:>6} {:>9} {:>10} {:>9} {:>8} {:>8} {:>7}",
+                "family", "n", "ms", "%", "FLOP/B", "GFLOP/s", "GB/s", "of roof", "of peak", "bound"
             );
             for f in &k.families {
                 println!(
-                    "  {:<20} {:>5} {:>9.4} {:>5.1}% {:>9.2} {:>10.1} {:>9.1} {:>8} {:>7}",
+                    "  {:<20} {:>5} {:>9.4} {:>5.1}% {:>9.2} {:>10.1} {:>9.1} {:>8} {:>8} {:>7}",
                     f.family,
                     f.count,
                     f.ms,
@@ -220,6 +231,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     f.gflops,
                     f.gbps,
                     f.attainable_gflops
+                        .map_or("-".into(), |a| format!("{:.0}%", 100.0 * f.gflops / a)),
+                    f.datasheet_gflops
                         .map_or("-".into(), |a| format!("{:.0}%", 100.0 * f.gflops / a)),
                     f.bound.as_deref().unwrap_or("-")
                 );

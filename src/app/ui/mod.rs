@@ -20,6 +20,7 @@ use bevy_egui::{EguiContexts, EguiPrimaryContextPass, egui};
 use egui_plot::{HLine, Legend, Line, Plot, PlotPoints, Points};
 use std::path::PathBuf;
 
+mod help;
 pub mod state;
 pub mod toolbar;
 pub use state::UiState;
@@ -252,6 +253,9 @@ pub fn draw_ui(
                     ui_state.wide = !ui_state.wide;
                 }
                 crate::app::language::language_menu(ui, &mut language);
+                ui.menu_button(crate::t!("help-button"), |ui| help::help_menu(ui, current))
+                    .response
+                    .on_hover_text(crate::t!("help-hover"));
                 ui.menu_button(crate::t!("view-menu"), |ui| {
                     let mut presenter = ui_state.presenter;
                     if ui

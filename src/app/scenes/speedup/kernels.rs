@@ -188,7 +188,11 @@ pub(super) fn kernels_view(
                         crate::t!("kernels-col-share"),
                         "FLOP/byte".to_string(),
                         "GFLOP/s".to_string(),
-                        crate::t!("kernels-col-bound"),
+                        if k.datasheet.is_some() {
+                            crate::t!("kernels-col-bound-peak")
+                        } else {
+                            crate::t!("kernels-col-bound")
+                        },
                     ] {
                         ui.label(egui::RichText::new(h).strong());
                     }
@@ -214,15 +218,23 @@ pub(super) fn kernels_view(
                         } else {
                             format!("{:.0} GB/s", f.gbps)
                         });
-                        ui.label(match (&f.bound, f.attainable_gflops) {
-                            (Some(b), Some(a)) if f.flops > 0.0 => {
+                        ui.label(match (&f.bound, f.attainable_gflops, f.datasheet_gflops) {
+                            (Some(b), Some(a), Some(d)) if f.flops > 0.0 => {
+                                crate::t!(
+                                    "kernels-of-roof-and-peak",
+                                    bound = b.as_str(),
+                                    percent = format!("{:.0}", 100.0 * f.gflops / a),
+                                    peak = format!("{:.0}", 100.0 * f.gflops / d)
+                                )
+                            }
+                            (Some(b), Some(a), None) if f.flops > 0.0 => {
                                 crate::t!(
                                     "kernels-of-roof",
                                     bound = b.as_str(),
                                     percent = format!("{:.0}", 100.0 * f.gflops / a)
                                 )
                             }
-                            (Some(b), _) => b.clone(),
+                            (Some(b), ..) => b.clone(),
                             _ => "—".into(),
                         });
                         ui.end_row();
@@ -268,6 +280,18 @@ pub(super) fn roofline(ui: &mut egui::Ui, k: &KernelTimes) -> egui::Rect {
             );
         }
     }
+    if let Some(d) = &k.datasheet {
+        ui.label(
+            egui::RichText::new(crate::t!(
+                "kernels-datasheet",
+                part = d.part.as_str(),
+                f32 = crate::bench::kernels::human_flops(d.f32_tflops * 1e3),
+                tensor = crate::bench::kernels::human_flops(d.f16_tensor_tflops * 1e3),
+                memory = format!("{:.0}", d.memory_gbps),
+            ))
+            .size(13.0),
+        );
+    }
     ui.label(
         egui::RichText::new(crate::t!("kernels-roof-note"))
             .size(12.0)
@@ -287,6 +311,11 @@ pub(super) fn roofline(ui: &mut egui::Ui, k: &KernelTimes) -> egui::Rect {
         });
     if let Some(c) = &k.ceilings {
         let ridge = (c.matmul_tflops * 1e3 / c.copy_gbps).log10();
+        x0 = x0.min(ridge);
+        x1 = x1.max(ridge);
+    }
+    if let Some(d) = &k.datasheet {
+        let ridge = (d.f32_tflops * 1e3 / d.memory_gbps).log10();
         x0 = x0.min(ridge);
         x1 = x1.max(ridge);
     }
@@ -362,6 +391,11 @@ pub(super) fn roofline(ui: &mut egui::Ui, k: &KernelTimes) -> egui::Rect {
                 .as_ref()
                 .map_or(0.0, |c| (c.matmul_tflops * 1e3).log10() + 0.4),
         )
+        .include_y(
+            k.datasheet
+                .as_ref()
+                .map_or(0.0, |d| (d.f16_tensor_tflops * 1e3).log10() + 0.3),
+        )
         .allow_scroll(false)
         .label_formatter(move |hover| {
             let egui_plot::HoverPosition::NearDataPoint { position: p, .. } = hover else {
@@ -387,17 +421,23 @@ pub(super) fn roofline(ui: &mut egui::Ui, k: &KernelTimes) -> egui::Rect {
                         .color(egui::Color32::from_gray(220))
                         .width(2.5),
                 );
+                // Under its line where the datasheet's roof is drawn above.
+                let (y, anchor) = if k.datasheet.is_some() {
+                    (peak.log10() - 0.08, egui::Align2::RIGHT_TOP)
+                } else {
+                    (peak.log10() + 0.12, egui::Align2::RIGHT_BOTTOM)
+                };
                 plot.text(
                     egui_plot::Text::new(
                         "peak",
-                        egui_plot::PlotPoint::new(x1 - 0.05, peak.log10() + 0.12),
+                        egui_plot::PlotPoint::new(x1 - 0.05, y),
                         egui::RichText::new(format!(
                             "matmul {}",
                             crate::bench::kernels::human_flops(c.matmul_tflops * 1e3)
                         ))
                         .size(13.0),
                     )
-                    .anchor(egui::Align2::RIGHT_BOTTOM)
+                    .anchor(anchor)
                     .color(egui::Color32::from_gray(220)),
                 );
                 let bw_x = x0 + 0.3;
@@ -413,6 +453,58 @@ pub(super) fn roofline(ui: &mut egui::Ui, k: &KernelTimes) -> egui::Rect {
                     .anchor(egui::Align2::LEFT_BOTTOM)
                     .color(egui::Color32::from_gray(220)),
                 );
+            }
+            if let Some(d) = &k.datasheet {
+                // The datasheet's roofs, fainter and dashed: f32 on the CUDA
+                // cores (min(peak, intensity × memory bandwidth)), and the
+                // tensor cores' f16 peak, which the f32 kernels cannot use.
+                let peak = d.f32_tflops * 1e3;
+                let roof: Vec<[f64; 2]> = (0..=200)
+                    .map(|i| {
+                        let x = x0 + (x1 - x0) * i as f64 / 200.0;
+                        [x, d.f32_roof_gflops(10f64.powf(x)).log10()]
+                    })
+                    .collect();
+                let faint = egui::Color32::from_gray(150);
+                plot.line(
+                    Line::new(crate::t!("kernels-datasheet-roof"), PlotPoints::from(roof))
+                        .color(faint)
+                        .style(egui_plot::LineStyle::dashed_loose())
+                        .width(2.0),
+                );
+                let tensor = (d.f16_tensor_tflops * 1e3).log10();
+                plot.line(
+                    Line::new(
+                        crate::t!("kernels-tensor-peak"),
+                        PlotPoints::from(vec![[x0, tensor], [x1, tensor]]),
+                    )
+                    .color(faint)
+                    .style(egui_plot::LineStyle::dotted_dense())
+                    .width(2.0),
+                );
+                // The f32 peak's name above its flat part, at the right; the
+                // tensor cores' under their line (the plot's top is near).
+                for (at, text, anchor) in [
+                    (
+                        egui_plot::PlotPoint::new(x1 - 0.05, peak.log10() + 0.08),
+                        format!("{} f32 {}", d.part, crate::bench::kernels::human_flops(peak)),
+                        egui::Align2::RIGHT_BOTTOM,
+                    ),
+                    (
+                        egui_plot::PlotPoint::new(x0 + 0.05, tensor - 0.08),
+                        crate::t!(
+                            "kernels-tensor-peak-label",
+                            tflops = crate::bench::kernels::human_flops(d.f16_tensor_tflops * 1e3)
+                        ),
+                        egui::Align2::LEFT_TOP,
+                    ),
+                ] {
+                    plot.text(
+                        egui_plot::Text::new("datasheet", at, egui::RichText::new(text).size(13.0))
+                            .anchor(anchor)
+                            .color(faint),
+                    );
+                }
             }
             // Labels for the families that take time; a label near one
             // already placed goes to the left of its point instead.
