@@ -10,8 +10,12 @@
 //!   `TRACE` = true) on a copy of the row; each workgroup records every visit
 //!   of its tile to a block of the other side and every block causality skips;
 //! - the CPU runs [`model_head`], a CPU model of the same loops with the same
-//!   tile ([`ATTENTION_TILE`], from the kernel registry), writing the same
-//!   records.
+//!   tile ([`ATTENTION_TILE`], which the kernel registry templates into
+//!   attention.wgsl), writing the same records.
+//!
+//! [`format`] is the trace's layout, which both backends write (it sits with
+//! the backend interface, below them); the rest of this folder drives a
+//! backend and reads what it wrote.
 //!
 //! Both come back as one flat list of floats ([`Parts`] says where each part
 //! lies) that [`FlashTrace::decode`] turns into visits, the head's tensors,
