@@ -2,8 +2,9 @@
 //! ships with the program, its corpus, where that text comes from and its
 //! licence, and the command that trained it. `tinygpt gallery [--json]`
 //! lists the entries with their cards (parameters, steps, the last
-//! validation loss, size), and every command that loads a checkpoint takes
-//! `gallery:ID` for one ([`crate::model::checkpoint::Checkpoint::load`]).
+//! validation loss, size: measured by [`crate::cards`], a layer above), and
+//! every command that loads a checkpoint takes `gallery:ID` for one
+//! ([`crate::model::checkpoint::Checkpoint::load`]).
 
 use super::checkpoint::{Checkpoint, CheckpointError};
 use crate::data::tasks::Task;

@@ -1,4 +1,4 @@
-//! The top bar's help menu: where the user guide (docs/guide/) tells about
+//! The help menu (the first item of the top bar's view menu): where the user guide (docs/guide/) tells about
 //! the scene on screen, the lessons, the command line and the numbers. A
 //! desktop build opens the page in the system's viewer (from the checkout
 //! the app was built from, where it still is); the browser's page, which

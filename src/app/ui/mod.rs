@@ -253,10 +253,13 @@ pub fn draw_ui(
                     ui_state.wide = !ui_state.wide;
                 }
                 crate::app::language::language_menu(ui, &mut language);
-                ui.menu_button(crate::t!("help-button"), |ui| help::help_menu(ui, current))
-                    .response
-                    .on_hover_text(crate::t!("help-hover"));
                 ui.menu_button(crate::t!("view-menu"), |ui| {
+                    // Help first, inside this menu: a button of its own made
+                    // the bar too wide for one row at 1280×720.
+                    ui.menu_button(crate::t!("help-button"), |ui| help::help_menu(ui, current))
+                        .response
+                        .on_hover_text(crate::t!("help-hover"));
+                    ui.separator();
                     let mut presenter = ui_state.presenter;
                     if ui
                         .checkbox(&mut presenter, crate::t!("presenter-mode"))
