@@ -661,12 +661,81 @@ pub fn adamw(
     moments: &[NamedTensor],
     step: crate::backend::StepParams,
 ) -> Result<(), String> {
+    let Some(back) = flow.backward.as_ref() else {
+        return Err("run the backward pass first".into());
+    };
+    let program: Program = backend.program().clone();
+    let (_, position, mut batch) = batch_for(&program.config, &flow.tokens, Some(flow.position))?;
+    batch.targets[position] = back.target as u32;
+    let moved = optimizer_step(backend, &batch, moments, step)?;
+    let updates = moved
+        .into_iter()
+        .map(|(name, before, after)| ParamGrad {
+            name,
+            norm: after
+                .iter()
+                .zip(&before)
+                .map(|(a, b)| (*a as f64 - *b as f64).powi(2))
+                .sum::<f64>()
+                .sqrt() as f32,
+        })
+        .collect();
+    if let Some(back) = flow.backward.as_mut() {
+        back.adamw = Some(updates);
+    }
+    Ok(())
+}
+
+/// After [`backward_all`]: the optimizer's step on that gradient, as
+/// [`adamw`] does it (the program's clip and AdamW entries, the run's
+/// moments and next step), and each trained parameter's update w′ − w
+/// (whole, by name, in program order). The backend's weights are then the
+/// updated ones.
+pub fn adamw_all(
+    backend: &mut dyn Backend,
+    flow: &FlowAll,
+    moments: &[NamedTensor],
+    step: crate::backend::StepParams,
+) -> Result<Vec<(String, Vec<f32>)>, String> {
+    let Some(back) = flow.backward.as_ref() else {
+        return Err("run the backward pass first".into());
+    };
+    let program: Program = backend.program().clone();
+    let (_, _, mut batch) = batch_for(&program.config, &flow.tokens, None)?;
+    for (position, target) in back.targets.iter().enumerate() {
+        if let Some(t) = target {
+            batch.targets[position] = *t as u32;
+        }
+    }
+    let trained: Vec<String> = program
+        .trained()
+        .map(|id| program.tensors[id].name.clone())
+        .collect();
+    Ok(optimizer_step(backend, &batch, moments, step)?
+        .into_iter()
+        .filter(|(name, ..)| trained.contains(name))
+        .map(|(name, before, after)| {
+            let update = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+            (name, update)
+        })
+        .collect())
+}
+
+/// The program's own remaining entries after a backward pass (the gradient
+/// clip, then AdamW) on the gradient left in `backend`, with the run's
+/// moments `moments` (`adam.m.*`, `adam.v.*`) and `step` (the learning rate
+/// of the run's next step and its AdamW count): each parameter's name and
+/// values before and after, in program order.
+#[allow(clippy::type_complexity)]
+fn optimizer_step(
+    backend: &mut dyn Backend,
+    batch: &Batch,
+    moments: &[NamedTensor],
+    step: crate::backend::StepParams,
+) -> Result<Vec<(String, Vec<f32>, Vec<f32>)>, String> {
     use crate::program::Step;
     let program: Program = backend.program().clone();
     let err = |e: crate::backend::BackendError| e.to_string();
-    let Some(back) = flow.backward.as_mut() else {
-        return Err("run the backward pass first".into());
-    };
     let clip = program
         .steps
         .iter()
@@ -681,28 +750,17 @@ pub fn adamw(
         .collect();
     let names: Vec<&str> = params.iter().map(String::as_str).collect();
     let before = backend.read_many(&names).map_err(err)?;
-    let (_, position, mut batch) = batch_for(&program.config, &flow.tokens, Some(flow.position))?;
-    batch.targets[position] = back.target as u32;
-    // The batch is the same; the step parameters switch AdamW on (the
+    // The batch is the pass's; the step parameters switch AdamW on (the
     // program has no dropout here: config_for).
-    backend.load_step(&batch, Some(step));
+    backend.load_step(batch, Some(step));
     backend.run_entries(clip..program.steps.len());
     let after = backend.read_many(&names).map_err(err)?;
-    let mut updates = Vec::with_capacity(params.len());
-    for ((name, old), new) in params.iter().zip(&before).zip(&after) {
-        let norm = new
-            .iter()
-            .zip(old)
-            .map(|(a, b)| (*a as f64 - *b as f64).powi(2))
-            .sum::<f64>()
-            .sqrt() as f32;
-        updates.push(ParamGrad {
-            name: name.clone(),
-            norm,
-        });
-    }
-    back.adamw = Some(updates);
-    Ok(())
+    Ok(params
+        .into_iter()
+        .zip(before)
+        .zip(after)
+        .map(|((name, before), after)| (name, before, after))
+        .collect())
 }
 
 /// Softmax at temperature 1 over all 256 bytes, through the sampler's own

@@ -21,7 +21,7 @@ use std::path::Path;
 /// the app checks the two lists agree).
 pub const SCENES: [&str; 9] = [
     "flow",
-    "walk",
+    "path",
     "probe",
     "model",
     "attention",

@@ -1525,7 +1525,7 @@ fn a_workshop_and_its_handout_speak_spanish_and_chinese() {
         assert_eq!(r["language"], code, "{line}");
         assert_eq!(r["lesson"]["title"], lesson.title.as_str(), "{line}");
         assert_eq!(r["lesson"]["step_title"], lesson.steps[2].title.as_str(), "{line}");
-        assert_eq!(r["scene"], "flow", "the lesson's scene, not undone by the switch: {line}");
+        assert_eq!(r["scene"], "path", "the lesson's scene, not undone by the switch: {line}");
         assert!(r["errors"].as_array().unwrap().is_empty(), "{line}");
         assert_regions_drawn(&r, &shot, &["narration"], (200, 60), 0.2);
     }
@@ -1949,7 +1949,7 @@ fn label_rects(flow: &serde_json::Value) -> Vec<(String, [f64; 4])> {
         .collect()
 }
 
-/// `tinygpt app --headless --scene flow --checkpoint small`, zoomed out and
+/// `tinygpt app --headless --scene path --checkpoint small`, zoomed out and
 /// into a block, forward and backward, at 1280×720 and 1920×1080: the data
 /// behind the view is the program's own forward pass (recomputed here, CPU
 /// bit for bit), the pulses visit the nodes in the program's order (its
@@ -1967,12 +1967,12 @@ fn headless_flow_scene_plays_the_passes_where_it_says() {
     let shot = dir.join("flow.png");
     let r = run_headless_in(
         &dir,
-        &["app", "--headless", "--scene", "flow", "--checkpoint", "small", "--frames", "90", "--width", "1280", "--height", "720", "--export", "data"],
+        &["app", "--headless", "--scene", "path", "--checkpoint", "small", "--frames", "90", "--width", "1280", "--height", "720", "--export", "data"],
         &shot,
     );
     let line = r.to_string();
-    assert_eq!(r["scene"], "flow", "{line}");
-    let flow = &r["flow"];
+    assert_eq!(r["scene"], "path", "{line}");
+    let flow = &r["path"];
     assert!(flow["error"].is_null(), "{line}");
     assert_eq!(flow["zoom"], "Model", "{line}");
     // Where it was computed: `device` for programs, the label for people.
@@ -1980,7 +1980,7 @@ fn headless_flow_scene_plays_the_passes_where_it_says() {
     assert!(matches!(device, "gpu" | "cpu"), "{line}");
     assert_eq!(device == "cpu", flow["backend"].as_str().unwrap().contains("CPU"), "{line}");
     let data: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("tinygpt-flow-data.json")).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(dir.join("tinygpt-path-data.json")).unwrap()).unwrap();
     let view = &data["view"];
     // The default prompt is the first 48 bytes of this line.
     let shown_prompt: Vec<u8> = view["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u8).collect();
@@ -2009,12 +2009,12 @@ fn headless_flow_scene_plays_the_passes_where_it_says() {
     // the pulse).
     let shot = dir.join("flow-presenter.png");
     let p = run_headless(
-        &["app", "--headless", "--scene", "flow", "--checkpoint", "small", "--presenter", "--frames", "90", "--width", "1280", "--height", "720"],
+        &["app", "--headless", "--scene", "path", "--checkpoint", "small", "--presenter", "--frames", "90", "--width", "1280", "--height", "720"],
         &shot,
     );
     assert_eq!(p["presenter"], true, "{p}");
     let median_height = |r: &serde_json::Value| {
-        let mut h: Vec<f64> = label_rects(&r["flow"]).iter().map(|(_, b)| b[3] - b[1]).collect();
+        let mut h: Vec<f64> = label_rects(&r["path"]).iter().map(|(_, b)| b[3] - b[1]).collect();
         h.sort_by(f64::total_cmp);
         h[h.len() / 2]
     };
@@ -2031,7 +2031,7 @@ fn headless_flow_scene_plays_the_passes_where_it_says() {
             &shot,
         );
         let line = r.to_string();
-        let flow = &r["flow"];
+        let flow = &r["path"];
         assert_eq!(flow["pass"], pass, "{line}");
         let visited: Vec<String> = serde_json::from_value(flow["visited"].clone()).unwrap();
         assert!(visited.len() >= 2, "{line}");
@@ -2050,7 +2050,7 @@ fn headless_flow_scene_plays_the_passes_where_it_says() {
 
 /// Every flow label inside the picture and none over another.
 fn check_labels(r: &serde_json::Value, (w, h): (f64, f64)) {
-    let labels = label_rects(&r["flow"]);
+    let labels = label_rects(&r["path"]);
     assert!(labels.len() > 10, "{r}");
     for (text, [x0, y0, x1, y1]) in &labels {
         // Labels of the open block's neighbours may sit past the camera's
@@ -2177,7 +2177,7 @@ fn headless_opens_every_gallery_model_in_the_attention_scene() {
 /// The shipped small checkpoint.
 const SHIPPED_SMALL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/checkpoints/small.safetensors");
 
-/// `--scene walk`, the 3D walk-through, at the tour's beats: its exported
+/// `--scene flow`, the 3D walk-through (Inside the model), at the tour's beats: its exported
 /// numbers are `tinygpt flow --all-positions --backward --json`'s for the
 /// same prompt and weights (bit for bit, computed on the same device), the
 /// tour visits the program's nodes in its order forward and in reverse
@@ -2189,18 +2189,18 @@ fn headless_walk_scene_tours_every_tensor_where_it_says() {
     let shot = dir.join("walk-0.png");
     let r = run_headless_in(
         &dir,
-        &["app", "--headless", "--scene", "walk", "--checkpoint", "small", "--frames", "60", "--width", "1280", "--height", "720", "--walk-beat", "0", "--export", "data"],
+        &["app", "--headless", "--scene", "flow", "--checkpoint", "small", "--frames", "60", "--width", "1280", "--height", "720", "--walk-beat", "0", "--export", "data"],
         &shot,
     );
     let line = r.to_string();
-    assert_eq!(r["scene"], "walk", "{line}");
+    assert_eq!(r["scene"], "flow", "{line}");
     let walk = &r["walk"];
     assert!(walk["error"].is_null(), "{line}");
     let device = walk["device"].as_str().unwrap_or_default().to_string();
     assert!(matches!(device.as_str(), "gpu" | "cpu"), "{line}");
     // The scene's numbers are the command's.
     let data: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("tinygpt-walk-data.json")).unwrap()).unwrap();
+        serde_json::from_slice(&std::fs::read(dir.join("tinygpt-flow-data.json")).unwrap()).unwrap();
     let mut view = data["view"].clone();
     assert_eq!(view["step"], walk["step"], "{line}");
     view.as_object_mut().unwrap().remove("step");
@@ -2213,6 +2213,7 @@ fn headless_walk_scene_tours_every_tensor_where_it_says() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let cli: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(view == cli, "the scene's pass differs from `tinygpt flow --all-positions --backward` on the {device}");
+    check_walk_context(walk, &cli, 0);
     // The tour: the whole model, every node forward in the program's
     // order, the loss, then the same backward in reverse.
     let nodes: Vec<String> = cli["nodes"].as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap().to_string()).collect();
@@ -2227,33 +2228,50 @@ fn headless_walk_scene_tours_every_tensor_where_it_says() {
     assert_eq!(of_pass("backward"), reverse, "the backward tour is its reverse");
     let first_backward = beats.iter().position(|b| b["pass"] == "backward").unwrap();
     assert_eq!(beats[first_backward]["kind"], "loss", "{line}");
+    // It ends on AdamW's step: every weight, nothing else.
+    let update = beats.len() - 1;
+    assert_eq!((&beats[update]["pass"], &beats[update]["kind"]), (&serde_json::json!("update"), &serde_json::json!("optimizer")), "{line}");
     check_walk_picture(&r, &shot, (1280.0, 720.0), false);
     // Each phase of the tour, at both sizes (presenter mode at 1920×1080):
     // a matmul, attention's deck, the loss's gradient, a residual add's
-    // gradient and the embedding's scatter-add.
+    // gradient, the embedding's scatter-add and AdamW's update.
     let res_back = beats.iter().rposition(|b| b["node"] == "h.0.res_1").unwrap();
-    for beat in [4, 5, first_backward, res_back, beats.len() - 1] {
+    for beat in [4, 5, first_backward, res_back, update - 1, update] {
         for (w, h, presenter) in [("1280", "720", false), ("1920", "1080", true)] {
             let shot = dir.join(format!("walk-{beat}-{w}.png"));
             let beat_arg = beat.to_string();
-            let mut args = vec!["app", "--headless", "--scene", "walk", "--checkpoint", "small", "--frames", "60", "--width", w, "--height", h, "--walk-beat", &beat_arg];
+            // (AdamW's beat reads the run's moments first.)
+            let frames = if beat == update { "150" } else { "60" };
+            let mut args = vec!["app", "--headless", "--scene", "flow", "--checkpoint", "small", "--frames", frames, "--width", w, "--height", h, "--walk-beat", &beat_arg];
             if presenter {
                 args.push("--presenter");
             }
             let r = run_headless(&args, &shot);
             assert_eq!(r["walk"]["beat"], beat, "{r}");
             check_walk_picture(&r, &shot, (w.parse().unwrap(), h.parse().unwrap()), presenter);
+            check_walk_context(&r["walk"], &cli, beat);
+            if beat == update {
+                // The shipped small's moments were read and every trained
+                // weight has its update (tests/flow.rs checks the values
+                // against AdamW's formula); every slab in view is a weight
+                // showing it.
+                let n_params = tinygpt::model::checkpoint::Checkpoint::load(std::path::Path::new(SHIPPED_SMALL)).unwrap().params.len();
+                assert_eq!(r["walk"]["updates"].as_u64(), Some(n_params as u64), "{r}");
+                for s in r["walk"]["slabs"].as_array().unwrap().iter().filter(|s| s["focused"] == true) {
+                    assert_eq!((&s["family"], &s["update"]), (&serde_json::json!("weight"), &serde_json::json!(true)), "{r}");
+                }
+            }
         }
     }
     // Zoomed in on a beat, forward and backward: cells wide enough carry
     // their numbers (the gradient's in the backward pass), each the
     // program's to the precision of its text.
     let params = tinygpt::model::checkpoint::Checkpoint::load(std::path::Path::new(SHIPPED_SMALL)).unwrap().params;
-    for (beat, zoom) in [(4, "24"), (res_back, "40")] {
+    for (beat, zoom) in [(4, "32"), (res_back, "40")] {
         let shot = dir.join(format!("walk-{beat}-zoom.png"));
         let beat_arg = beat.to_string();
         let r = run_headless(
-            &["app", "--headless", "--scene", "walk", "--checkpoint", "small", "--frames", "60", "--width", "1280", "--height", "720", "--walk-beat", &beat_arg, "--walk-zoom", zoom],
+            &["app", "--headless", "--scene", "flow", "--checkpoint", "small", "--frames", "60", "--width", "1280", "--height", "720", "--walk-beat", &beat_arg, "--walk-zoom", zoom],
             &shot,
         );
         let line = r.to_string();
@@ -2288,6 +2306,51 @@ fn headless_walk_scene_tours_every_tensor_where_it_says() {
         let (_, _, pixels) = decode(&shot);
         let distinct: std::collections::HashSet<[u8; 4]> = pixels.iter().copied().collect();
         assert!(distinct.len() > 16, "the zoomed picture is nearly uniform: {line}");
+    }
+}
+
+/// The narration's reads at the prompt's last byte, as the headless line
+/// lists them, are the pass's own: in a block's forward beats the logit
+/// lens entering and leaving the block, and in its attention beat each
+/// head's largest weight from that byte (`cli` is `tinygpt flow
+/// --all-positions`'s JSON of the same pass); the backward beats read none.
+fn check_walk_context(walk: &serde_json::Value, cli: &serde_json::Value, beat: usize) {
+    let line = walk.to_string();
+    let b = &walk["beats"][beat];
+    let c = &walk["context"];
+    let last = cli["tokens"].as_array().unwrap().len() - 1;
+    assert_eq!(c["position"], last, "{line}");
+    if b["pass"] != "forward" {
+        assert!(c["lens"].as_array().unwrap().is_empty() && c["heads"].as_array().unwrap().is_empty(), "{line}");
+        return;
+    }
+    let points: Vec<u64> = c["lens"].as_array().unwrap().iter().map(|p| p["point"].as_u64().unwrap()).collect();
+    let n_points = cli["lens"].as_array().unwrap().len() as u64;
+    match b["layer"].as_u64() {
+        Some(l) if b["kind"] != "embedding" => assert_eq!(points, vec![l, l + 1], "{line}"),
+        _ if b["kind"] == "embedding" => assert_eq!(points, vec![0], "{line}"),
+        _ => assert_eq!(points, (0..n_points).collect::<Vec<_>>(), "{line}"),
+    }
+    for p in c["lens"].as_array().unwrap() {
+        let want = &cli["lens"][p["point"].as_u64().unwrap() as usize][last];
+        for (i, g) in p["guesses"].as_array().unwrap().iter().enumerate() {
+            assert_eq!(g, &want[i], "the lens at point {}: {line}", p["point"]);
+        }
+    }
+    let heads = c["heads"].as_array().unwrap();
+    if b["kind"] == "attention" {
+        let l = b["layer"].as_u64().unwrap() as usize;
+        let per_head = cli["attention"][l].as_array().unwrap();
+        assert_eq!(heads.len(), per_head.len(), "{line}");
+        for (h, look) in heads.iter().enumerate() {
+            let row: Vec<f64> = serde_json::from_value(per_head[h][last].clone()).unwrap();
+            let best = row.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let at = look["position"].as_u64().unwrap() as usize;
+            assert_eq!(row[at], best, "head {h} looks where its weight is largest: {line}");
+            assert_eq!(look["weight"].as_f64().unwrap(), best, "{line}");
+        }
+    } else {
+        assert!(heads.is_empty(), "{line}");
     }
 }
 

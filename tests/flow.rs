@@ -429,6 +429,76 @@ fn adamw_after_the_flow_is_the_programs_step_on_that_gradient() {
     }
 }
 
+/// Moments as a run after a few steps would hold: small, non-zero.
+fn some_moments(ck: &Checkpoint) -> Vec<tinygpt::model::params::NamedTensor> {
+    ck.params
+        .iter()
+        .flat_map(|p| {
+            let m: Vec<f32> = p.values.iter().map(|w| w * 1e-3).collect();
+            let v: Vec<f32> = p.values.iter().map(|w| w * w * 1e-4 + 1e-8).collect();
+            [
+                tinygpt::model::params::NamedTensor {
+                    name: format!("adam.m.{}", p.name),
+                    shape: p.shape.clone(),
+                    values: m,
+                },
+                tinygpt::model::params::NamedTensor {
+                    name: format!("adam.v.{}", p.name),
+                    shape: p.shape.clone(),
+                    values: v,
+                },
+            ]
+        })
+        .collect()
+}
+
+/// The walk-through's last beat: after the backward pass at every position,
+/// AdamW's update of every weight, element by element, is AdamW's formula
+/// applied here in f64 to the program's clipped gradient, the moments given
+/// and the step's learning rate (f32 against f64: within 3e-7, a few units
+/// in the last place of weights below 1).
+#[test]
+fn adamw_after_every_position_updates_each_weight_by_the_formula() {
+    use tinygpt::flow::{adamw_all, backward_all, run_all};
+    let ck = shipped();
+    let config = config_for(&ck.config);
+    let program = Program::new(&config);
+    let mut cpu = CpuBackend::<f32>::new(program.clone());
+    for p in &ck.params {
+        cpu.write(&p.name, &p.values).unwrap();
+    }
+    let mut all = run_all(&mut cpu, &ck.params, b"ROMEO: But soft").unwrap();
+    backward_all(&mut cpu, &mut all, None).unwrap();
+    let moments = some_moments(&ck);
+    let step = tinygpt::backend::StepParams { lr: 3e-4, adam_t: 7, dropout_seed: 0 };
+    let updates = adamw_all(&mut cpu, &all, &moments, step).unwrap();
+    assert_eq!(updates.len(), ck.params.len());
+    let (b1, b2) = (config.beta1 as f64, config.beta2 as f64);
+    let (bc1, bc2) = (1.0 - b1.powi(7), 1.0 - b2.powi(7));
+    let lr = step.lr as f64;
+    let mut largest = 0.0f64;
+    for (p, (name, update)) in ck.params.iter().zip(&updates) {
+        assert_eq!(&p.name, name);
+        assert_eq!(update.len(), p.values.len(), "{name}");
+        let g = cpu.read(&format!("grad.{}", p.name)).unwrap();
+        let moment = |kind: &str| &moments.iter().find(|m| m.name == format!("adam.{kind}.{}", p.name)).unwrap().values;
+        let (m0, v0) = (moment("m"), moment("v"));
+        let decay = program.decays(program.tensor_id(&p.name).unwrap());
+        for i in 0..g.len() {
+            let (g, w) = (g[i] as f64, p.values[i] as f64);
+            let m = b1 * m0[i] as f64 + (1.0 - b1) * g;
+            let v = b2 * v0[i] as f64 + (1.0 - b2) * g * g;
+            let shrink = if decay { 1.0 - lr * config.weight_decay as f64 } else { 1.0 };
+            let want = w * shrink - lr * (m / bc1) / ((v / bc2).sqrt() + config.eps as f64) - w;
+            let got = update[i] as f64;
+            assert!((got - want).abs() <= 3e-7, "{name}[{i}]: {got} vs {want}");
+            largest = largest.max(want.abs());
+        }
+    }
+    // Not a vacuous check: the step moves some weight by a good part of lr.
+    assert!(largest > lr * 0.2, "largest update {largest}");
+}
+
 #[test]
 fn each_ops_worked_example_redoes_the_programs_own_output() {
     // The op zoom's "worked out by hand": the formula filled in with the

@@ -19,7 +19,9 @@ lesson-handout-hover = a printable page of this lesson: each step's picture, nar
 
 ## The scenes' names and tooltips (src/app/scenes/mod.rs)
 scene-flow-title = Inside the model
-scene-flow-about = a prompt travelling up through the model to the next byte, and the gradient travelling back down
+scene-flow-about = every tensor of one real forward and backward pass in 3D, toured op by op
+scene-path-title = One byte
+scene-path-about = a prompt travelling up through the model to the next byte, and the gradient travelling back down
 scene-probe-title = Take it apart
 scene-probe-about = take the model apart: the logit lens, knocking out heads, activation patching, why this byte
 scene-model-title = Model
@@ -610,8 +612,6 @@ handout-predict = Predict:
 handout-answers = Answers
 
 ## Inside the model, in 3D (src/app/scenes/walk)
-scene-walk-title = In 3D
-scene-walk-about = every tensor of one real forward and backward pass in 3D, toured op by op
 walk-previous = the beat before (Page Up)
 walk-next = the next beat (Page Down)
 walk-play = ⏵ play
@@ -652,6 +652,16 @@ walk-backward-qkv = Back through the Q, K, V matmul: its weight's gradient and t
 walk-backward-embedding = The embedding's gradient is a scatter-add: only the columns of wte of bytes in the prompt, and of wpe of its positions, receive any. AdamW then updates every weight with these gradients.
 walk-scale = colours: { $name } from −{ $scale } to +{ $scale } (its 99th percentile of |v|), grey at 0
 walk-scale-gradient = colours: dL/d { $name } from −{ $scale } to +{ $scale } (its 99th percentile), grey at 0
+walk-pass-update = Update
+walk-update-optimizer = AdamW ends the training step: each weight moves by −lr · m / (√v + ε), m and v being the run's own running averages of its gradient and of its square (bias-corrected), and the matrices also shrink by lr × the weight decay. This is the run's step { $adam_step }, at learning rate { $lr }. Each weight now shows its update Δw, yellow up and coral down: against its gradient, by about the learning rate wherever the gradient has been steady.
+walk-update-optimizer-waiting = AdamW ends the training step. Reading the run's moments (its running averages of each gradient and of its square) to work out each weight's update…
+walk-scale-update = colours: AdamW's Δ { $name } from −{ $scale } to +{ $scale } (its 99th percentile), grey at 0
+walk-lens = logit lens at “{ $byte }”: entering block { $layer } { $before }  →  leaving it { $after }
+walk-lens-start = logit lens at “{ $byte }”, on the stream's start: { $guesses }
+walk-lens-all = logit lens at “{ $byte }”, the stream entering each block and leaving the last: { $points }
+walk-lens-out = out
+walk-heads = where “{ $byte }” looks, each head's largest weight: { $heads }
+walk-open-attention = in the Attention scene:
 walk-stage-embedding = embedding
 walk-stage-head = the next byte
 walk-stage-block = block { $layer }

@@ -18,7 +18,9 @@ lesson-handout-hover = una página imprimible de esta lección: la imagen, la na
 
 ## The scenes' names and tooltips (src/app/scenes/mod.rs)
 scene-flow-title = Dentro del modelo
-scene-flow-about = un prompt que sube por el modelo hasta el siguiente byte, y el gradiente que vuelve a bajar
+scene-flow-about = cada tensor de una pasada real hacia delante y hacia atrás en 3D, recorrido operación a operación
+scene-path-title = Un byte
+scene-path-about = un prompt que sube por el modelo hasta el siguiente byte, y el gradiente que vuelve a bajar
 scene-probe-title = Desmontarlo
 scene-probe-about = desmonta el modelo: la lente de logits, anular cabezas, parchear activaciones, por qué este byte
 scene-model-title = Modelo
@@ -609,8 +611,6 @@ handout-predict = Predice:
 handout-answers = Respuestas
 
 ## Dentro del modelo, en 3D (src/app/scenes/walk)
-scene-walk-title = En 3D
-scene-walk-about = cada tensor de una pasada real hacia delante y hacia atrás en 3D, recorrido operación a operación
 walk-previous = el paso anterior (Re Pág)
 walk-next = el paso siguiente (Av Pág)
 walk-play = ⏵ reproducir
@@ -651,6 +651,16 @@ walk-backward-qkv = De vuelta por el producto de Q, K, V: el gradiente de su pes
 walk-backward-embedding = El gradiente del embedding es una suma dispersa: solo reciben algo las columnas de wte de los bytes del prompt y las de wpe de sus posiciones. Después AdamW actualiza cada peso con estos gradientes.
 walk-scale = colores: { $name } de −{ $scale } a +{ $scale } (su percentil 99 de |v|), gris en 0
 walk-scale-gradient = colores: dL/d { $name } de −{ $scale } a +{ $scale } (su percentil 99), gris en 0
+walk-pass-update = Actualización
+walk-update-optimizer = AdamW cierra el paso de entrenamiento: cada peso se mueve −lr · m / (√v + ε), donde m y v son las medias móviles de su gradiente y de su cuadrado de la propia ejecución (corregidas de sesgo), y las matrices además se reducen en lr × el decaimiento de pesos. Es el paso { $adam_step } de la ejecución, con tasa de aprendizaje { $lr }. Cada peso muestra ahora su actualización Δw, amarillo hacia arriba y coral hacia abajo: en contra de su gradiente, cerca de la tasa de aprendizaje allí donde el gradiente ha sido estable.
+walk-update-optimizer-waiting = AdamW cierra el paso de entrenamiento. Leyendo los momentos de la ejecución (las medias móviles de cada gradiente y de su cuadrado) para calcular la actualización de cada peso…
+walk-scale-update = colores: Δ { $name } de AdamW de −{ $scale } a +{ $scale } (su percentil 99), gris en 0
+walk-lens = lente de logits en “{ $byte }”: al entrar en el bloque { $layer } { $before }  →  al salir { $after }
+walk-lens-start = lente de logits en “{ $byte }”, al comienzo del flujo: { $guesses }
+walk-lens-all = lente de logits en “{ $byte }”, el flujo al entrar en cada bloque y al salir del último: { $points }
+walk-lens-out = salida
+walk-heads = adónde mira “{ $byte }”, el mayor peso de cada cabeza: { $heads }
+walk-open-attention = en la escena Atención:
 walk-stage-embedding = embedding
 walk-stage-head = el siguiente byte
 walk-stage-block = bloque { $layer }

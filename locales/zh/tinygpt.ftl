@@ -18,7 +18,9 @@ lesson-handout-hover = 本课的可打印页面：每一步的图片、讲解和
 
 ## The scenes' names and tooltips (src/app/scenes/mod.rs)
 scene-flow-title = 模型内部
-scene-flow-about = 提示词向上穿过模型得到下一个字节，梯度再沿原路流回
+scene-flow-about = 一次真实的前向与反向传播中的每个张量，以 3D 逐个运算走一遍
+scene-path-title = 一个字节
+scene-path-about = 提示词向上穿过模型得到下一个字节，梯度再沿原路流回
 scene-probe-title = 拆解模型
 scene-probe-about = 把模型拆开：logit 透镜、敲除注意力头、激活修补、为什么是这个字节
 scene-model-title = 模型
@@ -609,8 +611,6 @@ handout-predict = 先猜一猜：
 handout-answers = 答案
 
 ## 模型内部，3D（src/app/scenes/walk）
-scene-walk-title = 3D
-scene-walk-about = 一次真实的前向与反向传播中的每个张量，以 3D 逐个运算走一遍
 walk-previous = 上一步（Page Up）
 walk-next = 下一步（Page Down）
 walk-play = ⏵ 播放
@@ -651,6 +651,16 @@ walk-backward-qkv = 反向经过 Q、K、V 的矩阵乘法：权重的梯度和 
 walk-backward-embedding = 嵌入的梯度是一次分散相加：只有提示词中出现的字节在 wte 中的列、以及各位置在 wpe 中的列会得到梯度。之后 AdamW 用这些梯度更新每个权重。
 walk-scale = 颜色：{ $name } 从 −{ $scale } 到 +{ $scale }（|v| 的第 99 百分位），0 为中间色
 walk-scale-gradient = 颜色：dL/d { $name } 从 −{ $scale } 到 +{ $scale }（第 99 百分位），0 为中间色
+walk-pass-update = 更新
+walk-update-optimizer = AdamW 结束这一步训练：每个权重移动 −lr · m / (√v + ε)，其中 m 和 v 是这次训练自己的梯度和梯度平方的滑动平均，矩阵还会按 lr × 权重衰减变小。这是训练的第 { $adam_step } 步，学习率 { $lr }。现在每个权重显示它的更新 Δw（颜色见下面一行）：与梯度方向相反，在梯度稳定的地方大约移动一个学习率。
+walk-update-optimizer-waiting = AdamW 结束这一步训练。正在读取训练的梯度和梯度平方的滑动平均，以计算每个权重的更新…
+walk-scale-update = 颜色：AdamW 的 Δ { $name } 从 −{ $scale } 到 +{ $scale }（第 99 百分位），0 为中间色
+walk-lens = logit 透镜，在“{ $byte }”：进入第 { $layer } 块时 { $before }  →  离开时 { $after }
+walk-lens-start = logit 透镜，在“{ $byte }”，残差流的开始：{ $guesses }
+walk-lens-all = logit 透镜，在“{ $byte }”，进入每一块时和离开最后一块时：{ $points }
+walk-lens-out = 输出
+walk-heads = “{ $byte }”看向哪里，每个头的最大权重：{ $heads }
+walk-open-attention = 在“注意力”中打开：
 walk-stage-embedding = 嵌入
 walk-stage-head = 下一个字节
 walk-stage-block = 第 { $layer } 块

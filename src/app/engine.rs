@@ -86,6 +86,47 @@ impl Snapshot {
             })
             .collect()
     }
+
+    /// AdamW's moments of `program`'s trained parameters as read back
+    /// ([`moment_names`], shaped as their parameters); None until it holds
+    /// them all.
+    pub fn moments(&self, program: &crate::program::Program) -> Option<Vec<NamedTensor>> {
+        moment_names(program)
+            .into_iter()
+            .map(|name| {
+                let values = self.tensors.get(&name)?;
+                let param = name.trim_start_matches("adam.m.").trim_start_matches("adam.v.");
+                let id = program.tensor_id(param)?;
+                Some(NamedTensor {
+                    shape: program.tensors[id].shape.clone(),
+                    values: values.to_vec(),
+                    name,
+                })
+            })
+            .collect::<Option<Vec<_>>>()
+            .filter(|m| !m.is_empty())
+    }
+}
+
+/// The names of AdamW's moments (`adam.m.*`, `adam.v.*`) of `program`'s
+/// trained parameters: what a scene that shows AdamW's step asks
+/// [`crate::app::training::TensorWants`] for.
+pub fn moment_names(program: &crate::program::Program) -> Vec<String> {
+    program
+        .trained()
+        .map(|id| &program.tensors[id].name)
+        .flat_map(|p| [format!("adam.m.{p}"), format!("adam.v.{p}")])
+        .collect()
+}
+
+/// The step parameters of the run's next step after `step` (its learning
+/// rate and AdamW's count), as a scene replaying AdamW's step uses them.
+pub fn next_step(config: &crate::model::config::Config, step: u64) -> crate::backend::StepParams {
+    crate::backend::StepParams {
+        lr: crate::train::schedule::learning_rate(config, step),
+        adam_t: step + 1,
+        dropout_seed: 0,
+    }
 }
 
 /// What one pump of the engine brought back.

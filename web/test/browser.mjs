@@ -11,8 +11,8 @@
 // 2. WebGPU turned off: the page draws through WebGL2, the app trains on the
 //    CPU backend and shows the notice that says why.
 // 3. The scenes that compute in the page: the plain address opens the 3D
-//    walk-through on the shipped trained model, its pass computed in the
-//    page; a `scene=flow` link computes Inside the model's flow there; a
+//    walk-through (Inside the model) on the shipped trained model, its pass
+//    computed in the page; a `scene=path` link computes One byte's flow there; a
 //    `lesson=which-heads&step=2` link computes a Take-it-apart tool there;
 //    CPU vs GPU compares one step on
 //    the page's CPU and WebGPU; a `lesson=why-flash&step=2` link opens that
@@ -379,10 +379,10 @@ async function scenesRun(base) {
         // now: it is not in the wasm), and the app switches once it is in.
         "chinese",
         "lesson=next-byte&step=3&locked=1&lang=zh",
-        (s) => s.language === "zh" && s.lesson?.narration_drawn && (s.flow?.nodes > 0 || s.flow?.error),
+        (s) => s.language === "zh" && s.lesson?.narration_drawn && (s.path?.nodes > 0 || s.path?.error),
         (s, asked) => {
           if (s.lesson?.name !== "next-byte" || s.lesson?.step !== 3) return `the lesson is not on screen: ${JSON.stringify(s.lesson)}`;
-          if (s.flow?.error) return `the flow could not be computed: ${s.flow.error}`;
+          if (s.path?.error) return `the flow could not be computed: ${s.path.error}`;
           if (!asked.some((p) => p.endsWith("/fonts/NotoSansCJKsc-subset.otf"))) return `the CJK font was not fetched: ${JSON.stringify(asked)}`;
           return null;
         },
@@ -392,21 +392,21 @@ async function scenesRun(base) {
         // page fetches no other font.
         "spanish",
         "lesson=next-byte&step=3&locked=1&lang=es",
-        (s) => s.language === "es" && s.lesson?.narration_drawn && (s.flow?.nodes > 0 || s.flow?.error),
+        (s) => s.language === "es" && s.lesson?.narration_drawn && (s.path?.nodes > 0 || s.path?.error),
         (s, asked) => {
-          if (s.flow?.error) return `the flow could not be computed: ${s.flow.error}`;
+          if (s.path?.error) return `the flow could not be computed: ${s.path.error}`;
           if (asked.some((p) => p.includes("/fonts/"))) return `a Spanish page fetched a font: ${JSON.stringify(asked)}`;
           return null;
         },
       ],
       [
-        "flow",
-        "scene=flow",
-        (s) => s.scene === "flow" && (s.flow?.nodes > 0 || s.flow?.error),
+        "path",
+        "scene=path",
+        (s) => s.scene === "path" && (s.path?.nodes > 0 || s.path?.error),
         (s) => {
-          if (s.flow.error) return `the flow could not be computed: ${s.flow.error}`;
+          if (s.path.error) return `the flow could not be computed: ${s.path.error}`;
           // The page's questions go to its CPU (src/app/worker.rs).
-          if (s.flow.device !== "cpu") return `the flow does not say it was computed on the page's CPU: ${JSON.stringify(s.flow)}`;
+          if (s.path.device !== "cpu") return `the flow does not say it was computed on the page's CPU: ${JSON.stringify(s.path)}`;
           return null;
         },
       ],
@@ -416,7 +416,7 @@ async function scenesRun(base) {
         // out and its tensors drawn.
         "walk",
         "",
-        (s) => s.scene === "walk" && (s.walk?.beats > 0 || s.walk?.error),
+        (s) => s.scene === "flow" && (s.walk?.beats > 0 || s.walk?.error),
         (s) => {
           if (s.walk.error) return `the walk-through could not be computed: ${s.walk.error}`;
           if (s.walk.device !== "cpu") return `the walk-through does not say it was computed on the page's CPU: ${JSON.stringify(s.walk)}`;
@@ -482,7 +482,7 @@ async function scenesRun(base) {
       const shotStart = Date.now();
       const picture = pictureStats(await page.screenshot({ path: shotPath, timeout: SCREENSHOT_TIMEOUT_MS }));
       picture.ms = Date.now() - shotStart;
-      console.log(JSON.stringify({ scene, status: status && { scene: status.scene, step: status.step, language: status.language, lesson: status.lesson, speedup: status.speedup, correctness: status.correctness, flow: status.flow, probe: status.probe, errors: status.errors }, screenshot: picture }));
+      console.log(JSON.stringify({ scene, status: status && { scene: status.scene, step: status.step, language: status.language, lesson: status.lesson, speedup: status.speedup, correctness: status.correctness, path: status.path, walk: status.walk, probe: status.probe, errors: status.errors }, screenshot: picture }));
       if (!status) problems.push(`${scene}: not ready in ${TIMEOUT_S} s`);
       else {
         const why = check(status, served.slice(servedBefore));

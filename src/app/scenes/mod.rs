@@ -29,10 +29,13 @@ use bevy::prelude::*;
 macro_rules! scene_list {
     ($then:ident) => {
         $then! {
-            /// A prompt travelling up through the model to the next byte, and the gradient back down.
-            Flow, flow, "flow";
-            /// Every tensor of one real forward and backward pass in 3D, toured op by op.
-            Walk, walk, "walk";
+            /// Inside the model: every tensor of one real forward and backward
+            /// pass in 3D, toured op by op (key `flow`, which links and
+            /// lessons name; `walk`, its key before, still opens it).
+            Walk, walk, "flow";
+            /// One byte's path: a prompt travelling up through the model to
+            /// the next byte at one position, and the gradient back down.
+            Path, path, "path";
             /// Four tools that take the model apart: the lens, knockouts, patching, attribution.
             Probe, probe, "probe";
             /// The layer stack with every parameter as a live heatmap.
@@ -94,6 +97,10 @@ scene_list!(define_scenes);
 
 impl Scene {
     pub fn from_key(key: &str) -> Option<Scene> {
+        // The 3D walk-through's key before it became Inside the model.
+        if key == "walk" {
+            return Some(Scene::Walk);
+        }
         Scene::ALL.into_iter().find(|s| s.key() == key)
     }
 

@@ -20,6 +20,7 @@ pub use device::GpuDevice;
 pub use earlier::{EarlierRun, EarlierRuns};
 pub use gallery_fetch::GalleryFetch;
 pub use records::{StepRecord, TrainingRun};
+pub use crate::app::engine::{moment_names, next_step};
 pub use requests::{FlashTraces, HeatmapView, Knockouts, Probes, Snapshots, TensorWants, param_names};
 pub use run::{
     RECOVERY_INTERVAL_S, Run, RunCreated, RunState, TrainOnStart, VALIDATION_ROWS, build_run,

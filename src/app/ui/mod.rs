@@ -24,7 +24,7 @@ mod help;
 pub mod state;
 pub mod toolbar;
 pub use state::UiState;
-pub use toolbar::{scene_status, scene_toolbar, toolbar_bottom};
+pub use toolbar::{knockout_toggles, knocked_out_note, scene_status, scene_toolbar, toolbar_bottom};
 
 pub struct UiPlugin;
 

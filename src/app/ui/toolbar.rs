@@ -80,3 +80,46 @@ pub fn scene_status(
                 });
         });
 }
+
+/// The knock-out switches of block `layer` for a scene's toolbar: each head
+/// and the MLP (Take it apart's knockouts: every scene that reads the model
+/// as the learner took it apart, and the sampler, see it without them).
+pub fn knockout_toggles(
+    ui: &mut egui::Ui,
+    layer: usize,
+    n_head: usize,
+    knockouts: &mut crate::app::training::Knockouts,
+) {
+    use crate::interventions::Part;
+    ui.label(crate::t!("knock-out"));
+    let parts = (0..n_head)
+        .map(|head| Part::Head { layer, head })
+        .chain(std::iter::once(Part::Mlp { layer }));
+    for part in parts {
+        let on = knockouts.0.contains(&part);
+        let name = match part {
+            Part::Head { head, .. } => crate::t!("head-n", head = head),
+            Part::Mlp { .. } => crate::t!("mlp"),
+        };
+        if ui
+            .selectable_label(on, name)
+            .on_hover_text(crate::t!("knock-out-hover"))
+            .clicked()
+        {
+            if on {
+                knockouts.0.retain(|p| *p != part);
+            } else {
+                knockouts.0.push(part);
+            }
+        }
+    }
+}
+
+/// The status line's note of what is knocked out ("" when nothing is).
+pub fn knocked_out_note(knockouts: &crate::app::training::Knockouts) -> String {
+    if knockouts.0.is_empty() {
+        return String::new();
+    }
+    let parts = knockouts.0.iter().map(|p| p.label()).collect::<Vec<_>>().join(", ");
+    crate::t!("flow-status-knocked-out", parts = parts)
+}

@@ -1,6 +1,7 @@
 //! The walk-through's colours: one diverging scale per family with zero
 //! fixed at a neutral grey (activations purple ↔ green, weights orange ↔
-//! blue, gradients magenta ↔ teal: pairs with no red against green, told
+//! blue, gradients magenta ↔ teal, AdamW's updates coral ↔ yellow: pairs
+//! with no red against green, told
 //! apart in the common colour-vision deficiencies and on a washed-out
 //! projector), each tensor's scale its own 99th percentile of |v|; the
 //! attention weights and probabilities on the app's sequential map; and
@@ -24,6 +25,8 @@ pub const MAX_SIDE: usize = 1024;
 pub enum CellLens {
     Value,
     Gradient,
+    /// AdamW's update of a weight, w′ − w.
+    Update,
 }
 
 /// The two ends of a family's diverging scale (negative, positive), linear
@@ -31,6 +34,7 @@ pub enum CellLens {
 fn ends(family: TensorFamily, lens: CellLens) -> ([f32; 3], [f32; 3]) {
     match (lens, family) {
         (CellLens::Gradient, _) => ([0.93, 0.35, 0.72], [0.25, 0.82, 0.76]),
+        (CellLens::Update, _) => ([0.96, 0.42, 0.36], [0.97, 0.87, 0.30]),
         (CellLens::Value, TensorFamily::Weight) => ([0.98, 0.60, 0.22], [0.35, 0.62, 1.0]),
         _ => ([0.72, 0.48, 0.92], [0.40, 0.85, 0.42]),
     }
@@ -123,7 +127,7 @@ mod tests {
     #[test]
     fn zero_is_the_same_grey_in_every_family_and_the_signs_differ() {
         for family in [TensorFamily::Activation, TensorFamily::Weight] {
-            for lens in [CellLens::Value, CellLens::Gradient] {
+            for lens in [CellLens::Value, CellLens::Gradient, CellLens::Update] {
                 assert_eq!(colour(0.0, 1.0, family, lens), colour(0.0, 2.0, TensorFamily::Activation, CellLens::Value));
                 assert_ne!(colour(1.0, 1.0, family, lens), colour(-1.0, 1.0, family, lens));
             }

@@ -9,7 +9,7 @@
 //! trains at most once a second.
 
 use crate::app::worker::{Device, ModelWorker};
-use crate::backend::Backend;
+use crate::backend::{Backend, StepParams};
 use crate::flow::FlowAll;
 use crate::model::config::Config;
 use crate::model::params::NamedTensor;
@@ -26,11 +26,15 @@ pub struct WalkRequest {
     pub step: u64,
     /// The parts knocked out (the pass is of the model without them).
     pub knockouts: Vec<crate::interventions::Part>,
+    /// With AdamW's step on the gradient (the run's moments were read).
+    pub with_optimizer: bool,
 }
 
 impl crate::app::worker::ModelQuestion for WalkRequest {
     fn same_but_weights(&self, other: &Self) -> bool {
-        self.prompt == other.prompt && self.knockouts == other.knockouts
+        self.prompt == other.prompt
+            && self.knockouts == other.knockouts
+            && self.with_optimizer == other.with_optimizer
     }
 }
 
@@ -49,12 +53,22 @@ pub struct Computed {
     /// worked out by hand ([`crate::worked`]: the largest output, the dot
     /// product's largest terms, redone in f64).
     pub worked: Vec<Option<Worked>>,
+    /// AdamW's update of each trained weight, w′ − w, by name (empty
+    /// without the run's moments).
+    pub updates: Vec<(String, Vec<f32>)>,
+    /// The learning rate of that step.
+    pub lr: Option<f32>,
 }
 
 impl Computed {
     /// A weight by name.
     pub fn param(&self, name: &str) -> Option<&NamedTensor> {
         self.params.iter().find(|p| p.name == name)
+    }
+
+    /// A weight's AdamW update by name.
+    pub fn param_update(&self, name: &str) -> Option<&[f32]> {
+        self.updates.iter().find(|(n, _)| n == name).map(|(_, u)| u.as_slice())
     }
 
     /// A weight's gradient by name.
@@ -80,28 +94,33 @@ impl WalkCompute {
     }
 
     /// Asks for the pass of `request` with `params` (knockouts applied) on
-    /// `device`.
+    /// `device`; `optimizer`: the run's AdamW moments and its next step's
+    /// parameters, when read back (the pass then ends with AdamW's step).
     pub fn request(
         &mut self,
         request: WalkRequest,
         config: &Config,
         device: Device,
         params: Vec<NamedTensor>,
+        optimizer: Option<(Vec<NamedTensor>, StepParams)>,
     ) {
         self.ask(request, config, device, move |backend, r| {
-            compute(backend, params, &r.prompt, r.step)
+            compute(backend, params, &r.prompt, r.step, optimizer)
         });
     }
 }
 
 /// The forward pass of `prompt` at every position, then the backward pass
 /// of the mean loss of the positions that have a next byte in the prompt
-/// (as `tinygpt flow --all-positions --backward` without `--target`).
+/// (as `tinygpt flow --all-positions --backward` without `--target`), and
+/// with `optimizer` AdamW's step on that gradient
+/// ([`crate::flow::adamw_all`]).
 pub fn compute(
     backend: &mut dyn Backend,
     params: Vec<NamedTensor>,
     prompt: &[u8],
     step: u64,
+    optimizer: Option<(Vec<NamedTensor>, StepParams)>,
 ) -> Result<Computed, String> {
     for p in &params {
         backend
@@ -110,8 +129,14 @@ pub fn compute(
     }
     let mut flow = crate::flow::run_all(backend, &params, prompt)?;
     // A one-byte prompt has no next byte in it: forward only.
+    let mut updates = Vec::new();
+    let mut lr = None;
     if flow.tokens.len() > 1 {
         crate::flow::backward_all(backend, &mut flow, None)?;
+        if let Some((moments, step_params)) = optimizer {
+            updates = crate::flow::adamw_all(backend, &flow, &moments, step_params)?;
+            lr = Some(step_params.lr);
+        }
     }
     let config = &backend.program().config;
     let walk = layout(Shape {
@@ -132,6 +157,8 @@ pub fn compute(
         walk,
         textures: Vec::new(),
         worked,
+        updates,
+        lr,
     };
     computed.textures = textures(&computed.walk, &computed);
     Ok(computed)

@@ -19,8 +19,11 @@ pub struct SlabQuad {
     pub slab: usize,
     pub values: Handle<Image>,
     pub grads: Option<Handle<Image>>,
+    /// AdamW's update (a weight's, once the moments were read).
+    pub updates: Option<Handle<Image>>,
     pub value_scale: f32,
     pub grad_scale: Option<f32>,
+    pub update_scale: Option<f32>,
 }
 
 /// A tensor's frame (behind its quad).
@@ -80,6 +83,7 @@ pub fn grid(computed: &Computed, slab: &Slab, lens: CellLens) -> Option<Vec<f32>
             let by_position = match lens {
                 CellLens::Value => &node.values,
                 CellLens::Gradient => node.grad.as_ref()?,
+                CellLens::Update => return None,
             };
             let mut out = vec![0.0; rows * cols];
             for (p, row) in by_position.iter().enumerate().take(cols) {
@@ -93,6 +97,7 @@ pub fn grid(computed: &Computed, slab: &Slab, lens: CellLens) -> Option<Vec<f32>
             let values = match lens {
                 CellLens::Value => computed.param(name)?.values.as_slice(),
                 CellLens::Gradient => computed.param_grad(name)?,
+                CellLens::Update => computed.param_update(name)?,
             };
             if values.len() != rows * cols {
                 return None;
@@ -220,8 +225,17 @@ impl Pixels {
     }
 }
 
-/// Every slab's textures, values and gradient (None: nothing to draw).
-pub type Textures = Vec<Option<(Pixels, Option<Pixels>)>>;
+/// A slab's textures: its values, its gradient and AdamW's update (where
+/// it has them).
+#[derive(Clone, Debug)]
+pub struct SlabPixels {
+    pub values: Pixels,
+    pub grads: Option<Pixels>,
+    pub updates: Option<Pixels>,
+}
+
+/// Every slab's textures (None: nothing to draw).
+pub type Textures = Vec<Option<SlabPixels>>;
 
 /// Colours every slab of `walk` from `computed` (off the frame).
 pub fn textures(walk: &WalkLayout, computed: &Computed) -> Textures {
@@ -229,25 +243,38 @@ pub fn textures(walk: &WalkLayout, computed: &Computed) -> Textures {
         .iter()
         .map(|slab| {
             let values = grid(computed, slab, CellLens::Value)?;
-            let grads = grid(computed, slab, CellLens::Gradient).map(|g| Pixels::of(&g, slab, CellLens::Gradient));
-            Some((Pixels::of(&values, slab, CellLens::Value), grads))
+            let of = |lens| grid(computed, slab, lens).map(|g| Pixels::of(&g, slab, lens));
+            Some(SlabPixels {
+                values: Pixels::of(&values, slab, CellLens::Value),
+                grads: of(CellLens::Gradient),
+                updates: of(CellLens::Update),
+            })
         })
         .collect()
 }
 
 /// Puts new textures into the quads already drawn (the same layout: a
-/// run that trains), without spawning anything.
+/// run that trains, AdamW's moments read), without spawning anything.
 pub fn refresh(images: &mut Assets<Image>, quads: &mut Query<&mut SlabQuad>, textures: &Textures) {
     for mut quad in quads.iter_mut() {
-        let Some(Some((values, grads))) = textures.get(quad.slab) else {
+        let Some(Some(pixels)) = textures.get(quad.slab) else {
             continue;
         };
-        quad.value_scale = values.scale;
-        let _ = images.insert(&quad.values, values.clone().image());
-        if let (Some(handle), Some(g)) = (quad.grads.clone(), grads) {
+        quad.value_scale = pixels.values.scale;
+        let _ = images.insert(&quad.values, pixels.values.clone().image());
+        if let (Some(handle), Some(g)) = (quad.grads.clone(), &pixels.grads) {
             quad.grad_scale = Some(g.scale);
             let _ = images.insert(&handle, g.clone().image());
         }
+        // The updates come and go with the moments read.
+        match (quad.updates.clone(), &pixels.updates) {
+            (Some(handle), Some(u)) => {
+                let _ = images.insert(&handle, u.clone().image());
+            }
+            (None, Some(u)) => quad.updates = Some(images.add(u.clone().image())),
+            (_, None) => quad.updates = None,
+        }
+        quad.update_scale = pixels.updates.as_ref().map(|u| u.scale);
     }
 }
 
@@ -305,13 +332,15 @@ pub fn spawn(
         ));
     }
     for (i, slab) in walk.slabs.iter().enumerate() {
-        let Some(Some((values, grads))) = textures.get(i) else {
+        let Some(Some(pixels)) = textures.get(i) else {
             continue;
         };
-        let value_scale = values.scale;
-        let values = images.add(values.clone().image());
-        let grad_scale = grads.as_ref().map(|g| g.scale);
-        let grads = grads.as_ref().map(|g| images.add(g.clone().image()));
+        let value_scale = pixels.values.scale;
+        let values = images.add(pixels.values.clone().image());
+        let grad_scale = pixels.grads.as_ref().map(|g| g.scale);
+        let grads = pixels.grads.as_ref().map(|g| images.add(g.clone().image()));
+        let update_scale = pixels.updates.as_ref().map(|u| u.scale);
+        let updates = pixels.updates.as_ref().map(|u| images.add(u.clone().image()));
         let size = slab.rect().size();
         let centre = slab.centre();
         commands.spawn((
@@ -325,8 +354,10 @@ pub fn spawn(
                 slab: i,
                 values,
                 grads,
+                updates,
                 value_scale,
                 grad_scale,
+                update_scale,
             },
             WalkItem,
             DespawnOnExit(Scene::Walk),

@@ -96,6 +96,8 @@ impl Slab {
 pub enum TourPass {
     Forward,
     Backward,
+    /// AdamW's step on the gradient: the end of one training step.
+    Update,
 }
 
 /// What kind of op a beat shows: its narration's message.
@@ -115,6 +117,8 @@ pub enum OpKind {
     FinalNorm,
     Logits,
     Loss,
+    /// AdamW's update of every weight.
+    Optimizer,
 }
 
 impl OpKind {
@@ -128,6 +132,7 @@ impl OpKind {
         match pass {
             TourPass::Forward => format!("walk-forward-{kind}"),
             TourPass::Backward => format!("walk-backward-{kind}"),
+            TourPass::Update => format!("walk-update-{kind}"),
         }
     }
 }
@@ -456,7 +461,8 @@ pub fn layout(shape: Shape) -> WalkLayout {
     });
     b.beat(OpKind::Loss, None, None, vec![loss, probs, logits]);
     // The tour: the whole model, forward in the program's order, then the
-    // same ops backward in reverse (the loss's gradient first).
+    // same ops backward in reverse (the loss's gradient first), then
+    // AdamW's update of every weight.
     let forward = std::mem::take(&mut b.beats);
     let all: Vec<usize> = (0..b.slabs.len()).collect();
     let mut beats = vec![Beat {
@@ -471,6 +477,16 @@ pub fn layout(shape: Shape) -> WalkLayout {
         pass: TourPass::Backward,
         ..beat.clone()
     }));
+    let weights: Vec<usize> = (0..b.slabs.len())
+        .filter(|&i| matches!(b.slabs[i].source, Source::Param { .. }))
+        .collect();
+    beats.push(Beat {
+        kind: OpKind::Optimizer,
+        pass: TourPass::Update,
+        node: None,
+        layer: None,
+        slabs: weights,
+    });
     WalkLayout {
         slabs: b.slabs,
         beats,
@@ -515,7 +531,8 @@ mod tests {
     #[test]
     fn every_weight_sits_left_of_its_output_with_its_rows() {
         let walk = small();
-        for beat in walk.beats.iter().filter(|b| b.kind != OpKind::Overview) {
+        // (The overview and AdamW's beat show many ops at once.)
+        for beat in walk.beats.iter().filter(|b| !matches!(b.kind, OpKind::Overview | OpKind::Optimizer)) {
             let out = &walk.slabs[beat.slabs[0]];
             for &i in &beat.slabs[1..] {
                 let s = &walk.slabs[i];
@@ -560,7 +577,15 @@ mod tests {
         r.reverse();
         assert_eq!(f, r);
         assert_eq!(forward[1].node.as_deref(), Some("emb"));
-        assert_eq!(walk.beats.last().unwrap().node.as_deref(), Some("emb"));
+        assert_eq!(backward.last().unwrap().node.as_deref(), Some("emb"));
+        // Then AdamW's step, on every weight and nothing else.
+        let last = walk.beats.last().unwrap();
+        assert_eq!((last.pass, last.kind), (TourPass::Update, OpKind::Optimizer));
+        let weights: Vec<usize> = (0..walk.slabs.len())
+            .filter(|&i| matches!(walk.slabs[i].source, Source::Param { .. }))
+            .collect();
+        assert!(!weights.is_empty());
+        assert_eq!(last.slabs, weights);
     }
 
     #[test]

@@ -1,10 +1,11 @@
-//! "Inside the model, in 3D": a walk through every tensor of one real
+//! "Inside the model" (scene key `flow`): a 3D walk through every tensor of one real
 //! forward and backward pass of the prompt, all positions at once, on the
 //! model the run trains. Every activation stands at its shape (features ×
 //! positions, the prompt's bytes over its columns), every weight to the
 //! left of the op that uses it, the heads as a deck in depth; the tour
 //! flies from op to op in the program's order, then back in reverse while
-//! each tensor turns into its gradient. The numbers are the program's own
+//! each tensor turns into its gradient, and ends on AdamW's update of
+//! every weight. The numbers are the program's own
 //! ([`compute`]: the calls of `tinygpt flow --all-positions --backward`),
 //! recomputed from the latest weights while the run trains.
 //!
@@ -16,6 +17,7 @@
 
 mod colour;
 mod compute;
+mod context;
 mod draw;
 mod layout;
 mod look;
@@ -28,7 +30,8 @@ mod tour;
 use super::Scene;
 use crate::app::canvas::{Hover, SceneCamera};
 use crate::app::training::{
-    GpuDevice, Knockouts, Run, RunCreated, RunSettings, Snapshots, TensorWants, param_names,
+    GpuDevice, Knockouts, Run, RunCreated, RunSettings, Snapshots, TensorWants, moment_names,
+    next_step, param_names,
 };
 use crate::app::ui::state::UiState;
 use crate::app::worker::Device;
@@ -216,6 +219,7 @@ fn new_run(mut created: MessageReader<RunCreated>, mut compute: ResMut<WalkCompu
 
 /// Asks for the weights, and for a pass when the prompt or the weights
 /// changed.
+#[allow(clippy::too_many_arguments)]
 fn ask(
     run: Option<Res<Run>>,
     snapshots: Res<Snapshots>,
@@ -223,11 +227,23 @@ fn ask(
     mut wants: ResMut<TensorWants>,
     mut view: ResMut<WalkView>,
     mut compute: ResMut<WalkCompute>,
+    shown: Res<Shown>,
     (gpu, settings): (Res<GpuDevice>, Res<RunSettings>),
 ) {
     compute.poll();
     let Some(run) = run else { return };
-    wants.set("walk", param_names(&run.program));
+    // AdamW's moments too once the tour is past the forward pass (its last
+    // beat is AdamW's step): twice the weights' size, so not read back
+    // while only the forward pass is shown.
+    let optimizer_shown = shown
+        .walk
+        .as_ref()
+        .is_some_and(|w| w.beats[view.beat().min(w.beats.len() - 1)].pass != TourPass::Forward);
+    let mut names = param_names(&run.program);
+    if optimizer_shown {
+        names.extend(moment_names(&run.program));
+    }
+    wants.set("walk", names);
     if !view.prompt_set || (!view.prompt_corpus.is_empty() && view.prompt_corpus != run.corpus_name)
     {
         view.prompt_corpus = run.corpus_name.clone();
@@ -244,15 +260,21 @@ fn ask(
     let Some(params) = knockouts.weights_of(snapshot, &run.program) else {
         return;
     };
+    let optimizer = optimizer_shown
+        .then(|| snapshot.moments(&run.program))
+        .flatten()
+        .map(|m| (m, next_step(run.config(), snapshot.step)));
     compute.request(
         WalkRequest {
             prompt: view.prompt.clone().into_bytes(),
             step: snapshot.step,
             knockouts: knockouts.0.clone(),
+            with_optimizer: optimizer.is_some(),
         },
         run.config(),
         Device::of_run(run.engine.on_gpu(), &gpu),
         params,
+        optimizer,
     );
 }
 
@@ -376,12 +398,24 @@ fn fly(
     // (Its fields borrowed apart: the layout read, the poses written.)
     let shown = &mut *shown;
     let Some(walk) = &shown.walk else { return };
+    let beat = view.beat();
     if shown.frame != Some(frame) {
+        let before = shown.poses.get(beat).cloned();
         shown.poses = tour::poses(walk, frame);
         shown.frame = Some(frame);
+        // A look away from the tour's framing stays on what it shows when
+        // the free part of the view changes (the narration grew a line, the
+        // window was resized): zoomed in, the framing's shift would
+        // otherwise move the picture by that many times as much.
+        if let (Some(old), Some(new)) = (before, shown.poses.get(beat))
+            && view.look.beat == beat
+            && !view.look.is_tour()
+        {
+            let shift = (new.rotation.inverse() * (old.target - new.target)).truncate();
+            view.look.pan += shift;
+        }
     }
     // The learner's look holds while the tour stays on its beat.
-    let beat = view.beat();
     if (view.playing || view.look.beat != beat) && view.look != look::Look::at(beat) {
         view.look = look::Look::at(beat);
     }
@@ -398,22 +432,33 @@ fn fly(
     }
 }
 
-/// Which slabs the current beat shows, and which show their gradient: in
-/// the backward pass, every slab of the backward beats reached so far.
-pub fn state_at(walk: &WalkLayout, beat: usize) -> (Vec<bool>, Vec<bool>) {
+/// Which slabs the current beat shows, and what each shows: in the
+/// backward pass every slab of the backward beats reached so far its
+/// gradient, in AdamW's beat every weight its update, else the values.
+pub fn state_at(walk: &WalkLayout, beat: usize) -> (Vec<bool>, Vec<CellLens>) {
     let n = walk.slabs.len();
     let beat = beat.min(walk.beats.len() - 1);
     let mut focused = vec![false; n];
     for &i in &walk.beats[beat].slabs {
         focused[i] = true;
     }
-    let mut gradient = vec![false; n];
-    if walk.beats[beat].pass == TourPass::Backward {
-        for b in walk.beats[..=beat].iter().filter(|b| b.pass == TourPass::Backward) {
-            for &i in &b.slabs {
-                gradient[i] = layout::has_gradient(&walk.slabs[i]);
+    let mut gradient = vec![CellLens::Value; n];
+    match walk.beats[beat].pass {
+        TourPass::Backward => {
+            for b in walk.beats[..=beat].iter().filter(|b| b.pass == TourPass::Backward) {
+                for &i in &b.slabs {
+                    if layout::has_gradient(&walk.slabs[i]) {
+                        gradient[i] = CellLens::Gradient;
+                    }
+                }
             }
         }
+        TourPass::Update => {
+            for &i in &walk.beats[beat].slabs {
+                gradient[i] = CellLens::Update;
+            }
+        }
+        TourPass::Forward => {}
     }
     // The overview shows everything.
     if beat == 0 {
@@ -433,8 +478,9 @@ fn shade(
     let Some(walk) = &shown.walk else { return };
     let (focused, gradient) = state_at(walk, view.beat());
     for (quad, mut sprite) in &mut quads {
-        let image = match (&quad.grads, gradient[quad.slab]) {
-            (Some(g), true) => g.clone(),
+        let image = match (gradient[quad.slab], &quad.grads, &quad.updates) {
+            (CellLens::Gradient, Some(g), _) => g.clone(),
+            (CellLens::Update, _, Some(u)) => u.clone(),
             _ => quad.values.clone(),
         };
         if sprite.image != image {
@@ -451,8 +497,7 @@ fn shade(
     }
     for (frame, mut sprite) in &mut frames {
         let slab = &walk.slabs[frame.slab];
-        let lens = if gradient[frame.slab] { CellLens::Gradient } else { CellLens::Value };
-        let [r, g, b] = colour::frame(slab.family, lens);
+        let [r, g, b] = colour::frame(slab.family, gradient[frame.slab]);
         let a = if focused[frame.slab] { 1.0 } else { 0.25 };
         let c = Color::srgba(r, g, b, a);
         if sprite.color != c {
@@ -488,7 +533,10 @@ fn size_labels(
     };
     let viewport = rect.size();
     let (focused, gradient) = state_at(walk, view.beat());
-    let overview = view.beat() == 0;
+    // The overview and AdamW's beat (every weight at once) name the
+    // stages, not each tensor.
+    let overview = view.beat() == 0
+        || walk.beats[view.beat().min(walk.beats.len() - 1)].pass == TourPass::Update;
     let rotation = camera_at.rotation();
     let forward = camera_at.forward();
     let (right, up) = (camera_at.right(), camera_at.up());
@@ -512,8 +560,7 @@ fn size_labels(
         if let Some(s) = label.slab
             && label.min_cell_px == 0.0
         {
-            let lens = if gradient[s] { CellLens::Gradient } else { CellLens::Value };
-            let [r, g, b] = colour::frame(walk.slabs[s].family, lens);
+            let [r, g, b] = colour::frame(walk.slabs[s].family, gradient[s]);
             let want = TextColor(Color::srgb(r, g, b));
             if *colour != want {
                 *colour = want;
@@ -649,9 +696,13 @@ fn hover(
         let mut cell = |lens| grids.get(compute.generation, computed, i, slab, lens).and_then(|(g, _)| g.get(at).copied());
         let value = cell(CellLens::Value)?;
         let grad = cell(CellLens::Gradient);
+        let update = cell(CellLens::Update);
         let mut s = format!("{}[{row}, {col}] = {}", draw::title(slab), crate::app::canvas::short(value));
         if let Some(g) = grad {
             s.push_str(&format!("   dL/d = {}", crate::app::canvas::short(g)));
+        }
+        if let Some(u) = update {
+            s.push_str(&format!("   AdamW Δ = {}", crate::app::canvas::short(u)));
         }
         Some(s)
     });

@@ -151,7 +151,7 @@ pub fn draw_numbers(
             if wanted.len() + rows.len() * cols.len() > MAX_NUMBERS {
                 continue;
             }
-            let lens = if gradient[i] { CellLens::Gradient } else { CellLens::Value };
+            let lens = gradient[i];
             let Some((values, scale)) = grids.get(compute.generation, computed, i, slab, lens)
             else {
                 continue;
@@ -172,7 +172,7 @@ pub fn draw_numbers(
                         continue;
                     }
                     wanted.push(Wanted {
-                        cell: (i, r, c, gradient[i]),
+                        cell: (i, r, c, lens == CellLens::Gradient),
                         text: cell_text(v),
                         colour: ink_on(colour::colour(v, *scale, slab.family, lens)),
                         at: centre,

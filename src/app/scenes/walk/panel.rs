@@ -3,11 +3,15 @@
 //! computes, the scrubber). Text the narration names is at the body size,
 //! 18 px and more in presenter mode.
 
+use super::colour::CellLens;
 use super::compute::WalkCompute;
-use super::layout::{OpKind, TourPass};
+use super::layout::{OpKind, Source, TensorFamily, TourPass};
 use super::{Shown, WalkView};
-use crate::app::training::Run;
+use crate::app::lesson::{LessonFocus, PendingFocus};
+use crate::app::scenes::Scene;
+use crate::app::training::{Knockouts, Run};
 use crate::app::ui::state::UiState;
+use crate::lesson::Focus;
 use bevy::prelude::*;
 use bevy_egui::{EguiContexts, egui};
 
@@ -35,9 +39,11 @@ pub fn narration(shown: &Shown, compute: &WalkCompute, run: &Run, k: usize) -> O
     let pass = match beat.pass {
         TourPass::Forward => crate::t!("walk-pass-forward"),
         TourPass::Backward => crate::t!("walk-pass-backward"),
+        TourPass::Update => crate::t!("walk-pass-update"),
     };
     let op = beat.node.clone().unwrap_or_else(|| match beat.kind {
         OpKind::Overview => crate::t!("walk-the-model"),
+        OpKind::Optimizer => "AdamW".into(),
         _ => "loss".into(),
     });
     let title = if place.is_empty() {
@@ -48,9 +54,18 @@ pub fn narration(shown: &Shown, compute: &WalkCompute, run: &Run, k: usize) -> O
     let loss = flow
         .and_then(|f| f.backward.as_ref())
         .map_or("–".to_string(), |b| format!("{:.3}", b.loss));
+    // AdamW's beat waits for the run's moments (read once the tour is
+    // past the forward pass).
+    let updated = compute.computed().and_then(|c| c.lr.filter(|_| !c.updates.is_empty()));
+    let message = match (beat.kind, updated) {
+        (OpKind::Optimizer, None) => "walk-update-optimizer-waiting".to_string(),
+        _ => beat.kind.message(beat.pass),
+    };
     let body = crate::i18n::tr(
-        &beat.kind.message(beat.pass),
+        &message,
         &[
+            ("lr", crate::app::canvas::short(updated.unwrap_or(0.0)).into()),
+            ("adam_step", (compute.computed().map_or(0, |c| c.step) as i64 + 1).into()),
             ("c", (config.d_model as i64).into()),
             ("heads", (config.n_head as i64).into()),
             ("head_size", ((config.d_model / config.n_head.max(1)) as i64).into()),
@@ -63,6 +78,7 @@ pub fn narration(shown: &Shown, compute: &WalkCompute, run: &Run, k: usize) -> O
 }
 
 /// The toolbar and the narration.
+#[allow(clippy::too_many_arguments)]
 pub fn panels(
     mut contexts: EguiContexts,
     ui_state: Res<UiState>,
@@ -72,6 +88,8 @@ pub fn panels(
     mut view: ResMut<WalkView>,
     quads: Query<&super::draw::SlabQuad>,
     mut narration_height: ResMut<NarrationHeight>,
+    mut knockouts: ResMut<Knockouts>,
+    (mut next_scene, mut pending): (ResMut<NextState<Scene>>, ResMut<PendingFocus>),
 ) -> Result {
     let ctx = contexts.ctx_mut()?;
     let (Some(at), Some(run)) = (ui_state.central_rect(ctx), run) else {
@@ -119,13 +137,23 @@ pub fn panels(
         }
         ui.label(crate::t!("walk-speed"));
         ui.add(egui::Slider::new(&mut view.speed, 0.1..=3.0).show_value(false));
+        // In a block's beats, its heads and MLP can be knocked out: the
+        // pass is computed again without them.
+        if let Some(layer) = shown.walk.as_ref().and_then(|w| w.beats[k].layer) {
+            ui.separator();
+            crate::app::ui::knockout_toggles(ui, layer, run.config().n_head, &mut knockouts);
+        }
     });
     let status = match (compute.computed(), compute.error_message()) {
         (_, Some(e)) => e.to_string(),
-        (Some(c), None) => crate::t!(
-            "walk-status",
-            step = c.step as i64,
-            device = compute.latest.as_ref().map_or("", |a| a.device),
+        (Some(c), None) => format!(
+            "{}{}",
+            crate::t!(
+                "walk-status",
+                step = c.step as i64,
+                device = compute.latest.as_ref().map_or("", |a| a.device),
+            ),
+            crate::app::ui::knocked_out_note(&knockouts)
         ),
         (None, None) => crate::t!("walk-computing"),
     };
@@ -135,6 +163,7 @@ pub fn panels(
     }
     // The narration, across the bottom of the view.
     let k = view.beat().min(beats - 1);
+    let mut link: Option<(Scene, Focus)> = None;
     let (title, body) = narration(&shown, &compute, &run, k).unwrap_or_default();
     let drawn = egui::Area::new(egui::Id::new("walk-narration"))
         .pivot(egui::Align2::LEFT_BOTTOM)
@@ -152,9 +181,18 @@ pub fn panels(
                     ui.label(egui::RichText::new(formula).monospace().size(14.0).color(egui::Color32::from_rgb(255, 237, 89)));
                     ui.add(egui::Label::new(egui::RichText::new(filled).monospace().size(14.0)).wrap_mode(egui::TextWrapMode::Wrap));
                 }
-                if let Some(line) = scale_line(&shown, &quads, k) {
-                    ui.label(egui::RichText::new(line).weak());
+                // The flat view's reads at the last byte: the logit lens
+                // and, in attention, where each head looks.
+                let gold = egui::Color32::from_rgb(255, 237, 89);
+                for line in context_lines(&shown, &compute, k) {
+                    ui.add(egui::Label::new(egui::RichText::new(line).size(16.0).color(gold)).wrap_mode(egui::TextWrapMode::Wrap));
                 }
+                ui.horizontal_wrapped(|ui| {
+                    if let Some(line) = scale_line(&shown, &quads, k) {
+                        ui.label(egui::RichText::new(line).weak());
+                    }
+                    link = links(ui, &shown, run.config().n_head, k);
+                });
                 let mut t = view.t;
                 let slider = egui::Slider::new(&mut t, 0.0..=(beats as f32 - 0.01))
                     .show_value(false)
@@ -166,12 +204,72 @@ pub fn panels(
                 }
             });
         });
+    // A link opens another scene at this beat's tensor, weight or head.
+    if let Some((scene, focus)) = link {
+        pending.set(LessonFocus {
+            scene,
+            focus,
+            preset: run.preset.clone(),
+        });
+        next_scene.set(scene);
+    }
     // Points to logical pixels (presenter mode zooms egui).
     let height = NarrationHeight((drawn.response.rect.height() + 10.0) * ctx.zoom_factor());
     if (height.0 - narration_height.0).abs() > 1.0 {
         *narration_height = height;
     }
     Ok(())
+}
+
+/// The logit lens and head view lines of beat `k`.
+fn context_lines(shown: &Shown, compute: &WalkCompute, k: usize) -> Vec<String> {
+    let (Some(walk), Some(computed)) = (shown.walk.as_ref(), compute.computed()) else {
+        return Vec::new();
+    };
+    let Some(beat) = walk.beats.get(k) else {
+        return Vec::new();
+    };
+    let c = super::context::context(&computed.flow, beat);
+    [super::context::lens_line(&computed.flow, &c), super::context::heads_line(&computed.flow, &c)]
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+/// The beat's links into the scenes that show its part closer: its
+/// tensor in the Step scene, its weight in the Model scene, its heads in
+/// the Attention scene. Returns the one clicked.
+fn links(ui: &mut egui::Ui, shown: &Shown, n_head: usize, k: usize) -> Option<(Scene, Focus)> {
+    let walk = shown.walk.as_ref()?;
+    let beat = walk.beats.get(k)?;
+    let mut link = None;
+    if let Some(node) = &beat.node
+        && ui.small_button(crate::t!("flow-open-step")).clicked()
+    {
+        link = Some((Scene::Step, Focus::Tensor(node.clone())));
+    }
+    let weight = beat.slabs.iter().map(|&i| &walk.slabs[i]).find_map(|s| match &s.source {
+        Source::Param { name, .. } if s.family == TensorFamily::Weight && name.ends_with("weight") => Some(name.clone()),
+        _ => None,
+    });
+    if let Some(weight) = weight
+        && ui
+            .small_button(crate::t!("flow-weight-in-model", weight = weight.trim_start_matches("transformer.")))
+            .clicked()
+    {
+        link = Some((Scene::Model, Focus::Tensor(weight)));
+    }
+    if beat.kind == OpKind::Attention
+        && let Some(layer) = beat.layer
+    {
+        ui.label(crate::t!("walk-open-attention"));
+        for head in 0..n_head {
+            if ui.small_button(crate::t!("head-n", head = head as i64)).clicked() {
+                link = Some((Scene::Attention, Focus::Head { layer, head }));
+            }
+        }
+    }
+    link
 }
 
 /// The colour scale of the beat's output: each tensor is coloured on its
@@ -186,8 +284,9 @@ fn scale_line(shown: &Shown, quads: &Query<&super::draw::SlabQuad>, k: usize) ->
     let quad = quads.iter().find(|q| q.slab == out)?;
     let name = super::draw::title(&walk.slabs[out]);
     let short = crate::app::canvas::short;
-    Some(match (gradient[out], quad.grad_scale) {
-        (true, Some(s)) => crate::t!("walk-scale-gradient", name = name, scale = short(s)),
+    Some(match (gradient[out], quad.grad_scale, quad.update_scale) {
+        (CellLens::Gradient, Some(s), _) => crate::t!("walk-scale-gradient", name = name, scale = short(s)),
+        (CellLens::Update, _, Some(s)) => crate::t!("walk-scale-update", name = name, scale = short(s)),
         _ => crate::t!("walk-scale", name = name, scale = short(quad.value_scale)),
     })
 }

@@ -7,6 +7,7 @@
 use super::compute::WalkCompute;
 use super::draw::{ScreenLabel, SlabQuad};
 
+use super::colour::CellLens;
 use super::{Shown, WalkView, state_at};
 use crate::app::canvas::SceneCamera;
 use crate::app::registry::{Report, SceneApp};
@@ -108,7 +109,8 @@ fn headless(
                 "transposed": matches!(s.source, super::layout::Source::Param { transposed: true, .. }),
                 "px": px_box(camera, camera_at, &corners),
                 "focused": focused[i],
-                "gradient": gradient[i],
+                "gradient": gradient[i] == CellLens::Gradient,
+                "update": gradient[i] == CellLens::Update,
                 "drawn": drawn.contains(&i),
             })
         })
@@ -155,5 +157,10 @@ fn headless(
         }).collect::<Vec<_>>(),
         "device": compute.latest.as_ref().map(|a| a.device),
         "step": compute.computed().map(|c| c.step),
+        // The weights AdamW's beat has an update for (0 until the moments
+        // are read).
+        "updates": compute.computed().map_or(0, |c| c.updates.len()),
+        // The narration's logit lens and head view at the last byte.
+        "context": compute.computed().map(|c| super::context::context(&c.flow, &walk.beats[k])),
     })
 }

@@ -161,7 +161,7 @@ pub fn spawn(
 ) {
     let flow = &computed.flow;
     let c = program.config.d_model;
-    let item = || (FlowItem, DespawnOnExit(Scene::Flow));
+    let item = || (FlowItem, DespawnOnExit(Scene::Path));
     let t = |s: String, size: f32, anchor: Anchor, at: Vec2, colour: Color| {
         (text(s, size * text_scale, anchor, at, colour), item())
     };
@@ -540,7 +540,7 @@ fn spawn_probs<B: Bundle>(
     t: &impl Fn(String, f32, Anchor, Vec2, Color) -> B,
 ) {
     let flow = &computed.flow;
-    let item = || (FlowItem, DespawnOnExit(Scene::Flow));
+    let item = || (FlowItem, DespawnOnExit(Scene::Path));
     let mut order: Vec<usize> = (0..flow.probs.len()).collect();
     order.sort_by(|&a, &b| flow.probs[b].total_cmp(&flow.probs[a]).then(a.cmp(&b)));
     let target = flow.backward.as_ref().map(|b| b.target);
@@ -637,7 +637,7 @@ pub fn spawn_numbers(
     text_scale: f32,
     bounds: &mut Rect,
 ) {
-    let item = || (FlowItem, DespawnOnExit(Scene::Flow));
+    let item = || (FlowItem, DespawnOnExit(Scene::Path));
     let t = |s: String, size: f32, anchor: Anchor, at: Vec2, colour: Color| {
         (
             text(s, size * ZOOM_TYPE * text_scale, anchor, at, colour),
@@ -746,7 +746,7 @@ fn number_cell(
     value: f32,
     type_size: f32,
 ) {
-    let item = || (FlowItem, DespawnOnExit(Scene::Flow));
+    let item = || (FlowItem, DespawnOnExit(Scene::Path));
     commands.spawn((
         Sprite::from_color(Color::srgba_u8(rgba[0], rgba[1], rgba[2], 255), size),
         Transform::from_translation(at.extend(1.0)),
@@ -770,7 +770,7 @@ fn number_cell(
 /// around the output, over the input columns that add most to it). Returns
 /// where it ends.
 fn spawn_worked(commands: &mut Commands, w: &Worked, top: f32, text_scale: f32) -> f32 {
-    let item = || (FlowItem, DespawnOnExit(Scene::Flow));
+    let item = || (FlowItem, DespawnOnExit(Scene::Path));
     let t = |s: String, size: f32, anchor: Anchor, at: Vec2, colour: Color| {
         (
             text(s, size * ZOOM_TYPE * text_scale, anchor, at, colour),

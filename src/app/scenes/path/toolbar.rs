@@ -86,30 +86,7 @@ pub fn toolbar(
                 }
                 // Knock a head or the MLP out (Take it apart's knockouts: the
                 // flow, the sampler and that scene all see the model without it).
-                ui.label(crate::t!("knock-out"));
-                let parts = (0..run.config().n_head)
-                    .map(|head| crate::interventions::Part::Head { layer: b, head })
-                    .chain(std::iter::once(crate::interventions::Part::Mlp {
-                        layer: b,
-                    }));
-                for part in parts {
-                    let on = knockouts.0.contains(&part);
-                    let name = match part {
-                        crate::interventions::Part::Head { head, .. } => crate::t!("head-n", head = head),
-                        crate::interventions::Part::Mlp { .. } => crate::t!("mlp"),
-                    };
-                    if ui
-                        .selectable_label(on, name)
-                        .on_hover_text(crate::t!("knock-out-hover"))
-                        .clicked()
-                    {
-                        if on {
-                            knockouts.0.retain(|p| *p != part);
-                        } else {
-                            knockouts.0.push(part);
-                        }
-                    }
-                }
+                crate::app::ui::knockout_toggles(ui, b, run.config().n_head, &mut knockouts);
                 ui.weak(crate::t!("flow-block-hint", block = b));
             }
             Zoom::Op(i) => {
@@ -154,19 +131,7 @@ pub fn toolbar(
         (Some(a), None) => format!(
             "{}{}{}",
             crate::t!("flow-status", backend = a.backend.to_string(), step = a.value.step),
-            if knockouts.0.is_empty() {
-                String::new()
-            } else {
-                crate::t!(
-                    "flow-status-knocked-out",
-                    parts = knockouts
-                        .0
-                        .iter()
-                        .map(|p| p.label())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                )
-            },
+            crate::app::ui::knocked_out_note(&knockouts),
             if run.state == RunState::Training {
                 crate::t!("following-training")
             } else {

@@ -13,15 +13,15 @@ use serde_json::{Value, json};
 
 /// Registers the scene's data and field.
 pub fn register(app: &mut App) {
-    app.scene_data(Scene::Flow, data)
-        .report_field(Report::Headless, "flow", headless)
-        .report_field(Report::Page, "flow", page);
+    app.scene_data(Scene::Path, data)
+        .report_field(Report::Headless, "path", headless)
+        .report_field(Report::Page, "path", page);
 }
 
 /// The page's field (the browser test reads it): what the flow shows and
 /// where it was computed.
 fn page(scene: Res<State<Scene>>, view: Res<FlowView>, compute: Res<FlowCompute>) -> Value {
-    if *scene.get() != Scene::Flow {
+    if *scene.get() != Scene::Path {
         return Value::Null;
     }
     json!({
@@ -68,7 +68,7 @@ fn headless(
     >,
     cameras: Query<(&Camera, &GlobalTransform), With<SceneCamera>>,
 ) -> Value {
-    if *scene.get() != Scene::Flow {
+    if *scene.get() != Scene::Path {
         return Value::Null;
     }
     let Ok((camera, camera_at)) = cameras.single() else {

@@ -1,5 +1,7 @@
-//! The "Inside the model" scene: a prompt travelling up through the model
-//! to the next byte, and the gradient travelling back down. The prompt's
+//! The "One byte's path" scene: a prompt travelling up through the model
+//! to the next byte at one position, and the gradient travelling back down
+//! (Inside the model, key `flow`, is the 3D walk-through of every
+//! position; this is the flat view of one, which lessons use). The prompt's
 //! bytes sit at the bottom as chips; the residual stream runs up the left
 //! as a highway; each block's LayerNorm → attention → add and LayerNorm →
 //! MLP → add leave it on a side lane and rejoin it; every node shows the
@@ -29,7 +31,8 @@ use super::Scene;
 use crate::app::canvas::{Hover, SceneBounds, SceneCursor};
 use crate::app::lesson::{LessonAction, LessonFocus, PendingFocus};
 use crate::app::training::{
-    GpuDevice, Knockouts, Run, RunCreated, RunSettings, Snapshots, TensorWants, param_names,
+    GpuDevice, Knockouts, Run, RunCreated, RunSettings, Snapshots, TensorWants, moment_names,
+    next_step, param_names,
 };
 use crate::app::ui::state::UiState;
 use crate::app::worker::Device;
@@ -126,19 +129,19 @@ impl Plugin for ScenePlugin {
             .init_resource::<Shown>()
             .add_observer(lesson_focus)
             .add_observer(lesson_action)
-            .add_systems(OnExit(Scene::Flow), leave)
+            .add_systems(OnExit(Scene::Path), leave)
             .add_systems(
                 Update,
                 (new_run, ask, rebuild, animate, follow, click, hover)
                     .chain()
                     .in_set(crate::app::schedule::AppSystems::Scene)
-                    .run_if(in_state(Scene::Flow)),
+                    .run_if(in_state(Scene::Path)),
             )
             .add_systems(
                 bevy_egui::EguiPrimaryContextPass,
                 toolbar::toolbar
                     .after(crate::app::ui::draw_ui)
-                    .run_if(in_state(Scene::Flow)),
+                    .run_if(in_state(Scene::Path)),
             );
     }
 }
@@ -175,11 +178,7 @@ fn ask(
     // ends it): they are twice the weights' size, read back four times a
     // second while the run trains.
     let moments: Vec<String> = if view.pass == FlowPass::Backward {
-        run.program
-            .trained()
-            .map(|id| &run.program.tensors[id].name)
-            .flat_map(|p| [format!("adam.m.{p}"), format!("adam.v.{p}")])
-            .collect()
+        moment_names(&run.program)
     } else {
         Vec::new()
     };
@@ -209,31 +208,10 @@ fn ask(
     };
     // AdamW's moments as read back with the weights, and the run's next
     // step (its learning rate and AdamW count).
-    let optimizer = moments
-        .iter()
-        .map(|name| {
-            let values = snapshot.tensors.get(name)?;
-            let param = name
-                .trim_start_matches("adam.m.")
-                .trim_start_matches("adam.v.");
-            let id = run.program.tensor_id(param)?;
-            Some(crate::model::params::NamedTensor {
-                name: name.clone(),
-                shape: run.program.tensors[id].shape.clone(),
-                values: values.to_vec(),
-            })
-        })
-        .collect::<Option<Vec<_>>>()
-        .filter(|m| !m.is_empty())
-        .map(|m| {
-            let config = run.config();
-            let step = crate::backend::StepParams {
-                lr: crate::train::schedule::learning_rate(config, snapshot.step),
-                adam_t: snapshot.step + 1,
-                dropout_seed: 0,
-            };
-            (m, step)
-        });
+    let optimizer = (!moments.is_empty())
+        .then(|| snapshot.moments(&run.program))
+        .flatten()
+        .map(|m| (m, next_step(run.config(), snapshot.step)));
     compute.request(
         FlowRequest {
             prompt: view.prompt.clone().into_bytes(),
@@ -326,7 +304,7 @@ fn rebuild(
             .with_rotation(Quat::from_rotation_z(std::f32::consts::FRAC_PI_4)),
         Pulse,
         FlowItem,
-        DespawnOnExit(Scene::Flow),
+        DespawnOnExit(Scene::Path),
     ));
     bounds.0 = layout.bounds;
     shown.layout = Some(layout);
@@ -585,7 +563,7 @@ fn hover(
 
 /// A lesson step here: a position, a block (`h.1`), an op's tensor.
 fn lesson_focus(event: On<LessonFocus>, mut view: ResMut<FlowView>, compute: Res<FlowCompute>) {
-    if event.scene != Scene::Flow {
+    if event.scene != Scene::Path {
         return;
     }
     match &event.focus {
