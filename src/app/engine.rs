@@ -87,6 +87,13 @@ impl Snapshot {
             .collect()
     }
 
+    /// Whether AdamW's moments of `program`'s trained parameters were all
+    /// read back (without copying them).
+    pub fn has_moments(&self, program: &crate::program::Program) -> bool {
+        let names = moment_names(program);
+        !names.is_empty() && names.iter().all(|n| self.tensors.contains_key(n))
+    }
+
     /// AdamW's moments of `program`'s trained parameters as read back
     /// ([`moment_names`], shaped as their parameters); None until it holds
     /// them all.

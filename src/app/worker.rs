@@ -132,18 +132,7 @@ impl<Q: ModelQuestion, T: ConditionalSend + 'static> ModelWorker<Q, T> {
     where
         F: FnOnce(&mut dyn Backend, &Q) -> Result<T, String> + ConditionalSend + 'static,
     {
-        if self.task.is_some() || self.asked.as_ref() == Some(&question) {
-            return;
-        }
-        let only_weights = self
-            .asked
-            .as_ref()
-            .is_some_and(|a| a.same_but_weights(&question));
-        if only_weights
-            && self
-                .started
-                .is_some_and(|t| t.elapsed().as_secs_f64() < WEIGHTS_INTERVAL_S)
-        {
+        if !self.would_start(&question) {
             return;
         }
         let config = crate::flow::config_for(config);
@@ -160,6 +149,26 @@ impl<Q: ModelQuestion, T: ConditionalSend + 'static> ModelWorker<Q, T> {
             let label = kept.label.clone();
             (question, answer, label, kept)
         }));
+    }
+
+    /// Whether [`Self::ask`] would start `question` now: nothing in flight,
+    /// not the question asked last, and not only other weights under
+    /// [`WEIGHTS_INTERVAL_S`] after the last. A scene asks this before it
+    /// copies the weights out of the snapshot for the question, a copy
+    /// that at nanogpt-char's size (10.8 M parameters) would take part of
+    /// every frame.
+    pub fn would_start(&self, question: &Q) -> bool {
+        if self.task.is_some() || self.asked.as_ref() == Some(question) {
+            return false;
+        }
+        let only_weights = self
+            .asked
+            .as_ref()
+            .is_some_and(|a| a.same_but_weights(question));
+        !(only_weights
+            && self
+                .started
+                .is_some_and(|t| t.elapsed().as_secs_f64() < WEIGHTS_INTERVAL_S))
     }
 
     /// Takes a finished answer (call once a frame).

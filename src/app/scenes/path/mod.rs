@@ -202,24 +202,30 @@ fn ask(
     let Some(snapshot) = &snapshots.latest else {
         return;
     };
+    let request = FlowRequest {
+        prompt: view.prompt.clone().into_bytes(),
+        position: view.position,
+        step: snapshot.step,
+        knockouts: knockouts.0.clone(),
+        with_optimizer: !moments.is_empty() && snapshot.has_moments(&run.program),
+    };
+    // The weights are copied out only for a question the worker takes.
+    if !compute.would_start(&request) {
+        return;
+    }
     // The model as the learner has taken it apart (Take it apart's knockouts).
     let Some(params) = knockouts.weights_of(snapshot, &run.program) else {
         return;
     };
     // AdamW's moments as read back with the weights, and the run's next
     // step (its learning rate and AdamW count).
-    let optimizer = (!moments.is_empty())
+    let optimizer = request
+        .with_optimizer
         .then(|| snapshot.moments(&run.program))
         .flatten()
         .map(|m| (m, next_step(run.config(), snapshot.step)));
     compute.request(
-        FlowRequest {
-            prompt: view.prompt.clone().into_bytes(),
-            position: view.position,
-            step: snapshot.step,
-            knockouts: knockouts.0.clone(),
-            with_optimizer: optimizer.is_some(),
-        },
+        request,
         run.config(),
         Device::of_run(run.engine.on_gpu(), &gpu),
         params,

@@ -164,9 +164,6 @@ fn ask(
     let Some(snapshot) = &snapshots.latest else {
         return;
     };
-    let Some(params) = snapshot.params(&run.program) else {
-        return;
-    };
     let validation = view.validation && view.tool == Tool::Knockout;
     let question = Question {
         tool: view.tool,
@@ -176,6 +173,13 @@ fn ask(
         knockouts: knockouts.0.clone(),
         validation,
         step: snapshot.step,
+    };
+    // The weights are copied out only for a question the worker takes.
+    if !compute.would_start(&question) {
+        return;
+    }
+    let Some(params) = snapshot.params(&run.program) else {
+        return;
     };
     let device = Device::of_run(run.engine.on_gpu(), &gpu);
     let rows = if validation {

@@ -257,20 +257,26 @@ fn ask(
     let Some(snapshot) = &snapshots.latest else {
         return;
     };
+    let request = WalkRequest {
+        prompt: view.prompt.clone().into_bytes(),
+        step: snapshot.step,
+        knockouts: knockouts.0.clone(),
+        with_optimizer: optimizer_shown && snapshot.has_moments(&run.program),
+    };
+    // The weights are copied out only for a question the worker takes.
+    if !compute.would_start(&request) {
+        return;
+    }
     let Some(params) = knockouts.weights_of(snapshot, &run.program) else {
         return;
     };
-    let optimizer = optimizer_shown
+    let optimizer = request
+        .with_optimizer
         .then(|| snapshot.moments(&run.program))
         .flatten()
         .map(|m| (m, next_step(run.config(), snapshot.step)));
     compute.request(
-        WalkRequest {
-            prompt: view.prompt.clone().into_bytes(),
-            step: snapshot.step,
-            knockouts: knockouts.0.clone(),
-            with_optimizer: optimizer.is_some(),
-        },
+        request,
         run.config(),
         Device::of_run(run.engine.on_gpu(), &gpu),
         params,
