@@ -2250,6 +2250,7 @@ fn headless_walk_scene_tours_every_tensor_where_it_says() {
             assert_eq!(r["walk"]["beat"], beat, "{r}");
             check_walk_picture(&r, &shot, (w.parse().unwrap(), h.parse().unwrap()), presenter);
             check_walk_context(&r["walk"], &cli, beat);
+            check_walk_sweep(&r["walk"], &cli, beat);
             if beat == update {
                 // The shipped small's moments were read and every trained
                 // weight has its update (tests/flow.rs checks the values
@@ -2309,9 +2310,46 @@ fn headless_walk_scene_tours_every_tensor_where_it_says() {
     }
 }
 
+/// The dot product's sweep in a matmul's forward beat: the terms added so
+/// far are the outlined weight row's times the input column's, their sum
+/// recomputed here in f64 from the program's numbers (`cli`: `tinygpt flow
+/// --all-positions`'s JSON; the weights from the shipped checkpoint); once
+/// every term is in, with the bias, it is the program's output cell.
+fn check_walk_sweep(walk: &serde_json::Value, cli: &serde_json::Value, beat: usize) {
+    let line = walk.to_string();
+    let b = &walk["beats"][beat];
+    let sweep = &walk["sweep"];
+    let is_matmul = b["pass"] == "forward" && matches!(b["kind"].as_str(), Some("qkv" | "projection" | "fc" | "mlp_projection" | "logits"));
+    assert_eq!(!sweep.is_null(), is_matmul, "a sweep exactly in the matmuls' forward beats: {line}");
+    if sweep.is_null() {
+        return;
+    }
+    let slab = |k: &str| &walk["slabs"][sweep[k].as_u64().unwrap() as usize];
+    let (weight, input) = (slab("weight"), slab("input"));
+    let (row, column) = (sweep["row"].as_u64().unwrap() as usize, sweep["column"].as_u64().unwrap() as usize);
+    let terms = sweep["terms"].as_u64().unwrap() as usize;
+    let added = sweep["added"].as_u64().unwrap() as usize;
+    assert!((1..=terms).contains(&added), "{line}");
+    assert_eq!(weight["transposed"], false, "{line}");
+    let params = tinygpt::model::checkpoint::Checkpoint::load(std::path::Path::new(SHIPPED_SMALL)).unwrap().params;
+    let w = &params.iter().find(|p| p.name == weight["name"].as_str().unwrap()).unwrap().values;
+    let node = |name: &str| cli["nodes"].as_array().unwrap().iter().find(|n| n["name"] == name).unwrap();
+    let x: Vec<f64> = serde_json::from_value(node(input["name"].as_str().unwrap())["values"][column].clone()).unwrap();
+    assert_eq!(x.len(), terms, "{line}");
+    let partial: f64 = (0..added).map(|i| w[row * terms + i] as f64 * x[i]).sum();
+    let shown = sweep["partial"].as_f64().unwrap();
+    assert!((shown - partial).abs() <= 1e-6 * (1.0 + partial.abs()), "the sweep's sum {shown} against {partial}: {line}");
+    if added == terms {
+        let out = &walk["slabs"][b["output"].as_u64().unwrap() as usize];
+        let y = node(out["name"].as_str().unwrap())["values"][column][row].as_f64().unwrap();
+        let total = partial + sweep["bias"].as_f64().unwrap_or(0.0);
+        assert!((total - y).abs() <= 1e-4 * (1.0 + y.abs()), "the whole sum {total} against the program's {y}: {line}");
+    }
+}
+
 /// The narration's reads at the prompt's last byte, as the headless line
-/// lists them, are the pass's own: in a block's forward beats the logit
-/// lens entering and leaving the block, and in its attention beat each
+/// lists them, are the pass's own: in a residual add's forward beat the
+/// logit lens entering and leaving its block, and in an attention beat each
 /// head's largest weight from that byte (`cli` is `tinygpt flow
 /// --all-positions`'s JSON of the same pass); the backward beats read none.
 fn check_walk_context(walk: &serde_json::Value, cli: &serde_json::Value, beat: usize) {
@@ -2326,11 +2364,16 @@ fn check_walk_context(walk: &serde_json::Value, cli: &serde_json::Value, beat: u
     }
     let points: Vec<u64> = c["lens"].as_array().unwrap().iter().map(|p| p["point"].as_u64().unwrap()).collect();
     let n_points = cli["lens"].as_array().unwrap().len() as u64;
-    match b["layer"].as_u64() {
-        Some(l) if b["kind"] != "embedding" => assert_eq!(points, vec![l, l + 1], "{line}"),
-        _ if b["kind"] == "embedding" => assert_eq!(points, vec![0], "{line}"),
-        _ => assert_eq!(points, (0..n_points).collect::<Vec<_>>(), "{line}"),
-    }
+    let want: Vec<u64> = match b["kind"].as_str().unwrap() {
+        "embedding" => vec![0],
+        "residual" => {
+            let l = b["layer"].as_u64().unwrap();
+            vec![l, l + 1]
+        }
+        "overview" | "final_norm" | "logits" | "loss" => (0..n_points).collect(),
+        _ => Vec::new(),
+    };
+    assert_eq!(points, want, "{line}");
     for p in c["lens"].as_array().unwrap() {
         let want = &cli["lens"][p["point"].as_u64().unwrap() as usize][last];
         for (i, g) in p["guesses"].as_array().unwrap().iter().enumerate() {

@@ -667,3 +667,6 @@ walk-stage-head = the next byte
 walk-stage-block = block { $layer }
 walk-worked = at the last byte “{ $byte }” (position { $position }), outlined: { $formula }
 walk-worked-filled = { $filled }   (the program computed { $computed })
+walk-sweep = term by term: W[{ $j }, { $i }]·x[{ $i }] = { $term }; the first { $added } of { $k } terms add up to { $sum }
+walk-sweep-done = the { $k } terms add up to { $sum }: the output cell
+walk-sweep-done-bias = the { $k } terms add up to { $sum }, plus the bias { $bias }: { $total }, the output cell

@@ -666,3 +666,6 @@ walk-stage-head = el siguiente byte
 walk-stage-block = bloque { $layer }
 walk-worked = en el último byte “{ $byte }” (posición { $position }), recuadrado: { $formula }
 walk-worked-filled = { $filled }   (el programa calculó { $computed })
+walk-sweep = término a término: W[{ $j }, { $i }]·x[{ $i }] = { $term }; los primeros { $added } de { $k } términos suman { $sum }
+walk-sweep-done = los { $k } términos suman { $sum }: la celda de salida
+walk-sweep-done-bias = los { $k } términos suman { $sum }, más el sesgo { $bias }: { $total }, la celda de salida

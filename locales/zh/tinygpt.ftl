@@ -666,3 +666,6 @@ walk-stage-head = 下一个字节
 walk-stage-block = 第 { $layer } 块
 walk-worked = 在最后一个字节“{ $byte }”（位置 { $position }），框出的单元：{ $formula }
 walk-worked-filled = { $filled }   （程序算出的是 { $computed }）
+walk-sweep = 逐项累加：W[{ $j }, { $i }]·x[{ $i }] = { $term }；{ $k } 项中的前 { $added } 项之和为 { $sum }
+walk-sweep-done = { $k } 项之和为 { $sum }：即输出单元
+walk-sweep-done-bias = { $k } 项之和为 { $sum }，加上偏置 { $bias }：{ $total }，即输出单元

@@ -44,10 +44,12 @@ pub struct BeatReads {
     pub heads: Vec<HeadLook>,
 }
 
-/// The reads of `beat`: in a block's forward beats, the lens entering and
-/// leaving the block (and in its attention beat, every head's look); in the
-/// embedding's, the lens on the stream it starts; in the overview and the
-/// head's beats, the lens at every point, the stream's whole story. The
+/// The reads of `beat`: in a block's residual adds (where the stream is
+/// written), the lens entering and leaving the block; in its attention
+/// beat, every head's look; in the embedding's, the lens on the stream it
+/// starts; in the overview and the head's beats, the lens at every point,
+/// the stream's whole story. The other ops' beats read nothing (their
+/// narration is their worked example). The
 /// backward beats and AdamW's read nothing: their numbers are gradients
 /// and updates.
 pub fn context(flow: &FlowAll, beat: &Beat) -> BeatReads {
@@ -64,11 +66,12 @@ pub fn context(flow: &FlowAll, beat: &Beat) -> BeatReads {
             guesses: g.iter().take(LENS_GUESSES).copied().collect(),
         })
     };
-    let block = beat.layer.filter(|_| beat.kind != OpKind::Embedding);
+    let block = beat.layer.filter(|_| beat.kind == OpKind::Residual);
     let wanted: Vec<usize> = match (beat.kind, block) {
         (OpKind::Embedding, _) => vec![0],
-        (_, Some(l)) => vec![l, l + 1],
-        _ => (0..points).collect(),
+        (OpKind::Residual, Some(l)) => vec![l, l + 1],
+        (OpKind::Overview | OpKind::FinalNorm | OpKind::Logits | OpKind::Loss, _) => (0..points).collect(),
+        _ => Vec::new(),
     };
     let lens = wanted.into_iter().filter_map(lens_at).collect();
     let heads = match (beat.kind, beat.layer) {
@@ -193,19 +196,21 @@ mod tests {
     }
 
     #[test]
-    fn a_blocks_beats_read_the_lens_around_it_and_attention_every_head() {
+    fn a_residual_add_reads_the_lens_around_its_block_and_attention_every_head() {
         let f = flow();
-        let c = context(&f, &beat(OpKind::Attention, TourPass::Forward, Some(1)));
+        let c = context(&f, &beat(OpKind::Residual, TourPass::Forward, Some(1)));
         assert_eq!(c.position, 2);
         assert_eq!(c.lens.iter().map(|p| p.point).collect::<Vec<_>>(), vec![1, 2]);
         assert_eq!(c.lens[0].guesses, f.lens[1][2][..LENS_GUESSES].to_vec());
+        assert!(c.heads.is_empty());
+        let c = context(&f, &beat(OpKind::Attention, TourPass::Forward, Some(1)));
+        assert!(c.lens.is_empty());
         let looks: Vec<_> = c.heads.iter().map(|h| (h.head, h.position, h.byte)).collect();
         assert_eq!(looks, vec![(0, 0, b'a'), (1, 2, b'c')]);
         assert_eq!(c.heads[1].weight, 0.6);
-        // Not attention: no heads.
+        // A matmul: neither.
         let c = context(&f, &beat(OpKind::Fc, TourPass::Forward, Some(0)));
-        assert!(c.heads.is_empty());
-        assert_eq!(c.lens.iter().map(|p| p.point).collect::<Vec<_>>(), vec![0, 1]);
+        assert!(c.heads.is_empty() && c.lens.is_empty());
     }
 
     #[test]

@@ -12,7 +12,9 @@
 //! The geometry is [`layout`], the camera [`tour`] (a function of the
 //! timeline: play, scrub, step) with the learner's zoom and pan on top
 //! ([`look`]), the quads and labels [`draw`], the numbers on cells wide
-//! enough ([`numbers`]), the colours [`colour`], the toolbar and narration
+//! enough ([`numbers`]), the worked example's outlines ([`marks`]) and its
+//! dot product added term by term ([`sweep`]), what the flat view read at
+//! the last byte ([`context`]), the colours [`colour`], the toolbar and narration
 //! [`panel`], the reports [`report`].
 
 mod colour;
@@ -25,6 +27,7 @@ mod marks;
 mod numbers;
 mod panel;
 mod report;
+mod sweep;
 mod tour;
 
 use super::Scene;
@@ -136,6 +139,7 @@ impl Plugin for ScenePlugin {
             .init_resource::<Before>()
             .init_resource::<panel::NarrationHeight>()
             .init_resource::<marks::Marked>()
+            .init_resource::<sweep::Sweep>()
             .add_systems(OnExit(Scene::Walk), leave)
             .add_systems(
                 Update,
@@ -150,6 +154,7 @@ impl Plugin for ScenePlugin {
                     fly,
                     shade,
                     marks::draw,
+                    sweep::sweep,
                     size_labels,
                     numbers::draw_numbers,
                     hover,
@@ -199,9 +204,11 @@ fn leave(
     mut before: ResMut<Before>,
     mut wants: ResMut<TensorWants>,
     mut marked: ResMut<marks::Marked>,
+    mut sweep: ResMut<sweep::Sweep>,
 ) {
     wants.set("walk", Vec::new());
     *marked = marks::Marked::default();
+    *sweep = sweep::Sweep::default();
     if let Some((t, p)) = before.0.take() {
         for (mut transform, mut projection) in &mut cameras {
             *transform = t;

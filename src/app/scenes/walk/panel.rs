@@ -89,7 +89,7 @@ pub fn panels(
     quads: Query<&super::draw::SlabQuad>,
     mut narration_height: ResMut<NarrationHeight>,
     mut knockouts: ResMut<Knockouts>,
-    (mut next_scene, mut pending): (ResMut<NextState<Scene>>, ResMut<PendingFocus>),
+    (mut next_scene, mut pending, sweep): (ResMut<NextState<Scene>>, ResMut<PendingFocus>, Res<super::sweep::Sweep>),
 ) -> Result {
     let ctx = contexts.ctx_mut()?;
     let (Some(at), Some(run)) = (ui_state.central_rect(ctx), run) else {
@@ -180,6 +180,11 @@ pub fn panels(
                 if let Some((formula, filled)) = worked_lines(&shown, &compute, k) {
                     ui.label(egui::RichText::new(formula).monospace().size(14.0).color(egui::Color32::from_rgb(255, 237, 89)));
                     ui.add(egui::Label::new(egui::RichText::new(filled).monospace().size(14.0)).wrap_mode(egui::TextWrapMode::Wrap));
+                }
+                // The dot product added term by term (the cursor in the
+                // picture is on the term just added).
+                if let Some(line) = super::sweep::line(&sweep) {
+                    ui.label(egui::RichText::new(line).monospace().size(16.0));
                 }
                 // The flat view's reads at the last byte: the logit lens
                 // and, in attention, where each head looks.

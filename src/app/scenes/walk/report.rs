@@ -76,7 +76,7 @@ fn headless(
         &InheritedVisibility,
     ), With<ScreenLabel>>,
     cameras: Query<(&Camera, &GlobalTransform), With<SceneCamera>>,
-    numbers: Res<super::numbers::NumbersShown>,
+    (numbers, sweep): (Res<super::numbers::NumbersShown>, Res<super::sweep::Sweep>),
 ) -> Value {
     if *scene.get() != Scene::Walk {
         return Value::Null;
@@ -160,6 +160,17 @@ fn headless(
         // The weights AdamW's beat has an update for (0 until the moments
         // are read).
         "updates": compute.computed().map_or(0, |c| c.updates.len()),
+        // The dot product's sweep: the terms added so far and their sum.
+        "sweep": sweep.dot.as_ref().map(|d| json!({
+            "weight": d.weight,
+            "input": d.input,
+            "row": d.row,
+            "column": d.column,
+            "terms": d.terms.len(),
+            "added": sweep.added,
+            "partial": d.partial(sweep.added),
+            "bias": d.bias,
+        })),
         // The narration's logit lens and head view at the last byte.
         "context": compute.computed().map(|c| super::context::context(&c.flow, &walk.beats[k])),
     })

@@ -94,10 +94,10 @@ pub struct Sweep {
 
 /// The cursor's two cells.
 #[derive(Component)]
-pub struct Cursor;
+pub struct SweepCursor;
 
 /// The cursor's colour: white, over the gold outlines.
-const CURSOR: Color = Color::srgba(1.0, 1.0, 1.0, 0.85);
+const CURSOR: Color = Color::srgba(1.0, 1.0, 1.0, 0.8);
 
 /// Moves the sweep on and its cursor with it.
 #[allow(clippy::too_many_arguments)]
@@ -109,7 +109,7 @@ pub fn sweep(
     compute: Res<WalkCompute>,
     ui_state: Res<UiState>,
     mut state: ResMut<Sweep>,
-    mut cursors: Query<(Entity, &mut Transform, &mut Sprite), With<Cursor>>,
+    mut cursors: Query<(Entity, &mut Transform, &mut Sprite), With<SweepCursor>>,
 ) {
     let now = time.elapsed_secs_f64();
     let (Some(walk), Some(computed)) = (&shown.walk, compute.computed()) else {
@@ -126,6 +126,7 @@ pub fn sweep(
             state.started = now;
         }
     }
+    let state = &mut *state;
     let Some(dot) = &state.dot else {
         state.added = 0;
         for (e, ..) in &cursors {
@@ -160,7 +161,10 @@ pub fn sweep(
             rect.max.y - (r as f32 + 0.5) * slab.cell.y,
         );
         let at = Transform::from_translation(centre.extend(slab.corner.z + 0.2));
-        let size = slab.cell * 1.3;
+        // A cell and a bit, but never smaller than a 25th of the tensor's
+        // longer side: seen from the beat's framing, not only zoomed in.
+        let least = 0.04 * (slab.cols as f32 * slab.cell.x).max(slab.rows as f32 * slab.cell.y);
+        let size = (slab.cell * 1.3).max(Vec2::splat(least));
         match existing.get_mut(n) {
             Some((_, transform, sprite)) => {
                 if **transform != at {
@@ -174,7 +178,7 @@ pub fn sweep(
                 commands.spawn((
                     Sprite::from_color(CURSOR, size),
                     at,
-                    Cursor,
+                    SweepCursor,
                     DespawnOnExit(Scene::Walk),
                 ));
             }
@@ -192,6 +196,7 @@ pub fn line(state: &Sweep) -> Option<String> {
         let i = state.added.saturating_sub(1);
         Some(crate::t!(
             "walk-sweep",
+            j = dot.row as i64,
             i = i as i64,
             term = num(dot.terms[i]).as_str(),
             added = state.added as i64,
