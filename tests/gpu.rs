@@ -762,3 +762,32 @@ fn kernels_compile_when_warmed_one_at_a_time_and_backends_share_them() {
     assert!(metrics.loss.is_finite());
     assert_eq!(kernels.compiled().0, warmed, "the step ran a kernel the warming left out");
 }
+
+/// The tensor cores (issue 51's first step): where the adapter has
+/// cooperative matrices with f16 (the H100 host), the coop-f16 matmul
+/// computes A·B within f32 accumulation's bound (2·K·2⁻²⁴·Σ|aᵢ·bᵢ| at 256
+/// sampled cells, against f64); where it has not (lavapipe in CI, any
+/// browser), the context says why, naming the adapter, and the bench
+/// refuses with that reason. A shape off the kernel's blocks is refused
+/// either way.
+#[test]
+fn the_tensor_cores_compute_the_product_or_say_why_not() {
+    let ctx = GpuContext::with_tensor_cores_blocking().expect("the GPU tests need an adapter");
+    let off_blocks = tinygpt::gpu::coop::shape_fits([100, 64, 128]).unwrap_err();
+    assert!(off_blocks.contains("multiple of 64"), "{off_blocks}");
+    // A device opened as the backends open theirs has none.
+    assert!(GpuContext::new_blocking().unwrap().tensor_cores.is_err());
+    match &ctx.tensor_cores {
+        Ok(()) => {
+            let t = tinygpt::bench::coop_matmul_timing(&ctx, [128, 64, 256], 1).unwrap();
+            assert!(t.error_over_bound <= 1.0, "{t:?}");
+            assert!(t.tflops > 0.0, "{t:?}");
+            assert_eq!(tinygpt::bench::coop_matmul_timing(&ctx, [100, 64, 128], 1).unwrap_err(), off_blocks);
+        }
+        Err(why) => {
+            assert!(why.contains(&ctx.info.name), "{why}");
+            let refused = tinygpt::bench::coop_matmul_timing(&ctx, [128, 64, 256], 1).unwrap_err();
+            assert_eq!(&refused, why);
+        }
+    }
+}

@@ -763,3 +763,97 @@ pub fn gpu_copy_gbps(ctx: &crate::gpu::GpuContext, bytes: u64) -> f64 {
         .map(|_| 2.0 * bytes as f64 * reps as f64 / run(reps) / 1e9)
         .fold(0.0, f64::max)
 }
+
+/// The tensor-core matmul ([`crate::gpu::coop`]) timed on one shape, and
+/// checked: C = A·B of f16-rounded operands against the same product in
+/// f64 on the CPU at 256 sampled cells.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct CoopTiming {
+    pub kernel: &'static str,
+    /// `A·B`: the kernel's one layout so far.
+    pub layout: &'static str,
+    pub m: usize,
+    pub k: usize,
+    pub n: usize,
+    /// The best of the tries (f16 operands, f32 accumulation).
+    pub tflops: f64,
+    /// The largest |GPU − f64| of the sampled cells over its bound
+    /// 2·K·2⁻²⁴·Σ|aᵢ·bᵢ| (f32 accumulation of exact f16 products: at most
+    /// 1 when the kernel computes the product).
+    pub error_over_bound: f64,
+}
+
+/// Times and checks the tensor-core matmul at `[m, k, n]` (A·B) on `ctx`,
+/// which must have been opened with the tensor cores. Err: why it cannot
+/// run here (no tensor cores, a shape that does not fit its blocks).
+pub fn coop_matmul_timing(
+    ctx: &crate::gpu::GpuContext,
+    [m, k, n]: [usize; 3],
+    tries: usize,
+) -> Result<CoopTiming, String> {
+    use crate::gpu::coop;
+    ctx.tensor_cores.clone()?;
+    coop::shape_fits([m, k, n])?;
+    let device = &ctx.device;
+    let mut rng = crate::data::rng::Rng::new(5);
+    let a = coop::through_f16(&(0..m * k).map(|_| rng.normal() as f32).collect::<Vec<_>>());
+    let b = coop::through_f16(&(0..k * n).map(|_| rng.normal() as f32).collect::<Vec<_>>());
+    let kernel = coop::CoopMatmul::new(device);
+    let ops = kernel.operands(device, [m, k, n], &a, &b);
+    // One product into the zeroed C, read back and checked.
+    let staging = device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("coop readback"),
+        size: (m * n * 4) as u64,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let mut encoder = device.create_command_encoder(&Default::default());
+    kernel.record(&mut encoder, &ops, 1);
+    encoder.copy_buffer_to_buffer(&ops.c, 0, &staging, 0, (m * n * 4) as u64);
+    ctx.queue.submit([encoder.finish()]);
+    let slice = staging.slice(..);
+    slice.map_async(wgpu::MapMode::Read, |_| {});
+    let _ = device.poll(wgpu::PollType::wait_indefinitely());
+    let c: Vec<f32> = bytemuck::cast_slice(&slice.get_mapped_range()).to_vec();
+    staging.unmap();
+    let mut worst = 0.0f64;
+    for _ in 0..256 {
+        let (i, j) = (rng.below(m as u64) as usize, rng.below(n as u64) as usize);
+        let (mut exact, mut size) = (0.0f64, 0.0f64);
+        for t in 0..k {
+            let term = a[i * k + t] as f64 * b[t * n + j] as f64;
+            exact += term;
+            size += term.abs();
+        }
+        let bound = 2.0 * k as f64 * 2f64.powi(-24) * size;
+        worst = worst.max((c[i * n + j] as f64 - exact).abs() / bound.max(f64::MIN_POSITIVE));
+    }
+    // Timed as the f32 kernels are: ~30 ms of dispatches, best of `tries`.
+    let run = |count: usize| {
+        let mut encoder = device.create_command_encoder(&Default::default());
+        kernel.record(&mut encoder, &ops, count);
+        ctx.queue.submit([encoder.finish()]);
+        let _ = device.poll(wgpu::PollType::wait_indefinitely());
+    };
+    let start = Instant::now();
+    run(3);
+    let one = start.elapsed().as_secs_f64() / 3.0;
+    let reps = ((0.03 / one.max(1e-9)) as usize).clamp(3, 2000);
+    run(reps);
+    let tflops = (0..tries)
+        .map(|_| {
+            let start = Instant::now();
+            run(reps);
+            2.0 * (m * k * n) as f64 / (start.elapsed().as_secs_f64() / reps as f64) / 1e12
+        })
+        .fold(0.0, f64::max);
+    Ok(CoopTiming {
+        kernel: "coop-f16",
+        layout: "A·B",
+        m,
+        k,
+        n,
+        tflops,
+        error_over_bound: worst,
+    })
+}

@@ -146,13 +146,28 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 limit >> 20
             );
         }
+        // The tensor cores on a device of their own (only this asks for
+        // wgpu's experimental cooperative matrices).
+        let cores = tinygpt::gpu::GpuContext::with_tensor_cores_blocking()
+            .map_err(|e| e.to_string())
+            .and_then(|c| c.tensor_cores.clone().map(|_| c));
         if !args.json {
             println!(
                 "matmul kernels on {}: TFLOP/s as a step runs them (split-K included), best of 5 timings of ~30 ms; * = picked for the shape",
                 ctx.describe()
             );
+            match &cores {
+                Ok(_) => println!(
+                    "tensor cores: coop-f16 (A·B, f16 operands, f32 accumulation; not yet in training), best of 5;                      checked at 256 cells against f64: `err` is the largest error over its bound 2·K·2⁻²⁴·Σ|aᵢ·bᵢ| (≤ 1: correct)"
+                ),
+                Err(why) => println!("tensor cores: not measured: {why}"),
+            }
         }
         for shape in shapes {
+            let coop = match (&cores, shape.0) {
+                (Ok(c), tinygpt::gpu::matmul_tiles::Layout::Nn) => Some(tinygpt::bench::coop_matmul_timing(c, shape.1, 5)),
+                _ => None,
+            };
             let rows = tinygpt::bench::gpu_matmul_sweep(&ctx, &[shape], 5);
             for r in &rows {
                 if args.json {
@@ -170,6 +185,20 @@ pub fn run(args: BenchArgs) -> Result<()> {
                         if r.picked { " *" } else { "" }
                     );
                 }
+            }
+            let [m, k, n] = shape.1;
+            match coop {
+                Some(Ok(t)) if args.json => println!("{}", serde_json::to_string(&t)?),
+                Some(Ok(t)) => println!(
+                    "{m}x{k}x{n} {:<5} {:<9} {:>2} {:7.3}   err {:.2}",
+                    t.layout, t.kernel, 1, t.tflops, t.error_over_bound
+                ),
+                Some(Err(why)) if args.json => println!(
+                    "{}",
+                    serde_json::json!({"kernel": "coop-f16", "layout": "A·B", "m": m, "k": k, "n": n, "skipped": why})
+                ),
+                Some(Err(why)) => println!("{m}x{k}x{n} A·B   coop-f16   –  not measured: {why}"),
+                None => {}
             }
         }
         return Ok(());

@@ -21,6 +21,9 @@ pub struct GpuContext {
     /// The device is someone else's too (the app's renderer): a blocking
     /// read then waits by polling without blocking ([`GpuContext::wait_until`]).
     pub shared: bool,
+    /// Whether the device was opened with the tensor cores
+    /// ([`super::coop`], [`GpuContext::with_tensor_cores`]); Err: why not.
+    pub tensor_cores: Result<(), String>,
     /// The kernels of the backends on this device, by (head size, lab
     /// switches): compiled once, each when first needed or warmed
     /// ([`GpuContext::kernels`], [`GpuContext::warm_kernels`]).
@@ -107,6 +110,19 @@ impl GpuContext {
     /// Opens the best adapter wgpu finds (`WGPU_BACKEND` and
     /// `WGPU_ADAPTER_NAME` choose), with every limit the adapter offers.
     pub async fn new() -> Result<Self, GpuError> {
+        Self::open(false).await
+    }
+
+    /// As [`GpuContext::new`], and with the tensor cores where the adapter
+    /// has them ([`super::coop::adapter_support`]): wgpu's experimental
+    /// cooperative matrices and f16. Only what asks for them opens a device
+    /// so (`tinygpt bench --matmul`); [`GpuContext::tensor_cores`] says
+    /// whether it got them, or why not.
+    pub async fn with_tensor_cores() -> Result<Self, GpuError> {
+        Self::open(true).await
+    }
+
+    async fn open(tensor_cores: bool) -> Result<Self, GpuError> {
         check_backend_variable()?;
         let instance =
             wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
@@ -128,11 +144,27 @@ impl GpuContext {
         if adapter.features().contains(wgpu::Features::TIMESTAMP_QUERY) {
             features |= wgpu::Features::TIMESTAMP_QUERY;
         }
+        let cores = if tensor_cores {
+            super::coop::adapter_support(&adapter)
+        } else {
+            Err("the device was opened without the tensor cores (only `tinygpt bench --matmul` asks for them)".into())
+        };
+        if cores.is_ok() {
+            features |= super::coop::FEATURES;
+        }
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("tinygpt:device"),
                 required_features: features,
                 required_limits: adapter.limits(),
+                // SAFETY: wgpu asks us to acknowledge that its experimental
+                // features may hold bugs; only a device asked to have the
+                // tensor cores, on an adapter that offers them, turns them on.
+                experimental_features: if cores.is_ok() {
+                    unsafe { wgpu::ExperimentalFeatures::enabled() }
+                } else {
+                    wgpu::ExperimentalFeatures::disabled()
+                },
                 ..Default::default()
             })
             .await
@@ -169,6 +201,7 @@ impl GpuContext {
             lost,
             matmul: matmul_choice(),
             shared: false,
+            tensor_cores: cores,
             kernels: Default::default(),
         })
     }
@@ -226,6 +259,12 @@ impl GpuContext {
         pollster::block_on(Self::new())
     }
 
+    /// [`GpuContext::with_tensor_cores`], blocking (not for the browser).
+    #[cfg(not(target_arch = "wasm32"))]
+    pub fn with_tensor_cores_blocking() -> Result<Self, GpuError> {
+        pollster::block_on(Self::with_tensor_cores())
+    }
+
     /// Wraps a device someone else opened (Bevy's `RenderDevice`).
     pub fn from_device(device: wgpu::Device, queue: wgpu::Queue, info: wgpu::AdapterInfo) -> Self {
         let limits = device.limits();
@@ -237,6 +276,7 @@ impl GpuContext {
             lost: Default::default(),
             matmul: matmul_choice(),
             shared: true,
+            tensor_cores: Err("the app's renderer opened this device without the tensor cores".into()),
             kernels: Default::default(),
         }
     }

@@ -14,6 +14,7 @@
 //! checks that training steps after the first create none.
 
 pub mod context;
+pub mod coop;
 mod flash;
 pub mod generate;
 pub mod kernels;
