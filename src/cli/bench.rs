@@ -158,7 +158,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             );
             match &cores {
                 Ok(_) => println!(
-                    "tensor cores: coop-f16 (A·B, f16 operands, f32 accumulation; not yet in training), best of 5;                      checked at 256 cells against f64: `err` is the largest error over its bound 2·K·2⁻²⁴·Σ|aᵢ·bᵢ| (≤ 1: correct)"
+                    "tensor cores: coop-f16 (A·B, f16 operands, f32 accumulation; not yet in training), best of 5; checked at 256 cells against f64: `err` is the largest error over its bound 2·K·2⁻²⁴·Σ|aᵢ·bᵢ| (≤ 1: correct)"
                 ),
                 Err(why) => println!("tensor cores: not measured: {why}"),
             }
