@@ -357,27 +357,7 @@ fn adamw_after_the_flow_is_the_programs_step_on_that_gradient() {
     let mut flow = flow_on(&mut cpu, &ck, Some(5));
     let target = tinygpt::flow::target_at(&flow.tokens, 5, None).unwrap();
     tinygpt::flow::backward(&mut cpu, &mut flow, target).unwrap();
-    // Moments as a run after a few steps would hold: small, non-zero.
-    let moments: Vec<tinygpt::model::params::NamedTensor> = ck
-        .params
-        .iter()
-        .flat_map(|p| {
-            let m: Vec<f32> = p.values.iter().map(|w| w * 1e-3).collect();
-            let v: Vec<f32> = p.values.iter().map(|w| w * w * 1e-4 + 1e-8).collect();
-            [
-                tinygpt::model::params::NamedTensor {
-                    name: format!("adam.m.{}", p.name),
-                    shape: p.shape.clone(),
-                    values: m,
-                },
-                tinygpt::model::params::NamedTensor {
-                    name: format!("adam.v.{}", p.name),
-                    shape: p.shape.clone(),
-                    values: v,
-                },
-            ]
-        })
-        .collect();
+    let moments = some_moments(&ck);
     let step = tinygpt::backend::StepParams {
         lr: 3e-4,
         adam_t: 7,
