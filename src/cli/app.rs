@@ -70,7 +70,7 @@ pub struct AppArgs {
     /// timestamps; the CPU's ops where there are none) as soon as it opens.
     #[arg(long, value_name = "PRESET")]
     kernels: Option<String>,
-    /// The 3D walk-through (`--scene walk`) opens paused at this beat of
+    /// Inside the model, the 3D walk-through (`--scene flow`), opens paused at this beat of
     /// its tour (0: the whole model; the headless line's `walk.beats`
     /// lists them).
     #[arg(long, value_name = "N")]
