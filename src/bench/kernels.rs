@@ -93,42 +93,30 @@ impl KernelTimes {
             .filter(|f| f.flops > 0.0 && f.ms > 0.0)
             .collect();
         let mut series = vec![];
-        if let Some(c) = &self.ceilings {
-            let peak = c.matmul_tflops * 1e3;
-            let ridge = peak / c.copy_gbps;
+        // A roof: bandwidth × intensity up to the ridge, then the peak, over
+        // the points' intensities and a factor of 3 either side; and that
+        // x range (the tensor cores' line spans it too).
+        let roof = |peak: f64, gbps: f64| {
+            let ridge = peak / gbps;
             let lo = points.iter().map(|f| f.intensity).fold(ridge, f64::min) / 3.0;
             let hi = points.iter().map(|f| f.intensity).fold(ridge, f64::max) * 3.0;
-            series.push(
-                Series::line(
-                    format!(
-                        "roof: copy {:.0} GB/s, matmul {}",
-                        c.copy_gbps,
-                        human_flops(peak)
-                    ),
-                    vec![(lo, lo * c.copy_gbps), (ridge, peak), (hi, peak)],
-                    "#444444",
-                )
-                .dashed(),
-            );
+            (vec![(lo, lo * gbps), (ridge, peak), (hi, peak)], (lo, hi))
+        };
+        if let Some(c) = &self.ceilings {
+            let peak = c.matmul_tflops * 1e3;
+            let label = format!("roof: copy {:.0} GB/s, matmul {}", c.copy_gbps, human_flops(peak));
+            series.push(Series::line(label, roof(peak, c.copy_gbps).0, "#444444").dashed());
         }
         if let Some(d) = &self.datasheet {
             let peak = d.f32_tflops * 1e3;
-            let ridge = peak / d.memory_gbps;
-            let lo = points.iter().map(|f| f.intensity).fold(ridge, f64::min) / 3.0;
-            let hi = points.iter().map(|f| f.intensity).fold(ridge, f64::max) * 3.0;
-            series.push(
-                Series::line(
-                    format!(
-                        "{} datasheet: f32 {}, memory {:.0} GB/s",
-                        d.part,
-                        human_flops(peak),
-                        d.memory_gbps
-                    ),
-                    vec![(lo, lo * d.memory_gbps), (ridge, peak), (hi, peak)],
-                    "#999999",
-                )
-                .dashed(),
+            let (line, (lo, hi)) = roof(peak, d.memory_gbps);
+            let label = format!(
+                "{} datasheet: f32 {}, memory {:.0} GB/s",
+                d.part,
+                human_flops(peak),
+                d.memory_gbps
             );
+            series.push(Series::line(label, line, "#999999").dashed());
             let tensor = d.f16_tensor_tflops * 1e3;
             series.push(
                 Series::line(
