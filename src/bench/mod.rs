@@ -629,6 +629,13 @@ fn matmul_best_tflops(
         ctx.queue.submit([encoder.finish()]);
         let _ = device.poll(wgpu::PollType::wait_indefinitely());
     };
+    best_tflops([m, k, n], tries, run)
+}
+
+/// TFLOP/s of an M×K×N product that `run(count)` dispatches `count` times
+/// and waits for: enough dispatches per timing for about 30 ms of work
+/// after a warm-up of as many, the best of `tries` timings.
+fn best_tflops([m, k, n]: [usize; 3], tries: usize, run: impl Fn(usize)) -> f64 {
     let start = Instant::now();
     run(3);
     let one = start.elapsed().as_secs_f64() / 3.0;
@@ -835,18 +842,7 @@ pub fn coop_matmul_timing(
         ctx.queue.submit([encoder.finish()]);
         let _ = device.poll(wgpu::PollType::wait_indefinitely());
     };
-    let start = Instant::now();
-    run(3);
-    let one = start.elapsed().as_secs_f64() / 3.0;
-    let reps = ((0.03 / one.max(1e-9)) as usize).clamp(3, 2000);
-    run(reps);
-    let tflops = (0..tries)
-        .map(|_| {
-            let start = Instant::now();
-            run(reps);
-            2.0 * (m * k * n) as f64 / (start.elapsed().as_secs_f64() / reps as f64) / 1e12
-        })
-        .fold(0.0, f64::max);
+    let tflops = best_tflops([m, k, n], tries, run);
     Ok(CoopTiming {
         kernel: "coop-f16",
         layout: "A·B",

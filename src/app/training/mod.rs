@@ -21,7 +21,9 @@ pub use earlier::{EarlierRun, EarlierRuns};
 pub use gallery_fetch::GalleryFetch;
 pub use records::{StepRecord, TrainingRun};
 pub use crate::app::engine::{moment_names, next_step};
-pub use requests::{FlashTraces, HeatmapView, Knockouts, Probes, Snapshots, TensorWants, param_names};
+pub use requests::{
+    FlashTraces, HeatmapView, Knockouts, Probes, Snapshots, TensorWants, param_names, question_weights,
+};
 pub use run::{
     RECOVERY_INTERVAL_S, Run, RunCreated, RunState, TrainOnStart, VALIDATION_ROWS, build_run,
 };

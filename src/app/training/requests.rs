@@ -245,3 +245,23 @@ impl Knockouts {
         Ok(())
     }
 }
+
+/// The weights a scene's question of `snapshot` runs with: `program`'s
+/// parameters as the learner took the model apart (`knockouts` zeroed),
+/// and with `with_optimizer` AdamW's moments with the run's next step
+/// (its learning rate and AdamW count). None until the snapshot holds the
+/// weights.
+#[allow(clippy::type_complexity)]
+pub fn question_weights(
+    snapshot: &Snapshot,
+    program: &crate::program::Program,
+    knockouts: &Knockouts,
+    with_optimizer: bool,
+) -> Option<(Vec<crate::model::params::NamedTensor>, Option<(Vec<crate::model::params::NamedTensor>, crate::backend::StepParams)>)> {
+    let params = knockouts.weights_of(snapshot, program)?;
+    let optimizer = with_optimizer
+        .then(|| snapshot.moments(program))
+        .flatten()
+        .map(|m| (m, crate::app::engine::next_step(&program.config, snapshot.step)));
+    Some((params, optimizer))
+}

@@ -32,7 +32,7 @@ use crate::app::canvas::{Hover, SceneBounds, SceneCursor};
 use crate::app::lesson::{LessonAction, LessonFocus, PendingFocus};
 use crate::app::training::{
     GpuDevice, Knockouts, Run, RunCreated, RunSettings, Snapshots, TensorWants, moment_names,
-    next_step, param_names,
+    param_names, question_weights,
 };
 use crate::app::ui::state::UiState;
 use crate::app::worker::Device;
@@ -213,17 +213,13 @@ fn ask(
     if !compute.would_start(&request) {
         return;
     }
-    // The model as the learner has taken it apart (Take it apart's knockouts).
-    let Some(params) = knockouts.weights_of(snapshot, &run.program) else {
+    // The model as the learner has taken it apart (Take it apart's
+    // knockouts), and AdamW's moments as read back with the weights.
+    let Some((params, optimizer)) =
+        question_weights(snapshot, &run.program, &knockouts, request.with_optimizer)
+    else {
         return;
     };
-    // AdamW's moments as read back with the weights, and the run's next
-    // step (its learning rate and AdamW count).
-    let optimizer = request
-        .with_optimizer
-        .then(|| snapshot.moments(&run.program))
-        .flatten()
-        .map(|m| (m, next_step(run.config(), snapshot.step)));
     compute.request(
         request,
         run.config(),

@@ -34,7 +34,7 @@ use super::Scene;
 use crate::app::canvas::{Hover, SceneCamera};
 use crate::app::training::{
     GpuDevice, Knockouts, Run, RunCreated, RunSettings, Snapshots, TensorWants, moment_names,
-    next_step, param_names,
+    param_names, question_weights,
 };
 use crate::app::ui::state::UiState;
 use crate::app::worker::Device;
@@ -274,14 +274,11 @@ fn ask(
     if !compute.would_start(&request) {
         return;
     }
-    let Some(params) = knockouts.weights_of(snapshot, &run.program) else {
+    let Some((params, optimizer)) =
+        question_weights(snapshot, &run.program, &knockouts, request.with_optimizer)
+    else {
         return;
     };
-    let optimizer = request
-        .with_optimizer
-        .then(|| snapshot.moments(&run.program))
-        .flatten()
-        .map(|m| (m, next_step(run.config(), snapshot.step)));
     compute.request(
         request,
         run.config(),
