@@ -37,7 +37,7 @@ if ! command -v cargo >/dev/null 2>&1 && [ -x "${CARGO_HOME:-$HOME/.cargo}/bin/c
     export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 fi
 if ! command -v cargo >/dev/null 2>&1; then
-    echo "web/build.sh: cargo is not on PATH; install Rust 1.95 with rustup (https://rustup.rs)" >&2
+    echo "web/build.sh: cargo is not on PATH; install rustup (https://rustup.rs); this folder's rust-toolchain.toml then picks Rust 1.99.1" >&2
     exit 1
 fi
 # The tools this script installs go here (cargo install --root), not into
@@ -105,7 +105,15 @@ if [ "$plan" = 1 ]; then
     exit 0
 fi
 
-rustup target add wasm32-unknown-unknown >/dev/null 2>&1 || true
+# The pinned toolchain and its wasm32 target (rust-toolchain.toml names
+# both; a no-op once installed; needed where rustup's automatic install is
+# off). A cargo without rustup must be that version already.
+if command -v rustup >/dev/null 2>&1; then
+    rustup toolchain install >/dev/null || {
+        echo "web/build.sh: rustup could not install the toolchain rust-toolchain.toml pins; run 'rustup toolchain install' in $(pwd) and see what it says" >&2
+        exit 1
+    }
+fi
 # Not --locked: wasm-bindgen-cli 0.2.130's own lockfile names a
 # webpki-roots (1.0.11) that the registry no longer resolves (seen on a
 # fresh machine); its version range builds.

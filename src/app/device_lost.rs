@@ -60,16 +60,16 @@ impl Plugin for DeviceLostPlugin {
     }
 }
 
-/// After a loss Bevy 0.19 starts its renderer again on a new device and
+/// After a loss Bevy (0.19 and 0.20) starts its renderer again on a new device and
 /// makes anew what it marks as GPU resources (`init_gpu_resource`), but
-/// bevy_egui 0.42 and bevy_sprite_render keep the old device's buffers,
+/// bevy_egui (0.42, 0.43) and bevy_sprite_render keep the old device's buffers,
 /// bind groups and pipeline ids in plain resources: used with the new
 /// device they panic on an unknown wgpu id. `RenderStartup` runs again on
 /// the new device; this empties them there (at the first start they are
 /// empty already).
 fn forget_the_lost_device(world: &mut World) {
     use bevy::render::render_resource::SpecializedRenderPipelines;
-    use bevy::sprite_render::{ImageBindGroups, SpriteMeta};
+    use bevy::sprite_render::{ImageBindGroups, Mesh2dBindGroup, SpriteMeta, ViewKeyCache};
     use bevy_egui::render::{
         EguiPipeline,
         systems::{EguiPipelines, EguiRenderData, EguiTextureBindGroups, EguiTransforms},
@@ -81,6 +81,11 @@ fn forget_the_lost_device(world: &mut World) {
     }
     reset::<SpriteMeta>(world);
     reset::<ImageBindGroups>(world);
+    // Bevy 0.20 draws sprites as 2D meshes: their bind groups are kept per
+    // slab, and the views' pipeline keys decide what is specialized again
+    // (emptied, every view is specialized anew on the new device).
+    reset::<Mesh2dBindGroup>(world);
+    reset::<ViewKeyCache>(world);
     reset::<EguiTransforms>(world);
     reset::<EguiRenderData>(world);
     reset::<EguiTextureBindGroups>(world);

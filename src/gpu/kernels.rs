@@ -248,13 +248,18 @@ fn trusted_module(device: &wgpu::Device, name: &str, source: String) -> wgpu::Sh
     // SAFETY: every kernel bounds-checks its own indices (see each file's
     // header; the tiled matmul's template guards every global access); the
     // parity tests exercise ragged shapes.
+    // wgpu 30 added guards on integer `/` and `%` (a zero divisor,
+    // `i32::MIN / -1`) to what `unchecked` turns off; wgpu 29 always kept
+    // them, and the kernels divide by uniform sizes: they stay on.
+    let mut checks = wgpu::ShaderRuntimeChecks::unchecked();
+    checks.int_div_checks = true;
     unsafe {
         device.create_shader_module_trusted(
             wgpu::ShaderModuleDescriptor {
                 label: Some(&format!("tinygpt:shader:{name}")),
                 source: wgpu::ShaderSource::Wgsl(source.into()),
             },
-            wgpu::ShaderRuntimeChecks::unchecked(),
+            checks,
         )
     }
 }

@@ -1114,9 +1114,15 @@ impl GpuBackend {
             }
             return bytemuck::cast_slice(&vec![f32::NAN; size as usize / 4]).to_vec();
         }
-        let out = slice.get_mapped_range().to_vec();
+        // The view is dropped before the unmap.
+        let out = slice.get_mapped_range().map(|view| view.to_vec());
         buffer.unmap();
-        out
+        out.unwrap_or_else(|e| {
+            if let Ok(mut lost) = self.ctx.lost.lock() {
+                lost.get_or_insert_with(|| format!("a readback failed: {e}"));
+            }
+            bytemuck::cast_slice(&vec![f32::NAN; size as usize / 4]).to_vec()
+        })
     }
 
     /// Why the device was lost, if it was (a device this program opened).
@@ -1221,11 +1227,22 @@ impl GpuBackend {
             None => Ok(()),
         });
         let values = match result {
-            Ok(()) => {
-                let values = read(&buffer.slice(0..handle.size).get_mapped_range());
-                buffer.unmap();
-                values
-            }
+            Ok(()) => match buffer.slice(0..handle.size).get_mapped_range() {
+                Ok(view) => {
+                    let values = read(&view);
+                    drop(view);
+                    buffer.unmap();
+                    values
+                }
+                // Mapped, yet its range cannot be read: as a lost device.
+                Err(e) => {
+                    buffer.unmap();
+                    if let Ok(mut lost) = self.ctx.lost.lock() {
+                        lost.get_or_insert_with(|| format!("a readback failed: {e}"));
+                    }
+                    read(&[])
+                }
+            },
             // The device was lost; nothing was mapped. (Unmapping resets the
             // buffer's map state, so the slot can be used again.)
             Err(_) => {

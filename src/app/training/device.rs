@@ -34,8 +34,8 @@ pub(super) fn find_gpu_device(
         return;
     }
     if let (Some(device), Some(queue), Some(info)) = (device, queue, info) {
-        let queue: &wgpu::Queue = &queue.0;
-        let info: &wgpu::AdapterInfo = &info.0;
+        let queue: &wgpu::Queue = &queue;
+        let info: &wgpu::AdapterInfo = &info;
         #[cfg(target_arch = "wasm32")]
         if info.backend == wgpu::Backend::Gl {
             // WebGL2 draws the page but has no compute shaders.
