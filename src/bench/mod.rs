@@ -821,7 +821,11 @@ pub fn coop_matmul_timing(
     let slice = staging.slice(..);
     slice.map_async(wgpu::MapMode::Read, |_| {});
     let _ = device.poll(wgpu::PollType::wait_indefinitely());
-    let c: Vec<f32> = bytemuck::cast_slice(&slice.get_mapped_range()).to_vec();
+    let view = slice
+        .get_mapped_range()
+        .map_err(|e| format!("the tensor cores' product could not be read back: {e}"))?;
+    let c: Vec<f32> = bytemuck::cast_slice(&view).to_vec();
+    drop(view);
     staging.unmap();
     let mut worst = 0.0f64;
     for _ in 0..256 {

@@ -36,6 +36,9 @@ pub(super) fn find_gpu_device(
     if let (Some(device), Some(queue), Some(info)) = (device, queue, info) {
         let queue: &wgpu::Queue = &queue;
         let info: &wgpu::AdapterInfo = &info;
+        if let Some(why) = leaky_lavapipe(info) {
+            warn!("{why}");
+        }
         #[cfg(target_arch = "wasm32")]
         if info.backend == wgpu::Backend::Gl {
             // WebGL2 draws the page but has no compute shaders.
@@ -63,6 +66,26 @@ pub(super) fn find_gpu_device(
     }
 }
 
+/// A warning where the renderer runs on the lavapipe of Mesa 22 or older
+/// (Debian 12's): under Bevy 0.20 it allocates without end while sprites are
+/// drawn (110-160 MB a second in the headless app on a 2-core machine; Mesa
+/// 25's holds flat; docs/performance.md, issue 49).
+pub fn leaky_lavapipe(info: &wgpu::AdapterInfo) -> Option<String> {
+    if info.driver != "llvmpipe" {
+        return None;
+    }
+    let version = info.driver_info.split("Mesa ").nth(1)?;
+    let major: u32 = version.split('.').next()?.trim().parse().ok()?;
+    (major < 23).then(|| {
+        format!(
+            "this software Vulkan driver ({}) is known to grow the app's memory by 100 MB or more a second; \
+             install Mesa 23 or newer (Debian 12: apt install -t bookworm-backports mesa-vulkan-drivers), \
+             or let `bash .ci/run` fetch one (scripts/lavapipe.sh)",
+            info.driver_info
+        )
+    })
+}
+
 /// Compiles one kernel a frame that a backend on the training device will
 /// run, so that the first step finds them ready: compiling them all at once
 /// would hold the frame (in a page, the browser's GPU process draws nothing
@@ -71,5 +94,26 @@ pub(super) fn find_gpu_device(
 pub(super) fn warm_kernels(gpu: Res<GpuDevice>) {
     if let Some(ctx) = &gpu.context {
         ctx.warm_kernels();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::leaky_lavapipe;
+
+    fn adapter(driver: &str, driver_info: &str) -> wgpu::AdapterInfo {
+        wgpu::AdapterInfo {
+            driver: driver.into(),
+            driver_info: driver_info.into(),
+            ..wgpu::AdapterInfo::new(wgpu::DeviceType::Cpu, wgpu::Backend::Vulkan)
+        }
+    }
+
+    #[test]
+    fn only_the_old_lavapipe_is_named() {
+        assert!(leaky_lavapipe(&adapter("llvmpipe", "Mesa 22.3.6 (LLVM 15.0.6)")).is_some());
+        assert!(leaky_lavapipe(&adapter("llvmpipe", "Mesa 25.0.7-2~bpo12+1 (LLVM 15.0.6)")).is_none());
+        assert!(leaky_lavapipe(&adapter("NVIDIA", "580.159.04")).is_none());
+        assert!(leaky_lavapipe(&adapter("llvmpipe", "")).is_none());
     }
 }
