@@ -2236,7 +2236,8 @@ fn headless_walk_scene_tours_every_tensor_where_it_says() {
     // a matmul, attention's deck, the loss's gradient, a residual add's
     // gradient, the embedding's scatter-add and AdamW's update.
     let res_back = beats.iter().rposition(|b| b["node"] == "h.0.res_1").unwrap();
-    for beat in [4, 5, first_backward, res_back, update - 1, update] {
+    let fc_back = beats.iter().rposition(|b| b["node"] == "h.0.mlp.fc").unwrap();
+    for beat in [4, 5, first_backward, fc_back, res_back, update - 1, update] {
         for (w, h, presenter) in [("1280", "720", false), ("1920", "1080", true)] {
             let shot = dir.join(format!("walk-{beat}-{w}.png"));
             let beat_arg = beat.to_string();
@@ -2310,40 +2311,85 @@ fn headless_walk_scene_tours_every_tensor_where_it_says() {
     }
 }
 
-/// The dot product's sweep in a matmul's forward beat: the terms added so
-/// far are the outlined weight row's times the input column's, their sum
-/// recomputed here in f64 from the program's numbers (`cli`: `tinygpt flow
-/// --all-positions`'s JSON; the weights from the shipped checkpoint); once
-/// every term is in, with the bias, it is the program's output cell.
+/// The dot product's sweep in a matmul's beats: forward, the terms added
+/// so far are the outlined weight row's times the input column's, their
+/// sum recomputed here in f64 from the program's numbers (`cli`: `tinygpt
+/// flow --all-positions --backward`'s JSON; the weights from the shipped
+/// checkpoint); once every term is in, with the bias, it is the program's
+/// output cell. Backward, the input's gradient at the last position with
+/// one (W's column against dy's column, ending at the program's dx) and the
+/// weight's (dy's row against x's row over the positions).
 fn check_walk_sweep(walk: &serde_json::Value, cli: &serde_json::Value, beat: usize) {
     let line = walk.to_string();
     let b = &walk["beats"][beat];
     let sweep = &walk["sweep"];
-    let is_matmul = b["pass"] == "forward" && matches!(b["kind"].as_str(), Some("qkv" | "projection" | "fc" | "mlp_projection" | "logits"));
-    assert_eq!(!sweep.is_null(), is_matmul, "a sweep exactly in the matmuls' forward beats: {line}");
+    let is_matmul = matches!(b["kind"].as_str(), Some("qkv" | "projection" | "fc" | "mlp_projection" | "logits"))
+        && matches!(b["pass"].as_str(), Some("forward" | "backward"));
+    assert_eq!(!sweep.is_null(), is_matmul, "a sweep exactly in the matmuls' beats: {line}");
     if sweep.is_null() {
         return;
     }
-    let slab = |k: &str| &walk["slabs"][sweep[k].as_u64().unwrap() as usize];
-    let (weight, input) = (slab("weight"), slab("input"));
-    let (row, column) = (sweep["row"].as_u64().unwrap() as usize, sweep["column"].as_u64().unwrap() as usize);
     let terms = sweep["terms"].as_u64().unwrap() as usize;
     let added = sweep["added"].as_u64().unwrap() as usize;
     assert!((1..=terms).contains(&added), "{line}");
-    assert_eq!(weight["transposed"], false, "{line}");
     let params = tinygpt::model::checkpoint::Checkpoint::load(std::path::Path::new(SHIPPED_SMALL)).unwrap().params;
-    let w = &params.iter().find(|p| p.name == weight["name"].as_str().unwrap()).unwrap().values;
+    let param = |name: &str| params.iter().find(|p| p.name == name).unwrap().values.clone();
     let node = |name: &str| cli["nodes"].as_array().unwrap().iter().find(|n| n["name"] == name).unwrap();
-    let x: Vec<f64> = serde_json::from_value(node(input["name"].as_str().unwrap())["values"][column].clone()).unwrap();
-    assert_eq!(x.len(), terms, "{line}");
-    let partial: f64 = (0..added).map(|i| w[row * terms + i] as f64 * x[i]).sum();
+    let slab = |i: &serde_json::Value| &walk["slabs"][i.as_u64().unwrap() as usize];
+    let out_slab = slab(&b["output"]);
+    let out_name = out_slab["name"].as_str().unwrap();
     let shown = sweep["partial"].as_f64().unwrap();
-    assert!((shown - partial).abs() <= 1e-6 * (1.0 + partial.abs()), "the sweep's sum {shown} against {partial}: {line}");
-    if added == terms {
-        let out = &walk["slabs"][b["output"].as_u64().unwrap() as usize];
-        let y = node(out["name"].as_str().unwrap())["values"][column][row].as_f64().unwrap();
-        let total = partial + sweep["bias"].as_f64().unwrap_or(0.0);
-        assert!((total - y).abs() <= 1e-4 * (1.0 + y.abs()), "the whole sum {total} against the program's {y}: {line}");
+    let close = |a: f64, b: f64, tol: f64| (a - b).abs() <= tol * (1.0 + b.abs());
+    match sweep["kind"].as_str() {
+        Some("output") => {
+            assert_eq!(b["pass"], "forward", "{line}");
+            let (weight, input) = (slab(&sweep["weight"]), slab(&sweep["input"]));
+            let (row, column) = (sweep["row"].as_u64().unwrap() as usize, sweep["column"].as_u64().unwrap() as usize);
+            assert_eq!(weight["transposed"], false, "{line}");
+            let w = param(weight["name"].as_str().unwrap());
+            let x: Vec<f64> = serde_json::from_value(node(input["name"].as_str().unwrap())["values"][column].clone()).unwrap();
+            assert_eq!(x.len(), terms, "{line}");
+            let partial: f64 = (0..added).map(|i| w[row * terms + i] as f64 * x[i]).sum();
+            assert!(close(shown, partial, 1e-6), "the sweep's sum {shown} against {partial}: {line}");
+            if added == terms {
+                let y = node(out_name)["values"][column][row].as_f64().unwrap();
+                let total = partial + sweep["bias"].as_f64().unwrap_or(0.0);
+                assert!(close(total, y, 1e-4), "the whole sum {total} against the program's {y}: {line}");
+            }
+        }
+        Some(kind @ ("input_gradient" | "weight_gradient")) => {
+            assert_eq!(b["pass"], "backward", "{line}");
+            let [weight, input] = [&sweep["factors"][0], &sweep["factors"][1]];
+            let out = sweep["out"].as_array().unwrap();
+            let (row, column) = (out[1].as_u64().unwrap() as usize, out[2].as_u64().unwrap() as usize);
+            let dy: Vec<Vec<f64>> = serde_json::from_value(node(out_name)["grad"].clone()).unwrap();
+            if kind == "input_gradient" {
+                // dx[i] at the last byte = Σ_j W[j, i]·dy[j].
+                let w_slab = slab(weight);
+                assert_eq!(slab(input)["name"], out_name, "dx pairs W with dy: {line}");
+                let x_slab = slab(&out[0]);
+                let w = param(w_slab["name"].as_str().unwrap());
+                let k = w_slab["cols"].as_u64().unwrap() as usize;
+                // At the last position with a gradient (the last byte has
+                // no next byte to be scored on).
+                let p = (0..dy.len()).rev().find(|&q| dy[q].iter().any(|&g| g != 0.0)).unwrap();
+                assert_eq!((column, dy[p].len()), (p, terms), "{line}");
+                let partial: f64 = (0..added).map(|j| w[j * k + row] as f64 * dy[p][j]).sum();
+                assert!(close(shown, partial, 1e-6), "the sweep's sum {shown} against {partial}: {line}");
+                if added == terms {
+                    let dx = node(x_slab["name"].as_str().unwrap())["grad"][p][row].as_f64().unwrap();
+                    assert!(close(partial, dx, 1e-4), "the whole sum {partial} against the program's dx {dx}: {line}");
+                }
+            } else {
+                // dW[j, i] = Σ_t dy[j, t]·x[i, t], over the prompt's positions.
+                assert_eq!(slab(weight)["name"], out_name, "dW pairs dy with x: {line}");
+                let x: Vec<Vec<f64>> = serde_json::from_value(node(slab(input)["name"].as_str().unwrap())["values"].clone()).unwrap();
+                assert_eq!(x.len(), terms, "{line}");
+                let partial: f64 = (0..added).map(|t| dy[t][row] * x[t][column]).sum();
+                assert!(close(shown, partial, 1e-6), "the sweep's sum {shown} against {partial}: {line}");
+            }
+        }
+        other => panic!("a sweep of kind {other:?}: {line}"),
     }
 }
 

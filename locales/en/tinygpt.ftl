@@ -670,3 +670,7 @@ walk-worked-filled = { $filled }   (the program computed { $computed })
 walk-sweep = term by term: W[{ $j }, { $i }]·x[{ $i }] = { $term }; the first { $added } of { $k } terms add up to { $sum }
 walk-sweep-done = the { $k } terms add up to { $sum }: the output cell
 walk-sweep-done-bias = the { $k } terms add up to { $sum }, plus the bias { $bias }: { $total }, the output cell
+walk-sweep-dx = dx[{ $i }, { $p }], term by term: W[{ $j }, { $i }]·dy[{ $j }, { $p }] = { $term }; the first { $added } of { $k } terms add up to { $sum }
+walk-sweep-dx-done = dx[{ $i }, { $p }] = Σ W[j, { $i }]·dy[j, { $p }]: the { $k } terms add up to { $sum }, the input's gradient at position { $p }
+walk-sweep-dw = dW[{ $j }, { $i }], term by term: dy[{ $j }, { $t }]·x[{ $i }, { $t }] = { $term }; the first { $added } of { $k } positions add up to { $sum }
+walk-sweep-dw-done = dW[{ $j }, { $i }] = Σ dy[{ $j }, t]·x[{ $i }, t]: the { $k } positions add up to { $sum }, the weight's gradient

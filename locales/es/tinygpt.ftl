@@ -669,3 +669,7 @@ walk-worked-filled = { $filled }   (el programa calculó { $computed })
 walk-sweep = término a término: W[{ $j }, { $i }]·x[{ $i }] = { $term }; los primeros { $added } de { $k } términos suman { $sum }
 walk-sweep-done = los { $k } términos suman { $sum }: la celda de salida
 walk-sweep-done-bias = los { $k } términos suman { $sum }, más el sesgo { $bias }: { $total }, la celda de salida
+walk-sweep-dx = dx[{ $i }, { $p }], término a término: W[{ $j }, { $i }]·dy[{ $j }, { $p }] = { $term }; los primeros { $added } de { $k } términos suman { $sum }
+walk-sweep-dx-done = dx[{ $i }, { $p }] = Σ W[j, { $i }]·dy[j, { $p }]: los { $k } términos suman { $sum }, el gradiente de la entrada en la posición { $p }
+walk-sweep-dw = dW[{ $j }, { $i }], término a término: dy[{ $j }, { $t }]·x[{ $i }, { $t }] = { $term }; las primeras { $added } de { $k } posiciones suman { $sum }
+walk-sweep-dw-done = dW[{ $j }, { $i }] = Σ dy[{ $j }, t]·x[{ $i }, t]: las { $k } posiciones suman { $sum }, el gradiente del peso

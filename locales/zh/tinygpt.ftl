@@ -669,3 +669,7 @@ walk-worked-filled = { $filled }   （程序算出的是 { $computed }）
 walk-sweep = 逐项累加：W[{ $j }, { $i }]·x[{ $i }] = { $term }；{ $k } 项中的前 { $added } 项之和为 { $sum }
 walk-sweep-done = { $k } 项之和为 { $sum }：即输出单元
 walk-sweep-done-bias = { $k } 项之和为 { $sum }，加上偏置 { $bias }：{ $total }，即输出单元
+walk-sweep-dx = dx[{ $i }, { $p }] 逐项累加：W[{ $j }, { $i }]·dy[{ $j }, { $p }] = { $term }；{ $k } 项中的前 { $added } 项之和为 { $sum }
+walk-sweep-dx-done = dx[{ $i }, { $p }] = Σ W[j, { $i }]·dy[j, { $p }]：{ $k } 项之和为 { $sum }
+walk-sweep-dw = dW[{ $j }, { $i }] 逐项累加：dy[{ $j }, { $t }]·x[{ $i }, { $t }] = { $term }；{ $k } 项中的前 { $added } 项之和为 { $sum }
+walk-sweep-dw-done = dW[{ $j }, { $i }] = Σ dy[{ $j }, t]·x[{ $i }, t]：{ $k } 项之和为 { $sum }

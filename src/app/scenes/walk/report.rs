@@ -160,17 +160,27 @@ fn headless(
         // The weights AdamW's beat has an update for (0 until the moments
         // are read).
         "updates": compute.computed().map_or(0, |c| c.updates.len()),
-        // The dot product's sweep: the terms added so far and their sum.
-        "sweep": sweep.dot.as_ref().map(|d| json!({
-            "weight": d.weight,
-            "input": d.input,
-            "row": d.row,
-            "column": d.column,
-            "terms": d.terms.len(),
-            "added": sweep.added,
-            "partial": d.partial(sweep.added),
-            "bias": d.bias,
-        })),
+        // The dot product's sweep running: the terms added so far and their
+        // sum (forward also its weight row and input column).
+        "sweep": sweep.dot().map(|d| {
+            let forward = d.kind == super::sweep::SweepKind::Output;
+            let first = d.pairs.first().copied();
+            json!({
+                "kind": d.kind.key(),
+                "index": sweep.current,
+                "sweeps": sweep.dots.len(),
+                "out": [d.out.0, d.out.1, d.out.2],
+                "factors": first.map(|[a, b]| [a.0, b.0]),
+                "weight": forward.then(|| first.map(|[a, _]| a.0)).flatten(),
+                "input": forward.then(|| first.map(|[_, b]| b.0)).flatten(),
+                "row": forward.then_some(d.out.1),
+                "column": forward.then_some(d.out.2),
+                "terms": d.terms.len(),
+                "added": sweep.added,
+                "partial": d.partial(sweep.added),
+                "bias": d.bias,
+            })
+        }),
         // The narration's logit lens and head view at the last byte.
         "context": compute.computed().map(|c| super::context::context(&c.flow, &walk.beats[k])),
     })
