@@ -5,9 +5,8 @@
 //! with the bias, at the program's own output cell. Backward, the same
 //! grammar twice: the input's gradient dx[i, p] at the last position with
 //! a gradient pairs W's column i with dy's column p (Σ_j W[j, i]·dy[j, p]),
-//! then the
-//! weight's gradient dW[j, i] pairs dy's row j with x's row i over the
-//! prompt's positions (Σ_t dy[j, t]·x[i, t]). The terms are the picture's
+//! then the weight's gradient dW[j, i] pairs dy's row j with x's row i over
+//! the prompt's positions (Σ_t dy[j, t]·x[i, t]). The terms are the picture's
 //! own numbers (the drawn grids of [`super::draw::grid`]). The sweeps run on
 //! their own clock while the beat is shown, playing or paused (about
 //! [`SWEEP_S`] seconds each, then the whole sum stays); with reduced motion
@@ -57,7 +56,7 @@ pub struct DotProduct {
     /// The cell the sum ends at.
     pub out: Cell,
     /// Each term's two cells (forward: W[j, i] and x[i]; the input's
-    /// gradient: W[j, i] and dy[j]; the weight's: dy[j, t] and x[i, t]).
+    /// gradient: W[j, i] and dy[j, p]; the weight's: dy[j, t] and x[i, t]).
     pub pairs: Vec<[Cell; 2]>,
     /// Each term's product, as drawn (f64 sums of f32 products).
     pub terms: Vec<f64>,
