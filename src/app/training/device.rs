@@ -80,7 +80,7 @@ pub fn leaky_lavapipe(info: &wgpu::AdapterInfo) -> Option<String> {
         format!(
             "this software Vulkan driver ({}) is known to grow the app's memory by 100 MB or more a second; \
              install Mesa 23 or newer (Debian 12: apt install -t bookworm-backports mesa-vulkan-drivers), \
-             or let `bash .ci/run` fetch one (scripts/lavapipe.sh)",
+             or point VK_DRIVER_FILES at a newer lavapipe's lvp_icd.json (scripts/lavapipe.sh fetches one for the tests)",
             info.driver_info
         )
     })
