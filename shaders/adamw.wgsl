@@ -14,15 +14,30 @@
 //                                     or norm was not finite; only the host clears it
 //   @binding(6) op:       OptParams   chunk length and its offset in the flat buffer
 //   @binding(7) step:     StepUniform lr, betas, eps, weight decay, bias corrections, clip
+//   @binding(8) scaler:   array<f32>  the loss scale (`--precision mixed`): [scale S, clean
+//                                     steps since it last changed, steps skipped in all,
+//                                     1 when this step was skipped]; [1, 0, 0, 0] in f32
 // Entry points:
 //   sum_squares_partial  group per CHUNK elements: partials[first_group + g] = Σ grad²
-//   grad_norm_final      one group: stats[1] = √Σ partials (in order), stats[2] = clip scale,
-//                        stats[3] = Σ grad² (−1: the step is discarded, the halt flag was set)
+//   grad_norm_final      one group: stats[1] = √Σ partials (in order) / S, stats[2] = clip
+//                        scale / S, stats[3] = Σ grad² / S² (−1: the step is discarded, the
+//                        halt flag was set; −2: skipped by the loss scaler)
 //   adamw_update         thread per element: PyTorch's AdamW on the clipped gradient; does
 //                        nothing when the loss or the norm is not finite (a diverged step
 //                        leaves the model as it was), nor in any step queued after one
 //                        until the host clears the halt flag
 // Workgroup: 256 threads; fixed reduction trees (deterministic).
+//
+// The loss scale, PyTorch's GradScaler on the GPU: the cross-entropy's
+// gradient is multiplied by S (cross_entropy.wgsl), so every gradient is S
+// times the true one while the backward pass rounds it to f16 on the tensor
+// cores (small gradients do not flush to zero). grad_norm_final divides S back
+// out of the norm and folds 1/S into the clip scale adamw_update multiplies
+// by. Where the loss is finite but the gradients are not (an f16 overflow),
+// the step is skipped (no update, no halt: not a divergence), S halves and the
+// count of clean steps restarts; after op.growth_interval clean steps S
+// doubles. op.growth_interval = 0 (f32) leaves S at 1, where every division
+// by it is exact.
 
 struct OptParams {
     // elements in this chunk binding
@@ -32,7 +47,8 @@ struct OptParams {
     // partial sums written before this chunk (sum_squares_partial) or in all
     // (grad_norm_final, adamw_update: where the halt flag is)
     first_group: u32,
-    _pad: u32,
+    // clean steps before the loss scale doubles; 0: no loss scaling (f32)
+    growth_interval: u32,
 }
 
 const WG: u32 = 256u;
@@ -46,6 +62,7 @@ const CHUNK: u32 = 4096u;
 @group(0) @binding(5) var<storage, read_write> partials: array<f32>;
 @group(0) @binding(6) var<uniform> op: OptParams;
 @group(0) @binding(7) var<uniform> step: StepUniform;
+@group(0) @binding(8) var<storage, read_write> scaler: array<f32>;
 
 var<workgroup> red: array<f32, 256>;
 
@@ -84,18 +101,38 @@ fn grad_norm_final(@builtin(local_invocation_id) lid: vec3<u32>) {
     for (var i = lid.x; i < op.first_group; i += WG) { s += partials[i]; }
     let total = reduce(lid.x, s);
     if (lid.x == 0u) {
-        let norm = sqrt(total);
+        let loss_scale = scaler[0];
+        let norm = sqrt(total) / loss_scale;
+        let halted = partials[op.first_group] != 0.0;
+        if (op.growth_interval != 0u && !halted && is_finite(stats[0]) && !is_finite(norm)) {
+            // An f16 overflow: skip the step, halve the scale.
+            scaler[0] = loss_scale * 0.5;
+            scaler[1] = 0.0;
+            scaler[2] += 1.0;
+            scaler[3] = 1.0;
+            stats[1] = norm;
+            stats[2] = 0.0;
+            stats[3] = -2.0;
+            return;
+        }
         var scale = 1.0;
         if (step.grad_clip > 0.0 && is_finite(norm)) {
             scale = min(1.0, step.grad_clip / (norm + 1e-6));
         }
-        let halted = partials[op.first_group] != 0.0;
         if (!(is_finite(stats[0]) && is_finite(norm))) {
             partials[op.first_group] = 1.0;
         }
+        if (op.growth_interval != 0u && !halted) {
+            scaler[3] = 0.0;
+            scaler[1] += 1.0;
+            if (scaler[1] >= f32(op.growth_interval)) {
+                scaler[0] = loss_scale * 2.0;
+                scaler[1] = 0.0;
+            }
+        }
         stats[1] = norm;
-        stats[2] = scale;
-        stats[3] = select(total, -1.0, halted);
+        stats[2] = scale / loss_scale;
+        stats[3] = select(total / (loss_scale * loss_scale), -1.0, halted);
     }
 }
 

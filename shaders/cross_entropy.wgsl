@@ -6,11 +6,13 @@
 //   @binding(1) targets: array<u32>   (N)
 //   @binding(2) losses:  array<f32>   (N) per-row losses; also the input of loss_mean
 //   @binding(3) dlogits: array<f32>   (N, V), accumulated
-//   @binding(4) stats:   array<f32>   [loss, grad_norm, clip_scale, sum_squares]
+//   @binding(4) stats:   array<f32>   [loss, grad_norm, clip_scale, sum_squares]; in
+//                                     cross_entropy_backward the loss scaler's state instead
+//                                     (adamw.wgsl): stats[0] is the loss scale S (1 in f32)
 //   @binding(5) ce:      CeParams
 // Entry points:
 //   cross_entropy_forward   one workgroup per row: losses[row] = lse(logits) − logits[target]
-//   cross_entropy_backward  one workgroup per row: dlogits += (softmax − onehot) / N
+//   cross_entropy_backward  one workgroup per row: dlogits += (softmax − onehot) · S / N
 //   loss_mean               one workgroup: stats[0] = mean(losses), fixed reduction tree
 // Workgroup: 64 threads.
 
@@ -86,7 +88,8 @@ fn cross_entropy_backward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_i
     let lse = row_lse(row, lid.x);
     let base = row * ce.vocab;
     let tgt = targets[row];
-    let dloss = 1.0 / f32(ce.rows);
+    // S / N: S = 1 in f32 (the same 1/N to the bit), the loss scale in mixed precision.
+    let dloss = stats[0] / f32(ce.rows);
     for (var j = lid.x; j < ce.vocab; j += WG) {
         var y = 0.0;
         if (j == tgt) { y = 1.0; }

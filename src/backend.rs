@@ -27,6 +27,24 @@ pub struct StepOutcome {
     /// False when the loss or the gradients were not finite: the backend then
     /// leaves the parameters and optimizer state untouched.
     pub applied: bool,
+    /// Not applied, and not a divergence: mixed precision's loss scaler
+    /// found the scaled gradients overflowing f16, skipped the update and
+    /// halved its scale (PyTorch's GradScaler does the same).
+    pub skipped: bool,
+}
+
+impl StepOutcome {
+    /// From a GPU step's [loss, norm, clip scale, Σ grad²] (adamw.wgsl):
+    /// Σ grad² is −1 in a step discarded behind a diverged one, −2 in one
+    /// the loss scaler skipped.
+    pub fn from_stats([loss, grad_norm, _, sum_squares]: [f32; 4]) -> Self {
+        Self {
+            loss,
+            grad_norm,
+            applied: loss.is_finite() && grad_norm.is_finite() && sum_squares >= 0.0,
+            skipped: sum_squares == -2.0,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

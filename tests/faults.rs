@@ -257,6 +257,17 @@ fn every_bad_input_in_the_catalogue_is_refused_with_its_reason() {
             &["train", "--resume", shipped, "--preset", "small", "--out", out],
             &["--preset", "--resume", "cannot be used with"],
         ),
+        // lavapipe, as every GPU here and in CI: no cooperative matrices.
+        row(
+            "mixed precision where the GPU has no tensor cores",
+            &["train", "--preset", "tiny", "--precision", "mixed", "--out", out],
+            &["--precision mixed cannot run here", "no cooperative matrices", "leave out --precision mixed"],
+        ),
+        row(
+            "mixed precision on the CPU backend",
+            &["train", "--preset", "tiny", "--precision", "mixed", "--backend", "cpu", "--out", out],
+            &["CPU backend computes in f32", "leave out --backend cpu"],
+        ),
         row(
             "a device as the corpus",
             &["train", "--preset", "tiny", "--corpus", "/dev/zero", "--out", out],

@@ -503,10 +503,13 @@ pub struct MatmulTiming {
     pub tflops: f64,
     /// Whether the backends pick this kernel for this shape.
     pub picked: bool,
+    /// Whether a mixed-precision step (`--precision mixed`) picks it.
+    pub picked_mixed: bool,
 }
 
-/// Every matmul kernel this adapter runs (matmul.wgsl's flat one and each
-/// warp-tiled configuration that fits) at each (layout, M×K×N), as a step
+/// Every matmul kernel this adapter runs (matmul.wgsl's flat one, each
+/// warp-tiled configuration that fits, and on a device with the tensor cores
+/// `--precision mixed`'s `coop`) at each (layout, M×K×N), as a step
 /// runs it (split-K and its reduce included): the best of `tries`.
 pub fn gpu_matmul_sweep(
     ctx: &crate::gpu::GpuContext,
@@ -515,13 +518,19 @@ pub fn gpu_matmul_sweep(
 ) -> Vec<MatmulTiming> {
     use crate::gpu::matmul_tiles::{MatmulChoice, split_k_for, tile_dims, tile_for, usable};
     let kernels = crate::gpu::kernels::Kernels::new(&ctx.device, 32, Default::default());
+    // The tensor cores' training kernel too, on a device opened with them.
+    let cores = ctx.device.features().contains(crate::gpu::coop::FEATURES);
     let tiles: Vec<Option<&'static TileConfig>> = std::iter::once(None)
         .chain(usable(&ctx.limits).map(Some))
         .collect();
     let mut out = Vec::new();
     for &(layout, [m, k, n]) in shapes {
         let picked = tile_for(m, k, n, layout, MatmulChoice::ByShape, &ctx.limits);
-        for &tile in &tiles {
+        // The tensor cores' kernel (its build for the shape), marked picked
+        // where a mixed step runs it rather than f32's.
+        let coop = cores.then(|| tile_for(m, k, n, layout, MatmulChoice::CoopEverywhere, &ctx.limits));
+        let mixed = cores.then(|| tile_for(m, k, n, layout, MatmulChoice::Coop, &ctx.limits));
+        for &tile in tiles.iter().chain(coop.iter()) {
             out.push(MatmulTiming {
                 kernel: tile.map_or("flat", |t| t.name),
                 layout: layout.formula(),
@@ -531,6 +540,7 @@ pub fn gpu_matmul_sweep(
                 splits: split_k_for(tile_dims(tile), m, k, n).0,
                 tflops: matmul_best_tflops(ctx, &kernels, tile, layout, [m, k, n], tries),
                 picked: picked == tile,
+                picked_mixed: mixed == Some(tile),
             });
         }
     }

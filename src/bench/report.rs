@@ -27,7 +27,9 @@ struct Row<'a> {
 
 fn rows(results: &[BenchResult]) -> Vec<Row<'_>> {
     let mut out: Vec<Row> = Vec::new();
-    for r in results {
+    // The speedup curve is f32's, CPU against GPU; the mixed rows
+    // (`gpu-mixed`) are in bench.jsonl and the printed table.
+    for r in results.iter().filter(|r| matches!(r.backend.as_str(), "cpu" | "gpu")) {
         let row = match out.iter_mut().position(|x| x.preset == r.preset) {
             Some(i) => &mut out[i],
             None => {

@@ -29,6 +29,48 @@ impl From<BackendChoice> for Choice {
     }
 }
 
+/// The arithmetic of the matmuls: `--precision`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Precision {
+    /// f32 everywhere: the reference, on every backend.
+    #[default]
+    F32,
+    /// The matmuls on the GPU's tensor cores: f16 operands, f32
+    /// accumulation, the loss scaled; weights, optimizer and every other op f32.
+    Mixed,
+}
+
+impl Precision {
+    /// The backend a run at this precision is built on: mixed runs on the
+    /// GPU only (never a silent fall back to the CPU's f32).
+    pub fn backend(self, choice: BackendChoice) -> BackendChoice {
+        match self {
+            Precision::F32 => choice,
+            Precision::Mixed => BackendChoice::Gpu,
+        }
+    }
+}
+
+/// [`resolve`] at a precision: `mixed` opens the GPU with the tensor cores
+/// and refuses, naming why and what works, where there are none (the CPU
+/// backend, a software adapter, any GPU without cooperative matrices).
+pub fn resolve_for(choice: BackendChoice, precision: Precision) -> Result<Resolved> {
+    if precision == Precision::F32 {
+        return resolve(choice);
+    }
+    if choice == BackendChoice::Cpu {
+        anyhow::bail!(
+            "--precision mixed runs the matmuls on a GPU's tensor cores, and the CPU backend computes in f32: \
+             leave out --backend cpu, or --precision mixed"
+        );
+    }
+    let mut ctx = GpuContext::with_tensor_cores_blocking()?;
+    ctx.use_tensor_cores().map_err(|why| {
+        anyhow::anyhow!("--precision mixed cannot run here: {why}; leave out --precision mixed to train in f32")
+    })?;
+    Ok(Resolved::Gpu(Box::new(ctx)))
+}
+
 /// A choice with the adapter found: the context, or why there is none.
 #[derive(Clone, Debug)]
 pub enum Resolved {

@@ -1,6 +1,6 @@
 //! `tinygpt bench`: training speed per preset, as a table or JSON lines.
 
-use super::backend::{Resolved, build, resolve};
+use super::backend::{Precision, Resolved, build, resolve, resolve_for};
 use super::backend::BackendChoice;
 use anyhow::{Context, Result};
 use tinygpt::bench::{BenchOptions, Machine, bench};
@@ -56,6 +56,11 @@ pub struct BenchArgs {
     /// object per kernel and shape.
     #[arg(long, value_name = "MxKxN|preset:NAME[,…]")]
     matmul: Option<String>,
+    /// Precisions to measure the GPU at, comma-separated: f32, and `mixed`
+    /// (the matmuls on the tensor cores, a `gpu-mixed` row; refused where
+    /// the GPU has none). The CPU runs f32 only.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "f32")]
+    precision: Vec<super::backend::Precision>,
     /// Compare the CPU matmul contenders (GEMM crate vs hand-written loop) at each preset's layer shapes.
     #[arg(long)]
     gemm: bool,
@@ -153,12 +158,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
             .and_then(|c| c.tensor_cores.clone().map(|_| c));
         if !args.json {
             println!(
-                "matmul kernels on {}: TFLOP/s as a step runs them (split-K included), best of 5 timings of ~30 ms; * = picked for the shape",
+                "matmul kernels on {}: TFLOP/s as a step runs them (split-K included), best of 5 timings of ~30 ms; * = picked for the shape, + = picked by a mixed-precision step",
                 ctx.describe()
             );
             match &cores {
                 Ok(_) => println!(
-                    "tensor cores: coop-f16 (A·B, f16 operands, f32 accumulation; not yet in training), best of 5; checked at 256 cells against f64: `err` is the largest error over its bound 2·K·2⁻²⁴·Σ|aᵢ·bᵢ| (≤ 1: correct)"
+                    "tensor cores: `coop` is --precision mixed's kernel (f32 tensors staged as f16, f32 accumulation, as a step runs it); coop-f16 the plain one (A·B of f16 tensors), best of 5, checked at 256 cells against f64: `err` is the largest error over its bound 2·K·2⁻²⁴·Σ|aᵢ·bᵢ| (≤ 1: correct)"
                 ),
                 Err(why) => println!("tensor cores: not measured: {why}"),
             }
@@ -168,7 +173,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 (Ok(c), tinygpt::gpu::matmul_tiles::Layout::Nn) => Some(tinygpt::bench::coop_matmul_timing(c, shape.1, 5)),
                 _ => None,
             };
-            let rows = tinygpt::bench::gpu_matmul_sweep(&ctx, &[shape], 5);
+            let rows = tinygpt::bench::gpu_matmul_sweep(cores.as_ref().unwrap_or(&ctx), &[shape], 5);
             for r in &rows {
                 if args.json {
                     println!("{}", serde_json::to_string(r)?);
@@ -182,7 +187,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
                         r.kernel,
                         r.splits,
                         r.tflops,
-                        if r.picked { " *" } else { "" }
+                        match (r.picked, r.picked_mixed) {
+                            (true, true) => " *+",
+                            (true, false) => " *",
+                            (false, true) => " +",
+                            (false, false) => "",
+                        }
                     );
                 }
             }
@@ -204,7 +214,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
         return Ok(());
     }
     if args.kernels {
-        let Resolved::Gpu(ctx) = resolve(BackendChoice::Gpu)? else {
+        // --precision mixed (alone or in the list): the mixed step's kernels.
+        let precision = if args.precision.contains(&Precision::Mixed) { Precision::Mixed } else { Precision::F32 };
+        let Resolved::Gpu(ctx) = resolve_for(BackendChoice::Gpu, precision)? else {
             unreachable!()
         };
         for (name, config) in &configs {
@@ -323,15 +335,21 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     // Settle the backend list once (one GPU device for every preset).
     let mut backends: Vec<(BackendChoice, Resolved)> = Vec::new();
+    let f32_too = args.precision.contains(&Precision::F32);
     for &choice in &args.backend {
         match choice {
             BackendChoice::Auto => {
                 backends.push((BackendChoice::Cpu, Resolved::Cpu));
-                if let r @ Resolved::Gpu(_) = resolve(BackendChoice::Auto)? {
+                if f32_too && let r @ Resolved::Gpu(_) = resolve(BackendChoice::Auto)? {
                     backends.push((BackendChoice::Auto, r));
                 }
             }
-            c => backends.push((c, resolve(c)?)),
+            BackendChoice::Cpu => backends.push((BackendChoice::Cpu, Resolved::Cpu)),
+            BackendChoice::Gpu if f32_too => backends.push((BackendChoice::Gpu, resolve(BackendChoice::Gpu)?)),
+            BackendChoice::Gpu => {}
+        }
+        if choice != BackendChoice::Cpu && args.precision.contains(&Precision::Mixed) {
+            backends.push((BackendChoice::Gpu, resolve_for(choice, Precision::Mixed)?));
         }
     }
     if !args.json {
@@ -348,10 +366,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
             let start = web_time::Instant::now();
             let b = build(resolved, *choice, config)?;
             let setup_ms = start.elapsed().as_secs_f64() * 1e3;
-            let kind = if b.describe().starts_with("gpu") {
-                "gpu"
-            } else {
-                "cpu"
+            let kind = match resolved {
+                Resolved::Gpu(ctx) if ctx.mixed_precision() => "gpu-mixed",
+                _ if b.describe().starts_with("gpu") => "gpu",
+                _ => "cpu",
             };
             let mut r = bench(name, kind, b, setup_ms, opts).map_err(anyhow::Error::msg)?;
             match kind {

@@ -54,6 +54,12 @@ pub struct TrainArgs {
     /// Print one JSON object per step instead of a progress bar.
     #[arg(long)]
     json: bool,
+    /// `mixed`: the matmuls on the GPU's tensor cores (f16 operands, f32
+    /// accumulation, the loss scaled as PyTorch's GradScaler); everything
+    /// else, and the weights, stay f32. Needs a GPU with cooperative
+    /// matrices (Vulkan); f32, the default, runs everywhere.
+    #[arg(long, value_enum, default_value = "f32")]
+    precision: super::backend::Precision,
 }
 
 pub fn run(args: TrainArgs) -> Result<()> {
@@ -106,8 +112,8 @@ pub fn run(args: TrainArgs) -> Result<()> {
         args.resume.as_deref(),
         config.ctx,
     )?;
-    let resolved = super::backend::resolve(args.backend)?;
-    let backend = super::backend::build(&resolved, args.backend, &config)?;
+    let resolved = super::backend::resolve_for(args.backend, args.precision)?;
+    let backend = super::backend::build(&resolved, args.precision.backend(args.backend), &config)?;
     let description = backend.describe();
     if let Some(ck) = &resumed
         && ck.optimizer.is_none()
@@ -142,6 +148,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
             trainer.corpus.val.len()
         );
     }
+    let first_step = trainer.step;
     let last_val = train_loop(
         &mut trainer,
         &out,
@@ -166,6 +173,14 @@ pub fn run(args: TrainArgs) -> Result<()> {
             last_val.map(|v| format!("{v:.4}")).unwrap_or("-".into()),
             out.display()
         );
+        if trainer.skipped_steps > 0 {
+            eprintln!(
+                "the loss scaler skipped {} of the {} steps (their scaled gradients overflowed f16; \
+                 the scale was halved each time, as PyTorch's GradScaler does)",
+                trainer.skipped_steps,
+                trainer.step - first_step
+            );
+        }
     }
     match tinygpt::data::tasks::Task::of(&trainer.corpus) {
         None if !args.json => print_sample("sample", &config, &trainer.params()?)?,

@@ -694,6 +694,7 @@ impl<F: Float> Backend for CpuBackend<F> {
             loss: loss as f32,
             grad_norm: grad_norm as f32,
             applied: loss.is_finite() && grad_norm.is_finite(),
+            skipped: false,
         }
     }
 

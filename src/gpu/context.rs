@@ -206,6 +206,28 @@ impl GpuContext {
         })
     }
 
+    /// Runs every matmul of the backends built on this context from now on
+    /// on the tensor cores (`--precision mixed`: f16 operands, f32
+    /// accumulation, the loss scaled), where the device was opened with them
+    /// ([`GpuContext::with_tensor_cores`]); Err: why not, in a sentence.
+    /// (Where they pay: [`super::matmul_tiles::coop_pays`]; every matmul
+    /// with `TINYGPT_COOP_EVERYWHERE=1`.)
+    pub fn use_tensor_cores(&mut self) -> Result<(), String> {
+        use super::matmul_tiles::MatmulChoice;
+        self.tensor_cores.clone()?;
+        self.matmul = if std::env::var("TINYGPT_COOP_EVERYWHERE").is_ok_and(|v| v == "1") {
+            MatmulChoice::CoopEverywhere
+        } else {
+            MatmulChoice::Coop
+        };
+        Ok(())
+    }
+
+    /// Whether the matmuls run on the tensor cores ([`GpuContext::use_tensor_cores`]).
+    pub fn mixed_precision(&self) -> bool {
+        self.matmul.tensor_cores()
+    }
+
     /// The kernels for models with this head size and lab switches on this
     /// device, shared by its backends (their pipelines compiled once).
     pub fn kernels(&self, head_dim: usize, lab: Lab) -> std::sync::Arc<Kernels> {

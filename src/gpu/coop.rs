@@ -4,14 +4,76 @@
 //! `SHADER_F16`, Vulkan's `VK_KHR_cooperative_matrix`; no browser, and no
 //! software adapter, has them), and a matmul on them
 //! (`shaders/coop_matmul.wgsl`) that `tinygpt bench --matmul` times beside
-//! the f32 kernels and checks against the CPU. Nothing trains on it yet:
-//! f32 is the default and the reference.
+//! the f32 kernels and checks against the CPU; and the training's matmuls
+//! on them (`shaders/matmul_coop.wgsl`, `--precision mixed`). f32 is the
+//! default and the reference.
 
 use half::f16;
 use wgpu::util::DeviceExt;
 
 /// The device features the kernel needs.
 pub const FEATURES: wgpu::Features = wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX.union(wgpu::Features::SHADER_F16);
+
+/// The training's tensor-core matmuls ([`crate::gpu::matmul_tiles::MatmulChoice::Coop`]):
+/// matmul.wgsl's layouts and bindings, f16 operands staged from the f32
+/// tensors, f32 accumulation.
+pub const TRAINING_SOURCE: &str = include_str!("../../shaders/matmul_coop.wgsl");
+
+/// Entry points of [`TRAINING_SOURCE`]'s element build: `A·Bᵀ`, `A·B`, `Aᵀ·B`.
+pub const TRAINING_ENTRIES: [&str; 3] = ["matmul_coop_nt", "matmul_coop_nn", "matmul_coop_tn"];
+
+/// Entry points of its vec4 build (operands whose contiguous sizes are
+/// multiples of 4: [`vec4_fits`]).
+pub const TRAINING_ENTRIES_VEC4: [&str; 3] = ["matmul_coop4_nt", "matmul_coop4_nn", "matmul_coop4_tn"];
+
+/// Whether the vec4 build takes an M×K×N product in `layout`: every
+/// operand's contiguous side a multiple of 4 (A·Bᵀ: K; A·B: K and N;
+/// Aᵀ·B: M and N), so its rows start 16-byte aligned.
+pub fn vec4_fits(layout: super::matmul_tiles::Layout, [m, k, n]: [usize; 3]) -> bool {
+    use super::matmul_tiles::Layout;
+    match layout {
+        Layout::Nt => k % 4 == 0,
+        Layout::Nn => k % 4 == 0 && n % 4 == 0,
+        Layout::Tn => m % 4 == 0 && n % 4 == 0,
+    }
+}
+
+/// Workgroup memory of [`TRAINING_SOURCE`]: A's 128×40 and B's 32×136
+/// staged halves, eight 16×16 f32 tiles.
+pub const TRAINING_WORKGROUP_BYTES: u32 = 128 * 40 * 2 + 32 * 136 * 2 + 8 * 256 * 4;
+
+/// [`TRAINING_SOURCE`] as compiled: the extensions it needs enabled first,
+/// then the common declarations; the element build, or the vec4 one.
+pub fn training_source(head_dim: usize, lab: crate::model::config::Lab, vec4: bool) -> String {
+    let (operand, entry, accessors) = if vec4 {
+        (
+            "vec4<f32>",
+            "matmul_coop4",
+            "fn a1(i: u32) -> f32 { return a[i / 4u][i % 4u]; }\n\
+             fn b1(i: u32) -> f32 { return b[i / 4u][i % 4u]; }\n\
+             fn a4(i: u32) -> vec4<f32> { return a[i]; }\n\
+             fn b4(i: u32) -> vec4<f32> { return b[i]; }",
+        )
+    } else {
+        (
+            "f32",
+            "matmul_coop",
+            "fn a1(i: u32) -> f32 { return a[i]; }\n\
+             fn b1(i: u32) -> f32 { return b[i]; }\n\
+             fn a4(i: u32) -> vec4<f32> { return vec4<f32>(a[4u * i], a[4u * i + 1u], a[4u * i + 2u], a[4u * i + 3u]); }\n\
+             fn b4(i: u32) -> vec4<f32> { return vec4<f32>(b[4u * i], b[4u * i + 1u], b[4u * i + 2u], b[4u * i + 3u]); }",
+        )
+    };
+    let source = TRAINING_SOURCE
+        .replace("{{VEC4}}", &vec4.to_string())
+        .replace("{{OPERAND}}", operand)
+        .replace("{{ENTRY}}", entry)
+        .replace("{{ACCESSORS}}", accessors);
+    format!(
+        "enable f16;\nenable wgpu_cooperative_matrix;\n{}",
+        super::kernels::with_common(&source, head_dim, lab)
+    )
+}
 
 /// A workgroup's block of C (rows, columns) and K's step: the shapes the
 /// kernel takes are multiples of these.
@@ -37,6 +99,25 @@ pub fn adapter_support(adapter: &wgpu::Adapter) -> Result<(), String> {
     if !tile {
         return Err(format!(
             "{name} has cooperative matrices but no 16×16×16 tile with f16 operands and an f32 accumulator"
+        ));
+    }
+    // The training kernel splits its workgroup into subgroups of 32 lanes.
+    let info = adapter.get_info();
+    if (info.subgroup_min_size, info.subgroup_max_size) != (32, 32) {
+        return Err(format!(
+            "{name}'s subgroups are {}-{} lanes wide; the tensor-core kernels are written for 32",
+            info.subgroup_min_size, info.subgroup_max_size
+        ));
+    }
+    let limits = adapter.limits();
+    if limits.max_compute_workgroup_storage_size < TRAINING_WORKGROUP_BYTES
+        || limits.max_compute_invocations_per_workgroup < 256
+    {
+        return Err(format!(
+            "{name} offers {} bytes of workgroup memory and {} threads a workgroup; the tensor-core kernels need {} and 256",
+            limits.max_compute_workgroup_storage_size,
+            limits.max_compute_invocations_per_workgroup,
+            TRAINING_WORKGROUP_BYTES
         ));
     }
     Ok(())
@@ -146,4 +227,48 @@ impl CoopMatmul {
 /// read them).
 pub fn through_f16(values: &[f32]) -> Vec<f32> {
     values.iter().map(|&v| f16::from_f32(v).to_f32()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tensor cores' training kernel as naga reads it for Vulkan: it
+    /// parses with f16 and cooperative matrices, validates, and its SPIR-V
+    /// is written (naga 30's writer panics on a coopLoad/coopStore whose
+    /// index is not bound to a `let`). No GPU here has cooperative matrices,
+    /// so this is what CI can check of it; the H100 host runs it.
+    #[test]
+    fn the_training_kernel_validates_and_writes_spirv() {
+        for (head_dim, vec4) in [(16, false), (64, false), (16, true), (64, true)] {
+            let source = training_source(head_dim, crate::model::config::Lab::default(), vec4);
+            let module = naga::front::wgsl::parse_str(&source).unwrap_or_else(|e| panic!("{}", e.emit_to_string(&source)));
+            let caps = naga::valid::Capabilities::SHADER_FLOAT16 | naga::valid::Capabilities::COOPERATIVE_MATRIX;
+            let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
+                .validate(&module)
+                .unwrap_or_else(|e| panic!("{}", e.emit_to_string(&source)));
+            let options = naga::back::spv::Options {
+                lang_version: (1, 3),
+                ..Default::default()
+            };
+            let words = naga::back::spv::write_vec(&module, &info, &options, None).expect("SPIR-V");
+            assert!(words.len() > 1000, "{} words of SPIR-V", words.len());
+            for entry in if vec4 { TRAINING_ENTRIES_VEC4 } else { TRAINING_ENTRIES } {
+                assert!(module.entry_points.iter().any(|e| e.name == entry), "no entry point {entry}");
+            }
+        }
+    }
+
+    #[test]
+    fn its_workgroup_memory_is_what_the_file_declares() {
+        let declared: u32 = ["As: array<f16, ", "Bs: array<f16, ", "Cs: array<f32, "]
+            .iter()
+            .map(|decl| {
+                let at = TRAINING_SOURCE.find(decl).expect(decl) + decl.len();
+                let count: u32 = TRAINING_SOURCE[at..].split('>').next().unwrap().parse().unwrap();
+                count * if decl.contains("f16") { 2 } else { 4 }
+            })
+            .sum();
+        assert_eq!(declared, TRAINING_WORKGROUP_BYTES);
+    }
 }

@@ -131,8 +131,8 @@ pub const SHADERS: &[ShaderFile] = &[
     ShaderFile {
         name: "adamw",
         source: include_str!("../../shaders/adamw.wgsl"),
-        // params, grads, m, v, stats, partials, op, step
-        slots: &[Rw, Rw, Rw, Rw, Rw, Rw, Uniform, Uniform],
+        // params, grads, m, v, stats, partials, op, step, scaler
+        slots: &[Rw, Rw, Rw, Rw, Rw, Rw, Uniform, Uniform, Rw],
         entries: &["sum_squares_partial", "grad_norm_final", "adamw_update"],
     },
 ];
@@ -346,6 +346,17 @@ impl Kernels {
                     let source = with_common(&tile.source(), head_dim, lab);
                     let name = format!("matmul_{}", tile.name);
                     add(trusted_module(device, &name, source), &tile.entries);
+                }
+                // The tensor cores' kernel, where the device was opened
+                // with them (its source enables what others lack).
+                if device.features().contains(super::coop::FEATURES) {
+                    for (vec4, entries) in [
+                        (false, super::coop::TRAINING_ENTRIES),
+                        (true, super::coop::TRAINING_ENTRIES_VEC4),
+                    ] {
+                        let source = super::coop::training_source(head_dim, lab, vec4);
+                        add(trusted_module(device, entries[0], source), &entries);
+                    }
                 }
             }
             layouts.insert(file.name, layout);

@@ -131,6 +131,45 @@ macro_rules! tile {
     };
 }
 
+/// The tensor-core kernel (`shaders/matmul_coop.wgsl`, [`MatmulChoice::Coop`]):
+/// 128×128 blocks of C, K 32 at a time, 8 subgroups of 2×4 16×16 tiles;
+/// [`COOP4`] where the operands take vec4 loads, this (element by element)
+/// elsewhere. Not in [`TILES`]: its source is its own file, compiled only
+/// on a device with the tensor cores.
+pub const COOP4: TileConfig = TileConfig {
+    name: "coop4",
+    entries: crate::gpu::coop::TRAINING_ENTRIES_VEC4,
+    ..COOP
+};
+
+pub const COOP: TileConfig = TileConfig {
+    name: "coop",
+    entries: crate::gpu::coop::TRAINING_ENTRIES,
+    threads: 256,
+    bm: 128,
+    bn: 128,
+    bk: 32,
+    wm: 32,
+    wn: 64,
+    wmiter: 2,
+    wniter: 4,
+    tm: 16,
+    unroll: false,
+};
+
+/// Whether a mixed-precision step runs an M×K×N product on the tensor
+/// cores ([`COOP`]), or keeps f32's kernel for it: where its 128×128 blocks
+/// fill the GPU without split-K, or split-K leaves each piece a long K
+/// (≥ 1024). Measured on the H100 host (docs/performance.md): at 1024 rows
+/// (xl, mega) the blocks underfill 132 SMs and the split-K pieces are
+/// short, and f32's smaller tiles win the step; at nanogpt-char's 16384
+/// rows the tensor cores do. ([`MatmulChoice::CoopEverywhere`] puts every
+/// product on them.)
+pub fn coop_pays(m: usize, k: usize, n: usize) -> bool {
+    let (splits, k_split) = split_k_for((COOP.bm, COOP.bn), m, k, n);
+    splits == 1 && m.div_ceil(COOP.bm) * n.div_ceil(COOP.bn) >= 128 || splits > 1 && k_split >= 1024
+}
+
 /// The configurations compiled, largest tile first.
 pub const TILES: &[TileConfig] = &[
     // 8 warps of 64×32 (sub-tiles 64×16), 8×8 outputs per lane: the large
@@ -331,6 +370,19 @@ pub enum MatmulChoice {
     /// matmul.wgsl's flat 64×64 kernel.
     Flat,
     Tile(&'static TileConfig),
+    /// The tensor cores ([`COOP`]; `--precision mixed`) for every matmul
+    /// where they pay ([`coop_pays`]), f32's kernel by shape elsewhere.
+    Coop,
+    /// The tensor cores for every matmul (the tests, and benchmarks with
+    /// `TINYGPT_COOP_EVERYWHERE=1`).
+    CoopEverywhere,
+}
+
+impl MatmulChoice {
+    /// Whether the matmuls run on the tensor cores (mixed precision).
+    pub fn tensor_cores(self) -> bool {
+        matches!(self, MatmulChoice::Coop | MatmulChoice::CoopEverywhere)
+    }
 }
 
 impl MatmulChoice {
@@ -374,6 +426,10 @@ pub fn tile_for(
     let usable = |name: &str| usable(limits).find(|t| t.name == name);
     match choice {
         MatmulChoice::Flat => None,
+        MatmulChoice::Coop if !coop_pays(m, k, n) => tile_for(m, k, n, layout, MatmulChoice::ByShape, limits),
+        MatmulChoice::Coop | MatmulChoice::CoopEverywhere => {
+            Some(if crate::gpu::coop::vec4_fits(layout, [m, k, n]) { &COOP4 } else { &COOP })
+        }
         MatmulChoice::Tile(t) => Some(t).filter(|t| t.fits(limits)),
         MatmulChoice::ByShape => {
             if m.div_ceil(128) * n.div_ceil(128) >= 256 || k >= 8192 {
@@ -420,6 +476,25 @@ pub fn tile_dims(tile: Option<&TileConfig>) -> (usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mixed_precision_takes_the_vec4_build_where_every_contiguous_side_is_a_multiple_of_4() {
+        let limits = wgpu::Limits::default();
+        let pick = |layout, [m, k, n]: [usize; 3]| tile_for(m, k, n, layout, MatmulChoice::Coop, &limits).map(|t| t.name);
+        // nanogpt-char's step: all vec4.
+        assert_eq!(pick(Layout::Nt, [16384, 384, 1536]), Some("coop4"));
+        assert_eq!(pick(Layout::Nn, [16384, 1536, 384]), Some("coop4"));
+        assert_eq!(pick(Layout::Tn, [1536, 16384, 384]), Some("coop4"));
+        // A ragged side where a layout reads along it: element by element.
+        assert_eq!(pick(Layout::Nt, [16384, 18, 1536]), Some("coop"));
+        assert_eq!(pick(Layout::Nn, [16384, 20, 1530]), Some("coop"));
+        assert_eq!(pick(Layout::Tn, [1530, 16384, 384]), Some("coop"));
+        // Too few blocks, or split-K pieces too short: f32's kernel.
+        assert!(!coop_pays(1024, 256, 768) && !coop_pays(256, 16384, 384));
+        assert_eq!(pick(Layout::Nt, [1024, 256, 768]), tile_for(1024, 256, 768, Layout::Nt, MatmulChoice::ByShape, &limits).map(|t| t.name));
+        // One split plan for both builds: 128×128 blocks.
+        assert_eq!((COOP.bm, COOP.bn), (COOP4.bm, COOP4.bn));
+    }
 
     #[test]
     fn every_configuration_is_consistent_and_fits_workgroup_memory() {

@@ -33,6 +33,7 @@ pub use context::{GpuContext, GpuError};
 use kernels::{Kernels, Slot};
 use params::WgslMirror;
 pub use plan::split_k;
+pub use plan::{LOSS_SCALE_GROWTH_INTERVAL, LOSS_SCALE_INIT};
 use plan::{NORM_CHUNK, Place, ROWS_PER_CHUNK, Src, words};
 use std::sync::{Arc, Mutex};
 pub use timing::ProfileHandle;
@@ -73,6 +74,8 @@ pub struct GpuBackend {
     /// step's loss or norm is not finite, it stops every update queued after
     /// that step until [`GpuBackend::clear_halt`].
     halt_flag: (usize, u64),
+    /// The loss scaler's state (adamw.wgsl): [S, clean steps, skipped, skipped now].
+    loss_scaler: usize,
     staging: readback::StagingPool,
     /// Staging for [`GpuBackend::submit_steps`]: batches and uniforms of the
     /// steps in one submit (created on first use, grown only when a bigger
@@ -489,10 +492,24 @@ impl GpuBackend {
             (norm_groups as u64 + 1) * 4,
         );
 
+        // The loss scaler's state (adamw.wgsl): S = 1 in f32, where it
+        // changes nothing; PyTorch's GradScaler's start on the tensor cores.
+        let scaler = alloc.storage(&device, "scratch.loss_scaler", 16);
+        let loss_scale = if ctx.matmul.tensor_cores() {
+            plan::LOSS_SCALE_INIT
+        } else {
+            1.0
+        };
+        ctx.queue.write_buffer(
+            &alloc.buffers[scaler],
+            0,
+            bytemuck::cast_slice(&[loss_scale, 0.0, 0.0, 0.0]),
+        );
         let scratch = plan::Scratch {
             flat: [flat_params, flat_grads, flat_m, flat_v],
             chunks,
             stats,
+            scaler,
             partials,
             part,
             delta,
@@ -596,6 +613,7 @@ impl GpuBackend {
             stats,
             stats_staging,
             halt_flag: (partials, norm_groups as u64 * 4),
+            loss_scaler: scaler,
             staging: readback::StagingPool::default(),
             ring: None,
             tokens,
@@ -968,6 +986,26 @@ impl GpuBackend {
         Ok((losses.iter().sum::<f64>() / losses.len().max(1) as f64) as f32)
     }
 
+    /// The loss scaler's state after the steps submitted so far (blocking):
+    /// [loss scale S, clean steps since it last changed, steps skipped in
+    /// all, 1 when the last step was skipped]. S is 1 in f32.
+    pub fn loss_scaler(&self) -> [f32; 4] {
+        let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
+        encoder.copy_buffer_to_buffer(&self.buffers[self.loss_scaler], 0, &self.stats_staging, 0, 16);
+        self.ctx.queue.submit([encoder.finish()]);
+        let bytes = self.map_blocking(&self.stats_staging, 16);
+        let v: Vec<f32> = bytemuck::pod_collect_to_vec(&bytes);
+        [v[0], v[1], v[2], v[3]]
+    }
+
+    /// Sets the loss scaler's state ([`GpuBackend::loss_scaler`]), ordered
+    /// after everything submitted before (the tests inject an overflow so).
+    pub fn set_loss_scaler(&self, state: [f32; 4]) {
+        self.ctx
+            .queue
+            .write_buffer(&self.buffers[self.loss_scaler], 0, bytemuck::cast_slice(&state));
+    }
+
     /// Lets updates run again after a diverged step (the trainer has gone
     /// back to the last good step). Ordered after everything submitted
     /// before: the steps queued behind the diverged one stay discarded.
@@ -1000,12 +1038,7 @@ impl GpuBackend {
             .collect();
         Ok(stats
             .chunks_exact(4)
-            .map(|s| StepOutcome {
-                loss: s[0],
-                grad_norm: s[1],
-                // Σ grad² is −1 in a step discarded behind a diverged one.
-                applied: s[0].is_finite() && s[1].is_finite() && s[3] >= 0.0,
-            })
+            .map(|s| StepOutcome::from_stats([s[0], s[1], s[2], s[3]]))
             .collect())
     }
 
@@ -1343,7 +1376,14 @@ impl<'a> dyn Backend + 'a {
 
 impl Backend for GpuBackend {
     fn describe(&self) -> String {
-        format!("gpu ({})", self.ctx.describe())
+        if self.ctx.mixed_precision() {
+            format!(
+                "gpu ({}), mixed precision: the matmuls on the tensor cores (f16 operands, f32 accumulation, the loss scaled)",
+                self.ctx.describe()
+            )
+        } else {
+            format!("gpu ({})", self.ctx.describe())
+        }
     }
 
     fn program(&self) -> &Program {
@@ -1364,12 +1404,7 @@ impl Backend for GpuBackend {
             true,
             self.steps.iter().map(|(_, d)| d.as_slice()),
         );
-        let [loss, grad_norm, _, sum_squares] = self.submit_and_read_stats(encoder);
-        StepOutcome {
-            loss,
-            grad_norm,
-            applied: loss.is_finite() && grad_norm.is_finite() && sum_squares >= 0.0,
-        }
+        StepOutcome::from_stats(self.submit_and_read_stats(encoder))
     }
 
     fn eval_loss(&mut self, batch: &Batch) -> f32 {

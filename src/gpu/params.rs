@@ -116,7 +116,7 @@ mirror!(
         n: u32,
         offset: u32,
         first_group: u32,
-        _pad: u32,
+        growth_interval: u32,
     }
 );
 

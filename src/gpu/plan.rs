@@ -41,6 +41,11 @@ pub(super) struct Planned {
     pub(super) groups: [u32; 3],
 }
 
+/// The loss scale a mixed-precision run starts from (PyTorch's GradScaler's
+/// 2¹⁶), and the clean steps after which it doubles (GradScaler's 2000).
+pub const LOSS_SCALE_INIT: f32 = 65536.0;
+pub const LOSS_SCALE_GROWTH_INTERVAL: u32 = 2000;
+
 /// Elements per workgroup of `sum_squares_partial`.
 pub(super) const NORM_CHUNK: usize = 4096;
 /// Rows per partial column sum (`ROWS_PER_CHUNK` in layernorm.wgsl).
@@ -94,6 +99,8 @@ pub(super) struct Scratch {
     /// (start, length) in floats of each flat chunk that fits one binding.
     pub(super) chunks: Vec<(usize, usize)>,
     pub(super) stats: usize,
+    /// The loss scaler's state (adamw.wgsl): [S, clean steps, skipped, skipped now].
+    pub(super) scaler: usize,
     pub(super) partials: usize,
     pub(super) part: usize,
     pub(super) delta: usize,
@@ -308,6 +315,12 @@ impl<'a> Planner<'a> {
 
     fn numel(&self, id: TensorId) -> usize {
         self.program.tensors[id].numel()
+    }
+
+    /// Clean steps before the loss scale doubles: PyTorch's GradScaler's
+    /// 2000 where the matmuls run on the tensor cores, else 0 (no scaling).
+    fn growth_interval(&self) -> u32 {
+        if self.matmul.tensor_cores() { LOSS_SCALE_GROWTH_INTERVAL } else { 0 }
     }
 
     fn cfg(&self) -> &crate::model::config::Config {
@@ -1146,7 +1159,7 @@ impl<'a> Planner<'a> {
                 self.p(targets),
                 self.p(losses),
                 self.g(logits),
-                self.whole(self.scratch.stats, 16),
+                self.whole(self.scratch.scaler, 16),
                 Src::Params,
             ],
             params: self.ce_params(),
@@ -1184,8 +1197,13 @@ impl<'a> Planner<'a> {
                 self.whole(self.scratch.partials, 0),
                 Src::Params,
                 Src::Step,
+                self.whole(self.scratch.scaler, 16),
             ],
-            params: op.bytes(),
+            params: OptParams {
+                growth_interval: self.growth_interval(),
+                ..op
+            }
+            .bytes(),
             groups,
         }
     }

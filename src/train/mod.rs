@@ -30,6 +30,10 @@ pub struct StepMetrics {
     /// Wall time of the step (not of the evaluation).
     pub ms: f64,
     pub tokens_per_s: f64,
+    /// The loss scaler skipped this step's update (`--precision mixed`: the
+    /// scaled gradients overflowed f16; the scale was halved).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub skipped: bool,
 }
 
 /// Why a training step was not taken, or ruined the run. Its text comes
@@ -129,6 +133,9 @@ pub struct Trainer {
     submitted: u64,
     /// When the GPU last finished steps (for ms/step while pipelined).
     last_finish: Option<Instant>,
+    /// Steps of this run whose update the loss scaler skipped (`--precision
+    /// mixed`; [`StepMetrics::skipped`]).
+    pub skipped_steps: u64,
     /// Counts the returns to a last good step: steps submitted before one
     /// are discarded when they are collected.
     epoch: u64,
@@ -270,6 +277,7 @@ impl Trainer {
             val_batches,
             submitted: 0,
             last_finish: None,
+            skipped_steps: 0,
             epoch: 0,
         })
     }
@@ -355,6 +363,7 @@ impl Trainer {
             val_batches,
             submitted: ckpt.step,
             last_finish: None,
+            skipped_steps: 0,
             epoch: 0,
         })
     }
@@ -467,7 +476,7 @@ impl Trainer {
         ms: f64,
         evaluate: bool,
     ) -> Result<StepMetrics, TrainError> {
-        if !out.applied {
+        if !out.applied && !out.skipped {
             return Err(TrainError::Diverged {
                 step: self.step + 1,
                 loss: out.loss,
@@ -492,6 +501,7 @@ impl Trainer {
         ms: f64,
         val_loss: Option<f32>,
     ) -> StepMetrics {
+        self.skipped_steps += u64::from(out.skipped);
         self.history.push(LossPoint {
             step: self.step,
             loss: out.loss,
@@ -505,6 +515,7 @@ impl Trainer {
             lr,
             ms,
             tokens_per_s: self.config.tokens_per_step() as f64 / (ms / 1e3),
+            skipped: out.skipped,
         }
     }
 
@@ -649,7 +660,7 @@ impl Trainer {
             return Ok(done);
         }
         for (i, (out, lr)) in outcomes.into_iter().zip(flight.lrs).enumerate() {
-            if !out.applied {
+            if !out.applied && !out.skipped {
                 done.diverged = Some(TrainError::Diverged {
                     step: self.step + 1,
                     loss: out.loss,
@@ -765,6 +776,7 @@ impl Trainer {
             grad_norm: cursor.grad_norm().unwrap_or(f64::NAN) as f32,
             applied: cursor.loss().is_some_and(f64::is_finite)
                 && cursor.grad_norm().is_some_and(f64::is_finite),
+            skipped: false,
         };
         let result = self.complete_step(out, cursor.params.lr, cursor.exec_ms, evaluate);
         if let Err(TrainError::Diverged { .. }) = &result {

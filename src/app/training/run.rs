@@ -232,6 +232,7 @@ pub fn build_run(
         lr: 0.0,
         ms: 0.0,
         tokens_per_s: 0.0,
+        skipped: false,
     });
     Ok(Run {
         gallery: None,

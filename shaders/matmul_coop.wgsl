@@ -1,0 +1,379 @@
+// matmul_coop.wgsl — the linears' matmuls on the tensor cores (`--precision
+// mixed`, issue 51): matmul.wgsl's three layouts with f16 operands and f32
+// accumulation on cooperative matrices (wgpu's EXPERIMENTAL_COOPERATIVE_MATRIX
+// and SHADER_F16, Vulkan's VK_KHR_cooperative_matrix). The tensors stay f32 in
+// memory: each operand is rounded to f16 as it is staged into workgroup
+// memory, so the master weights, the activations and every other op are the
+// f32 program's.
+//
+// Bindings (group 0), matmul.wgsl's:
+//   @binding(0) a:    array<f32>        operand A (layout below)
+//   @binding(1) b:    array<f32>        operand B (layout below)
+//   @binding(2) c:    array<f32>        C (M, N) row-major; read too when ACCUMULATE
+//   @binding(3) bias: array<f32>        (N), added when HAS_BIAS
+//   @binding(4) p:    MatmulParams      sizes, flags, alpha, split-K
+//
+// Layouts (all row-major):
+//   matmul_coop_nt: C = alpha·A·Bᵀ   A (M, K), B (N, K)   linear forward, LM head
+//   matmul_coop_nn: C = alpha·A·B    A (M, K), B (K, N)   dinp = dout · W
+//   matmul_coop_tn: C = alpha·Aᵀ·B   A (K, M), B (K, N)   dW = doutᵀ · inp
+// then C = that + (ACCUMULATE ? C : 0) + (HAS_BIAS ? bias : 0). Split-K as
+// matmul.wgsl: workgroup z walks K in [z·k_split, (z+1)·k_split) and writes its
+// raw partial to c[z·M·N + …]; matmul.wgsl's matmul_split_reduce finishes.
+//
+// Workgroup: 256 threads = 8 subgroups of 32 lanes (the adapter's subgroups
+// must be 32 wide: gpu/coop.rs checks), 4 along M × 2 along N. A workgroup
+// computes a 128×128 block of C; each subgroup a 32×64 part of it, as 2×4
+// accumulator tiles of 16×16 (coop_mat16x16<f32, C>). K is walked 32 at a
+// time: all 256 threads stage A's 128×32 and B's 32×128 block (guarded, edges
+// zero-filled, so any M, K, N works), rounded to f16, into workgroup memory,
+// coalesced in whichever direction the layout stores contiguously; then each
+// subgroup loads its A and B tiles from there (coopLoadT) and multiplies.
+// Two builds of this file (gpu/coop.rs fills in VEC4 and the operands'
+// types): where the operands' contiguous sizes are multiples of 4 (every
+// preset's), `matmul_coop4_*` binds A and B as vec4<f32>, each thread fetches
+// 4 vec4 of A and 4 of B a step, and fetches the next step's into registers
+// while the subgroups multiply (the global loads' latency hidden behind the
+// tensor cores); elsewhere `matmul_coop_*` stages element by element.
+// The epilogue stores each accumulator tile to a 16×16 f32 scratch of the
+// subgroup's and the 32 lanes write it out, guarded, with alpha, the bias and
+// what C held. Dispatch: (ceil(N / 128), ceil(M / 128), splits).
+//
+// An operand beyond f16's range (±65504) becomes ±inf in the conversion, so
+// the gradients of an overflowing step are not finite: the loss scaler
+// (adamw.wgsl) skips that step and halves its scale.
+//
+// naga 30's SPIR-V writer panics ("Expression [N] is not cached") on a
+// coopLoad/coopStore whose pointer index is an inline expression: every
+// offset is bound to a `let` first.
+
+struct MatmulParams {
+    m: u32,
+    k: u32,
+    n: u32,
+    flags: u32,
+    alpha: f32,
+    // K per split and the number of splits; 1 split = no split-K
+    k_split: u32,
+    splits: u32,
+    _pad0: u32,
+}
+
+const ACCUMULATE: u32 = 1u;
+const HAS_BIAS: u32 = 2u;
+const BM: u32 = 128u;
+const BN: u32 = 128u;
+const BK: u32 = 32u;
+// Row strides of the staged blocks, in halves: padded by 8 (16 bytes, which
+// keeps every tile's start 16-byte aligned) against bank conflicts.
+const AS: u32 = 40u;
+const BS: u32 = 136u;
+
+const LAYOUT_NT: u32 = 0u;
+const LAYOUT_NN: u32 = 1u;
+const LAYOUT_TN: u32 = 2u;
+
+const VEC4: bool = {{VEC4}};
+
+// A and B: array<f32>, or array<vec4<f32>> in the vec4 build.
+@group(0) @binding(0) var<storage, read> a: array<{{OPERAND}}>;
+@group(0) @binding(1) var<storage, read> b: array<{{OPERAND}}>;
+@group(0) @binding(2) var<storage, read_write> c: array<f32>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<uniform> p: MatmulParams;
+
+// As[r * AS + kk]: A's block, row r of the workgroup's 128, k = k0 + kk.
+var<workgroup> As: array<f16, 5120>;
+// Bs[kk * BS + col]: B's block, k = k0 + kk, column col of the 128.
+var<workgroup> Bs: array<f16, 4352>;
+// One 16×16 accumulator tile per subgroup on its way out.
+var<workgroup> Cs: array<f32, 2048>;
+
+// Element i and vec4 i of A and B in either build (the build's unused pair
+// is never called; it only has to type-check).
+{{ACCESSORS}}
+
+// A(row, k) of the product, zero outside.
+fn load_a(form: u32, row: u32, k: u32, k_end: u32) -> f32 {
+    if (row >= p.m || k >= k_end) { return 0.0; }
+    if (form == LAYOUT_TN) { return a1(k * p.m + row); }
+    return a1(row * p.k + k);
+}
+
+// B(k, col) of the product, zero outside.
+fn load_b(form: u32, k: u32, col: u32, k_end: u32) -> f32 {
+    if (col >= p.n || k >= k_end) { return 0.0; }
+    if (form == LAYOUT_NT) { return b1(col * p.k + k); }
+    return b1(k * p.n + col);
+}
+
+// The vec4 build: fetch i (0..3) of this thread, 4 consecutive elements
+// along the operand's contiguous side, zero outside (the contiguous sizes
+// are multiples of 4, so a vec4 is wholly inside or wholly outside).
+// A K-contiguous (A·Bᵀ, A·B): 128 rows × 8 vec4; A M-contiguous (Aᵀ·B):
+// 32 k × 32 vec4 of rows.
+fn fetch_a(form: u32, i: u32, tid: u32, row0: u32, k0: u32, k_end: u32) -> vec4<f32> {
+    let idx = tid + i * 256u;
+    if (form == LAYOUT_TN) {
+        let kk = idx / 32u;
+        let q = idx % 32u;
+        if (k0 + kk >= k_end || row0 + 4u * q >= p.m) { return vec4<f32>(0.0); }
+        return a4((k0 + kk) * (p.m / 4u) + row0 / 4u + q);
+    }
+    let r = idx / 8u;
+    let q = idx % 8u;
+    if (row0 + r >= p.m || k0 + 4u * q >= k_end) { return vec4<f32>(0.0); }
+    return a4((row0 + r) * (p.k / 4u) + k0 / 4u + q);
+}
+
+fn put_a(form: u32, i: u32, tid: u32, v: vec4<f32>) {
+    let h = vec4<f16>(v);
+    let idx = tid + i * 256u;
+    if (form == LAYOUT_TN) {
+        let kk = idx / 32u;
+        let q = idx % 32u;
+        As[(4u * q) * AS + kk] = h.x;
+        As[(4u * q + 1u) * AS + kk] = h.y;
+        As[(4u * q + 2u) * AS + kk] = h.z;
+        As[(4u * q + 3u) * AS + kk] = h.w;
+        return;
+    }
+    let r = idx / 8u;
+    let o = r * AS + 4u * (idx % 8u);
+    As[o] = h.x;
+    As[o + 1u] = h.y;
+    As[o + 2u] = h.z;
+    As[o + 3u] = h.w;
+}
+
+// B N-contiguous (A·B, Aᵀ·B): 32 k × 32 vec4 of columns; B K-contiguous
+// (A·Bᵀ): 128 columns × 8 vec4.
+fn fetch_b(form: u32, i: u32, tid: u32, col0: u32, k0: u32, k_end: u32) -> vec4<f32> {
+    let idx = tid + i * 256u;
+    if (form == LAYOUT_NT) {
+        let c = idx / 8u;
+        let q = idx % 8u;
+        if (col0 + c >= p.n || k0 + 4u * q >= k_end) { return vec4<f32>(0.0); }
+        return b4((col0 + c) * (p.k / 4u) + k0 / 4u + q);
+    }
+    let kk = idx / 32u;
+    let q = idx % 32u;
+    if (k0 + kk >= k_end || col0 + 4u * q >= p.n) { return vec4<f32>(0.0); }
+    return b4((k0 + kk) * (p.n / 4u) + col0 / 4u + q);
+}
+
+fn put_b(form: u32, i: u32, tid: u32, v: vec4<f32>) {
+    let h = vec4<f16>(v);
+    let idx = tid + i * 256u;
+    if (form == LAYOUT_NT) {
+        let c = idx / 8u;
+        let q = idx % 8u;
+        Bs[(4u * q) * BS + c] = h.x;
+        Bs[(4u * q + 1u) * BS + c] = h.y;
+        Bs[(4u * q + 2u) * BS + c] = h.z;
+        Bs[(4u * q + 3u) * BS + c] = h.w;
+        return;
+    }
+    let o = (idx / 32u) * BS + 4u * (idx % 32u);
+    Bs[o] = h.x;
+    Bs[o + 1u] = h.y;
+    Bs[o + 2u] = h.z;
+    Bs[o + 3u] = h.w;
+}
+
+// Stages A's 128×32 and B's 32×128 block at k0 as f16, each thread 16 of
+// each; consecutive threads read consecutive addresses in every layout.
+fn stage(form: u32, tid: u32, row0: u32, col0: u32, k0: u32, k_end: u32) {
+    for (var i = 0u; i < 16u; i++) {
+        let idx = tid + i * 256u;
+        var r: u32;
+        var kk: u32;
+        if (form == LAYOUT_TN) {
+            r = idx % BM;
+            kk = idx / BM;
+        } else {
+            r = idx / BK;
+            kk = idx % BK;
+        }
+        As[r * AS + kk] = f16(load_a(form, row0 + r, k0 + kk, k_end));
+        var col: u32;
+        var kb: u32;
+        if (form == LAYOUT_NT) {
+            col = idx / BK;
+            kb = idx % BK;
+        } else {
+            col = idx % BN;
+            kb = idx / BN;
+        }
+        Bs[kb * BS + col] = f16(load_b(form, k0 + kb, col0 + col, k_end));
+    }
+}
+
+// Writes the 16×16 tile the subgroup just stored at Cs[so..] to C's rows
+// r0.., columns c0.. (split z's partial when split-K).
+fn write_tile(so: u32, lane: u32, r0: u32, c0: u32, z: u32) {
+    for (var e = 0u; e < 8u; e++) {
+        let idx = lane * 8u + e;
+        let row = r0 + idx / 16u;
+        let col = c0 + idx % 16u;
+        if (row < p.m && col < p.n) {
+            let v = Cs[so + idx];
+            let i = row * p.n + col;
+            if (p.splits > 1u) {
+                c[z * p.m * p.n + i] = v;
+            } else {
+                var x = p.alpha * v;
+                if ((p.flags & ACCUMULATE) != 0u) { x += c[i]; }
+                if ((p.flags & HAS_BIAS) != 0u) { x += bias[col]; }
+                c[i] = x;
+            }
+        }
+    }
+}
+
+fn matmul_coop(form: u32, wg: vec3<u32>, tid: u32) {
+    let sg = tid / 32u;
+    let lane = tid % 32u;
+    let row0 = wg.y * BM;
+    let col0 = wg.x * BN;
+    // The subgroup's 32×64 part of the block.
+    let wr = (sg / 2u) * 32u;
+    let wc = (sg % 2u) * 64u;
+    let z = wg.z;
+    let k_begin = z * p.k_split;
+    let k_end = min(p.k, k_begin + p.k_split);
+
+    var c00 = coop_mat16x16<f32, C>();
+    var c01 = coop_mat16x16<f32, C>();
+    var c02 = coop_mat16x16<f32, C>();
+    var c03 = coop_mat16x16<f32, C>();
+    var c10 = coop_mat16x16<f32, C>();
+    var c11 = coop_mat16x16<f32, C>();
+    var c12 = coop_mat16x16<f32, C>();
+    var c13 = coop_mat16x16<f32, C>();
+
+    // The vec4 build's first step, fetched into registers.
+    var va0 = vec4<f32>(0.0);
+    var va1 = vec4<f32>(0.0);
+    var va2 = vec4<f32>(0.0);
+    var va3 = vec4<f32>(0.0);
+    var vb0 = vec4<f32>(0.0);
+    var vb1 = vec4<f32>(0.0);
+    var vb2 = vec4<f32>(0.0);
+    var vb3 = vec4<f32>(0.0);
+    if (VEC4) {
+        va0 = fetch_a(form, 0u, tid, row0, k_begin, k_end);
+        va1 = fetch_a(form, 1u, tid, row0, k_begin, k_end);
+        va2 = fetch_a(form, 2u, tid, row0, k_begin, k_end);
+        va3 = fetch_a(form, 3u, tid, row0, k_begin, k_end);
+        vb0 = fetch_b(form, 0u, tid, col0, k_begin, k_end);
+        vb1 = fetch_b(form, 1u, tid, col0, k_begin, k_end);
+        vb2 = fetch_b(form, 2u, tid, col0, k_begin, k_end);
+        vb3 = fetch_b(form, 3u, tid, col0, k_begin, k_end);
+    }
+
+    for (var k0 = k_begin; k0 < k_end; k0 += BK) {
+        workgroupBarrier();
+        if (VEC4) {
+            put_a(form, 0u, tid, va0);
+            put_a(form, 1u, tid, va1);
+            put_a(form, 2u, tid, va2);
+            put_a(form, 3u, tid, va3);
+            put_b(form, 0u, tid, vb0);
+            put_b(form, 1u, tid, vb1);
+            put_b(form, 2u, tid, vb2);
+            put_b(form, 3u, tid, vb3);
+        } else {
+            stage(form, tid, row0, col0, k0, k_end);
+        }
+        workgroupBarrier();
+        // The next step's operands, in flight while this one multiplies.
+        let next = k0 + BK;
+        if (VEC4 && next < k_end) {
+            va0 = fetch_a(form, 0u, tid, row0, next, k_end);
+            va1 = fetch_a(form, 1u, tid, row0, next, k_end);
+            va2 = fetch_a(form, 2u, tid, row0, next, k_end);
+            va3 = fetch_a(form, 3u, tid, row0, next, k_end);
+            vb0 = fetch_b(form, 0u, tid, col0, next, k_end);
+            vb1 = fetch_b(form, 1u, tid, col0, next, k_end);
+            vb2 = fetch_b(form, 2u, tid, col0, next, k_end);
+            vb3 = fetch_b(form, 3u, tid, col0, next, k_end);
+        }
+        for (var kk = 0u; kk < BK; kk += 16u) {
+            let ao0 = wr * AS + kk;
+            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&As[ao0], AS);
+            let ao1 = (wr + 16u) * AS + kk;
+            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&As[ao1], AS);
+            let bo0 = kk * BS + wc;
+            let b0 = coopLoadT<coop_mat16x16<f16, B>>(&Bs[bo0], BS);
+            let bo1 = kk * BS + wc + 16u;
+            let b1 = coopLoadT<coop_mat16x16<f16, B>>(&Bs[bo1], BS);
+            let bo2 = kk * BS + wc + 32u;
+            let b2 = coopLoadT<coop_mat16x16<f16, B>>(&Bs[bo2], BS);
+            let bo3 = kk * BS + wc + 48u;
+            let b3 = coopLoadT<coop_mat16x16<f16, B>>(&Bs[bo3], BS);
+            c00 = coopMultiplyAdd(a0, b0, c00);
+            c01 = coopMultiplyAdd(a0, b1, c01);
+            c02 = coopMultiplyAdd(a0, b2, c02);
+            c03 = coopMultiplyAdd(a0, b3, c03);
+            c10 = coopMultiplyAdd(a1, b0, c10);
+            c11 = coopMultiplyAdd(a1, b1, c11);
+            c12 = coopMultiplyAdd(a1, b2, c12);
+            c13 = coopMultiplyAdd(a1, b3, c13);
+        }
+    }
+
+    // The epilogue: one tile at a time through the subgroup's scratch.
+    let so = sg * 256u;
+    let r0 = row0 + wr;
+    let r1 = row0 + wr + 16u;
+    workgroupBarrier();
+    coopStoreT(c00, &Cs[so], 16u);
+    workgroupBarrier();
+    write_tile(so, lane, r0, col0 + wc, z);
+    workgroupBarrier();
+    coopStoreT(c01, &Cs[so], 16u);
+    workgroupBarrier();
+    write_tile(so, lane, r0, col0 + wc + 16u, z);
+    workgroupBarrier();
+    coopStoreT(c02, &Cs[so], 16u);
+    workgroupBarrier();
+    write_tile(so, lane, r0, col0 + wc + 32u, z);
+    workgroupBarrier();
+    coopStoreT(c03, &Cs[so], 16u);
+    workgroupBarrier();
+    write_tile(so, lane, r0, col0 + wc + 48u, z);
+    workgroupBarrier();
+    coopStoreT(c10, &Cs[so], 16u);
+    workgroupBarrier();
+    write_tile(so, lane, r1, col0 + wc, z);
+    workgroupBarrier();
+    coopStoreT(c11, &Cs[so], 16u);
+    workgroupBarrier();
+    write_tile(so, lane, r1, col0 + wc + 16u, z);
+    workgroupBarrier();
+    coopStoreT(c12, &Cs[so], 16u);
+    workgroupBarrier();
+    write_tile(so, lane, r1, col0 + wc + 32u, z);
+    workgroupBarrier();
+    coopStoreT(c13, &Cs[so], 16u);
+    workgroupBarrier();
+    write_tile(so, lane, r1, col0 + wc + 48u, z);
+}
+
+// The entry points' names: matmul_coop_* in the element build,
+// matmul_coop4_* in the vec4 one.
+@compute @workgroup_size(256)
+fn {{ENTRY}}_nt(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    matmul_coop(LAYOUT_NT, wg, tid);
+}
+
+@compute @workgroup_size(256)
+fn {{ENTRY}}_nn(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    matmul_coop(LAYOUT_NN, wg, tid);
+}
+
+@compute @workgroup_size(256)
+fn {{ENTRY}}_tn(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    matmul_coop(LAYOUT_TN, wg, tid);
+}
