@@ -145,6 +145,8 @@ struct Forward {
     nodes: Vec<(String, Option<usize>, Vec<usize>, Vec<f32>)>,
     /// The stream's L + 1 points, each T × C.
     stream: Vec<Vec<f32>>,
+    /// Each LayerNorm's μ and 1/σ in the program's order: name, block, T values.
+    stats: Vec<(String, Option<usize>, Vec<f32>)>,
     /// T × V.
     logits: Vec<f32>,
     probe: crate::probe::ProbeResult,
@@ -169,6 +171,17 @@ fn forward(backend: &mut dyn Backend, prompt: &[u8]) -> Result<Forward, String> 
             x.kind == TensorKind::Activation && matches!(x.shape[..], [1, rows, _] if rows == t)
         })
         .collect();
+    // The statistics: each LayerNorm's μ and 1/σ, in the program's order.
+    let stat_tensors: Vec<&crate::program::TensorInfo> = program
+        .ops
+        .iter()
+        .filter_map(|node| match node.op {
+            crate::program::Op::LayerNorm { mean, rstd, .. } => Some([mean, rstd]),
+            _ => None,
+        })
+        .flatten()
+        .map(|id| &program.tensors[id])
+        .collect();
     // The stream: what enters block 0 is what block 0's first LayerNorm
     // reads (the embeddings, after their dropout); then each block's output.
     let stream_in = program
@@ -189,21 +202,28 @@ fn forward(backend: &mut dyn Backend, prompt: &[u8]) -> Result<Forward, String> 
         .iter()
         .map(|x| x.name.as_str())
         .chain(stream.iter().map(String::as_str))
+        .chain(stat_tensors.iter().map(|x| x.name.as_str()))
         .chain(std::iter::once("logits"))
         .collect();
     let mut all = backend.read_many(&names).map_err(|e| e.to_string())?;
     let logits = all.pop().expect("the logits were read");
+    let stat_values = all.split_off(node_tensors.len() + stream.len());
     let stream = all.split_off(node_tensors.len());
+    let layer_of = |tensor: &crate::program::TensorInfo| -> Option<usize> {
+        program.layers[tensor.layer]
+            .name
+            .strip_prefix("h.")
+            .and_then(|i| i.parse().ok())
+    };
+    let stats = stat_tensors
+        .iter()
+        .zip(stat_values)
+        .map(|(tensor, values)| (tensor.name.clone(), layer_of(tensor), values))
+        .collect();
     let nodes = node_tensors
         .iter()
         .zip(all)
-        .map(|(tensor, values)| {
-            let layer = program.layers[tensor.layer]
-                .name
-                .strip_prefix("h.")
-                .and_then(|i| i.parse().ok());
-            (tensor.name.clone(), layer, tensor.shape.clone(), values)
-        })
+        .map(|(tensor, values)| (tensor.name.clone(), layer_of(tensor), tensor.shape.clone(), values))
         .collect();
     // Each head's P (FlashAttention never stores it; the probe recomputes
     // it from Q, K and the log-sum-exp).
@@ -213,6 +233,7 @@ fn forward(backend: &mut dyn Backend, prompt: &[u8]) -> Result<Forward, String> 
         tokens,
         nodes,
         stream,
+        stats,
         logits,
         probe,
     })
@@ -314,9 +335,22 @@ pub struct FlowAll {
     pub attention: Vec<Vec<Vec<Vec<f32>>>>,
     /// Every activation, in the program's order, its values T × width.
     pub nodes: Vec<NodeAll>,
+    /// The per-position statistics the forward pass keeps for its backward,
+    /// in the program's order: each LayerNorm's mean μ and reciprocal
+    /// deviation 1/σ (`rstd`), T values each.
+    pub stats: Vec<StatAll>,
     /// After [`backward_all`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backward: Option<BackwardAll>,
+}
+
+/// A statistic of every position (a LayerNorm's μ or 1/σ).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct StatAll {
+    pub name: String,
+    pub layer: Option<usize>,
+    /// One value per position, T.
+    pub values: Vec<f32>,
 }
 
 /// A node at every position.
@@ -438,6 +472,15 @@ pub fn run_all(
         lens,
         attention,
         nodes,
+        stats: pass
+            .stats
+            .iter()
+            .map(|(name, layer, values)| StatAll {
+                name: name.clone(),
+                layer: *layer,
+                values: values[..n].to_vec(),
+            })
+            .collect(),
         backward: None,
     })
 }

@@ -13,7 +13,7 @@ use tinygpt::cpu::CpuBackend;
 use tinygpt::flow::{Flow, config_for, run};
 use tinygpt::gpu::GpuBackend;
 use tinygpt::model::checkpoint::Checkpoint;
-use tinygpt::program::Program;
+use tinygpt::program::{Op, Program};
 
 const PROMPT: &[u8] = b"ROMEO:\nBut soft, what light through yonder";
 
@@ -749,12 +749,41 @@ fn the_flow_at_every_position_is_the_forward_pass() {
         }
     }
     assert_eq!(all.at(t), None, "past the prompt");
+    // Each LayerNorm's μ and 1/σ at each position: its input's mean and
+    // 1/√(variance + 1e-5), recomputed in f64 from the reference.
+    let program = Program::new(&config);
+    let norms: Vec<_> = program
+        .ops
+        .iter()
+        .filter_map(|node| match node.op {
+            Op::LayerNorm { inp, mean, rstd, .. } => Some((inp, mean, rstd)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(all.stats.len(), 2 * norms.len());
+    let c = config.d_model;
+    for ((inp, mean, rstd), pair) in norms.iter().zip(all.stats.chunks(2)) {
+        let x = &reference[&program.tensors[*inp].name];
+        assert_eq!((pair[0].name.as_str(), pair[1].name.as_str()), (program.tensors[*mean].name.as_str(), program.tensors[*rstd].name.as_str()));
+        for i in 0..t {
+            let row = &x[i * c..(i + 1) * c];
+            let mu = row.iter().sum::<f64>() / c as f64;
+            let var = row.iter().map(|v| (v - mu) * (v - mu)).sum::<f64>() / c as f64;
+            let r = 1.0 / (var + 1e-5).sqrt();
+            assert!((pair[0].values[i] as f64 - mu).abs() < 1e-5, "{} at {i}: {} vs {mu}", pair[0].name, pair[0].values[i]);
+            assert!((pair[1].values[i] as f64 - r).abs() < 1e-5 * r, "{} at {i}: {} vs {r}", pair[1].name, pair[1].values[i]);
+        }
+    }
     // The GPU computes the same pass.
     let mut gpu = GpuBackend::new(common::gpu_context(), Program::new(&config)).unwrap();
     for p in &ck.params {
         gpu.write(&p.name, &p.values).unwrap();
     }
     let on_gpu = run_all(&mut gpu, &ck.params, prompt).unwrap();
+    for (a, b) in all.stats.iter().zip(&on_gpu.stats) {
+        let scale = a.values.iter().fold(1f32, |m, x| m.max(x.abs()));
+        assert!(max_diff(&a.values, &b.values) < 1e-5 * scale, "{}", a.name);
+    }
     for (a, b) in all.nodes.iter().zip(&on_gpu.nodes) {
         let scale = a.values.iter().flatten().fold(1f32, |m, x| m.max(x.abs()));
         for (x, y) in a.values.iter().zip(&b.values) {

@@ -45,6 +45,10 @@ pub struct FinetuneArgs {
     /// Where to compute.
     #[arg(long, value_enum, default_value = "auto")]
     backend: BackendChoice,
+    /// `mixed`: the matmuls on the GPU's tensor cores, as `train
+    /// --precision mixed` (f16 operands, f32 accumulation, the loss scaled).
+    #[arg(long, value_enum, default_value = "f32")]
+    precision: super::backend::Precision,
     /// The adapter to write (default: tinygpt-lora-<corpus>.safetensors,
     /// numbered when taken; with --resume, the adapter it continues).
     #[arg(long, value_name = "FILE")]
@@ -89,8 +93,8 @@ pub fn run(args: FinetuneArgs) -> Result<()> {
         .map_err(anyhow::Error::msg)?,
     };
     let corpus = tinygpt::model::gallery::corpus_for(Some(&args.corpus), None, config.ctx)?;
-    let resolved = super::backend::resolve(args.backend)?;
-    let backend = super::backend::build(&resolved, args.backend, &config)?;
+    let resolved = super::backend::resolve_for(args.backend, args.precision)?;
+    let backend = super::backend::build(&resolved, args.precision.backend(args.backend), &config)?;
     let description = backend.describe();
     let mut trainer = match &resumed {
         Some(adapter) => {

@@ -187,6 +187,7 @@ mod tests {
                 2
             ],
             nodes: Vec::new(),
+            stats: Vec::new(),
             backward: None,
         }
     }

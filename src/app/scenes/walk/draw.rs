@@ -133,6 +133,10 @@ pub fn grid(computed: &Computed, slab: &Slab, lens: CellLens) -> Option<Vec<f32>
             }
             Some(out)
         }
+        (Source::Stat(name), CellLens::Value) => {
+            let stat = flow.stats.iter().find(|s| &s.name == name)?;
+            Some(stat.values.iter().take(cols).copied().collect())
+        }
         (Source::Loss, CellLens::Value) => Some(
             flow.backward
                 .as_ref()?
@@ -288,6 +292,11 @@ pub fn title(slab: &Slab) -> String {
     match &slab.source {
         Source::Param { transposed: true, .. } => format!("{short}ᵀ"),
         Source::Attention { head, .. } => format!("P head {head}"),
+        Source::Stat(name) => match name.rsplit_once('.') {
+            Some((norm, "mean")) => format!("{norm} μ"),
+            Some((norm, _)) => format!("{norm} 1/σ"),
+            None => short,
+        },
         _ => short,
     }
 }
@@ -372,7 +381,7 @@ pub fn spawn(
             DespawnOnExit(Scene::Walk),
         ));
         // Thin slabs (biases, γ, β) are named by their weight's label.
-        if slab.cols > 1 || slab.family == TensorFamily::Loss {
+        if slab.cols > 1 || slab.family == TensorFamily::Loss || matches!(slab.source, Source::Stat(_)) {
             let shape = format!("{} × {}", slab.rows, slab.cols);
             // Beside the tensor, on the side away from the spine: a weight's
             // to its left, everything else's to its right, so no label runs
@@ -394,10 +403,14 @@ pub fn spawn(
             let (anchor, at) = (places[0].anchor, places[0].at);
             let text = match &slab.source {
                 Source::Attention { .. } => format!("P  {shape}"),
+                // One label for a LayerNorm's two rows (the μ row's).
+                Source::Stat(name) => format!("{} μ, 1/σ  2 × {}", name.trim_end_matches(".mean"), slab.cols),
                 _ => format!("{}  {shape}", title(slab)),
             };
-            // One label for the deck of heads (the front one's).
-            let named = !matches!(slab.source, Source::Attention { head, .. } if head > 0);
+            // One label for the deck of heads (the front one's), one for
+            // a LayerNorm's statistics.
+            let named = !matches!(slab.source, Source::Attention { head, .. } if head > 0)
+                && !matches!(&slab.source, Source::Stat(name) if name.ends_with(".rstd"));
             if named {
                 commands.spawn((
                     Text2d::new(text),

@@ -21,6 +21,9 @@ const NEAR: f32 = 3.0;
 const OP_GAP: f32 = 16.0;
 /// Gap between two stages' columns.
 const STAGE_GAP: f32 = 48.0;
+/// Gap between a LayerNorm's output and its statistics' rows under it
+/// (in the gap to the next op, which is [`OP_GAP`]).
+const STAT_GAP: f32 = 2.0;
 /// Depth between two heads of the deck.
 pub const DECK_GAP: f32 = 14.0;
 /// The width of a position's column (and the height of a key's row in P):
@@ -53,6 +56,8 @@ pub enum Source {
     Probs,
     /// The loss at each position, 1 × T.
     Loss,
+    /// A LayerNorm's μ or 1/σ at each position (a flow statistic), 1 × T.
+    Stat(String),
 }
 
 /// One tensor in the picture.
@@ -284,7 +289,10 @@ impl Builder {
         (o, b, w)
     }
 
-    /// A LayerNorm's output at (x, y) with γ and β to its left.
+    /// A LayerNorm's output at (x, y) with γ and β to its left, and its
+    /// statistics μ and 1/σ as thin rows under it, a cell a position (the
+    /// normalised column p is (x_p − μ_p)·(1/σ)_p, then γ and β).
+    /// Returns (output, γ, β, μ, 1/σ).
     fn layer_norm(
         &mut self,
         out: &str,
@@ -293,7 +301,23 @@ impl Builder {
         x: f32,
         y: f32,
         layer: Option<usize>,
-    ) -> (usize, usize, usize) {
+    ) -> (usize, usize, usize, usize, usize) {
+        let prefix = out.trim_end_matches(".out");
+        let stats = [("mean", STAT_GAP), ("rstd", STAT_GAP * 2.0 + POSITION)].map(|(stat, below)| {
+            let name = format!("{prefix}.{stat}");
+            self.push(Slab {
+                name: name.clone(),
+                source: Source::Stat(name),
+                family: TensorFamily::Activation,
+                rows: 1,
+                cols: self.t,
+                // Square cells, as the loss's: a row one unit high is a
+                // hairline at the zoom that shows the whole op.
+                cell: Vec2::splat(POSITION),
+                corner: Vec3::new(x, y - c as f32 - below, 0.0),
+                layer,
+            })
+        });
         let o = self.act(out, c, x, y, layer);
         let g = self.param(format!("{module}.weight"), c, 1, false, x - NEAR, y, layer);
         let b = self.param(
@@ -305,7 +329,7 @@ impl Builder {
             y,
             layer,
         );
-        (o, g, b)
+        (o, g, b, stats[0], stats[1])
     }
 
     fn beat(&mut self, kind: OpKind, node: Option<&str>, layer: Option<usize>, slabs: Vec<usize>) {
@@ -365,8 +389,8 @@ pub fn layout(shape: Shape) -> WalkLayout {
         x += STAGE_GAP + c as f32 + NEAR * 2.0 + 1.0;
         let mut y = 0.0;
         stage_tops.push((Vec2::new(x - c as f32 - NEAR * 2.0 - 1.0, y), StageColumn::Attention(layer)));
-        let (ln1, g1, b1) = b.layer_norm(&format!("{h}.ln_1.out"), &format!("{module}.ln_1"), c, x, y, l);
-        b.beat(OpKind::LayerNorm, Some(&format!("{h}.ln_1.out")), l, vec![ln1, g1, b1, stream_in]);
+        let (ln1, g1, b1, m1, r1) = b.layer_norm(&format!("{h}.ln_1.out"), &format!("{module}.ln_1"), c, x, y, l);
+        b.beat(OpKind::LayerNorm, Some(&format!("{h}.ln_1.out")), l, vec![ln1, g1, b1, m1, r1, stream_in]);
         y -= c as f32 + OP_GAP;
         let (qkv, qb, qw) = b.linear(&format!("{h}.attn.qkv"), &format!("{module}.attn.c_attn"), 3 * c, c, x, y, l);
         b.beat(OpKind::Qkv, Some(&format!("{h}.attn.qkv")), l, vec![qkv, qb, qw, ln1]);
@@ -409,8 +433,8 @@ pub fn layout(shape: Shape) -> WalkLayout {
         x += STAGE_GAP * 0.5 + 4.0 * c as f32 + NEAR * 2.0 + 1.0;
         y = 0.0;
         stage_tops.push((Vec2::new(x - 4.0 * c as f32 - NEAR * 2.0 - 1.0, y), StageColumn::Mlp(layer)));
-        let (ln2, g2, b2) = b.layer_norm(&format!("{h}.ln_2.out"), &format!("{module}.ln_2"), c, x, y, l);
-        b.beat(OpKind::LayerNorm, Some(&format!("{h}.ln_2.out")), l, vec![ln2, g2, b2, res1]);
+        let (ln2, g2, b2, m2, r2) = b.layer_norm(&format!("{h}.ln_2.out"), &format!("{module}.ln_2"), c, x, y, l);
+        b.beat(OpKind::LayerNorm, Some(&format!("{h}.ln_2.out")), l, vec![ln2, g2, b2, m2, r2, res1]);
         y -= c as f32 + OP_GAP;
         let (fc, fb, fw) = b.linear(&format!("{h}.mlp.fc"), &format!("{module}.mlp.c_fc"), 4 * c, c, x, y, l);
         b.beat(OpKind::Fc, Some(&format!("{h}.mlp.fc")), l, vec![fc, fb, fw, ln2]);
@@ -431,8 +455,8 @@ pub fn layout(shape: Shape) -> WalkLayout {
     x += STAGE_GAP + c as f32 + NEAR * 2.0 + 1.0;
     stage_tops.push((Vec2::new(x - c as f32 - NEAR * 2.0, 0.0), StageColumn::Head));
     let mut y = 0.0;
-    let (lnf, gf, bf) = b.layer_norm("ln_f.out", "transformer.ln_f", c, x, y, None);
-    b.beat(OpKind::FinalNorm, Some("ln_f.out"), None, vec![lnf, gf, bf, stream_in]);
+    let (lnf, gf, bf, mf, rf) = b.layer_norm("ln_f.out", "transformer.ln_f", c, x, y, None);
+    b.beat(OpKind::FinalNorm, Some("ln_f.out"), None, vec![lnf, gf, bf, mf, rf, stream_in]);
     y -= c as f32 + OP_GAP;
     let logits = b.act("logits", 256, x, y, None);
     let lm = b.param("transformer.wte.weight".into(), 256, c, false, x - NEAR * 2.0, y, None);
