@@ -145,7 +145,7 @@ struct Forward {
     nodes: Vec<(String, Option<usize>, Vec<usize>, Vec<f32>)>,
     /// The stream's L + 1 points, each T × C.
     stream: Vec<Vec<f32>>,
-    /// Each LayerNorm's μ and 1/σ in the program's order: name, block, T values.
+    /// The statistics in the program's order: name, block, T values.
     stats: Vec<(String, Option<usize>, Vec<f32>)>,
     /// T × V.
     logits: Vec<f32>,
@@ -171,15 +171,16 @@ fn forward(backend: &mut dyn Backend, prompt: &[u8]) -> Result<Forward, String> 
             x.kind == TensorKind::Activation && matches!(x.shape[..], [1, rows, _] if rows == t)
         })
         .collect();
-    // The statistics: each LayerNorm's μ and 1/σ, in the program's order.
+    // The statistics, in the program's order: each LayerNorm's μ and 1/σ,
+    // and each attention's log-sum-exp (all its heads in one tensor).
     let stat_tensors: Vec<&crate::program::TensorInfo> = program
         .ops
         .iter()
-        .filter_map(|node| match node.op {
-            crate::program::Op::LayerNorm { mean, rstd, .. } => Some([mean, rstd]),
-            _ => None,
+        .flat_map(|node| match node.op {
+            crate::program::Op::LayerNorm { mean, rstd, .. } => vec![mean, rstd],
+            crate::program::Op::Attention { lse, .. } => vec![lse],
+            _ => vec![],
         })
-        .flatten()
         .map(|id| &program.tensors[id])
         .collect();
     // The stream: what enters block 0 is what block 0's first LayerNorm
@@ -215,10 +216,19 @@ fn forward(backend: &mut dyn Backend, prompt: &[u8]) -> Result<Forward, String> 
             .strip_prefix("h.")
             .and_then(|i| i.parse().ok())
     };
+    // An attention's (1, H, T) log-sum-exp as one statistic a head:
+    // NAME.0 … NAME.{H-1}.
     let stats = stat_tensors
         .iter()
         .zip(stat_values)
-        .map(|(tensor, values)| (tensor.name.clone(), layer_of(tensor), values))
+        .flat_map(|(tensor, values)| match tensor.shape[..] {
+            [1, heads, _] if heads > 0 => values
+                .chunks(t)
+                .enumerate()
+                .map(|(head, row)| (format!("{}.{head}", tensor.name), layer_of(tensor), row.to_vec()))
+                .collect::<Vec<_>>(),
+            _ => vec![(tensor.name.clone(), layer_of(tensor), values)],
+        })
         .collect();
     let nodes = node_tensors
         .iter()
@@ -336,15 +346,18 @@ pub struct FlowAll {
     /// Every activation, in the program's order, its values T × width.
     pub nodes: Vec<NodeAll>,
     /// The per-position statistics the forward pass keeps for its backward,
-    /// in the program's order: each LayerNorm's mean μ and reciprocal
-    /// deviation 1/σ (`rstd`), T values each.
+    /// in the program's order, T values each: each LayerNorm's mean μ and
+    /// reciprocal deviation 1/σ (`h.0.ln_1.mean`, `h.0.ln_1.rstd`), and
+    /// each attention head's softmax normaliser, the log-sum-exp of its
+    /// scores at each query (`h.0.attn.lse.0` for head 0).
     pub stats: Vec<StatAll>,
     /// After [`backward_all`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backward: Option<BackwardAll>,
 }
 
-/// A statistic of every position (a LayerNorm's μ or 1/σ).
+/// A statistic of every position (a LayerNorm's μ or 1/σ, a head's
+/// log-sum-exp).
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct StatAll {
     pub name: String,

@@ -760,9 +760,10 @@ fn the_flow_at_every_position_is_the_forward_pass() {
             _ => None,
         })
         .collect();
-    assert_eq!(all.stats.len(), 2 * norms.len());
+    let norm_stats: Vec<_> = all.stats.iter().filter(|s| !s.name.contains(".attn.lse.")).cloned().collect();
+    assert_eq!(norm_stats.len(), 2 * norms.len());
     let c = config.d_model;
-    for ((inp, mean, rstd), pair) in norms.iter().zip(all.stats.chunks(2)) {
+    for ((inp, mean, rstd), pair) in norms.iter().zip(norm_stats.chunks(2)) {
         let x = &reference[&program.tensors[*inp].name];
         assert_eq!((pair[0].name.as_str(), pair[1].name.as_str()), (program.tensors[*mean].name.as_str(), program.tensors[*rstd].name.as_str()));
         for i in 0..t {
@@ -772,6 +773,29 @@ fn the_flow_at_every_position_is_the_forward_pass() {
             let r = 1.0 / (var + 1e-5).sqrt();
             assert!((pair[0].values[i] as f64 - mu).abs() < 1e-5, "{} at {i}: {} vs {mu}", pair[0].name, pair[0].values[i]);
             assert!((pair[1].values[i] as f64 - r).abs() < 1e-5 * r, "{} at {i}: {} vs {r}", pair[1].name, pair[1].values[i]);
+        }
+    }
+    // Each head's softmax normaliser at each query i: log Σ_{j ≤ i}
+    // exp(q_i·k_j/√D), from the reference's Q and K in f64.
+    let (h, d) = (config.n_head, c / config.n_head);
+    for layer in 0..config.n_layer {
+        let qkv = &reference[&format!("h.{layer}.attn.qkv")];
+        for head in 0..h {
+            let name = format!("h.{layer}.attn.lse.{head}");
+            let got = &all.stats.iter().find(|s| s.name == name).unwrap_or_else(|| panic!("no {name}")).values;
+            assert_eq!(got.len(), t);
+            for i in 0..t {
+                let q = &qkv[i * 3 * c + head * d..i * 3 * c + (head + 1) * d];
+                let scores: Vec<f64> = (0..=i)
+                    .map(|j| {
+                        let k = &qkv[j * 3 * c + c + head * d..j * 3 * c + c + (head + 1) * d];
+                        q.iter().zip(k).map(|(a, b)| a * b).sum::<f64>() / (d as f64).sqrt()
+                    })
+                    .collect();
+                let m = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let want = m + scores.iter().map(|s| (s - m).exp()).sum::<f64>().ln();
+                assert!((got[i] as f64 - want).abs() < 1e-4 * want.abs().max(1.0), "{name} at {i}: {} vs {want}", got[i]);
+            }
         }
     }
     // The GPU computes the same pass.

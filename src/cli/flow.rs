@@ -26,7 +26,7 @@ pub struct FlowArgs {
     /// Read every position of the prompt: `residual` becomes (L+1)×T×C,
     /// each node's `values` T×width, `probs` T×256, `lens` (L+1)×T×5,
     /// `attention` L×heads×T×(i+1), `stats` each LayerNorm's μ and 1/σ
-    /// (T each); with --backward the loss is the mean
+    /// and each head's log-sum-exp (T each); with --backward the loss is the mean
     /// over the positions that have a next byte (the last one only with
     /// --target) and each node's `grad` is T×width.
     #[arg(long, conflicts_with = "position")]

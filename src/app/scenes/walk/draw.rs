@@ -294,7 +294,8 @@ pub fn title(slab: &Slab) -> String {
         Source::Attention { head, .. } => format!("P head {head}"),
         Source::Stat(name) => match name.rsplit_once('.') {
             Some((norm, "mean")) => format!("{norm} μ"),
-            Some((norm, _)) => format!("{norm} 1/σ"),
+            Some((norm, "rstd")) => format!("{norm} 1/σ"),
+            Some((_, head)) => format!("P head {head} log Σ e^s"),
             None => short,
         },
         _ => short,
@@ -402,7 +403,9 @@ pub fn spawn(
             };
             let (anchor, at) = (places[0].anchor, places[0].at);
             let text = match &slab.source {
-                Source::Attention { .. } => format!("P  {shape}"),
+                // The heads' normalisers, a row over each P, are named
+                // with P (a label of their own would sit on P's).
+                Source::Attention { .. } => format!("P  {shape}, log Σ e^s over it"),
                 // One label for a LayerNorm's two rows (the μ row's).
                 Source::Stat(name) => format!("{} μ, 1/σ  2 × {}", name.trim_end_matches(".mean"), slab.cols),
                 _ => format!("{}  {shape}", title(slab)),
@@ -410,7 +413,7 @@ pub fn spawn(
             // One label for the deck of heads (the front one's), one for
             // a LayerNorm's statistics.
             let named = !matches!(slab.source, Source::Attention { head, .. } if head > 0)
-                && !matches!(&slab.source, Source::Stat(name) if name.ends_with(".rstd"));
+                && !matches!(&slab.source, Source::Stat(name) if name.ends_with(".rstd") || name.contains(".attn.lse."));
             if named {
                 commands.spawn((
                     Text2d::new(text),

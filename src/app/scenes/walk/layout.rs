@@ -56,7 +56,8 @@ pub enum Source {
     Probs,
     /// The loss at each position, 1 × T.
     Loss,
-    /// A LayerNorm's μ or 1/σ at each position (a flow statistic), 1 × T.
+    /// A flow statistic, 1 × T: a LayerNorm's μ or 1/σ at each position,
+    /// a head's softmax normaliser (log-sum-exp) at each query.
     Stat(String),
 }
 
@@ -415,10 +416,32 @@ pub fn layout(shape: Shape) -> WalkLayout {
                 })
             })
             .collect();
+        // Over each head's P, its softmax's normaliser at each query
+        // (the log-sum-exp of the query's scores, the one number a row
+        // FlashAttention keeps), a cell a query, under P's columns.
+        let normalisers: Vec<usize> = heads
+            .iter()
+            .enumerate()
+            .map(|(head, &p)| {
+                let corner = b.slabs[p].corner + Vec3::Y * (STAT_GAP + POSITION);
+                let name = format!("{h}.attn.lse.{head}");
+                b.push(Slab {
+                    name: name.clone(),
+                    source: Source::Stat(name),
+                    family: TensorFamily::Activation,
+                    rows: 1,
+                    cols: t,
+                    cell: Vec2::splat(POSITION),
+                    corner,
+                    layer: l,
+                })
+            })
+            .collect();
         y -= 3.0 * c as f32 + OP_GAP;
         let att = b.act(&format!("{h}.attn.y"), c, x, y, l);
         let mut slabs = vec![att, qkv];
         slabs.extend(&heads);
+        slabs.extend(&normalisers);
         b.beat(OpKind::Attention, Some(&format!("{h}.attn.y")), l, slabs);
         y -= c as f32 + OP_GAP;
         let (proj, pb, pw) = b.linear(&format!("{h}.attn.proj"), &format!("{module}.attn.c_proj"), c, c, x, y, l);
