@@ -28,9 +28,9 @@
 // time: all 256 threads stage A's 128×32 and B's 32×128 block (guarded, edges
 // zero-filled, so any M, K, N works), rounded to f16, into workgroup memory,
 // coalesced in whichever direction the layout stores contiguously; then each
-// subgroup loads its A and B tiles from there (coopLoadT) and multiplies.
-// Two builds of this file (gpu/coop.rs fills in VEC4 and the operands'
-// types): where the operands' contiguous sizes are multiples of 4 (every
+// subgroup loads its A and B tiles from there (coopLoad/coopLoadT) and multiplies.
+// Six builds of this file, one a layout and kind (gpu/coop.rs fills in
+// FORM, VEC4 and the operands' types): where the operands' contiguous sizes are multiples of 4 (every
 // preset's), `matmul_coop4_*` binds A and B as vec4<f32>, each thread fetches
 // 4 vec4 of A and 4 of B a step, and fetches the next step's into registers
 // while the subgroups multiply (the global loads' latency hidden behind the
@@ -74,6 +74,9 @@ const LAYOUT_NN: u32 = 1u;
 const LAYOUT_TN: u32 = 2u;
 
 const VEC4: bool = {{VEC4}};
+// The layout this module computes (a constant, so the cooperative loads'
+// control flow is uniform: naga refuses them under a branch on a value).
+const FORM: u32 = {{FORM}};
 
 // A and B: array<f32>, or array<vec4<f32>> in the vec4 build.
 @group(0) @binding(0) var<storage, read> a: array<{{OPERAND}}>;
@@ -82,10 +85,15 @@ const VEC4: bool = {{VEC4}};
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(4) var<uniform> p: MatmulParams;
 
-// As[r * AS + kk]: A's block, row r of the workgroup's 128, k = k0 + kk.
+// A's block (row r of the workgroup's 128, k = k0 + kk) and B's (k, column
+// col), each stored the way its operand is in memory, so a lane's 4
+// consecutive elements land in 4 consecutive halves (a transposing store
+// put 16 lanes on one bank): K-contiguous A at As[r * AS + kk], M-contiguous
+// A (Aᵀ·B) at As[kk * BS + r]; N-contiguous B at Bs[kk * BS + col],
+// K-contiguous B (A·Bᵀ) at Bs[col * AS + kk]. The tiles are then loaded
+// row-major (coopLoadT) or column-major (coopLoad) to match (a_at, b_at).
 var<workgroup> As: array<f16, 5120>;
-// Bs[kk * BS + col]: B's block, k = k0 + kk, column col of the 128.
-var<workgroup> Bs: array<f16, 4352>;
+var<workgroup> Bs: array<f16, 5120>;
 // One 16×16 accumulator tile per subgroup on its way out.
 var<workgroup> Cs: array<f32, 2048>;
 
@@ -94,16 +102,16 @@ var<workgroup> Cs: array<f32, 2048>;
 {{ACCESSORS}}
 
 // A(row, k) of the product, zero outside.
-fn load_a(form: u32, row: u32, k: u32, k_end: u32) -> f32 {
+fn load_a(row: u32, k: u32, k_end: u32) -> f32 {
     if (row >= p.m || k >= k_end) { return 0.0; }
-    if (form == LAYOUT_TN) { return a1(k * p.m + row); }
+    if (FORM == LAYOUT_TN) { return a1(k * p.m + row); }
     return a1(row * p.k + k);
 }
 
 // B(k, col) of the product, zero outside.
-fn load_b(form: u32, k: u32, col: u32, k_end: u32) -> f32 {
+fn load_b(k: u32, col: u32, k_end: u32) -> f32 {
     if (col >= p.n || k >= k_end) { return 0.0; }
-    if (form == LAYOUT_NT) { return b1(col * p.k + k); }
+    if (FORM == LAYOUT_NT) { return b1(col * p.k + k); }
     return b1(k * p.n + col);
 }
 
@@ -112,9 +120,9 @@ fn load_b(form: u32, k: u32, col: u32, k_end: u32) -> f32 {
 // are multiples of 4, so a vec4 is wholly inside or wholly outside).
 // A K-contiguous (A·Bᵀ, A·B): 128 rows × 8 vec4; A M-contiguous (Aᵀ·B):
 // 32 k × 32 vec4 of rows.
-fn fetch_a(form: u32, i: u32, tid: u32, row0: u32, k0: u32, k_end: u32) -> vec4<f32> {
+fn fetch_a(i: u32, tid: u32, row0: u32, k0: u32, k_end: u32) -> vec4<f32> {
     let idx = tid + i * 256u;
-    if (form == LAYOUT_TN) {
+    if (FORM == LAYOUT_TN) {
         let kk = idx / 32u;
         let q = idx % 32u;
         if (k0 + kk >= k_end || row0 + 4u * q >= p.m) { return vec4<f32>(0.0); }
@@ -126,16 +134,17 @@ fn fetch_a(form: u32, i: u32, tid: u32, row0: u32, k0: u32, k_end: u32) -> vec4<
     return a4((row0 + r) * (p.k / 4u) + k0 / 4u + q);
 }
 
-fn put_a(form: u32, i: u32, tid: u32, v: vec4<f32>) {
+fn put_a(i: u32, tid: u32, v: vec4<f32>) {
     let h = vec4<f16>(v);
     let idx = tid + i * 256u;
-    if (form == LAYOUT_TN) {
+    if (FORM == LAYOUT_TN) {
         let kk = idx / 32u;
         let q = idx % 32u;
-        As[(4u * q) * AS + kk] = h.x;
-        As[(4u * q + 1u) * AS + kk] = h.y;
-        As[(4u * q + 2u) * AS + kk] = h.z;
-        As[(4u * q + 3u) * AS + kk] = h.w;
+        let o = kk * BS + 4u * q;
+        As[o] = h.x;
+        As[o + 1u] = h.y;
+        As[o + 2u] = h.z;
+        As[o + 3u] = h.w;
         return;
     }
     let r = idx / 8u;
@@ -148,9 +157,9 @@ fn put_a(form: u32, i: u32, tid: u32, v: vec4<f32>) {
 
 // B N-contiguous (A·B, Aᵀ·B): 32 k × 32 vec4 of columns; B K-contiguous
 // (A·Bᵀ): 128 columns × 8 vec4.
-fn fetch_b(form: u32, i: u32, tid: u32, col0: u32, k0: u32, k_end: u32) -> vec4<f32> {
+fn fetch_b(i: u32, tid: u32, col0: u32, k0: u32, k_end: u32) -> vec4<f32> {
     let idx = tid + i * 256u;
-    if (form == LAYOUT_NT) {
+    if (FORM == LAYOUT_NT) {
         let c = idx / 8u;
         let q = idx % 8u;
         if (col0 + c >= p.n || k0 + 4u * q >= k_end) { return vec4<f32>(0.0); }
@@ -162,16 +171,17 @@ fn fetch_b(form: u32, i: u32, tid: u32, col0: u32, k0: u32, k_end: u32) -> vec4<
     return b4((k0 + kk) * (p.n / 4u) + col0 / 4u + q);
 }
 
-fn put_b(form: u32, i: u32, tid: u32, v: vec4<f32>) {
+fn put_b(i: u32, tid: u32, v: vec4<f32>) {
     let h = vec4<f16>(v);
     let idx = tid + i * 256u;
-    if (form == LAYOUT_NT) {
+    if (FORM == LAYOUT_NT) {
         let c = idx / 8u;
         let q = idx % 8u;
-        Bs[(4u * q) * BS + c] = h.x;
-        Bs[(4u * q + 1u) * BS + c] = h.y;
-        Bs[(4u * q + 2u) * BS + c] = h.z;
-        Bs[(4u * q + 3u) * BS + c] = h.w;
+        let o = c * AS + 4u * q;
+        Bs[o] = h.x;
+        Bs[o + 1u] = h.y;
+        Bs[o + 2u] = h.z;
+        Bs[o + 3u] = h.w;
         return;
     }
     let o = (idx / 32u) * BS + 4u * (idx % 32u);
@@ -181,31 +191,58 @@ fn put_b(form: u32, i: u32, tid: u32, v: vec4<f32>) {
     Bs[o + 3u] = h.w;
 }
 
+// Where A(r, kk) and B(kk, col) of the block are in workgroup memory.
+fn a_at(r: u32, kk: u32) -> u32 {
+    if (FORM == LAYOUT_TN) { return kk * BS + r; }
+    return r * AS + kk;
+}
+
+fn b_at(kk: u32, col: u32) -> u32 {
+    if (FORM == LAYOUT_NT) { return col * AS + kk; }
+    return kk * BS + col;
+}
+
+// A's 16×16 tile at rows r.., k kk.. of the block: row-major where A is
+// K-contiguous, column-major where it is M-contiguous.
+fn a_tile(r: u32, kk: u32) -> coop_mat16x16<f16, A> {
+    let o = a_at(r, kk);
+    if (FORM == LAYOUT_TN) { return coopLoad<coop_mat16x16<f16, A>>(&As[o], BS); }
+    return coopLoadT<coop_mat16x16<f16, A>>(&As[o], AS);
+}
+
+// B's 16×16 tile at k kk.., columns col..: row-major where B is
+// N-contiguous, column-major where it is K-contiguous.
+fn b_tile(kk: u32, col: u32) -> coop_mat16x16<f16, B> {
+    let o = b_at(kk, col);
+    if (FORM == LAYOUT_NT) { return coopLoad<coop_mat16x16<f16, B>>(&Bs[o], AS); }
+    return coopLoadT<coop_mat16x16<f16, B>>(&Bs[o], BS);
+}
+
 // Stages A's 128×32 and B's 32×128 block at k0 as f16, each thread 16 of
 // each; consecutive threads read consecutive addresses in every layout.
-fn stage(form: u32, tid: u32, row0: u32, col0: u32, k0: u32, k_end: u32) {
+fn stage(tid: u32, row0: u32, col0: u32, k0: u32, k_end: u32) {
     for (var i = 0u; i < 16u; i++) {
         let idx = tid + i * 256u;
         var r: u32;
         var kk: u32;
-        if (form == LAYOUT_TN) {
+        if (FORM == LAYOUT_TN) {
             r = idx % BM;
             kk = idx / BM;
         } else {
             r = idx / BK;
             kk = idx % BK;
         }
-        As[r * AS + kk] = f16(load_a(form, row0 + r, k0 + kk, k_end));
+        As[a_at(r, kk)] = f16(load_a(row0 + r, k0 + kk, k_end));
         var col: u32;
         var kb: u32;
-        if (form == LAYOUT_NT) {
+        if (FORM == LAYOUT_NT) {
             col = idx / BK;
             kb = idx % BK;
         } else {
             col = idx % BN;
             kb = idx / BN;
         }
-        Bs[kb * BS + col] = f16(load_b(form, k0 + kb, col0 + col, k_end));
+        Bs[b_at(kb, col)] = f16(load_b(k0 + kb, col0 + col, k_end));
     }
 }
 
@@ -231,7 +268,7 @@ fn write_tile(so: u32, lane: u32, r0: u32, c0: u32, z: u32) {
     }
 }
 
-fn matmul_coop(form: u32, wg: vec3<u32>, tid: u32) {
+fn matmul_coop(wg: vec3<u32>, tid: u32) {
     let sg = tid / 32u;
     let lane = tid % 32u;
     let row0 = wg.y * BM;
@@ -262,56 +299,50 @@ fn matmul_coop(form: u32, wg: vec3<u32>, tid: u32) {
     var vb2 = vec4<f32>(0.0);
     var vb3 = vec4<f32>(0.0);
     if (VEC4) {
-        va0 = fetch_a(form, 0u, tid, row0, k_begin, k_end);
-        va1 = fetch_a(form, 1u, tid, row0, k_begin, k_end);
-        va2 = fetch_a(form, 2u, tid, row0, k_begin, k_end);
-        va3 = fetch_a(form, 3u, tid, row0, k_begin, k_end);
-        vb0 = fetch_b(form, 0u, tid, col0, k_begin, k_end);
-        vb1 = fetch_b(form, 1u, tid, col0, k_begin, k_end);
-        vb2 = fetch_b(form, 2u, tid, col0, k_begin, k_end);
-        vb3 = fetch_b(form, 3u, tid, col0, k_begin, k_end);
+        va0 = fetch_a(0u, tid, row0, k_begin, k_end);
+        va1 = fetch_a(1u, tid, row0, k_begin, k_end);
+        va2 = fetch_a(2u, tid, row0, k_begin, k_end);
+        va3 = fetch_a(3u, tid, row0, k_begin, k_end);
+        vb0 = fetch_b(0u, tid, col0, k_begin, k_end);
+        vb1 = fetch_b(1u, tid, col0, k_begin, k_end);
+        vb2 = fetch_b(2u, tid, col0, k_begin, k_end);
+        vb3 = fetch_b(3u, tid, col0, k_begin, k_end);
     }
 
     for (var k0 = k_begin; k0 < k_end; k0 += BK) {
         workgroupBarrier();
         if (VEC4) {
-            put_a(form, 0u, tid, va0);
-            put_a(form, 1u, tid, va1);
-            put_a(form, 2u, tid, va2);
-            put_a(form, 3u, tid, va3);
-            put_b(form, 0u, tid, vb0);
-            put_b(form, 1u, tid, vb1);
-            put_b(form, 2u, tid, vb2);
-            put_b(form, 3u, tid, vb3);
+            put_a(0u, tid, va0);
+            put_a(1u, tid, va1);
+            put_a(2u, tid, va2);
+            put_a(3u, tid, va3);
+            put_b(0u, tid, vb0);
+            put_b(1u, tid, vb1);
+            put_b(2u, tid, vb2);
+            put_b(3u, tid, vb3);
         } else {
-            stage(form, tid, row0, col0, k0, k_end);
+            stage(tid, row0, col0, k0, k_end);
         }
         workgroupBarrier();
         // The next step's operands, in flight while this one multiplies.
         let next = k0 + BK;
         if (VEC4 && next < k_end) {
-            va0 = fetch_a(form, 0u, tid, row0, next, k_end);
-            va1 = fetch_a(form, 1u, tid, row0, next, k_end);
-            va2 = fetch_a(form, 2u, tid, row0, next, k_end);
-            va3 = fetch_a(form, 3u, tid, row0, next, k_end);
-            vb0 = fetch_b(form, 0u, tid, col0, next, k_end);
-            vb1 = fetch_b(form, 1u, tid, col0, next, k_end);
-            vb2 = fetch_b(form, 2u, tid, col0, next, k_end);
-            vb3 = fetch_b(form, 3u, tid, col0, next, k_end);
+            va0 = fetch_a(0u, tid, row0, next, k_end);
+            va1 = fetch_a(1u, tid, row0, next, k_end);
+            va2 = fetch_a(2u, tid, row0, next, k_end);
+            va3 = fetch_a(3u, tid, row0, next, k_end);
+            vb0 = fetch_b(0u, tid, col0, next, k_end);
+            vb1 = fetch_b(1u, tid, col0, next, k_end);
+            vb2 = fetch_b(2u, tid, col0, next, k_end);
+            vb3 = fetch_b(3u, tid, col0, next, k_end);
         }
         for (var kk = 0u; kk < BK; kk += 16u) {
-            let ao0 = wr * AS + kk;
-            let a0 = coopLoadT<coop_mat16x16<f16, A>>(&As[ao0], AS);
-            let ao1 = (wr + 16u) * AS + kk;
-            let a1 = coopLoadT<coop_mat16x16<f16, A>>(&As[ao1], AS);
-            let bo0 = kk * BS + wc;
-            let b0 = coopLoadT<coop_mat16x16<f16, B>>(&Bs[bo0], BS);
-            let bo1 = kk * BS + wc + 16u;
-            let b1 = coopLoadT<coop_mat16x16<f16, B>>(&Bs[bo1], BS);
-            let bo2 = kk * BS + wc + 32u;
-            let b2 = coopLoadT<coop_mat16x16<f16, B>>(&Bs[bo2], BS);
-            let bo3 = kk * BS + wc + 48u;
-            let b3 = coopLoadT<coop_mat16x16<f16, B>>(&Bs[bo3], BS);
+            let a0 = a_tile(wr, kk);
+            let a1 = a_tile(wr + 16u, kk);
+            let b0 = b_tile(kk, wc);
+            let b1 = b_tile(kk, wc + 16u);
+            let b2 = b_tile(kk, wc + 32u);
+            let b3 = b_tile(kk, wc + 48u);
             c00 = coopMultiplyAdd(a0, b0, c00);
             c01 = coopMultiplyAdd(a0, b1, c01);
             c02 = coopMultiplyAdd(a0, b2, c02);
@@ -361,19 +392,9 @@ fn matmul_coop(form: u32, wg: vec3<u32>, tid: u32) {
     write_tile(so, lane, r1, col0 + wc + 48u, z);
 }
 
-// The entry points' names: matmul_coop_* in the element build,
-// matmul_coop4_* in the vec4 one.
+// The entry point: matmul_coop_{nt,nn,tn} in the element build,
+// matmul_coop4_{nt,nn,tn} in the vec4 one (one a module).
 @compute @workgroup_size(256)
-fn {{ENTRY}}_nt(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
-    matmul_coop(LAYOUT_NT, wg, tid);
-}
-
-@compute @workgroup_size(256)
-fn {{ENTRY}}_nn(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
-    matmul_coop(LAYOUT_NN, wg, tid);
-}
-
-@compute @workgroup_size(256)
-fn {{ENTRY}}_tn(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
-    matmul_coop(LAYOUT_TN, wg, tid);
+fn {{ENTRY}}(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    matmul_coop(wg, tid);
 }

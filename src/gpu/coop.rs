@@ -38,17 +38,24 @@ pub fn vec4_fits(layout: super::matmul_tiles::Layout, [m, k, n]: [usize; 3]) -> 
     }
 }
 
-/// Workgroup memory of [`TRAINING_SOURCE`]: A's 128×40 and B's 32×136
-/// staged halves, eight 16×16 f32 tiles.
-pub const TRAINING_WORKGROUP_BYTES: u32 = 128 * 40 * 2 + 32 * 136 * 2 + 8 * 256 * 4;
+/// Workgroup memory of [`TRAINING_SOURCE`]: A's and B's staged blocks
+/// (5120 halves each: 128 rows of 40, or 32 of 136), eight 16×16 f32 tiles.
+pub const TRAINING_WORKGROUP_BYTES: u32 = 5120 * 2 * 2 + 8 * 256 * 4;
 
 /// [`TRAINING_SOURCE`] as compiled: the extensions it needs enabled first,
-/// then the common declarations; the element build, or the vec4 one.
-pub fn training_source(head_dim: usize, lab: crate::model::config::Lab, vec4: bool) -> String {
-    let (operand, entry, accessors) = if vec4 {
+/// then the common declarations; the element build or the vec4 one, of one
+/// layout (its entry point is that layout's of [`TRAINING_ENTRIES`] or
+/// [`TRAINING_ENTRIES_VEC4`]).
+pub fn training_source(
+    head_dim: usize,
+    lab: crate::model::config::Lab,
+    vec4: bool,
+    layout: super::matmul_tiles::Layout,
+) -> String {
+    let entry = if vec4 { TRAINING_ENTRIES_VEC4 } else { TRAINING_ENTRIES }[layout.index()];
+    let (operand, accessors) = if vec4 {
         (
             "vec4<f32>",
-            "matmul_coop4",
             "fn a1(i: u32) -> f32 { return a[i / 4u][i % 4u]; }\n\
              fn b1(i: u32) -> f32 { return b[i / 4u][i % 4u]; }\n\
              fn a4(i: u32) -> vec4<f32> { return a[i]; }\n\
@@ -57,7 +64,6 @@ pub fn training_source(head_dim: usize, lab: crate::model::config::Lab, vec4: bo
     } else {
         (
             "f32",
-            "matmul_coop",
             "fn a1(i: u32) -> f32 { return a[i]; }\n\
              fn b1(i: u32) -> f32 { return b[i]; }\n\
              fn a4(i: u32) -> vec4<f32> { return vec4<f32>(a[4u * i], a[4u * i + 1u], a[4u * i + 2u], a[4u * i + 3u]); }\n\
@@ -66,6 +72,7 @@ pub fn training_source(head_dim: usize, lab: crate::model::config::Lab, vec4: bo
     };
     let source = TRAINING_SOURCE
         .replace("{{VEC4}}", &vec4.to_string())
+        .replace("{{FORM}}", &format!("{}u", layout.index()))
         .replace("{{OPERAND}}", operand)
         .replace("{{ENTRY}}", entry)
         .replace("{{ACCESSORS}}", accessors);
@@ -240,8 +247,10 @@ mod tests {
     /// so this is what CI can check of it; the H100 host runs it.
     #[test]
     fn the_training_kernel_validates_and_writes_spirv() {
-        for (head_dim, vec4) in [(16, false), (64, false), (16, true), (64, true)] {
-            let source = training_source(head_dim, crate::model::config::Lab::default(), vec4);
+        use crate::gpu::matmul_tiles::Layout;
+        let builds = [(16, false), (64, false), (16, true), (64, true)];
+        for ((head_dim, vec4), layout) in builds.into_iter().flat_map(|b| Layout::ALL.map(|l| (b, l))) {
+            let source = training_source(head_dim, crate::model::config::Lab::default(), vec4, layout);
             let module = naga::front::wgsl::parse_str(&source).unwrap_or_else(|e| panic!("{}", e.emit_to_string(&source)));
             let caps = naga::valid::Capabilities::SHADER_FLOAT16 | naga::valid::Capabilities::COOPERATIVE_MATRIX;
             let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
@@ -253,9 +262,9 @@ mod tests {
             };
             let words = naga::back::spv::write_vec(&module, &info, &options, None).expect("SPIR-V");
             assert!(words.len() > 1000, "{} words of SPIR-V", words.len());
-            for entry in if vec4 { TRAINING_ENTRIES_VEC4 } else { TRAINING_ENTRIES } {
-                assert!(module.entry_points.iter().any(|e| e.name == entry), "no entry point {entry}");
-            }
+            let entry = if vec4 { TRAINING_ENTRIES_VEC4 } else { TRAINING_ENTRIES }[layout.index()];
+            let names: Vec<&str> = module.entry_points.iter().map(|e| e.name.as_str()).collect();
+            assert_eq!(names, [entry]);
         }
     }
 

@@ -351,11 +351,14 @@ impl Kernels {
                 // with them (its source enables what others lack).
                 if device.features().contains(super::coop::FEATURES) {
                     for (vec4, entries) in [
-                        (false, super::coop::TRAINING_ENTRIES),
-                        (true, super::coop::TRAINING_ENTRIES_VEC4),
+                        (false, &super::coop::TRAINING_ENTRIES),
+                        (true, &super::coop::TRAINING_ENTRIES_VEC4),
                     ] {
-                        let source = super::coop::training_source(head_dim, lab, vec4);
-                        add(trusted_module(device, entries[0], source), &entries);
+                        for layout in super::matmul_tiles::Layout::ALL {
+                            let entry = &entries[layout.index()..=layout.index()];
+                            let source = super::coop::training_source(head_dim, lab, vec4, layout);
+                            add(trusted_module(device, entry[0], source), entry);
+                        }
                     }
                 }
             }
