@@ -6,7 +6,8 @@
 // memory, so the master weights, the activations and every other op are the
 // f32 program's.
 //
-// Bindings (group 0), matmul.wgsl's:
+// Bindings (group 0), matmul.wgsl's (A and B read as vec4<f32> in the vec4
+// build, below):
 //   @binding(0) a:    array<f32>        operand A (layout below)
 //   @binding(1) b:    array<f32>        operand B (layout below)
 //   @binding(2) c:    array<f32>        C (M, N) row-major; read too when ACCUMULATE
@@ -29,9 +30,10 @@
 // zero-filled, so any M, K, N works), rounded to f16, into workgroup memory,
 // coalesced in whichever direction the layout stores contiguously; then each
 // subgroup loads its A and B tiles from there (coopLoad/coopLoadT) and multiplies.
-// Six builds of this file, one a layout and kind (gpu/coop.rs fills in
-// FORM, VEC4 and the operands' types): where the operands' contiguous sizes are multiples of 4 (every
-// preset's), `matmul_coop4_*` binds A and B as vec4<f32>, each thread fetches
+// Six builds of this file, one a layout and kind, each with its one entry
+// point (gpu/coop.rs fills in FORM, VEC4, ENTRY and the operands' types):
+// where the operands' contiguous sizes are multiples of 4 (every preset's),
+// `matmul_coop4_*` binds A and B as vec4<f32>, each thread fetches
 // 4 vec4 of A and 4 of B a step, and fetches the next step's into registers
 // while the subgroups multiply (the global loads' latency hidden behind the
 // tensor cores); elsewhere `matmul_coop_*` stages element by element.
