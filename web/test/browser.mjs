@@ -413,10 +413,12 @@ async function scenesRun(base) {
       [
         // The plain address: the 3D walk-through of the shipped trained
         // model, its pass computed on the page's CPU, the tour's beats laid
-        // out and its tensors drawn.
+        // out and its tensors drawn. The page fetches the model, so the
+        // walk may lay out the untrained one first: ready once the trained
+        // one is in (or the walk failed; TIMEOUT_S if it never comes).
         "walk",
         "",
-        (s) => s.scene === "flow" && (s.walk?.beats > 0 || s.walk?.error),
+        (s) => s.scene === "flow" && ((s.walk?.beats > 0 && s.step >= 1000) || s.walk?.error),
         (s) => {
           if (s.walk.error) return `the walk-through could not be computed: ${s.walk.error}`;
           if (s.walk.device !== "cpu") return `the walk-through does not say it was computed on the page's CPU: ${JSON.stringify(s.walk)}`;
