@@ -390,7 +390,15 @@ pub fn spawn(
             // for that, over it (a weight's ending at its right edge, so it
             // never meets its output's).
             let top_right = slab.corner + Vec3::X * size.x;
-            let places = if slab.family == TensorFamily::Weight {
+            let places = if matches!(slab.source, Source::Stat(_)) {
+                // A LayerNorm's statistics sit right under its output:
+                // beside them, right or left, never over them (that is
+                // over the output).
+                vec![
+                    Place { at: top_right, anchor: Anchor::TOP_LEFT, offset_px: Vec2::new(8.0, 0.0) },
+                    Place { at: slab.corner, anchor: Anchor::TOP_RIGHT, offset_px: Vec2::new(-8.0, 0.0) },
+                ]
+            } else if slab.family == TensorFamily::Weight {
                 vec![
                     Place { at: slab.corner, anchor: Anchor::TOP_RIGHT, offset_px: Vec2::new(-8.0, 0.0) },
                     Place { at: top_right, anchor: Anchor::BOTTOM_RIGHT, offset_px: Vec2::new(0.0, 4.0) },

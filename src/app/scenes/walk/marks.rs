@@ -3,7 +3,8 @@
 //! prompt's last byte) is outlined, and so is what it reads — for a
 //! matmul the weight's row across and the input's column down, which meet
 //! at that cell (the layout's one rule); for the other ops the same
-//! feature of each input, and of γ, β or the bias. The narration gives the
+//! feature of each input, and of γ, β or the bias (and a LayerNorm's μ
+//! and 1/σ at the byte, in the rows under it). The narration gives the
 //! formula with its largest terms filled in, beside the program's number.
 
 use super::compute::Computed;
@@ -71,6 +72,8 @@ pub fn marks_of(walk: &WalkLayout, computed: &Computed, beat: usize) -> Vec<(usi
             (Source::Node(_), _) if reads_column => (whole_rows, (p, p + 1)),
             // An elementwise op's input: the same feature, same byte.
             (Source::Node(_), _) if slab.rows == out.rows => ((j, j + 1), (p, p + 1)),
+            // A LayerNorm's μ and 1/σ at the byte (the formula's μ and σ).
+            (Source::Stat(_), _) => ((0, 1), (p, p + 1)),
             _ => continue,
         };
         marks.push((s, mark.0, mark.1));
