@@ -72,7 +72,8 @@ pub fn marks_of(walk: &WalkLayout, computed: &Computed, beat: usize) -> Vec<(usi
             (Source::Node(_), _) if reads_column => (whole_rows, (p, p + 1)),
             // An elementwise op's input: the same feature, same byte.
             (Source::Node(_), _) if slab.rows == out.rows => ((j, j + 1), (p, p + 1)),
-            // A LayerNorm's μ and 1/σ at the byte (the formula's μ and σ).
+            // A LayerNorm's μ and 1/σ at the byte (the formula's μ and σ),
+            // or each head's log Σ e^s at the query.
             (Source::Stat(_), _) => ((0, 1), (p, p + 1)),
             _ => continue,
         };
