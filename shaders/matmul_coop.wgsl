@@ -270,6 +270,54 @@ fn write_tile(so: u32, lane: u32, r0: u32, c0: u32, z: u32) {
     }
 }
 
+// Stores accumulator tile `acc` to the subgroup's scratch at Cs[so..] and
+// writes it out (write_tile); every subgroup calls it alike, so the
+// barriers are uniform.
+fn emit_tile(acc: coop_mat16x16<f32, C>, so: u32, lane: u32, r0: u32, c0: u32, z: u32) {
+    workgroupBarrier();
+    coopStoreT(acc, &Cs[so], 16u);
+    workgroupBarrier();
+    write_tile(so, lane, r0, c0, z);
+}
+
+// The vec4 build's fetches of one K step, held in registers: this
+// thread's 4 vec4 of A and 4 of B (fetch_a, fetch_b).
+struct Fetched {
+    a0: vec4<f32>,
+    a1: vec4<f32>,
+    a2: vec4<f32>,
+    a3: vec4<f32>,
+    b0: vec4<f32>,
+    b1: vec4<f32>,
+    b2: vec4<f32>,
+    b3: vec4<f32>,
+}
+
+fn fetch(tid: u32, row0: u32, col0: u32, k0: u32, k_end: u32) -> Fetched {
+    return Fetched(
+        fetch_a(0u, tid, row0, k0, k_end),
+        fetch_a(1u, tid, row0, k0, k_end),
+        fetch_a(2u, tid, row0, k0, k_end),
+        fetch_a(3u, tid, row0, k0, k_end),
+        fetch_b(0u, tid, col0, k0, k_end),
+        fetch_b(1u, tid, col0, k0, k_end),
+        fetch_b(2u, tid, col0, k0, k_end),
+        fetch_b(3u, tid, col0, k0, k_end),
+    );
+}
+
+// Stages a step's fetches into workgroup memory as f16 (put_a, put_b).
+fn put(tid: u32, f: Fetched) {
+    put_a(0u, tid, f.a0);
+    put_a(1u, tid, f.a1);
+    put_a(2u, tid, f.a2);
+    put_a(3u, tid, f.a3);
+    put_b(0u, tid, f.b0);
+    put_b(1u, tid, f.b1);
+    put_b(2u, tid, f.b2);
+    put_b(3u, tid, f.b3);
+}
+
 fn matmul_coop(wg: vec3<u32>, tid: u32) {
     let sg = tid / 32u;
     let lane = tid % 32u;
@@ -292,36 +340,15 @@ fn matmul_coop(wg: vec3<u32>, tid: u32) {
     var c13 = coop_mat16x16<f32, C>();
 
     // The vec4 build's first step, fetched into registers.
-    var va0 = vec4<f32>(0.0);
-    var va1 = vec4<f32>(0.0);
-    var va2 = vec4<f32>(0.0);
-    var va3 = vec4<f32>(0.0);
-    var vb0 = vec4<f32>(0.0);
-    var vb1 = vec4<f32>(0.0);
-    var vb2 = vec4<f32>(0.0);
-    var vb3 = vec4<f32>(0.0);
+    var fetched = Fetched();
     if (VEC4) {
-        va0 = fetch_a(0u, tid, row0, k_begin, k_end);
-        va1 = fetch_a(1u, tid, row0, k_begin, k_end);
-        va2 = fetch_a(2u, tid, row0, k_begin, k_end);
-        va3 = fetch_a(3u, tid, row0, k_begin, k_end);
-        vb0 = fetch_b(0u, tid, col0, k_begin, k_end);
-        vb1 = fetch_b(1u, tid, col0, k_begin, k_end);
-        vb2 = fetch_b(2u, tid, col0, k_begin, k_end);
-        vb3 = fetch_b(3u, tid, col0, k_begin, k_end);
+        fetched = fetch(tid, row0, col0, k_begin, k_end);
     }
 
     for (var k0 = k_begin; k0 < k_end; k0 += BK) {
         workgroupBarrier();
         if (VEC4) {
-            put_a(0u, tid, va0);
-            put_a(1u, tid, va1);
-            put_a(2u, tid, va2);
-            put_a(3u, tid, va3);
-            put_b(0u, tid, vb0);
-            put_b(1u, tid, vb1);
-            put_b(2u, tid, vb2);
-            put_b(3u, tid, vb3);
+            put(tid, fetched);
         } else {
             stage(tid, row0, col0, k0, k_end);
         }
@@ -329,14 +356,7 @@ fn matmul_coop(wg: vec3<u32>, tid: u32) {
         // The next step's operands, in flight while this one multiplies.
         let next = k0 + BK;
         if (VEC4 && next < k_end) {
-            va0 = fetch_a(0u, tid, row0, next, k_end);
-            va1 = fetch_a(1u, tid, row0, next, k_end);
-            va2 = fetch_a(2u, tid, row0, next, k_end);
-            va3 = fetch_a(3u, tid, row0, next, k_end);
-            vb0 = fetch_b(0u, tid, col0, next, k_end);
-            vb1 = fetch_b(1u, tid, col0, next, k_end);
-            vb2 = fetch_b(2u, tid, col0, next, k_end);
-            vb3 = fetch_b(3u, tid, col0, next, k_end);
+            fetched = fetch(tid, row0, col0, next, k_end);
         }
         for (var kk = 0u; kk < BK; kk += 16u) {
             let a0 = a_tile(wr, kk);
@@ -360,38 +380,14 @@ fn matmul_coop(wg: vec3<u32>, tid: u32) {
     let so = sg * 256u;
     let r0 = row0 + wr;
     let r1 = row0 + wr + 16u;
-    workgroupBarrier();
-    coopStoreT(c00, &Cs[so], 16u);
-    workgroupBarrier();
-    write_tile(so, lane, r0, col0 + wc, z);
-    workgroupBarrier();
-    coopStoreT(c01, &Cs[so], 16u);
-    workgroupBarrier();
-    write_tile(so, lane, r0, col0 + wc + 16u, z);
-    workgroupBarrier();
-    coopStoreT(c02, &Cs[so], 16u);
-    workgroupBarrier();
-    write_tile(so, lane, r0, col0 + wc + 32u, z);
-    workgroupBarrier();
-    coopStoreT(c03, &Cs[so], 16u);
-    workgroupBarrier();
-    write_tile(so, lane, r0, col0 + wc + 48u, z);
-    workgroupBarrier();
-    coopStoreT(c10, &Cs[so], 16u);
-    workgroupBarrier();
-    write_tile(so, lane, r1, col0 + wc, z);
-    workgroupBarrier();
-    coopStoreT(c11, &Cs[so], 16u);
-    workgroupBarrier();
-    write_tile(so, lane, r1, col0 + wc + 16u, z);
-    workgroupBarrier();
-    coopStoreT(c12, &Cs[so], 16u);
-    workgroupBarrier();
-    write_tile(so, lane, r1, col0 + wc + 32u, z);
-    workgroupBarrier();
-    coopStoreT(c13, &Cs[so], 16u);
-    workgroupBarrier();
-    write_tile(so, lane, r1, col0 + wc + 48u, z);
+    emit_tile(c00, so, lane, r0, col0 + wc, z);
+    emit_tile(c01, so, lane, r0, col0 + wc + 16u, z);
+    emit_tile(c02, so, lane, r0, col0 + wc + 32u, z);
+    emit_tile(c03, so, lane, r0, col0 + wc + 48u, z);
+    emit_tile(c10, so, lane, r1, col0 + wc, z);
+    emit_tile(c11, so, lane, r1, col0 + wc + 16u, z);
+    emit_tile(c12, so, lane, r1, col0 + wc + 32u, z);
+    emit_tile(c13, so, lane, r1, col0 + wc + 48u, z);
 }
 
 // The entry point: matmul_coop_{nt,nn,tn} in the element build,

@@ -247,6 +247,7 @@ mod tests {
     /// so this is what CI can check of it; the H100 host runs it.
     #[test]
     fn the_training_kernel_validates_and_writes_spirv() {
+        use wgpu::naga;
         use crate::gpu::matmul_tiles::Layout;
         let builds = [(16, false), (64, false), (16, true), (64, true)];
         for ((head_dim, vec4), layout) in builds.into_iter().flat_map(|b| Layout::ALL.map(|l| (b, l))) {
