@@ -34,6 +34,7 @@ pub const SCENES: [&str; 9] = [
 /// The lessons shipped in `scenes/`, in teaching order: (name, RON source).
 pub const BUILTIN_LESSONS: &[(&str, &str)] = &[
     ("next-byte", include_str!("../scenes/next-byte.ron")),
+    ("one-byte", include_str!("../scenes/one-byte.ron")),
     ("tokens", include_str!("../scenes/tokens.ron")),
     (
         "watch-it-learn",
@@ -55,6 +56,7 @@ pub const BUILTIN_LESSONS: &[(&str, &str)] = &[
 /// file's, so they are written once and a translation cannot change them.
 pub const TRANSLATED_LESSONS: &[(&str, &str, &str)] = &[
     ("es", "next-byte", include_str!("../scenes/es/next-byte.ron")),
+    ("es", "one-byte", include_str!("../scenes/es/one-byte.ron")),
     ("es", "tokens", include_str!("../scenes/es/tokens.ron")),
     ("es", "watch-it-learn", include_str!("../scenes/es/watch-it-learn.ron")),
     ("es", "attention", include_str!("../scenes/es/attention.ron")),
@@ -66,6 +68,7 @@ pub const TRANSLATED_LESSONS: &[(&str, &str, &str)] = &[
     ("es", "why-gpus-win", include_str!("../scenes/es/why-gpus-win.ron")),
     ("es", "break-it", include_str!("../scenes/es/break-it.ron")),
     ("zh", "next-byte", include_str!("../scenes/zh/next-byte.ron")),
+    ("zh", "one-byte", include_str!("../scenes/zh/one-byte.ron")),
     ("zh", "tokens", include_str!("../scenes/zh/tokens.ron")),
     ("zh", "watch-it-learn", include_str!("../scenes/zh/watch-it-learn.ron")),
     ("zh", "attention", include_str!("../scenes/zh/attention.ron")),

@@ -1492,7 +1492,47 @@ fn headless_walks_every_step_of_every_lesson() {
             assert_eq!(r["ui"]["scene_tabs"], true, "{line}");
             assert_eq!(r["ui"]["end_lesson"], true, "{line}");
             assert_regions_drawn(&r, &shot, &["narration"], (200, 60), 0.2);
+            if step.scene == "flow" {
+                check_walk_step(&r, step);
+            }
         }
+    }
+}
+
+/// A lesson step of *Inside the model* opens the tour where it says: its
+/// focus's beat (a tensor's op, `grad.` for its backward beat, a layer's
+/// first op, AdamW's update), paused; a step that plays the backward pass
+/// is playing it.
+fn check_walk_step(r: &serde_json::Value, step: &tinygpt::lesson::LessonStep) {
+    use tinygpt::lesson::{Action, Focus};
+    let line = r.to_string();
+    let walk = &r["walk"];
+    let beats = walk["beats"].as_array().unwrap();
+    assert!(!beats.is_empty(), "{line}");
+    let beat = walk["beat"].as_u64().unwrap() as usize;
+    let find = |pass: &str, f: &dyn Fn(&serde_json::Value) -> bool| {
+        beats.iter().position(|b| b["pass"] == pass && f(b)).unwrap_or_else(|| panic!("no beat for {:?}: {line}", step.focus))
+    };
+    let expected = match &step.focus {
+        Focus::Tensor(name) => Some(match name.strip_prefix("grad.") {
+            Some(node) => find("backward", &|b| b["node"] == node),
+            None => find("forward", &|b| b["node"] == name.as_str()),
+        }),
+        Focus::Layer(name) if name == "head" => Some(find("forward", &|b| b["kind"] == "logits")),
+        Focus::Layer(name) => {
+            let layer: u64 = name.strip_prefix("h.").unwrap().parse().unwrap();
+            Some(find("forward", &|b| b["layer"] == layer))
+        }
+        Focus::Stage(_) => Some(find("update", &|_| true)),
+        _ => None,
+    };
+    if let Some(k) = expected {
+        assert_eq!(beat, k, "`{}` opens at its beat {}: {line}", step.title, beats[k]);
+        assert_eq!(walk["playing"], false, "{line}");
+    }
+    if step.action == Some(Action::PlayBackward) {
+        assert_eq!(beats[beat]["pass"], "backward", "{line}");
+        assert_eq!(walk["playing"], true, "{line}");
     }
 }
 
@@ -1595,11 +1635,11 @@ fn a_workshop_and_its_handout_speak_spanish_and_chinese() {
         let code = language.code();
         let shot = dir.join(format!("workshop-{code}.png"));
         let r = run_headless(
-            &["app", "--headless", "--lesson", "next-byte", "--lesson-step", "3", "--locked", "--lang", code, "--frames", "30", "--width", "1280", "--height", "720"],
+            &["app", "--headless", "--lesson", "one-byte", "--lesson-step", "3", "--locked", "--lang", code, "--frames", "30", "--width", "1280", "--height", "720"],
             &shot,
         );
         let line = r.to_string();
-        let lesson = tinygpt::lesson::Lesson::load_in("next-byte", language).unwrap();
+        let lesson = tinygpt::lesson::Lesson::load_in("one-byte", language).unwrap();
         assert_eq!(r["language"], code, "{line}");
         assert_eq!(r["lesson"]["title"], lesson.title.as_str(), "{line}");
         assert_eq!(r["lesson"]["step_title"], lesson.steps[2].title.as_str(), "{line}");
@@ -2105,7 +2145,7 @@ fn headless_flow_scene_plays_the_passes_where_it_says() {
     for (step, size, pass) in [("3", ("1920", "1080"), "forward"), ("6", ("1280", "720"), "backward"), ("6", ("1920", "1080"), "backward")] {
         let shot = dir.join(format!("flow-{step}-{}.png", size.0));
         let r = run_headless(
-            &["app", "--headless", "--lesson", "next-byte", "--lesson-step", step, "--frames", "120", "--width", size.0, "--height", size.1],
+            &["app", "--headless", "--lesson", "one-byte", "--lesson-step", step, "--frames", "120", "--width", size.0, "--height", size.1],
             &shot,
         );
         let line = r.to_string();

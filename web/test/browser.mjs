@@ -378,10 +378,10 @@ async function scenesRun(base) {
         // A workshop link in Chinese: the page fetches the CJK font (only
         // now: it is not in the wasm), and the app switches once it is in.
         "chinese",
-        "lesson=next-byte&step=3&locked=1&lang=zh",
+        "lesson=one-byte&step=3&locked=1&lang=zh",
         (s) => s.language === "zh" && s.lesson?.narration_drawn && (s.path?.nodes > 0 || s.path?.error),
         (s, asked) => {
-          if (s.lesson?.name !== "next-byte" || s.lesson?.step !== 3) return `the lesson is not on screen: ${JSON.stringify(s.lesson)}`;
+          if (s.lesson?.name !== "one-byte" || s.lesson?.step !== 3) return `the lesson is not on screen: ${JSON.stringify(s.lesson)}`;
           if (s.path?.error) return `the flow could not be computed: ${s.path.error}`;
           if (!asked.some((p) => p.endsWith("/fonts/NotoSansCJKsc-subset.otf"))) return `the CJK font was not fetched: ${JSON.stringify(asked)}`;
           return null;
@@ -391,7 +391,7 @@ async function scenesRun(base) {
         // The same in Spanish: its letters are in the label font, so the
         // page fetches no other font.
         "spanish",
-        "lesson=next-byte&step=3&locked=1&lang=es",
+        "lesson=one-byte&step=3&locked=1&lang=es",
         (s) => s.language === "es" && s.lesson?.narration_drawn && (s.path?.nodes > 0 || s.path?.error),
         (s, asked) => {
           if (s.path?.error) return `the flow could not be computed: ${s.path.error}`;

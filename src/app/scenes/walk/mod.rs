@@ -22,6 +22,7 @@ mod compute;
 mod context;
 mod draw;
 mod layout;
+mod lesson;
 mod look;
 mod marks;
 mod numbers;
@@ -65,6 +66,8 @@ pub struct WalkView {
     /// A zoom to open with, centred on the beat's output (`--walk-zoom`),
     /// until the picture is laid out.
     pub zoom_on_output: Option<f32>,
+    /// A lesson step's requests, applied once the picture is laid out.
+    pub wanted: Vec<lesson::Wanted>,
 }
 
 impl Default for WalkView {
@@ -78,6 +81,7 @@ impl Default for WalkView {
             speed: 0.5,
             visited: Vec::new(),
             look: look::Look::default(),
+            wanted: Vec::new(),
             zoom_on_output: None,
         }
     }
@@ -121,6 +125,7 @@ pub struct ScenePlugin;
 impl Plugin for ScenePlugin {
     fn build(&self, app: &mut App) {
         report::register(app);
+        lesson::register(app);
         let (start, zoom) = app
             .world()
             .get_resource::<super::SceneStart>()
@@ -148,6 +153,7 @@ impl Plugin for ScenePlugin {
                     new_run,
                     ask,
                     rebuild,
+                    lesson::apply_wanted,
                     keys,
                     advance,
                     look::steer,

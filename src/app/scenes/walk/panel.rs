@@ -89,7 +89,13 @@ pub fn panels(
     quads: Query<&super::draw::SlabQuad>,
     mut narration_height: ResMut<NarrationHeight>,
     mut knockouts: ResMut<Knockouts>,
-    (mut next_scene, mut pending, sweep): (ResMut<NextState<Scene>>, ResMut<PendingFocus>, Res<super::sweep::Sweep>),
+    (mut next_scene, mut pending, sweep, lesson, mut details): (
+        ResMut<NextState<Scene>>,
+        ResMut<PendingFocus>,
+        Res<super::sweep::Sweep>,
+        Res<crate::app::lesson::LessonPlayer>,
+        Local<Option<bool>>,
+    ),
 ) -> Result {
     let ctx = contexts.ctx_mut()?;
     let (Some(at), Some(run)) = (ui_state.central_rect(ctx), run) else {
@@ -165,6 +171,15 @@ pub fn panels(
     let k = view.beat().min(beats - 1);
     let mut link: Option<(Scene, Focus)> = None;
     let (title, body) = narration(&shown, &compute, &run, k).unwrap_or_default();
+    // The card folds where it would crowd the picture out: under a
+    // lesson's narration (which tells the step) it keeps the beat's title
+    // and the scrubber; in a short view (1280×720 with the panels open) the
+    // beat's text too. "more" unfolds the rest.
+    let lesson_open = lesson.lesson.is_some();
+    let short = at.height() * ctx.zoom_factor() < 760.0;
+    let folds = lesson_open || short;
+    let open = details.unwrap_or(!folds);
+    let show_body = open || !lesson_open;
     let drawn = egui::Area::new(egui::Id::new("walk-narration"))
         .pivot(egui::Align2::LEFT_BOTTOM)
         .fixed_pos(egui::pos2(at.min.x + 8.0, at.max.y - 6.0))
@@ -175,29 +190,19 @@ pub fn panels(
                 ui.horizontal(|ui| {
                     ui.label(egui::RichText::new(format!("{} / {}", k + 1, beats)).weak());
                     ui.label(egui::RichText::new(title).strong().size(20.0));
-                });
-                ui.add(egui::Label::new(egui::RichText::new(body).size(16.0)).wrap_mode(egui::TextWrapMode::Wrap));
-                if let Some((formula, filled)) = worked_lines(&shown, &compute, k) {
-                    ui.label(egui::RichText::new(formula).monospace().size(14.0).color(egui::Color32::from_rgb(255, 237, 89)));
-                    ui.add(egui::Label::new(egui::RichText::new(filled).monospace().size(14.0)).wrap_mode(egui::TextWrapMode::Wrap));
-                }
-                // The dot product added term by term (the cursor in the
-                // picture is on the term just added).
-                if let Some(line) = super::sweep::line(&sweep) {
-                    ui.label(egui::RichText::new(line).monospace().size(16.0));
-                }
-                // The flat view's reads at the last byte: the logit lens
-                // and, in attention, where each head looks.
-                let gold = egui::Color32::from_rgb(255, 237, 89);
-                for line in context_lines(&shown, &compute, k) {
-                    ui.add(egui::Label::new(egui::RichText::new(line).size(16.0).color(gold)).wrap_mode(egui::TextWrapMode::Wrap));
-                }
-                ui.horizontal_wrapped(|ui| {
-                    if let Some(line) = scale_line(&shown, &quads, k) {
-                        ui.label(egui::RichText::new(line).weak());
+                    if folds {
+                        let label = if open { crate::t!("walk-less") } else { crate::t!("walk-more") };
+                        if ui.small_button(label).clicked() {
+                            *details = Some(!open);
+                        }
                     }
-                    link = links(ui, &shown, run.config().n_head, k);
                 });
+                if show_body {
+                    ui.add(egui::Label::new(egui::RichText::new(body).size(16.0)).wrap_mode(egui::TextWrapMode::Wrap));
+                }
+                if open {
+                    details_lines(ui, &shown, &compute, &sweep, &quads, run.config().n_head, k, &mut link);
+                }
                 let mut t = view.t;
                 let slider = egui::Slider::new(&mut t, 0.0..=(beats as f32 - 0.01))
                     .show_value(false)
@@ -224,6 +229,43 @@ pub fn panels(
         *narration_height = height;
     }
     Ok(())
+}
+
+/// The card's details of beat `k`: the worked example, the dot product's
+/// running sum, the logit lens and head view, the colour scale and the
+/// links to other scenes.
+#[allow(clippy::too_many_arguments)]
+fn details_lines(
+    ui: &mut egui::Ui,
+    shown: &Shown,
+    compute: &WalkCompute,
+    sweep: &super::sweep::Sweep,
+    quads: &Query<&super::draw::SlabQuad>,
+    n_head: usize,
+    k: usize,
+    link: &mut Option<(Scene, Focus)>,
+) {
+    if let Some((formula, filled)) = worked_lines(shown, compute, k) {
+        ui.label(egui::RichText::new(formula).monospace().size(14.0).color(egui::Color32::from_rgb(255, 237, 89)));
+        ui.add(egui::Label::new(egui::RichText::new(filled).monospace().size(14.0)).wrap_mode(egui::TextWrapMode::Wrap));
+    }
+    // The dot product added term by term (the cursor in the
+    // picture is on the term just added).
+    if let Some(line) = super::sweep::line(sweep) {
+        ui.label(egui::RichText::new(line).monospace().size(16.0));
+    }
+    // The flat view's reads at the last byte: the logit lens
+    // and, in attention, where each head looks.
+    let gold = egui::Color32::from_rgb(255, 237, 89);
+    for line in context_lines(shown, compute, k) {
+        ui.add(egui::Label::new(egui::RichText::new(line).size(16.0).color(gold)).wrap_mode(egui::TextWrapMode::Wrap));
+    }
+    ui.horizontal_wrapped(|ui| {
+        if let Some(line) = scale_line(shown, quads, k) {
+            ui.label(egui::RichText::new(line).weak());
+        }
+        *link = links(ui, shown, n_head, k);
+    });
 }
 
 /// The logit lens and head view lines of beat `k`.
