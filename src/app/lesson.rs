@@ -60,7 +60,7 @@ fn deliver_focus(
 /// A step's action, once when the step opens: the scenes it concerns
 /// observe it (the player itself trains and switches the heatmaps' view).
 #[derive(Event, Clone, Debug)]
-pub struct LessonAction(pub Action);
+pub struct LessonAction(pub Action, pub Scene);
 
 /// The lesson being played, if any, and where in it.
 #[derive(Resource, Default)]
@@ -254,7 +254,7 @@ fn apply_step(
                 }
             }
             // The scenes' own actions.
-            Some(action) => triggers.trigger(LessonAction(action.clone())),
+            Some(action) => triggers.trigger(LessonAction(action.clone(), want)),
         }
     }
 }

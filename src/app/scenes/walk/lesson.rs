@@ -6,7 +6,7 @@
 
 use super::layout::{Beat, OpKind, TourPass};
 use super::{Shown, WalkView};
-use crate::app::lesson::{LessonAction, LessonFocus, LessonPlayer};
+use crate::app::lesson::{LessonAction, LessonFocus};
 use crate::app::scenes::Scene;
 use crate::lesson::{Action, Focus};
 use bevy::prelude::*;
@@ -51,11 +51,7 @@ pub fn beat_for(focus: &Focus, beats: &[Beat]) -> Option<usize> {
 
 /// The first beat of `pass`.
 fn first_of(pass: TourPass, beats: &[Beat]) -> Option<usize> {
-    match pass {
-        // The forward pass opens on the whole model.
-        TourPass::Forward => (!beats.is_empty()).then_some(0),
-        _ => beats.iter().position(|b| b.pass == pass),
-    }
+    beats.iter().position(|b| b.pass == pass)
 }
 
 fn lesson_focus(event: On<LessonFocus>, mut view: ResMut<WalkView>) {
@@ -65,13 +61,8 @@ fn lesson_focus(event: On<LessonFocus>, mut view: ResMut<WalkView>) {
 }
 
 /// A step's action, when the step is the walk-through's.
-fn lesson_action(event: On<LessonAction>, lesson: Res<LessonPlayer>, mut view: ResMut<WalkView>) {
-    let ours = lesson
-        .lesson
-        .as_ref()
-        .and_then(|(_, l)| l.steps.get(lesson.step))
-        .is_some_and(|s| Scene::from_key(&s.scene) == Some(Scene::Walk));
-    if !ours {
+fn lesson_action(event: On<LessonAction>, mut view: ResMut<WalkView>) {
+    if event.1 != Scene::Walk {
         return;
     }
     match &event.0 {

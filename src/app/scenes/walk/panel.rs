@@ -245,8 +245,9 @@ fn details_lines(
     k: usize,
     link: &mut Option<(Scene, Focus)>,
 ) {
+    let gold = egui::Color32::from_rgb(255, 237, 89);
     if let Some((formula, filled)) = worked_lines(shown, compute, k) {
-        ui.label(egui::RichText::new(formula).monospace().size(14.0).color(egui::Color32::from_rgb(255, 237, 89)));
+        ui.label(egui::RichText::new(formula).monospace().size(14.0).color(gold));
         ui.add(egui::Label::new(egui::RichText::new(filled).monospace().size(14.0)).wrap_mode(egui::TextWrapMode::Wrap));
     }
     // The dot product added term by term (the cursor in the
@@ -256,7 +257,6 @@ fn details_lines(
     }
     // The flat view's reads at the last byte: the logit lens
     // and, in attention, where each head looks.
-    let gold = egui::Color32::from_rgb(255, 237, 89);
     for line in context_lines(shown, compute, k) {
         ui.add(egui::Label::new(egui::RichText::new(line).size(16.0).color(gold)).wrap_mode(egui::TextWrapMode::Wrap));
     }
