@@ -71,7 +71,7 @@ pub fn sample(entry: &Entry, ck: &Checkpoint) -> Result<String, String> {
     let prompt = entry.sample_prompt();
     let (n, options) = match entry.task() {
         Some(task) => (
-            task.example_len() - task.prompt_len(),
+            task.split(&task.examples().1[0]).1.len(),
             SampleOptions {
                 temperature: 0.0,
                 top_k: 1,
@@ -168,7 +168,7 @@ pub fn accuracy(
     let correct = examples
         .iter()
         .map(|example| {
-            let (prompt, answer) = example.split_at(task.prompt_len());
+            let (prompt, answer) = task.split(example);
             greedy_answer(generator, task, prompt).map(|given| given == answer)
         })
         .collect::<Result<Vec<bool>, String>>()?
@@ -188,15 +188,16 @@ pub fn greedy_answer(
     task: Task,
     prompt: &[u8],
 ) -> Result<Vec<u8>, String> {
-    if generator.ctx() + 1 < task.example_len() {
+    // The answer (and its newline).
+    let len = task.answer(prompt).len() + usize::from(task.answer_has_newline());
+    if generator.ctx() + 1 < prompt.len() + len {
         return Err(format!(
             "the model's context of {} bytes is shorter than a {} example ({} bytes before its newline)",
             generator.ctx(),
             task.name(),
-            task.example_len() - 1
+            prompt.len() + len - 1
         ));
     }
-    let len = task.example_len() - task.prompt_len();
     let mut logits = generator.prime(prompt);
     let mut given = Vec::with_capacity(len);
     while given.len() < len {

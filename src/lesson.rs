@@ -19,12 +19,13 @@ use std::path::Path;
 
 /// The scene keys a lesson may name (the app's `Scene::key`s; a test in
 /// the app checks the two lists agree).
-pub const SCENES: [&str; 9] = [
+pub const SCENES: [&str; 10] = [
     "flow",
     "path",
     "probe",
     "model",
     "attention",
+    "timelapse",
     "step",
     "flash",
     "correctness",
@@ -173,6 +174,9 @@ pub enum Focus {
     /// A stage of the step that is not an op: `ZeroGrads`, `ClipGradNorm`,
     /// `AdamW`.
     Stage(String),
+    /// A training step of the run's time-lapse: the Time-lapse scene shows
+    /// the frame recorded at it (or the last before it).
+    Step(u64),
 }
 
 /// The stages [`Focus::Stage`] may name.
@@ -517,6 +521,18 @@ impl Lesson {
                             format!(
                                 "`{name}` is not a stage; the stages are {}",
                                 STAGES.join(", ")
+                            ),
+                        ));
+                    }
+                }
+                Focus::Step(step) => {
+                    if *step > config.steps {
+                        return Err(err(
+                            at,
+                            "focus",
+                            format!(
+                                "step {step} is past {}'s {} training steps",
+                                self.preset, config.steps
                             ),
                         ));
                     }

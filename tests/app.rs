@@ -462,6 +462,7 @@ fn a_model_fine_tunes_in_the_app_and_samples_both_ways() {
         seed: adapter.seed,
         sampler_state: None,
         loss_history: vec![],
+        timelapse: None,
         params: base,
         optimizer: None,
     };

@@ -105,7 +105,7 @@ fn task_models_answer_the_held_out_examples() {
         let right = held_out
             .iter()
             .filter(|example| {
-                let (prompt, answer) = example.split_at(task.prompt_len());
+                let (prompt, answer) = task.split(example);
                 generate(&mut generator, prompt, answer.len(), &greedy, |_| {}) == answer
             })
             .count();

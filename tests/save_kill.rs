@@ -200,6 +200,7 @@ fn a_failed_save_keeps_the_previous_checkpoint_at_every_stage() {
         seed,
         sampler_state: None,
         loss_history: vec![],
+        timelapse: None,
         params: tinygpt::model::params::init_params(&program, seed),
         optimizer: None,
     };

@@ -676,3 +676,42 @@ walk-sweep-dx = dx[{ $i }, { $p }], term by term: W[{ $j }, { $i }]·dy[{ $j }, 
 walk-sweep-dx-done = dx[{ $i }, { $p }] = Σ W[j, { $i }]·dy[j, { $p }]: the { $k } terms add up to { $sum }, the input's gradient at position { $p }
 walk-sweep-dw = dW[{ $j }, { $i }], term by term: dy[{ $j }, { $t }]·x[{ $i }, { $t }] = { $term }; the first { $added } of { $k } positions add up to { $sum }
 walk-sweep-dw-done = dW[{ $j }, { $i }] = Σ dy[{ $j }, t]·x[{ $i }, t]: the { $k } positions add up to { $sum }, the weight's gradient
+
+## The Time-lapse scene
+scene-timelapse-title = Time-lapse
+scene-timelapse-about = watch it learn: attention and head scores as training formed them, step by step
+timelapse-none = This run has no time-lapse yet: a run records about 100 frames as it trains (Train), and the gallery's repeat model comes with its own (trained model: gallery…).
+timelapse-none-gpu = This run trains on the GPU, whose runs record no time-lapse in the app yet: train it on the CPU, or open the gallery's repeat model (trained model: gallery…); `tinygpt train` records one on either backend.
+timelapse-play-hover = play the run from this frame to the newest
+timelapse-pause-hover = stop at this frame
+timelapse-back-hover = the frame before
+timelapse-forward-hover = the frame after
+timelapse-at-step = step { $step }
+timelapse-slider-hover = drag through the run's frames (many early, fewer late)
+timelapse-newest = newest
+timelapse-newest-hover = follow the newest frame (a training run keeps recording)
+timelapse-recording = recording as it trains
+timelapse-status = frame { $frame } of { $frames } · step { $step } · loss { $loss } · loss on the copies { $copy } · { $onset } · { $run }
+timelapse-formed = head { $layer }.{ $head } became an induction head at step { $step }
+timelapse-not-formed = no induction head yet (none has passed 0.5)
+timelapse-maps = Attention on the probe at step { $step }
+timelapse-maps-of = Attention on the probe at step { $step } (the nearest frame that kept its maps)
+timelapse-input = input
+timelapse-predicted = predicts
+timelapse-copied-right = the second half is a copy: { $right } of its { $of } predictable letters predicted right (blue)
+timelapse-scores-title = Head scores over training
+timelapse-losses-title = Loss over training
+timelapse-x-axis = training step (log scale)
+timelapse-score-axis = score
+timelapse-loss-axis = loss (nats)
+timelapse-induction-line = induction, head { $layer }.{ $head }
+timelapse-previous-line = previous byte, head { $layer }.{ $head }
+timelapse-train-loss = training
+timelapse-val-loss = validation
+timelapse-copy-loss = the copied letters
+timelapse-fresh-loss = the fresh letters
+timelapse-shown-line = shown: step { $step }
+timelapse-formed-line = induction head formed: step { $step }
+timelapse-induction-score = induction { $score }
+timelapse-previous-score = previous byte { $score }
+timelapse-scores-key = solid: induction · dashed: previous byte

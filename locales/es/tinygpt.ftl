@@ -675,3 +675,42 @@ walk-sweep-dx = dx[{ $i }, { $p }], término a término: W[{ $j }, { $i }]·dy[{
 walk-sweep-dx-done = dx[{ $i }, { $p }] = Σ W[j, { $i }]·dy[j, { $p }]: los { $k } términos suman { $sum }, el gradiente de la entrada en la posición { $p }
 walk-sweep-dw = dW[{ $j }, { $i }], término a término: dy[{ $j }, { $t }]·x[{ $i }, { $t }] = { $term }; las primeras { $added } de { $k } posiciones suman { $sum }
 walk-sweep-dw-done = dW[{ $j }, { $i }] = Σ dy[{ $j }, t]·x[{ $i }, t]: las { $k } posiciones suman { $sum }, el gradiente del peso
+
+## The Time-lapse scene
+scene-timelapse-title = Cámara rápida
+scene-timelapse-about = míralo aprender: la atención y las puntuaciones de las cabezas según las formó el entrenamiento, paso a paso
+timelapse-none = Este entrenamiento aún no tiene cámara rápida: registra unos 100 fotogramas mientras entrena (Entrenar), y el modelo repeat de la galería trae la suya (modelo entrenado: galería…).
+timelapse-none-gpu = Este entrenamiento va en la GPU, cuyos entrenamientos aún no registran cámara rápida en la app: entrénalo en la CPU o abre el modelo repeat de la galería (modelo entrenado: galería…); `tinygpt train` la registra en cualquiera de los dos.
+timelapse-play-hover = reproduce el entrenamiento desde este fotograma hasta el más reciente
+timelapse-pause-hover = detente en este fotograma
+timelapse-back-hover = el fotograma anterior
+timelapse-forward-hover = el fotograma siguiente
+timelapse-at-step = paso { $step }
+timelapse-slider-hover = arrastra por los fotogramas del entrenamiento (muchos al principio, menos después)
+timelapse-newest = el último
+timelapse-newest-hover = sigue el fotograma más reciente (un entrenamiento en marcha sigue registrando)
+timelapse-recording = registrando mientras entrena
+timelapse-status = fotograma { $frame } de { $frames } · paso { $step } · pérdida { $loss } · pérdida en las copias { $copy } · { $onset } · { $run }
+timelapse-formed = la cabeza { $layer }.{ $head } se volvió cabeza de inducción en el paso { $step }
+timelapse-not-formed = aún no hay cabeza de inducción (ninguna ha pasado de 0,5)
+timelapse-maps = Atención sobre la sonda en el paso { $step }
+timelapse-maps-of = Atención sobre la sonda en el paso { $step } (el fotograma más cercano que guardó sus mapas)
+timelapse-input = entrada
+timelapse-predicted = predice
+timelapse-copied-right = la segunda mitad es una copia: { $right } de sus { $of } letras predecibles, acertadas (azul)
+timelapse-scores-title = Puntuaciones de las cabezas durante el entrenamiento
+timelapse-losses-title = Pérdida durante el entrenamiento
+timelapse-x-axis = paso de entrenamiento (escala logarítmica)
+timelapse-score-axis = puntuación
+timelapse-loss-axis = pérdida (nats)
+timelapse-induction-line = inducción, cabeza { $layer }.{ $head }
+timelapse-previous-line = byte anterior, cabeza { $layer }.{ $head }
+timelapse-train-loss = entrenamiento
+timelapse-val-loss = validación
+timelapse-copy-loss = las letras copiadas
+timelapse-fresh-loss = las letras nuevas
+timelapse-shown-line = mostrado: paso { $step }
+timelapse-formed-line = se formó la cabeza de inducción: paso { $step }
+timelapse-induction-score = inducción { $score }
+timelapse-previous-score = byte anterior { $score }
+timelapse-scores-key = continua: inducción · discontinua: byte anterior

@@ -675,3 +675,42 @@ walk-sweep-dx = dx[{ $i }, { $p }] 逐项累加：W[{ $j }, { $i }]·dy[{ $j }, 
 walk-sweep-dx-done = dx[{ $i }, { $p }] = Σ W[j, { $i }]·dy[j, { $p }]：{ $k } 项之和为 { $sum }
 walk-sweep-dw = dW[{ $j }, { $i }] 逐项累加：dy[{ $j }, { $t }]·x[{ $i }, { $t }] = { $term }；{ $k } 项中的前 { $added } 项之和为 { $sum }
 walk-sweep-dw-done = dW[{ $j }, { $i }] = Σ dy[{ $j }, t]·x[{ $i }, t]：{ $k } 项之和为 { $sum }
+
+## The Time-lapse scene
+scene-timelapse-title = 延时回放
+scene-timelapse-about = 看它学习：训练一步步形成的注意力和各个头的分数
+timelapse-none = 这次训练还没有延时回放：训练时会记录大约 100 帧（训练），图库中的 repeat 模型自带一份（已训练模型：图库…）。
+timelapse-none-gpu = 这次训练在 GPU 上进行，应用中的 GPU 训练还不记录延时回放：请在 CPU 上训练，或打开图库中的 repeat 模型（已训练模型：图库…）；`tinygpt train` 在两种后端上都会记录。
+timelapse-play-hover = 从这一帧播放到最新一帧
+timelapse-pause-hover = 停在这一帧
+timelapse-back-hover = 上一帧
+timelapse-forward-hover = 下一帧
+timelapse-at-step = 第 { $step } 步
+timelapse-slider-hover = 拖动浏览训练的各帧（前期多，后期少）
+timelapse-newest = 最新
+timelapse-newest-hover = 跟随最新一帧（训练中会继续记录）
+timelapse-recording = 训练中，正在记录
+timelapse-status = 第 { $frame } 帧，共 { $frames } 帧 · 第 { $step } 步 · 损失 { $loss } · 复制部分的损失 { $copy } · { $onset } · { $run }
+timelapse-formed = 头 { $layer }.{ $head } 在第 { $step } 步成为归纳头
+timelapse-not-formed = 还没有归纳头（没有一个超过 0.5）
+timelapse-maps = 第 { $step } 步时探针上的注意力
+timelapse-maps-of = 第 { $step } 步时探针上的注意力（保存了注意力图的最近一帧）
+timelapse-input = 输入
+timelapse-predicted = 预测
+timelapse-copied-right = 后半部分是复制：可预测的 { $of } 个字母中预测对了 { $right } 个（蓝色）
+timelapse-scores-title = 训练过程中各个头的分数
+timelapse-losses-title = 训练过程中的损失
+timelapse-x-axis = 训练步数（对数刻度）
+timelapse-score-axis = 分数
+timelapse-loss-axis = 损失（nats）
+timelapse-induction-line = 归纳，头 { $layer }.{ $head }
+timelapse-previous-line = 前一个字节，头 { $layer }.{ $head }
+timelapse-train-loss = 训练
+timelapse-val-loss = 验证
+timelapse-copy-loss = 复制的字母
+timelapse-fresh-loss = 新字母
+timelapse-shown-line = 显示：第 { $step } 步
+timelapse-formed-line = 归纳头形成：第 { $step } 步
+timelapse-induction-score = 归纳 { $score }
+timelapse-previous-score = 前一个字节 { $score }
+timelapse-scores-key = 实线：归纳 · 虚线：前一个字节

@@ -227,6 +227,9 @@ pub struct Engine {
     pub last_step_at: Option<Instant>,
     /// The frame interval (ms, smoothed), which sizes the GPU's submits.
     frame_ms: f64,
+    /// A copy of the run's time-lapse as of the trainer's last return
+    /// (the scenes read it while a CPU chunk holds the trainer).
+    timelapse: Option<std::sync::Arc<crate::model::timelapse::TimeLapse>>,
 }
 
 // SAFETY: in the browser (wasm32 without atomics) the app has one thread,
@@ -254,6 +257,7 @@ impl Engine {
         };
         Self {
             step: trainer.step,
+            timelapse: trainer.timelapse.clone().map(std::sync::Arc::new),
             trainer: Some(SyncCell::new(trainer)),
             kind,
             steps_per_submit: 1.0,
@@ -278,6 +282,13 @@ impl Engine {
     pub fn is_gpu(&self) -> bool {
         matches!(self.kind, Kind::Gpu { .. })
     }
+
+    /// The run's time-lapse as far as it has been recorded (a copy, kept
+    /// while a CPU chunk holds the trainer).
+    pub fn timelapse(&self) -> Option<&std::sync::Arc<crate::model::timelapse::TimeLapse>> {
+        self.timelapse.as_ref()
+    }
+
 
     /// The trainer, when no work holds it (nothing in flight, no CPU chunk
     /// running, no snapshot being read).
@@ -710,6 +721,7 @@ impl Engine {
                     && let Some(chunk) = check_ready(t)
                 {
                     *task = None;
+                    refresh_timelapse(&mut self.timelapse, &chunk.trainer);
                     self.trainer = Some(SyncCell::new(chunk.trainer));
                     out.metrics = chunk.metrics;
                     out.error = chunk.error;
@@ -816,6 +828,19 @@ impl Engine {
         }
         self.diagnose(&mut out);
         out
+    }
+}
+
+/// Takes a new copy of the trainer's time-lapse into `copy` when it has
+/// frames the copy lacks.
+fn refresh_timelapse(
+    copy: &mut Option<std::sync::Arc<crate::model::timelapse::TimeLapse>>,
+    trainer: &Trainer,
+) {
+    let frames =
+        |t: Option<&crate::model::timelapse::TimeLapse>| t.map(|t| (t.frames.len(), t.last_step()));
+    if frames(trainer.timelapse.as_ref()) != frames(copy.as_deref()) {
+        *copy = trainer.timelapse.clone().map(std::sync::Arc::new);
     }
 }
 

@@ -438,6 +438,7 @@ fn one_step(
             seed: ck.seed,
             sampler_state: ck.sampler_state,
             loss_history: ck.loss_history.clone(),
+            timelapse: ck.timelapse.clone(),
             optimizer: Some(tinygpt::train::read_moments(backend, &params)?),
             params,
         };

@@ -4,6 +4,7 @@
 #[cfg(feature = "app")]
 mod app;
 mod attention;
+mod heads;
 mod backend;
 mod bench;
 mod correctness;
@@ -75,6 +76,12 @@ enum Command {
     Gallery(gallery::GalleryArgs),
     /// Print the attention weights of every layer and head for a prompt.
     Attention(attention::AttentionArgs),
+    /// Every head's induction and previous-token scores (strings of random
+    /// letters written twice).
+    Heads(heads::HeadsArgs),
+    /// The time-lapse a checkpoint carries: every recorded frame's step,
+    /// losses, head scores and norms.
+    Timelapse(heads::TimelapseArgs),
     /// Run a prompt's forward pass and read it at one position: the residual
     /// stream, every activation, the next-byte probabilities, the logit lens.
     Flow(flow::FlowArgs),
@@ -165,6 +172,8 @@ pub fn main() -> ExitCode {
         Command::Gallery(a) => gallery::run(a),
         Command::Eval(a) => generate::eval(a),
         Command::Attention(a) => attention::run(a),
+        Command::Heads(a) => heads::heads(a),
+        Command::Timelapse(a) => heads::timelapse(a),
         Command::Flow(a) => flow::run(a),
         Command::Lens(a) => probe::lens(a),
         Command::Ablate(a) => probe::ablate(a),

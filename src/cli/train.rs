@@ -211,10 +211,10 @@ pub(super) fn print_task_accuracy(
     }
     eprintln!("held-out examples:");
     for example in &held_out[..4] {
-        let (prompt, answer) = example.split_at(task.prompt_len());
+        let (prompt, answer) = task.split(example);
         let given =
             tasks::greedy_answer(&mut generator, task, prompt).map_err(anyhow::Error::msg)?;
-        let show = |b: &[u8]| String::from_utf8_lossy(&b[..b.len() - 1]).into_owned();
+        let show = |b: &[u8]| String::from_utf8_lossy(b.strip_suffix(b"\n").unwrap_or(b)).into_owned();
         eprintln!(
             "  {}{}  {}",
             String::from_utf8_lossy(prompt),

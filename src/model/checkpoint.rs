@@ -4,7 +4,10 @@
 //! (`transformer.h.0.attn.c_attn.weight` is `[3C, C]`); the LM head is tied to
 //! `transformer.wte.weight` and not stored twice. The header metadata carries
 //! the config (RON), step, seed, tokenizer, batch-sampler state and loss
-//! history. AdamW's moments are optional (`adam.m.<name>`, `adam.v.<name>`).
+//! history. AdamW's moments are optional (`adam.m.<name>`, `adam.v.<name>`),
+//! and so is the run's time-lapse ([`super::timelapse`]): its frames as JSON
+//! in the metadata (`timelapse`), their attention maps as one f16 tensor
+//! (`timelapse.attention`, frames × layers × heads × n × n).
 //!
 //! Saving writes a temporary file beside the target and renames it over the
 //! target, so an interrupted save never destroys the previous checkpoint.
@@ -13,6 +16,7 @@
 
 use super::config::Config;
 use super::params::{LORA_A, LORA_B, NamedTensor};
+use super::timelapse::TimeLapse;
 use crate::data::tokenizer;
 use crate::program::Program;
 use safetensors::tensor::{Dtype, Metadata, SafeTensors, TensorInfo};
@@ -53,6 +57,20 @@ pub struct Checkpoint {
     /// Parameters in program order.
     pub params: Vec<NamedTensor>,
     pub optimizer: Option<OptimizerState>,
+    /// What the run looked like as it trained, if it was recorded.
+    pub timelapse: Option<TimeLapse>,
+}
+
+/// The time-lapse's tensor of attention maps in a file.
+pub const TIMELAPSE_MAPS: &str = "timelapse.attention";
+
+/// The time-lapse in the metadata: its frames (without their maps) and the
+/// steps of the frames whose maps the tensor holds, in order.
+#[derive(Serialize, Deserialize)]
+struct StoredTimeLapse {
+    #[serde(flatten)]
+    timelapse: TimeLapse,
+    map_steps: Vec<u64>,
 }
 
 /// Storage precision of the parameters.
@@ -82,7 +100,11 @@ impl Precision {
         let names = st.names();
         Some(if names.iter().any(|n| n.ends_with(Q4_NIBBLES)) {
             Precision::Int4
-        } else if st.tensors().iter().any(|(_, t)| t.dtype() == Dtype::F16) {
+        } else if st
+            .tensors()
+            .iter()
+            .any(|(name, t)| t.dtype() == Dtype::F16 && name != TIMELAPSE_MAPS)
+        {
             Precision::F16
         } else {
             Precision::F32
@@ -335,6 +357,32 @@ impl Checkpoint {
                 }
             }
         }
+        if let Some(t) = &self.timelapse {
+            let with: Vec<&super::timelapse::Frame> =
+                t.frames.iter().filter(|f| f.attention.is_some()).collect();
+            let stored = StoredTimeLapse {
+                timelapse: t.clone(),
+                map_steps: with.iter().map(|f| f.step).collect(),
+            };
+            meta.insert(
+                "timelapse".to_string(),
+                serde_json::to_string(&stored).map_err(|e| werr(e.to_string()))?,
+            );
+            if !with.is_empty() {
+                let n = 2 * t.letters();
+                let bytes: Vec<u8> = with
+                    .iter()
+                    .flat_map(|f| f.attention.iter().flatten())
+                    .flat_map(|b| b.to_le_bytes())
+                    .collect();
+                tensors.push((
+                    TIMELAPSE_MAPS.to_string(),
+                    Dtype::F16,
+                    vec![with.len(), t.n_layer, t.n_head, n, n],
+                    Cow::Owned(bytes),
+                ));
+            }
+        }
         // safetensors' order: by name.
         tensors.sort_by(|a, b| a.0.cmp(&b.0));
         let mut offset = 0;
@@ -573,6 +621,13 @@ impl Checkpoint {
                     .flat_map(|p| [format!("adam.m.{}", p.name), format!("adam.v.{}", p.name)]),
             );
         }
+        let timelapse = match meta.get("timelapse") {
+            Some(json) => Some(read_timelapse(&st, json, &config).map_err(invalid)?),
+            None => None,
+        };
+        if timelapse.is_some() {
+            expected.push(TIMELAPSE_MAPS.to_string());
+        }
         if let Some(extra) = st
             .names()
             .into_iter()
@@ -590,8 +645,56 @@ impl Checkpoint {
             loss_history,
             params,
             optimizer,
+            timelapse,
         })
     }
+}
+
+/// The time-lapse a file's metadata (`json`) and maps tensor hold, checked
+/// against its model.
+fn read_timelapse(st: &SafeTensors, json: &str, config: &Config) -> Result<TimeLapse, String> {
+    let stored: StoredTimeLapse = serde_json::from_str(json)
+        .map_err(|e| format!("metadata `timelapse` is not valid: {e}"))?;
+    let mut t = stored.timelapse;
+    t.check(config.n_layer, config.n_head, config.ctx)?;
+    let n = 2 * t.letters();
+    let shape = vec![stored.map_steps.len(), t.n_layer, t.n_head, n, n];
+    match st.tensor(TIMELAPSE_MAPS) {
+        Err(_) if stored.map_steps.is_empty() => {}
+        Err(_) => return Err(format!("tensor `{TIMELAPSE_MAPS}` is missing")),
+        Ok(view) => {
+            if view.dtype() != Dtype::F16 || view.shape() != shape {
+                return Err(format!(
+                    "tensor `{TIMELAPSE_MAPS}` is {:?} {:?}, but its time-lapse needs F16 {shape:?}",
+                    view.dtype(),
+                    view.shape()
+                ));
+            }
+            let bits: Vec<u16> = view
+                .data()
+                .chunks_exact(2)
+                .map(|b| u16::from_le_bytes([b[0], b[1]]))
+                .collect();
+            if bits
+                .iter()
+                .any(|&b| !half::f16::from_bits(b).is_finite())
+            {
+                return Err(format!("tensor `{TIMELAPSE_MAPS}` holds a value that is not finite"));
+            }
+            let per = t.map_len();
+            for (k, step) in stored.map_steps.iter().enumerate() {
+                let frame = t
+                    .frames
+                    .iter_mut()
+                    .find(|f| f.step == *step)
+                    .ok_or(format!(
+                        "metadata `timelapse` keeps maps of step {step}, which has no frame"
+                    ))?;
+                frame.attention = Some(bits[k * per..(k + 1) * per].to_vec());
+            }
+        }
+    }
+    Ok(t)
 }
 
 /// PEFT's prefix of an adapter's tensors (`base_model.model.NAME.lora_A.weight`).

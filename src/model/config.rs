@@ -294,6 +294,7 @@ pub const TASK_PRESETS: &[(&str, &str)] = &[
     ("reverse", include_str!("../../presets/tasks/reverse.ron")),
     ("sort", include_str!("../../presets/tasks/sort.ron")),
     ("add", include_str!("../../presets/tasks/add.ron")),
+    ("repeat", include_str!("../../presets/tasks/repeat.ron")),
 ];
 
 /// Whether `id` names a built-in preset (the ladder's or a task's).

@@ -190,6 +190,12 @@ pub fn entries() -> Vec<Entry> {
             "tinygpt train --preset add --corpus task:add --backend cpu --seed 1 --out add-f32.safetensors && tinygpt export --checkpoint add-f32.safetensors --out assets/gallery/add.safetensors",
             shipped_file!("assets/gallery/add.safetensors"),
         ),
+        task(
+            Task::Repeat,
+            // f16, with its time-lapse: the induction head forming.
+            "tinygpt train --preset repeat --corpus task:repeat --backend cpu --seed 1 --out repeat-f32.safetensors && tinygpt export --checkpoint repeat-f32.safetensors --out assets/gallery/repeat.safetensors",
+            shipped_file!("assets/gallery/repeat.safetensors"),
+        ),
     ];
     shakespeare.chain(texts).chain(tasks).collect()
 }
@@ -252,7 +258,7 @@ impl Entry {
         match self.task() {
             Some(task) => {
                 let (_, held_out) = task.examples();
-                String::from_utf8_lossy(&held_out[0][..task.prompt_len()]).into_owned()
+                String::from_utf8_lossy(task.split(&held_out[0]).0).into_owned()
             }
             None => self.prompt.to_string(),
         }

@@ -1,5 +1,5 @@
-//! The model: its configuration and presets, parameter initialisation, and
-//! checkpoints.
+//! The model: its configuration and presets, parameter initialisation,
+//! checkpoints and the time-lapse they carry.
 
 pub mod checkpoint;
 pub mod config;
@@ -9,3 +9,4 @@ pub mod lora;
 pub mod original;
 pub mod params;
 pub mod shipped;
+pub mod timelapse;

@@ -228,6 +228,7 @@ pub fn import(bytes: &[u8], name: &str) -> Result<Checkpoint, CheckpointError> {
         loss_history,
         params,
         optimizer,
+        timelapse: None,
     })
 }
 

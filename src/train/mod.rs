@@ -4,6 +4,7 @@
 
 
 pub mod schedule;
+pub mod timelapse;
 
 use crate::backend::{Backend, StepParams};
 use crate::data::rng::dropout_seed;
@@ -11,6 +12,7 @@ use crate::data::{Batch, BatchSampler, Corpus, validation_batches};
 use crate::model::checkpoint::{Checkpoint, LossPoint, OptimizerState};
 use crate::model::config::Config;
 use crate::model::params::NamedTensor;
+use crate::model::timelapse::TimeLapse;
 use crate::program::Program;
 use serde::Serialize;
 use web_time::Instant;
@@ -139,6 +141,9 @@ pub struct Trainer {
     /// Counts the returns to a last good step: steps submitted before one
     /// are discarded when they are collected.
     epoch: u64,
+    /// The run's time-lapse, recorded by [`Trainer::train_step`] (None for
+    /// a context too short to probe).
+    pub timelapse: Option<TimeLapse>,
 }
 
 /// Training steps submitted to the GPU and not yet collected (see
@@ -266,7 +271,9 @@ impl Trainer {
         backend.initialize(seed)?;
         let val_batches =
             validation_batches(&corpus, config.batch, config.ctx, config.eval_batches, seed);
+        let timelapse = TimeLapse::new(config.n_layer, config.n_head, config.ctx);
         Ok(Self {
+            timelapse,
             backend,
             config,
             corpus,
@@ -352,7 +359,12 @@ impl Trainer {
             config.eval_batches,
             ckpt.seed,
         );
+        let timelapse = ckpt
+            .timelapse
+            .clone()
+            .or_else(|| TimeLapse::new(config.n_layer, config.n_head, config.ctx));
         Ok(Self {
+            timelapse,
             backend,
             config,
             corpus,
@@ -404,14 +416,56 @@ impl Trainer {
     /// stays at its last good step ([`TrainError::Diverged`]), with the batch
     /// sampler back where it was, so [`Trainer::find_first_non_finite`] can
     /// run that step again op by op.
+    ///
+    /// The time-lapse records its frames here: the initial weights' before
+    /// the first step, and each step's on its schedule.
     pub fn train_step(&mut self) -> Result<StepMetrics, TrainError> {
+        if self.step == 0 && self.frame_due(0) {
+            self.record_frame(None)?;
+        }
+        let weights_before = match self.frame_due(self.step + 1) {
+            true => Some(self.params()?),
+            false => None,
+        };
         let before = self.sampler_state();
         let batch = self.next_batch();
         let result = self.train_on(&batch);
         if let Err(TrainError::Diverged { .. }) = &result {
             self.go_back_to_last_good(before);
         }
+        if result.is_ok() && weights_before.is_some() {
+            self.record_frame(weights_before.as_deref())?;
+        }
         result
+    }
+
+    /// Whether the time-lapse records a frame after step `step`.
+    pub fn frame_due(&self, step: u64) -> bool {
+        self.timelapse
+            .as_ref()
+            .is_some_and(|t| t.due(step, self.config.steps))
+    }
+
+    /// Records the time-lapse's frame of the weights the backend holds now
+    /// (after step `self.step`); `before`: the weights before that step.
+    fn record_frame(&mut self, before: Option<&[NamedTensor]>) -> Result<(), TrainError> {
+        let Some(probe) = self.timelapse.as_ref().map(|t| t.probe.clone()) else {
+            return Ok(());
+        };
+        let last = self.history.last().filter(|p| p.step == self.step);
+        let val_loss = self.history.iter().rev().find_map(|p| p.val_loss);
+        let frame = timelapse::record_frame(
+            self.backend.as_mut(),
+            &probe,
+            self.step,
+            last.map(|p| p.loss),
+            val_loss,
+            before,
+        )?;
+        if let Some(t) = &mut self.timelapse {
+            t.push(frame);
+        }
+        Ok(())
     }
 
     /// After a diverged step: the run stays at its last good step (the
@@ -852,6 +906,7 @@ impl Trainer {
             seed: self.seed,
             sampler_state: Some(self.sampler.rng.state()),
             loss_history: self.history.clone(),
+            timelapse: self.timelapse.clone(),
             params: saved_params(self.backend.program(), params),
             optimizer,
         }

@@ -43,6 +43,8 @@ macro_rules! scene_list {
             Model, model, "model";
             /// Every layer × head attention matrix P of a prompt, from the training model.
             Attention, attention, "attention";
+            /// The run's time-lapse: attention and head scores as they formed, scrubbed step by step.
+            Timelapse, timelapse, "timelapse";
             /// One real training step, op by op: forward, backward, clip, AdamW.
             Step, step, "step";
             /// FlashAttention-2 tiling one head's attention, replayed from a trace of the kernels.

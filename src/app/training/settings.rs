@@ -36,7 +36,7 @@ impl CorpusSource {
             CorpusSource::Bytes { bytes, .. } => bytes.len(),
             CorpusSource::Task(task) => {
                 let (train, held_out) = task.examples();
-                (train.len() + held_out.len()) * task.example_len()
+                train.iter().chain(&held_out).map(Vec::len).sum()
             }
         }
     }
@@ -56,7 +56,7 @@ impl CorpusSource {
             CorpusSource::Bytes { bytes, .. } => bytes,
             CorpusSource::Task(task) => {
                 let (_, held_out) = task.examples();
-                let example = &held_out[0][..task.example_len() - 1];
+                let example = &held_out[0][..held_out[0].len() - 1];
                 return Some(
                     String::from_utf8_lossy(&example[..example.len().min(ctx)]).into_owned(),
                 );

@@ -1,0 +1,638 @@
+//! The scene's view, drawn with egui over the main view (as the Speedup
+//! scene's charts are): the toolbar (play, step back and forth, the
+//! scrubber), the attention maps and predictions of the frame shown, and
+//! the two charts across the run (head scores, losses), each marking the
+//! frame shown and where an induction head formed. A click on a chart
+//! shows the frame nearest that step.
+
+use super::{FORMED, Shown, TimelapseView, maps_frame, timelapse};
+use crate::app::training::{Run, RunState};
+use crate::app::ui::UiState;
+use crate::model::timelapse::{Frame, TimeLapse};
+use crate::probe::byte_label;
+use bevy::prelude::*;
+use bevy_egui::{EguiContexts, egui};
+use egui_plot::{Line, LineStyle, Plot, PlotPoints, VLine};
+
+/// Okabe and Ito's colour-blind-safe palette (black left out), one colour
+/// per head.
+const HEAD_COLOURS: [egui::Color32; 7] = [
+    egui::Color32::from_rgb(230, 159, 0),
+    egui::Color32::from_rgb(86, 180, 233),
+    egui::Color32::from_rgb(0, 158, 115),
+    egui::Color32::from_rgb(240, 228, 66),
+    egui::Color32::from_rgb(0, 114, 178),
+    egui::Color32::from_rgb(213, 94, 0),
+    egui::Color32::from_rgb(204, 121, 167),
+];
+/// The outline of the head with the highest induction score, and the
+/// formation mark on the charts.
+const GOLD: egui::Color32 = egui::Color32::from_rgb(255, 196, 0);
+
+/// The textures of one frame's maps, and the frame (step) they show.
+#[derive(Default)]
+pub(super) struct MapTextures {
+    key: Option<(u64, u64)>,
+    textures: Vec<egui::TextureHandle>,
+}
+
+/// x on the charts: log10 of the step (step 0, the initial weights, at
+/// step 1's place), so early steps get their room.
+fn x_of(step: u64) -> f64 {
+    (step.max(1) as f64).log10()
+}
+
+fn step_of(x: f64) -> u64 {
+    10f64.powf(x).round() as u64
+}
+
+/// The charts' step axis: a mark at each power of ten (1, 10, 100, …).
+fn powers_of_ten(input: egui_plot::GridInput) -> Vec<egui_plot::GridMark> {
+    let (lo, hi) = input.bounds;
+    (lo.ceil() as i64..=hi.floor() as i64)
+        .map(|k| egui_plot::GridMark {
+            value: k as f64,
+            step_size: 1.0,
+        })
+        .collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+pub(super) fn draw(
+    mut contexts: EguiContexts,
+    ui_state: Res<UiState>,
+    run: Option<Res<Run>>,
+    mut view: ResMut<TimelapseView>,
+    mut shown: ResMut<Shown>,
+    mut textures: Local<MapTextures>,
+) -> Result {
+    let ctx = contexts.ctx_mut()?.clone();
+    let (Some(area), Some(run)) = (ui_state.central_rect(&ctx), run) else {
+        return Ok(());
+    };
+    let Some(t) = timelapse(&run).cloned() else {
+        shown.regions.clear();
+        let why = if run.engine.on_gpu() {
+            crate::t!("timelapse-none-gpu")
+        } else {
+            crate::t!("timelapse-none")
+        };
+        crate::app::ui::scene_status(&ctx, "timelapse-status", "timelapse-toolbar", area, why);
+        return Ok(());
+    };
+    let index = view.index(&t).expect("frames are not empty");
+    toolbar(&ctx, area, &t, index, &mut view, run.state == RunState::Training);
+    let index = view.index(&t).expect("frames are not empty");
+    let frame = &t.frames[index];
+    crate::app::ui::scene_status(
+        &ctx,
+        "timelapse-status",
+        "timelapse-toolbar",
+        area,
+        status(&t, index, &run),
+    );
+    let top = crate::app::ui::toolbar_bottom(&ctx, "timelapse-toolbar", area) + 30.0;
+    let body = egui::Rect::from_min_max(
+        egui::pos2(area.min.x + 12.0, top),
+        egui::pos2(area.max.x - 12.0, area.max.y - 8.0),
+    );
+    if body.height() < 120.0 || body.width() < 200.0 {
+        return Ok(());
+    }
+    let mut ui = egui::Ui::new(
+        ctx.clone(),
+        "timelapse-body".into(),
+        egui::UiBuilder::new()
+            .layer_id(egui::LayerId::new(
+                egui::Order::Background,
+                egui::Id::new("timelapse-body-layer"),
+            ))
+            .max_rect(body),
+    );
+    ui.set_clip_rect(body);
+    // Side by side where the view is wide (the charts stacked on the
+    // right), else the maps above the two charts side by side.
+    let wide = body.width() >= 1.25 * body.height() && body.width() >= 760.0;
+    let (left, chart_a, chart_b) = if wide {
+        let split = body.min.x + body.width() * 0.46;
+        let right = egui::Rect::from_min_max(egui::pos2(split + 10.0, body.min.y), body.max);
+        let (a, b) = right.split_top_bottom_at_fraction(0.5);
+        (
+            egui::Rect::from_min_max(body.min, egui::pos2(split - 10.0, body.max.y)),
+            a.shrink2(egui::vec2(0.0, 4.0)),
+            b.shrink2(egui::vec2(0.0, 4.0)),
+        )
+    } else {
+        let split = body.min.y + body.height() * 0.6;
+        let bottom = egui::Rect::from_min_max(egui::pos2(body.min.x, split + 6.0), body.max);
+        let (a, b) = bottom.split_left_right_at_fraction(0.5);
+        (
+            egui::Rect::from_min_max(body.min, egui::pos2(body.max.x, split - 6.0)),
+            a.shrink2(egui::vec2(6.0, 0.0)),
+            b.shrink2(egui::vec2(6.0, 0.0)),
+        )
+    };
+    let mut regions = Vec::new();
+    let mut left_ui = ui.new_child(egui::UiBuilder::new().max_rect(left));
+    left_ui.set_clip_rect(left.intersect(body));
+    regions.extend(maps_and_predictions(
+        &mut left_ui,
+        &t,
+        index,
+        frame,
+        &mut textures,
+        run.generation,
+    ));
+    let mut clicked = None;
+    for (k, rect) in [chart_a, chart_b].into_iter().enumerate() {
+        let mut chart_ui = ui.new_child(egui::UiBuilder::new().max_rect(rect));
+        chart_ui.set_clip_rect(rect.intersect(body));
+        let (drawn, step) = if k == 0 {
+            scores_chart(&mut chart_ui, &t, frame, rect.height())
+        } else {
+            losses_chart(&mut chart_ui, &t, frame, rect.height())
+        };
+        regions.push((["scores", "losses"][k].to_string(), drawn));
+        clicked = clicked.or(step);
+    }
+    if let Some(step) = clicked {
+        view.show_step(&t, step);
+        view.moved();
+    }
+    shown.regions = regions;
+    Ok(())
+}
+
+/// Play, step back and forth, the newest, and the scrubber over the frames.
+fn toolbar(
+    ctx: &egui::Context,
+    area: egui::Rect,
+    t: &TimeLapse,
+    index: usize,
+    view: &mut TimelapseView,
+    live: bool,
+) {
+    let last = t.frames.len() - 1;
+    crate::app::ui::scene_toolbar(ctx, "timelapse-toolbar", area, |ui| {
+        let (label, hover) = if view.playing {
+            (crate::t!("walk-pause"), crate::t!("timelapse-pause-hover"))
+        } else {
+            (crate::t!("walk-play"), crate::t!("timelapse-play-hover"))
+        };
+        if ui.button(label).on_hover_text(hover).clicked() {
+            view.moved();
+            if view.playing {
+                view.playing = false;
+                view.frame = Some(index);
+            } else {
+                // From the start when at the end.
+                view.frame = Some(if index >= last { 0 } else { index });
+                view.playing = true;
+            }
+        }
+        if ui
+            .add_enabled(index > 0, egui::Button::new("<"))
+            .on_hover_text(crate::t!("timelapse-back-hover"))
+            .clicked()
+        {
+            view.moved();
+            view.playing = false;
+            view.frame = Some(index - 1);
+        }
+        if ui
+            .add_enabled(index < last, egui::Button::new(">"))
+            .on_hover_text(crate::t!("timelapse-forward-hover"))
+            .clicked()
+        {
+            view.moved();
+            view.playing = false;
+            view.frame = Some(index + 1);
+        }
+        let mut i = index;
+        let step = t.frames[index].step;
+        let slider = ui
+            .add(
+                egui::Slider::new(&mut i, 0..=last)
+                    .show_value(false)
+                    .text(crate::t!("timelapse-at-step", step = step)),
+            )
+            .on_hover_text(crate::t!("timelapse-slider-hover"));
+        if slider.changed() {
+            view.moved();
+            view.playing = false;
+            view.frame = Some(i);
+        }
+        let newest = view.frame.is_none();
+        if ui
+            .selectable_label(newest, crate::t!("timelapse-newest"))
+            .on_hover_text(crate::t!("timelapse-newest-hover"))
+            .clicked()
+        {
+            view.moved();
+            view.playing = false;
+            view.frame = None;
+        }
+        if live {
+            ui.weak(crate::t!("timelapse-recording"));
+        }
+    });
+}
+
+/// The status line: the frame, its step and losses, and where the numbers
+/// come from.
+fn status(t: &TimeLapse, index: usize, run: &Run) -> String {
+    let f = &t.frames[index];
+    let onset = match t.induction_onset(FORMED) {
+        Some((at, h)) => crate::t!(
+            "timelapse-formed",
+            layer = h.layer,
+            head = h.head,
+            step = at.step
+        ),
+        None => crate::t!("timelapse-not-formed"),
+    };
+    crate::t!(
+        "timelapse-status",
+        frame = index + 1,
+        frames = t.frames.len(),
+        step = f.step,
+        loss = f.loss.map_or("-".into(), |l| format!("{l:.3}")),
+        copy = format!("{:.3}", f.copy_loss),
+        onset = onset,
+        run = run.label(),
+    )
+}
+
+/// The frame's attention maps (layers × heads) with each head's scores
+/// under it, and the probe string with the greedy prediction at each
+/// position. Returns the regions drawn.
+fn maps_and_predictions(
+    ui: &mut egui::Ui,
+    t: &TimeLapse,
+    index: usize,
+    frame: &Frame,
+    textures: &mut MapTextures,
+    generation: u64,
+) -> Vec<(String, egui::Rect)> {
+    let mut regions = Vec::new();
+    let n = 2 * t.letters();
+    let maps = maps_frame(t, index);
+    let title = match maps {
+        Some(m) if m.step != frame.step => crate::t!("timelapse-maps-of", step = m.step),
+        _ => crate::t!("timelapse-maps", step = frame.step),
+    };
+    ui.label(egui::RichText::new(title).size(17.0).strong());
+    let area = ui.available_rect_before_wrap();
+    // Room below the maps for the predictions: two rows of letters.
+    let predictions_h = 84.0;
+    let label_w = 70.0;
+    let (rows, cols) = (t.n_layer, t.n_head);
+    let score_h = 36.0;
+    let gap = 12.0;
+    let side = ((area.width() - label_w) / cols as f32 - gap)
+        .min((area.height() - predictions_h - 22.0) / rows as f32 - gap - score_h)
+        .clamp(24.0, 300.0);
+    // Each column as wide as its map, or as its scores' words.
+    let words = [("timelapse-induction-score", 0.99), ("timelapse-previous-score", 0.99)]
+        .map(|(key, score): (&str, f32)| {
+            ui.painter()
+                .layout_no_wrap(
+                    crate::t!(key, score = format!("{score:.2}")),
+                    egui::FontId::proportional(13.0),
+                    egui::Color32::WHITE,
+                )
+                .size()
+                .x
+        });
+    let column = side.max(words[0].max(words[1]) + 4.0);
+    if let Some(m) = maps {
+        let key = (generation, m.step);
+        if textures.key != Some(key) {
+            textures.textures.clear();
+            for layer in 0..rows {
+                for head in 0..cols {
+                    let p = t.map(m, layer, head).unwrap_or_default();
+                    let pixels =
+                        crate::app::scenes::attention::colour_attention(&p, n, false, true);
+                    let image = egui::ColorImage::from_rgba_unmultiplied([n, n], &pixels);
+                    textures.textures.push(ui.ctx().load_texture(
+                        format!("timelapse-map-{layer}-{head}"),
+                        image,
+                        egui::TextureOptions::NEAREST,
+                    ));
+                }
+            }
+            textures.key = Some(key);
+        }
+    }
+    let best = frame.best_induction().copied();
+    let painter = ui.painter().clone();
+    let text_colour = ui.visuals().text_color();
+    let weak = ui.visuals().weak_text_color();
+    let mut y = area.min.y + 20.0;
+    for h in 0..cols {
+        let x = area.min.x + label_w + h as f32 * (column + gap) + side / 2.0;
+        painter.text(
+            egui::pos2(x, area.min.y + 2.0),
+            egui::Align2::CENTER_TOP,
+            crate::t!("head-n", head = h),
+            egui::FontId::proportional(14.0),
+            text_colour,
+        );
+    }
+    for layer in 0..rows {
+        painter.text(
+            egui::pos2(area.min.x + label_w - 10.0, y + side / 2.0),
+            egui::Align2::RIGHT_CENTER,
+            crate::t!("layer-n", layer = layer),
+            egui::FontId::proportional(14.0),
+            text_colour,
+        );
+        for head in 0..cols {
+            let x = area.min.x + label_w + head as f32 * (column + gap);
+            let rect = egui::Rect::from_min_size(egui::pos2(x, y), egui::vec2(side, side));
+            if let Some(tex) = textures.textures.get(layer * cols + head) {
+                painter.image(
+                    tex.id(),
+                    rect,
+                    egui::Rect::from_min_max(egui::pos2(0.0, 0.0), egui::pos2(1.0, 1.0)),
+                    egui::Color32::WHITE,
+                );
+            }
+            let is_best = best.is_some_and(|b| b.layer == layer && b.head == head);
+            if is_best {
+                painter.rect_stroke(
+                    rect.expand(3.0),
+                    2.0,
+                    egui::Stroke::new(3.0, GOLD),
+                    egui::StrokeKind::Outside,
+                );
+            }
+            if let Some(s) = frame.head(layer, head) {
+                let colour = if is_best { text_colour } else { weak };
+                for (line, (key, score)) in [
+                    ("timelapse-induction-score", s.induction),
+                    ("timelapse-previous-score", s.previous_token),
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    painter.text(
+                        egui::pos2(rect.min.x, rect.max.y + 4.0 + 15.0 * line as f32),
+                        egui::Align2::LEFT_TOP,
+                        crate::t!(key, score = format!("{score:.2}")),
+                        egui::FontId::proportional(13.0),
+                        colour,
+                    );
+                }
+            }
+            regions.push((format!("h.{layer}.head{head}"), rect));
+        }
+        y += side + gap + score_h;
+    }
+    // The probe string and what the model predicts after each byte.
+    let probe = &t.probe[0];
+    let top = y + 6.0;
+    let cell = ((area.width() - label_w) / n as f32).clamp(12.0, 30.0);
+    let font = egui::FontId::monospace((cell * 0.72).clamp(12.0, 20.0));
+    painter.text(
+        egui::pos2(area.min.x + label_w - 10.0, top + cell / 2.0),
+        egui::Align2::RIGHT_CENTER,
+        crate::t!("timelapse-input"),
+        egui::FontId::proportional(14.0),
+        text_colour,
+    );
+    painter.text(
+        egui::pos2(area.min.x + label_w - 10.0, top + cell * 1.6),
+        egui::Align2::RIGHT_CENTER,
+        crate::t!("timelapse-predicted"),
+        egui::FontId::proportional(14.0),
+        text_colour,
+    );
+    let m = n / 2;
+    for i in 0..n {
+        let x = area.min.x + label_w + i as f32 * cell;
+        let input = egui::Rect::from_min_size(egui::pos2(x, top), egui::vec2(cell - 2.0, cell));
+        // The copy: a band behind its letters.
+        if i >= m {
+            painter.rect_filled(input, 2.0, egui::Color32::from_rgb(40, 52, 78));
+        }
+        painter.text(
+            input.center(),
+            egui::Align2::CENTER_CENTER,
+            byte_label(probe[i]),
+            font.clone(),
+            text_colour,
+        );
+        let Some(&guess) = frame.predictions.get(i) else {
+            continue;
+        };
+        let below = input.translate(egui::vec2(0.0, cell * 1.1));
+        // Right: the next byte of the string (blue fill); the last position
+        // has none to check.
+        let right = probe.get(i + 1) == Some(&guess);
+        if right {
+            painter.rect_filled(below, 2.0, egui::Color32::from_rgb(0, 114, 178));
+        }
+        let label = byte_label(guess);
+        let size = if label.chars().count() > 1 {
+            (font.size * 0.62).max(12.0)
+        } else {
+            font.size
+        };
+        painter.text(
+            below.center(),
+            egui::Align2::CENTER_CENTER,
+            label,
+            egui::FontId::monospace(size),
+            if right { egui::Color32::WHITE } else { weak },
+        );
+    }
+    let probe_rect = egui::Rect::from_min_size(
+        egui::pos2(area.min.x + label_w, top),
+        egui::vec2(cell * n as f32, cell * 2.1),
+    );
+    let right = (m..n - 1)
+        .filter(|&i| frame.predictions.get(i) == probe.get(i + 1))
+        .count();
+    let sentence = painter.layout(
+        crate::t!("timelapse-copied-right", right = right, of = m - 1),
+        egui::FontId::proportional(14.0),
+        text_colour,
+        (area.max.x - probe_rect.min.x).max(120.0),
+    );
+    painter.galley(
+        egui::pos2(probe_rect.min.x, probe_rect.max.y + 6.0),
+        sentence,
+        text_colour,
+    );
+    regions.push(("probe".to_string(), probe_rect));
+    regions
+}
+
+/// Every head's induction (solid) and previous-token (dashed) score across
+/// the run. Returns the chart's rectangle and the step clicked, if any.
+fn scores_chart(
+    ui: &mut egui::Ui,
+    t: &TimeLapse,
+    frame: &Frame,
+    height: f32,
+) -> (egui::Rect, Option<u64>) {
+    ui.label(egui::RichText::new(crate::t!("timelapse-scores-title")).size(17.0).strong());
+    // The key: a colour per head; solid induction, dashed previous byte.
+    ui.horizontal_wrapped(|ui| {
+        for layer in 0..t.n_layer {
+            for head in 0..t.n_head {
+                let colour = HEAD_COLOURS[(layer * t.n_head + head) % HEAD_COLOURS.len()];
+                ui.label(
+                    egui::RichText::new(format!("— {layer}.{head}"))
+                        .color(colour)
+                        .size(14.0),
+                );
+            }
+        }
+        ui.label(egui::RichText::new(crate::t!("timelapse-scores-key")).size(13.0).weak());
+    });
+    let onset = t.induction_onset(FORMED).map(|(f, _)| f.step);
+    let used = ui.min_rect().height();
+    let response = Plot::new("timelapse-scores")
+        .height((height - used - 4.0).max(80.0))
+        .show_grid(egui::Vec2b::new(true, false))
+        .x_axis_label(crate::t!("timelapse-x-axis"))
+        .y_axis_label(crate::t!("timelapse-score-axis"))
+        .x_axis_formatter(|mark, _| step_of(mark.value).to_string())
+        .x_grid_spacer(powers_of_ten)
+        .include_y(0.0)
+        .include_y(1.0)
+        .allow_drag(false)
+        .allow_zoom(false)
+        .allow_scroll(false)
+        .show(ui, |plot| {
+            for layer in 0..t.n_layer {
+                for head in 0..t.n_head {
+                    let colour = HEAD_COLOURS[(layer * t.n_head + head) % HEAD_COLOURS.len()];
+                    let series = |score: fn(&crate::model::timelapse::HeadScore) -> f32| {
+                        t.frames
+                            .iter()
+                            .filter_map(|f| {
+                                f.head(layer, head).map(|h| [x_of(f.step), score(h) as f64])
+                            })
+                            .collect::<Vec<_>>()
+                    };
+                    plot.line(
+                        Line::new(
+                            crate::t!("timelapse-induction-line", layer = layer, head = head),
+                            PlotPoints::from(series(|h| h.induction)),
+                        )
+                        .color(colour)
+                        .width(2.5),
+                    );
+                    plot.line(
+                        Line::new(
+                            crate::t!("timelapse-previous-line", layer = layer, head = head),
+                            PlotPoints::from(series(|h| h.previous_token)),
+                        )
+                        .color(colour)
+                        .width(1.5)
+                        .style(LineStyle::dashed_loose()),
+                    );
+                }
+            }
+            marks(plot, frame.step, onset);
+        });
+    let clicked = clicked_step(&response);
+    (response.response.rect, clicked)
+}
+
+/// The losses across the run: training, validation, on the copied letters
+/// and on the fresh ones. Returns the chart's rectangle and the step
+/// clicked, if any.
+fn losses_chart(
+    ui: &mut egui::Ui,
+    t: &TimeLapse,
+    frame: &Frame,
+    height: f32,
+) -> (egui::Rect, Option<u64>) {
+    ui.label(egui::RichText::new(crate::t!("timelapse-losses-title")).size(17.0).strong());
+    let lines = [
+        ("timelapse-train-loss", HEAD_COLOURS[4], false),
+        ("timelapse-val-loss", HEAD_COLOURS[6], true),
+        ("timelapse-copy-loss", HEAD_COLOURS[0], false),
+        ("timelapse-fresh-loss", HEAD_COLOURS[2], true),
+    ];
+    ui.horizontal_wrapped(|ui| {
+        for (key, colour, dashed) in lines {
+            let mark = if dashed { "- -" } else { "—" };
+            ui.label(
+                egui::RichText::new(format!("{mark} {}", crate::t!(key)))
+                    .color(colour)
+                    .size(14.0),
+            );
+        }
+    });
+    let onset = t.induction_onset(FORMED).map(|(f, _)| f.step);
+    let used = ui.min_rect().height();
+    let series = |value: fn(&Frame) -> Option<f32>| {
+        t.frames
+            .iter()
+            .filter_map(|f| value(f).map(|v| [x_of(f.step), v as f64]))
+            .collect::<Vec<_>>()
+    };
+    let response = Plot::new("timelapse-losses")
+        .height((height - used - 4.0).max(80.0))
+        .x_axis_label(crate::t!("timelapse-x-axis"))
+        .y_axis_label(crate::t!("timelapse-loss-axis"))
+        .x_axis_formatter(|mark, _| step_of(mark.value).to_string())
+        .x_grid_spacer(powers_of_ten)
+        .include_y(0.0)
+        .allow_drag(false)
+        .allow_zoom(false)
+        .allow_scroll(false)
+        .show(ui, |plot| {
+            let values: [fn(&Frame) -> Option<f32>; 4] = [
+                |f| f.loss,
+                |f| f.val_loss,
+                |f| Some(f.copy_loss),
+                |f| Some(f.fresh_loss),
+            ];
+            for ((key, colour, dashed), value) in lines.into_iter().zip(values) {
+                let line = Line::new(crate::t!(key), PlotPoints::from(series(value)))
+                    .color(colour)
+                    .width(2.0);
+                plot.line(if dashed {
+                    line.style(LineStyle::dashed_loose())
+                } else {
+                    line
+                });
+            }
+            marks(plot, frame.step, onset);
+        });
+    let clicked = clicked_step(&response);
+    (response.response.rect, clicked)
+}
+
+/// The frame shown (a white line) and where an induction head formed (gold).
+fn marks(plot: &mut egui_plot::PlotUi, step: u64, onset: Option<u64>) {
+    plot.vline(
+        VLine::new(crate::t!("timelapse-shown-line", step = step), x_of(step))
+            .color(egui::Color32::WHITE)
+            .width(2.0),
+    );
+    if let Some(at) = onset {
+        plot.vline(
+            VLine::new(crate::t!("timelapse-formed-line", step = at), x_of(at))
+                .color(GOLD)
+                .width(2.0)
+                .style(LineStyle::dashed_loose()),
+        );
+    }
+}
+
+/// The step under a click on a chart.
+fn clicked_step<R>(response: &egui_plot::PlotResponse<R>) -> Option<u64> {
+    if !response.response.clicked() {
+        return None;
+    }
+    let pos = response.response.interact_pointer_pos()?;
+    Some(step_of(response.transform.value_from_position(pos).x))
+}
