@@ -213,6 +213,38 @@ pub fn sequential(t: f32) -> [u8; 4] {
     ramp(&SEQUENTIAL, t.clamp(0.0, 1.0))
 }
 
+/// Above an attention map's diagonal: the causal mask, a flat colour apart
+/// from P = 0.
+pub const MASKED: [u8; 4] = [30, 33, 44, 255];
+
+/// RGBA pixels of P (n × n, row i at the top): a sequential colour map on
+/// 0..1 (or on 0..row max), the masked upper triangle in its own flat colour
+/// (a model from the lab without the mask has no masked triangle).
+pub fn colour_attention(p: &[f32], n: usize, row_normalised: bool, causal: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(n * n * 4);
+    for i in 0..n {
+        let row = &p[i * n..(i + 1) * n];
+        let seen = if causal { i + 1 } else { n };
+        let scale = if row_normalised {
+            row[..seen]
+                .iter()
+                .copied()
+                .fold(0.0f32, f32::max)
+                .max(1e-12)
+        } else {
+            1.0
+        };
+        for (j, &x) in row.iter().enumerate() {
+            out.extend(if j >= seen {
+                MASKED
+            } else {
+                sequential(x / scale)
+            });
+        }
+    }
+    out
+}
+
 /// RGBA8 pixels of a pooled grid on a symmetric scale.
 pub fn colorize(pooled: &[f32], half_width: f32) -> Vec<u8> {
     pooled

@@ -34,8 +34,7 @@ const HEADER: f32 = 26.0;
 /// World units per byte of the enlarged map, at least.
 const FOCUS_PER_TOKEN: f32 = 16.0;
 const FOCUS_MIN: f32 = 560.0;
-/// Above the diagonal: the causal mask, a flat colour apart from P = 0.
-const MASKED: [u8; 4] = [30, 33, 44, 255];
+use crate::app::heatmap::{MASKED, colour_attention};
 
 /// What the scene shows; the toolbar edits it.
 #[derive(Resource, Debug, Clone)]
@@ -361,34 +360,6 @@ fn paint(
         }
         cell.shown = want;
     }
-}
-
-/// RGBA pixels of P (n × n, row i at the top): a sequential colour map on
-/// 0..1 (or on 0..row max), the masked upper triangle in its own flat colour
-/// (a model from the lab without the mask has no masked triangle).
-pub fn colour_attention(p: &[f32], n: usize, row_normalised: bool, causal: bool) -> Vec<u8> {
-    let mut out = Vec::with_capacity(n * n * 4);
-    for i in 0..n {
-        let row = &p[i * n..(i + 1) * n];
-        let seen = if causal { i + 1 } else { n };
-        let scale = if row_normalised {
-            row[..seen]
-                .iter()
-                .copied()
-                .fold(0.0f32, f32::max)
-                .max(1e-12)
-        } else {
-            1.0
-        };
-        for (j, &x) in row.iter().enumerate() {
-            out.extend(if j >= seen {
-                MASKED
-            } else {
-                crate::app::heatmap::sequential(x / scale)
-            });
-        }
-    }
-    out
 }
 
 /// Grid: a click enlarges a map. Enlarged: a click on a row picks the

@@ -5,7 +5,7 @@
 //! frame shown and where an induction head formed. A click on a chart
 //! shows the frame nearest that step.
 
-use super::{FORMED, Shown, TimelapseView, maps_frame, timelapse};
+use super::{FORMED, TimelapseShown, TimelapseView, maps_frame, timelapse};
 use crate::app::training::{Run, RunState};
 use crate::app::ui::UiState;
 use crate::model::timelapse::{Frame, TimeLapse};
@@ -63,7 +63,7 @@ pub(super) fn draw(
     ui_state: Res<UiState>,
     run: Option<Res<Run>>,
     mut view: ResMut<TimelapseView>,
-    mut shown: ResMut<Shown>,
+    mut shown: ResMut<TimelapseShown>,
     mut textures: Local<MapTextures>,
 ) -> Result {
     let ctx = contexts.ctx_mut()?.clone();
@@ -313,7 +313,7 @@ fn maps_and_predictions(
                 for head in 0..cols {
                     let p = t.map(m, layer, head).unwrap_or_default();
                     let pixels =
-                        crate::app::scenes::attention::colour_attention(&p, n, false, true);
+                        crate::app::heatmap::colour_attention(&p, n, false, true);
                     let image = egui::ColorImage::from_rgba_unmultiplied([n, n], &pixels);
                     textures.textures.push(ui.ctx().load_texture(
                         format!("timelapse-map-{layer}-{head}"),

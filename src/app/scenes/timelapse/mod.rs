@@ -73,7 +73,7 @@ impl TimelapseView {
 
 /// What the egui body last drew, for the reports.
 #[derive(Resource, Default)]
-struct Shown {
+struct TimelapseShown {
     regions: crate::app::registry::Regions,
 }
 
@@ -97,7 +97,7 @@ impl Plugin for ScenePlugin {
     fn build(&self, app: &mut App) {
         report::register(app);
         app.init_resource::<TimelapseView>()
-            .init_resource::<Shown>()
+            .init_resource::<TimelapseShown>()
             .add_observer(lesson_focus)
             .add_systems(
                 Update,

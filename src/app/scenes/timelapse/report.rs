@@ -3,7 +3,7 @@
 //! headless line (the frame shown, its best head, where one formed) and
 //! its egui regions.
 
-use super::{FORMED, Shown, TimelapseView, timelapse};
+use super::{FORMED, TimelapseShown, TimelapseView, timelapse};
 use crate::app::registry::{Report, SceneApp};
 use crate::app::scenes::Scene;
 use crate::app::training::Run;
@@ -19,7 +19,7 @@ pub fn register(app: &mut App) {
         }
     })
     .report_field(Report::Headless, "timelapse", headless)
-    .shown_regions(|shown: Res<Shown>| shown.regions.clone());
+    .shown_regions(|shown: Res<TimelapseShown>| shown.regions.clone());
 }
 
 fn headless(
