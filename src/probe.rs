@@ -11,7 +11,7 @@
 
 use crate::data::Batch;
 use crate::model::config::{Config, VOCAB};
-use crate::program::ProbeWindow;
+pub use crate::program::ProbeWindow;
 
 /// What to look at: a batch for the forward pass, the row and positions to
 /// probe, and which transformer blocks' attention to return.

@@ -2541,3 +2541,59 @@ fn check_walk_picture(r: &serde_json::Value, shot: &std::path::Path, (w, h): (f6
 fn walk_output(walk: &serde_json::Value, beat: usize) -> usize {
     walk["beats"][beat]["output"].as_u64().unwrap() as usize
 }
+
+/// The Time-lapse scene (issue 52): a run trained in the app on the GPU
+/// records its time-lapse without waiting (reads queued behind the steps),
+/// frame for frame on the schedule; the checkpoint it saves carries it, and
+/// its last frame is what `tinygpt heads` measures on that checkpoint (on
+/// the GPU, and the CPU computes the same function); the scene draws the
+/// maps, the probe and both charts where the line says.
+#[test]
+fn headless_gpu_run_records_its_time_lapse() {
+    let dir = common::scratch_dir("app-timelapse");
+    let shot = dir.join("timelapse.png");
+    let r = run_headless_in(
+        &dir,
+        &[
+            "app", "--headless", "--scene", "timelapse", "--preset", "tiny", "--steps", "40",
+            "--train", "--backend", "gpu", "--frames", "300", "--fps", "0", "--export", "checkpoint",
+            "--width", "1280", "--height", "720",
+        ],
+        &shot,
+    );
+    let line = r.to_string();
+    let t = &r["timelapse"];
+    assert_eq!(t["step"], 40, "{line}");
+    let saved = dir.join("tinygpt-app.safetensors");
+    let ck = tinygpt::model::checkpoint::Checkpoint::load(&saved).unwrap();
+    let lapse = ck.timelapse.expect("the app's GPU run recorded a time-lapse");
+    let steps: Vec<u64> = lapse.frames.iter().map(|f| f.step).collect();
+    assert_eq!(steps, tinygpt::model::timelapse::frame_steps(40), "{line}");
+    assert_eq!(t["frames"], steps.len(), "{line}");
+    // Weights, gradients and updates were read behind their steps.
+    for f in &lapse.frames[1..] {
+        assert!(f.loss.is_some(), "step {}", f.step);
+        assert!(
+            f.tensors.iter().all(|n| n.grad.is_some_and(|g| g > 0.0) && n.update.is_some_and(|u| u > 0.0)),
+            "step {}: {:?}",
+            f.step,
+            f.tensors.first()
+        );
+    }
+    let last = lapse.frames.last().unwrap();
+    for backend in ["gpu", "cpu"] {
+        let (out, _) = common::tinygpt(&[
+            "heads", "--checkpoint", saved.to_str().unwrap(), "--backend", backend, "--json",
+        ]);
+        let fresh: serde_json::Value = serde_json::from_str(&out).unwrap();
+        for (h, recorded) in fresh["heads"].as_array().unwrap().iter().zip(&last.heads) {
+            for (key, value) in [("induction", recorded.induction), ("previous_token", recorded.previous_token)] {
+                let now = h[key].as_f64().unwrap() as f32;
+                assert!((now - value).abs() < 1e-5, "{backend} {key}: {now} against {value} recorded");
+            }
+        }
+        let copy = fresh["copy_loss"].as_f64().unwrap() as f32;
+        assert!((copy - last.copy_loss).abs() < 1e-4, "{backend}: {copy} against {}", last.copy_loss);
+    }
+    assert_regions_drawn(&r, &shot, &["h.0.head0", "h.1.head2", "probe", "scores", "losses"], (20, 20), 0.05);
+}

@@ -681,7 +681,6 @@ walk-sweep-dw-done = dW[{ $j }, { $i }] = Σ dy[{ $j }, t]·x[{ $i }, t]: the { 
 scene-timelapse-title = Time-lapse
 scene-timelapse-about = watch it learn: attention and head scores as training formed them, step by step
 timelapse-none = This run has no time-lapse yet: a run records about 100 frames as it trains (Train), and the gallery's repeat model comes with its own (trained model: gallery…).
-timelapse-none-gpu = This run trains on the GPU, whose runs record no time-lapse in the app yet: train it on the CPU, or open the gallery's repeat model (trained model: gallery…); `tinygpt train` records one on either backend.
 timelapse-play-hover = play the run from this frame to the newest
 timelapse-pause-hover = stop at this frame
 timelapse-back-hover = the frame before
@@ -715,3 +714,4 @@ timelapse-formed-line = induction head formed: step { $step }
 timelapse-induction-score = induction { $score }
 timelapse-previous-score = previous byte { $score }
 timelapse-scores-key = solid: induction · dashed: previous byte
+timelapse-cannot = a frame could not be recorded: { $error }

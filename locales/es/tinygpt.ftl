@@ -680,7 +680,6 @@ walk-sweep-dw-done = dW[{ $j }, { $i }] = Σ dy[{ $j }, t]·x[{ $i }, t]: las { 
 scene-timelapse-title = Cámara rápida
 scene-timelapse-about = míralo aprender: la atención y las puntuaciones de las cabezas según las formó el entrenamiento, paso a paso
 timelapse-none = Este entrenamiento aún no tiene cámara rápida: registra unos 100 fotogramas mientras entrena (Entrenar), y el modelo repeat de la galería trae la suya (modelo entrenado: galería…).
-timelapse-none-gpu = Este entrenamiento va en la GPU, cuyos entrenamientos aún no registran cámara rápida en la app: entrénalo en la CPU o abre el modelo repeat de la galería (modelo entrenado: galería…); `tinygpt train` la registra en cualquiera de los dos.
 timelapse-play-hover = reproduce el entrenamiento desde este fotograma hasta el más reciente
 timelapse-pause-hover = detente en este fotograma
 timelapse-back-hover = el fotograma anterior
@@ -714,3 +713,4 @@ timelapse-formed-line = se formó la cabeza de inducción: paso { $step }
 timelapse-induction-score = inducción { $score }
 timelapse-previous-score = byte anterior { $score }
 timelapse-scores-key = continua: inducción · discontinua: byte anterior
+timelapse-cannot = no se pudo registrar un fotograma: { $error }

@@ -680,7 +680,6 @@ walk-sweep-dw-done = dW[{ $j }, { $i }] = Σ dy[{ $j }, t]·x[{ $i }, t]：{ $k 
 scene-timelapse-title = 延时回放
 scene-timelapse-about = 看它学习：训练一步步形成的注意力和各个头的分数
 timelapse-none = 这次训练还没有延时回放：训练时会记录大约 100 帧（训练），图库中的 repeat 模型自带一份（已训练模型：图库…）。
-timelapse-none-gpu = 这次训练在 GPU 上进行，应用中的 GPU 训练还不记录延时回放：请在 CPU 上训练，或打开图库中的 repeat 模型（已训练模型：图库…）；`tinygpt train` 在两种后端上都会记录。
 timelapse-play-hover = 从这一帧播放到最新一帧
 timelapse-pause-hover = 停在这一帧
 timelapse-back-hover = 上一帧
@@ -714,3 +713,4 @@ timelapse-formed-line = 归纳头形成：第 { $step } 步
 timelapse-induction-score = 归纳 { $score }
 timelapse-previous-score = 前一个字节 { $score }
 timelapse-scores-key = 实线：归纳 · 虚线：前一个字节
+timelapse-cannot = 有一帧无法记录：{ $error }

@@ -180,6 +180,8 @@ enum Kind {
         flashing: Option<(ReadbackHandle, FlashRequest, u64)>,
         /// Stepped entries on their way, in order.
         entries: VecDeque<EntryRun>,
+        /// The time-lapse's reads on their way.
+        frames: crate::app::frames::GpuFrames,
     },
     Cpu {
         task: Option<Task<CpuChunk>>,
@@ -230,6 +232,8 @@ pub struct Engine {
     /// A copy of the run's time-lapse as of the trainer's last return
     /// (the scenes read it while a CPU chunk holds the trainer).
     timelapse: Option<std::sync::Arc<crate::model::timelapse::TimeLapse>>,
+    /// Why the last time-lapse frame could not be recorded, if one could not.
+    pub timelapse_error: Option<String>,
 }
 
 // SAFETY: in the browser (wasm32 without atomics) the app has one thread,
@@ -251,6 +255,7 @@ impl Engine {
                 probing: None,
                 flashing: None,
                 entries: VecDeque::new(),
+                frames: Default::default(),
             }
         } else {
             Kind::Cpu { task: None }
@@ -258,6 +263,7 @@ impl Engine {
         Self {
             step: trainer.step,
             timelapse: trainer.timelapse.clone().map(std::sync::Arc::new),
+            timelapse_error: None,
             trainer: Some(SyncCell::new(trainer)),
             kind,
             steps_per_submit: 1.0,
@@ -319,6 +325,7 @@ impl Engine {
                 probing,
                 flashing,
                 entries,
+                frames: _,
             } => {
                 !in_flight.is_empty()
                     || reading.is_some()
@@ -498,6 +505,7 @@ impl Engine {
                 probing,
                 flashing,
                 entries,
+                frames,
             } => {
                 let trainer = self
                     .trainer
@@ -594,6 +602,9 @@ impl Engine {
                         }
                     }
                 }
+                if frames.collect(trainer) {
+                    refresh_timelapse(&mut self.timelapse, trainer);
+                }
                 if let Some((handle, names, step)) = reading.take() {
                     let gpu = trainer.backend.as_gpu().expect("GPU engine");
                     match gpu.try_take(handle) {
@@ -636,6 +647,18 @@ impl Engine {
                         self.steps_per_submit = (self.steps_per_submit * 0.8).max(1.0);
                     }
                 }
+                // The time-lapse's reads go behind the steps they measure.
+                if !crate::app::frames::GpuFrames::ready(trainer) {
+                    allowed = 0;
+                }
+                let mut queue_frames = |frames: &mut crate::app::frames::GpuFrames, trainer: &mut Trainer| {
+                    if let Err(e) = frames.after_submit(trainer) {
+                        self.timelapse_error = Some(e);
+                    }
+                };
+                if allowed > 0 {
+                    queue_frames(frames, trainer);
+                }
                 while in_flight.len() < MAX_IN_FLIGHT && allowed > 0 {
                     let budget = self.frame_ms.clamp(SUBMIT_BUDGET_MS, MAX_SUBMIT_BUDGET_MS);
                     let cap = if self.ms_per_step > 0.0 {
@@ -653,6 +676,7 @@ impl Engine {
                             out.started += flight.len() as u64;
                             in_flight.push_back(flight);
                             self.started.get_or_insert_with(Instant::now);
+                            queue_frames(frames, trainer);
                         }
                         None => break,
                     }

@@ -23,6 +23,7 @@ pub mod device_lost;
 pub mod engine;
 pub mod export;
 pub mod files;
+pub mod frames;
 pub mod gallery;
 pub mod graph;
 #[cfg(not(target_arch = "wasm32"))]

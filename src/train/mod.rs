@@ -424,7 +424,10 @@ impl Trainer {
             self.record_frame(None)?;
         }
         let weights_before = match self.frame_due(self.step + 1) {
-            true => Some(self.params()?),
+            true => {
+                let names = timelapse::norm_names(self.backend.program(), false);
+                Some(timelapse::read_all(self.backend.as_mut(), &names)?)
+            }
             false => None,
         };
         let before = self.sampler_state();
@@ -447,25 +450,57 @@ impl Trainer {
     }
 
     /// Records the time-lapse's frame of the weights the backend holds now
-    /// (after step `self.step`); `before`: the weights before that step.
-    fn record_frame(&mut self, before: Option<&[NamedTensor]>) -> Result<(), TrainError> {
+    /// (after step `self.step`); `before`: the weights before that step
+    /// ([`timelapse::norm_names`] without gradients).
+    fn record_frame(&mut self, before: Option<&[f32]>) -> Result<(), TrainError> {
         let Some(probe) = self.timelapse.as_ref().map(|t| t.probe.clone()) else {
             return Ok(());
         };
-        let last = self.history.last().filter(|p| p.step == self.step);
-        let val_loss = self.history.iter().rev().find_map(|p| p.val_loss);
+        let (loss, val_loss) = self.losses_at(self.step);
         let frame = timelapse::record_frame(
             self.backend.as_mut(),
             &probe,
             self.step,
-            last.map(|p| p.loss),
+            loss,
             val_loss,
             before,
         )?;
-        if let Some(t) = &mut self.timelapse {
+        self.push_frame(frame);
+        Ok(())
+    }
+
+    /// The training loss of step `step` (if the history has it) and the
+    /// latest validation loss measured by then: a frame's losses.
+    pub fn losses_at(&self, step: u64) -> (Option<f32>, Option<f32>) {
+        let loss = self
+            .history
+            .iter()
+            .rev()
+            .find(|p| p.step == step)
+            .map(|p| p.loss);
+        let val_loss = self
+            .history
+            .iter()
+            .rev()
+            .filter(|p| p.step <= step)
+            .find_map(|p| p.val_loss);
+        (loss, val_loss)
+    }
+
+    /// Adds a frame recorded elsewhere (the app's GPU engine reads one
+    /// without waiting) to the time-lapse; one out of order is dropped.
+    pub fn push_frame(&mut self, frame: crate::model::timelapse::Frame) {
+        if let Some(t) = &mut self.timelapse
+            && t.last_step().is_none_or(|last| frame.step > last)
+        {
             t.push(frame);
         }
-        Ok(())
+    }
+
+    /// Counts the run's returns to a last good step (a frame read before
+    /// one is of weights the run no longer has).
+    pub fn epoch(&self) -> u64 {
+        self.epoch
     }
 
     /// After a diverged step: the run stays at its last good step (the
@@ -614,7 +649,13 @@ impl Trainer {
         {
             return None;
         }
-        if let Some(k) = (1..=n).find(|k| self.evaluates_after(self.submitted + k)) {
+        // A submit ends at an evaluation, and at a time-lapse frame and the
+        // step before it (the app reads the weights there).
+        if let Some(k) = (1..=n).find(|k| {
+            self.evaluates_after(self.submitted + k)
+                || self.frame_due(self.submitted + k)
+                || self.frame_due(self.submitted + k + 1)
+        }) {
             n = k;
         }
         let first = self.submitted;

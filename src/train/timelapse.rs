@@ -4,11 +4,11 @@
 //! `tinygpt heads` computes from the checkpoint saved at step s.
 
 use crate::backend::{Backend, BackendError};
-use crate::model::params::NamedTensor;
 use crate::model::timelapse::{
     Frame, HeadScore, TensorNorms, induction_score, previous_token_score,
 };
-use crate::probe::ProbeRequest;
+use crate::probe::{ProbeRequest, ProbeResult};
+use crate::program::Program;
 
 /// What the probe strings give: every head's scores (the mean over the
 /// strings), the losses on the copied and the fresh letters, the greedy
@@ -29,19 +29,46 @@ pub fn probe_heads(
     sequences: &[Vec<u8>],
 ) -> Result<HeadProbe, BackendError> {
     let config = backend.program().config.clone();
-    let (layers, heads) = (config.n_layer, config.n_head);
+    let results = sequences
+        .iter()
+        .map(|seq| {
+            let request =
+                ProbeRequest::for_prompt(&config, seq).map_err(BackendError::BadProbe)?;
+            backend.probe(&request)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(heads_from(sequences, &results, config.n_layer, config.n_head))
+}
+
+/// The probe requests of `sequences` on a model of `config` (what
+/// [`heads_from`] reads the results of).
+pub fn probe_requests(
+    config: &crate::model::config::Config,
+    sequences: &[Vec<u8>],
+) -> Result<Vec<ProbeRequest>, String> {
+    sequences
+        .iter()
+        .map(|seq| ProbeRequest::for_prompt(config, seq))
+        .collect()
+}
+
+/// [`HeadProbe`] of the probes of `sequences` (`results`, in order), on a
+/// model of `layers` blocks of `heads` heads.
+pub fn heads_from(
+    sequences: &[Vec<u8>],
+    results: &[ProbeResult],
+    layers: usize,
+    heads: usize,
+) -> HeadProbe {
     let mut induction = vec![0.0f64; layers * heads];
     let mut previous = vec![0.0f64; layers * heads];
     let (mut copy, mut fresh) = (0.0f64, 0.0f64);
     let (mut copies, mut freshes) = (0usize, 0usize);
     let mut predictions = Vec::new();
     let mut maps = Vec::new();
-    for (s, seq) in sequences.iter().enumerate() {
+    for (s, (seq, result)) in sequences.iter().zip(results).enumerate() {
         let m = seq.len() / 2;
         let n = 2 * m;
-        let request =
-            ProbeRequest::for_prompt(&config, seq).map_err(BackendError::BadProbe)?;
-        let result = backend.probe(&request)?;
         let window = result.n();
         for (k, &layer) in result.blocks.iter().enumerate() {
             for head in 0..heads {
@@ -81,7 +108,7 @@ pub fn probe_heads(
         }
     }
     let count = sequences.len().max(1) as f64;
-    let heads = (0..layers * heads)
+    let scores = (0..layers * heads)
         .map(|i| HeadScore {
             layer: i / heads,
             head: i % heads,
@@ -89,13 +116,13 @@ pub fn probe_heads(
             previous_token: (previous[i] / count) as f32,
         })
         .collect();
-    Ok(HeadProbe {
-        heads,
+    HeadProbe {
+        heads: scores,
         copy_loss: (copy / copies.max(1) as f64) as f32,
         fresh_loss: (fresh / freshes.max(1) as f64) as f32,
         predictions,
         maps,
-    })
+    }
 }
 
 /// −log softmax(logits)[target], in f64.
@@ -105,49 +132,109 @@ fn cross_entropy(logits: &[f32], target: u8) -> f64 {
     max + sum.ln() - logits[target as usize] as f64
 }
 
-/// The frame of step `step`: the probe of the weights the backend holds,
-/// and each parameter's norms (`before`: the weights before the step, for
-/// the update; `grads`: whether the backend holds this step's gradients).
-pub fn record_frame(
-    backend: &mut dyn Backend,
-    sequences: &[Vec<u8>],
-    step: u64,
-    loss: Option<f32>,
-    val_loss: Option<f32>,
-    before: Option<&[NamedTensor]>,
-) -> Result<Frame, BackendError> {
-    let program = backend.program().clone();
-    let mut tensors = Vec::new();
-    for id in program.params() {
-        let t = &program.tensors[id];
-        if t.is_frozen() {
-            continue;
-        }
-        let weight = backend.read(&t.name)?;
-        let grad = match (before, t.grad) {
-            (Some(_), Some(g)) => Some(norm(&backend.read(&program.tensors[g].name)?)),
-            _ => None,
-        };
-        let update = before
-            .and_then(|b| b.iter().find(|p| p.name == t.name))
-            .map(|b| {
-                let sum: f64 = b
-                    .values
-                    .iter()
-                    .zip(&weight)
-                    .map(|(&x, &y)| ((y - x) as f64).powi(2))
-                    .sum();
-                sum.sqrt() as f32
-            });
-        tensors.push(TensorNorms {
-            name: t.name.clone(),
-            weight: norm(&weight),
+/// The most parameters a frame measures the norms of: above it (a model
+/// of more than 16 M parameters) its frames hold no norms, so that a frame
+/// never reads back more than one read's worth of the weights.
+pub const NORMS_MAX_VALUES: usize = crate::backend::READ_CHUNK_FLOATS;
+
+/// What a frame's norms read, in order: each trained parameter, then, with
+/// `grads`, each one's gradient. Empty for a model above [`NORMS_MAX_VALUES`].
+pub fn norm_names(program: &Program, grads: bool) -> Vec<String> {
+    let trained: Vec<_> = program
+        .params()
+        .filter(|&id| !program.tensors[id].is_frozen())
+        .collect();
+    let total: usize = trained.iter().map(|&id| program.tensors[id].numel()).sum();
+    if total > NORMS_MAX_VALUES {
+        return vec![];
+    }
+    let mut names: Vec<String> = trained
+        .iter()
+        .map(|&id| program.tensors[id].name.clone())
+        .collect();
+    if grads {
+        names.extend(trained.iter().filter_map(|&id| {
+            program.tensors[id]
+                .grad
+                .map(|g| program.tensors[g].name.clone())
+        }));
+    }
+    names
+}
+
+/// Each trained parameter's norms from `values`, the tensors of
+/// [`norm_names`] one after another; `before`: the weights before the step
+/// (the same names, in order), for the update.
+pub fn norms_from(
+    program: &Program,
+    values: &[f32],
+    grads: bool,
+    before: Option<&[f32]>,
+) -> Vec<TensorNorms> {
+    let names = norm_names(program, false);
+    let sizes: Vec<usize> = names
+        .iter()
+        .map(|n| program.tensors[program.tensor_id(n).expect("a parameter")].numel())
+        .collect();
+    let weights_len: usize = sizes.iter().sum();
+    let grads_len: usize = names
+        .iter()
+        .zip(&sizes)
+        .filter(|(n, _)| {
+            grads
+                && program.tensors[program.tensor_id(n).expect("a parameter")]
+                    .grad
+                    .is_some()
+        })
+        .map(|(_, &size)| size)
+        .sum();
+    // Reads of another shape (never ours) measure nothing.
+    if values.len() != weights_len + grads_len {
+        return vec![];
+    }
+    let before = before.filter(|b| b.len() == weights_len);
+    let mut at = 0;
+    let mut grad_at = weights_len;
+    let mut out = Vec::with_capacity(names.len());
+    for (name, size) in names.into_iter().zip(sizes) {
+        let weight = &values[at..at + size];
+        let has_grad = grads
+            && program.tensors[program.tensor_id(&name).expect("a parameter")]
+                .grad
+                .is_some();
+        let grad = has_grad.then(|| {
+            let g = norm(&values[grad_at..grad_at + size]);
+            grad_at += size;
+            g
+        });
+        let update = before.map(|b| {
+            let sum: f64 = b[at..at + size]
+                .iter()
+                .zip(weight)
+                .map(|(&x, &y)| ((y - x) as f64).powi(2))
+                .sum();
+            sum.sqrt() as f32
+        });
+        out.push(TensorNorms {
+            name,
+            weight: norm(weight),
             grad,
             update,
         });
+        at += size;
     }
-    let probe = probe_heads(backend, sequences)?;
-    Ok(Frame {
+    out
+}
+
+/// A frame of step `step` from the head probe and the norms.
+pub fn frame_from(
+    step: u64,
+    loss: Option<f32>,
+    val_loss: Option<f32>,
+    probe: HeadProbe,
+    tensors: Vec<TensorNorms>,
+) -> Frame {
+    Frame {
         step,
         loss,
         val_loss,
@@ -163,7 +250,40 @@ pub fn record_frame(
                 .map(|&x| half::f16::from_f32(x).to_bits())
                 .collect(),
         ),
-    })
+    }
+}
+
+/// Reads `names` from the backend, one after another.
+pub fn read_all(backend: &mut dyn Backend, names: &[String]) -> Result<Vec<f32>, BackendError> {
+    let mut values = Vec::new();
+    for name in names {
+        values.extend(backend.read(name)?);
+    }
+    Ok(values)
+}
+
+/// The frame of step `step`: the probe of the weights the backend holds,
+/// and each parameter's norms (`before`: the weights before the step, as
+/// [`norm_names`] without gradients lists them, for the update; with it,
+/// the backend holds that step's gradients too).
+pub fn record_frame(
+    backend: &mut dyn Backend,
+    sequences: &[Vec<u8>],
+    step: u64,
+    loss: Option<f32>,
+    val_loss: Option<f32>,
+    before: Option<&[f32]>,
+) -> Result<Frame, BackendError> {
+    let program = backend.program().clone();
+    let grads = before.is_some();
+    let values = read_all(backend, &norm_names(&program, grads))?;
+    let tensors = if values.is_empty() {
+        vec![]
+    } else {
+        norms_from(&program, &values, grads, before)
+    };
+    let probe = probe_heads(backend, sequences)?;
+    Ok(frame_from(step, loss, val_loss, probe, tensors))
 }
 
 fn norm(values: &[f32]) -> f32 {

@@ -72,10 +72,9 @@ pub(super) fn draw(
     };
     let Some(t) = timelapse(&run).cloned() else {
         shown.regions.clear();
-        let why = if run.engine.on_gpu() {
-            crate::t!("timelapse-none-gpu")
-        } else {
-            crate::t!("timelapse-none")
+        let why = match &run.engine.timelapse_error {
+            Some(e) => crate::t!("timelapse-cannot", error = e.as_str()),
+            None => crate::t!("timelapse-none"),
         };
         crate::app::ui::scene_status(&ctx, "timelapse-status", "timelapse-toolbar", area, why);
         return Ok(());
@@ -84,13 +83,11 @@ pub(super) fn draw(
     toolbar(&ctx, area, &t, index, &mut view, run.state == RunState::Training);
     let index = view.index(&t).expect("frames are not empty");
     let frame = &t.frames[index];
-    crate::app::ui::scene_status(
-        &ctx,
-        "timelapse-status",
-        "timelapse-toolbar",
-        area,
-        status(&t, index, &run),
-    );
+    let mut line = status(&t, index, &run);
+    if let Some(e) = &run.engine.timelapse_error {
+        line = format!("{line} · {}", crate::t!("timelapse-cannot", error = e.as_str()));
+    }
+    crate::app::ui::scene_status(&ctx, "timelapse-status", "timelapse-toolbar", area, line);
     let top = crate::app::ui::toolbar_bottom(&ctx, "timelapse-toolbar", area) + 30.0;
     let body = egui::Rect::from_min_max(
         egui::pos2(area.min.x + 12.0, top),
