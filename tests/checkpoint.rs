@@ -125,6 +125,7 @@ fn parts(
     let path = dir.join("p.safetensors");
     let mut plain = ck.clone();
     plain.optimizer = None;
+    plain.timelapse = None;
     plain.save(&path, Precision::F32).unwrap();
     let bytes = std::fs::read(&path).unwrap();
     std::fs::remove_dir_all(dir).unwrap();
@@ -235,4 +236,64 @@ fn a_missing_file_is_named() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("/nonexistent/x.safetensors"), "{err}");
+}
+
+/// A checkpoint's time-lapse is checked as its weights are: a broken one
+/// is refused with a line naming what is wrong, and one that is whole
+/// comes back as it was saved.
+#[test]
+fn a_bad_time_lapse_is_refused() {
+    let ck = trained_checkpoint();
+    let t = ck.timelapse.clone().expect("a run records its time-lapse");
+    assert_eq!(t.frames.iter().map(|f| f.step).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+    let (mut tensors, meta) = parts(&ck);
+    // The frames, and their maps as one tensor, as a save writes them.
+    let maps: Vec<u8> = t
+        .frames
+        .iter()
+        .flat_map(|f| f.attention.clone().unwrap())
+        .flat_map(|b| b.to_le_bytes())
+        .collect();
+    let n = 2 * t.letters();
+    let shape = vec![t.frames.len(), t.n_layer, t.n_head, n, n];
+    let stored = |t: &tinygpt::model::timelapse::TimeLapse, map_steps: &[u64]| {
+        let mut json = serde_json::to_value(t).unwrap();
+        json["map_steps"] = serde_json::json!(map_steps);
+        json.to_string()
+    };
+    let steps: Vec<u64> = t.frames.iter().map(|f| f.step).collect();
+    let mut good_meta = meta.clone();
+    good_meta.insert("timelapse".into(), stored(&t, &steps));
+    tensors.push((tinygpt::model::checkpoint::TIMELAPSE_MAPS.into(), Dtype::F16, shape.clone(), maps.clone()));
+    let back = Checkpoint::from_bytes(&raw(&tensors, good_meta.clone()), "good").unwrap();
+    assert_eq!(back.timelapse.as_ref(), Some(&t));
+
+    let with_meta = |json: String| {
+        let mut m = good_meta.clone();
+        m.insert("timelapse".into(), json);
+        raw(&tensors, m)
+    };
+    refused(&with_meta("{".into()), "metadata `timelapse` is not valid");
+    let mut reversed = t.clone();
+    reversed.frames.reverse();
+    refused(&with_meta(stored(&reversed, &steps)), "not in step order");
+    let mut other = t.clone();
+    other.n_head += 1;
+    refused(&with_meta(stored(&other, &steps)), "heads");
+    let mut nan = t.clone();
+    nan.frames[1].copy_loss = f32::NAN;
+    // JSON has no NaN: serde writes null, which is not a number.
+    refused(&with_meta(stored(&nan, &steps)), "metadata `timelapse` is not valid");
+    refused(&with_meta(stored(&t, &[0, 1, 2, 9])), "step 9");
+    // The maps: missing, of another shape, not finite.
+    let without: Vec<_> = tensors[..tensors.len() - 1].to_vec();
+    refused(&raw(&without, good_meta.clone()), "is missing");
+    let mut short = tensors.clone();
+    let last = short.len() - 1;
+    short[last].2[0] -= 1;
+    short[last].3.truncate(maps.len() / t.frames.len() * (t.frames.len() - 1));
+    refused(&raw(&short, good_meta.clone()), "needs F16");
+    let mut inf = tensors.clone();
+    inf[last].3[0..2].copy_from_slice(&half::f16::INFINITY.to_bits().to_le_bytes());
+    refused(&raw(&inf, good_meta), "not finite");
 }

@@ -173,6 +173,7 @@ gallery-what-weather = a table: a CSV weather log
 gallery-what-reverse = reverse eight letters: `qwertyui>` → `iuytrewq`
 gallery-what-sort = sort eight digits: `31415926>` → `11234569`
 gallery-what-add = add two two-digit numbers: `47+85=` → `132`
+gallery-what-repeat = copy a repeated string: `kqzdmwak` → `qzdmwa`
 
 ## Inside the model (src/app/scenes/flow)
 flow-prompt-hint = type a prompt
@@ -715,3 +716,4 @@ timelapse-induction-score = induction { $score }
 timelapse-previous-score = previous byte { $score }
 timelapse-scores-key = solid: induction · dashed: previous byte
 timelapse-cannot = a frame could not be recorded: { $error }
+loss-shown-step = shown: step { $step }

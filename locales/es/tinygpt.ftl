@@ -172,6 +172,7 @@ gallery-what-weather = una tabla: un registro meteorológico en CSV
 gallery-what-reverse = invertir ocho letras: `qwertyui>` → `iuytrewq`
 gallery-what-sort = ordenar ocho cifras: `31415926>` → `11234569`
 gallery-what-add = sumar dos números de dos cifras: `47+85=` → `132`
+gallery-what-repeat = copiar una cadena repetida: `kqzdmwak` → `qzdmwa`
 
 ## Inside the model (src/app/scenes/flow)
 flow-prompt-hint = escribe un prompt
@@ -714,3 +715,4 @@ timelapse-induction-score = inducción { $score }
 timelapse-previous-score = byte anterior { $score }
 timelapse-scores-key = continua: inducción · discontinua: byte anterior
 timelapse-cannot = no se pudo registrar un fotograma: { $error }
+loss-shown-step = mostrado: paso { $step }

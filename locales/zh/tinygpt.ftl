@@ -172,6 +172,7 @@ gallery-what-weather = 表格：CSV 格式的天气记录
 gallery-what-reverse = 把八个字母倒过来：`qwertyui>` → `iuytrewq`
 gallery-what-sort = 给八个数字排序：`31415926>` → `11234569`
 gallery-what-add = 两个两位数相加：`47+85=` → `132`
+gallery-what-repeat = 复制重复的字符串：`kqzdmwak` → `qzdmwa`
 
 ## Inside the model (src/app/scenes/flow)
 flow-prompt-hint = 输入提示词
@@ -714,3 +715,4 @@ timelapse-induction-score = 归纳 { $score }
 timelapse-previous-score = 前一个字节 { $score }
 timelapse-scores-key = 实线：归纳 · 虚线：前一个字节
 timelapse-cannot = 有一帧无法记录：{ $error }
+loss-shown-step = 显示：第 { $step } 步

@@ -54,13 +54,14 @@ unsafe impl Sync for GpuFrames {}
 
 impl GpuFrames {
     /// Whether steps may be submitted: a run with a time-lapse waits for
-    /// the probe's kernels (compiling them in a submit would hold frames).
+    /// the probes' own kernel, warmed first (compiling it in a submit would
+    /// hold a frame).
     pub fn ready(trainer: &mut Trainer) -> bool {
         trainer.timelapse.is_none()
             || trainer
                 .backend
                 .as_gpu()
-                .is_some_and(|g| g.kernels_warm())
+                .is_some_and(|g| g.probe_kernels_warm())
     }
 
     /// Queues, behind the steps submitted so far, what the time-lapse needs

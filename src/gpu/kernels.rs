@@ -437,6 +437,11 @@ impl Kernels {
             .all(|&(entry, traced)| self.is_compiled(entry, traced))
     }
 
+    /// Whether `entry`'s pipeline is compiled.
+    pub fn is_warm(&self, entry: &str) -> bool {
+        self.is_compiled(entry, false)
+    }
+
     fn is_compiled(&self, entry: &str, traced: bool) -> bool {
         if traced {
             self.traced[entry].get().is_some()

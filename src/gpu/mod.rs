@@ -591,11 +591,14 @@ impl GpuBackend {
                 (step, dispatches)
             })
             .partition(|(step, _)| !matches!(step, Step::AttentionProbs(_)));
-        // The kernels to warm, in the order a step runs them (see `Kernels`).
+        // The kernels to warm: the probes' own first (a run's time-lapse
+        // waits for them before its first frame; the rest compile in the
+        // first step's submit if they are not warm yet), then in the order
+        // a step runs them (see `Kernels`).
         kernels.want(
-            steps
+            probes
                 .iter()
-                .chain(&probes)
+                .chain(&steps)
                 .flat_map(|(_, dispatches)| dispatches.iter().map(|d| d.entry)),
         );
 
@@ -661,6 +664,15 @@ impl GpuBackend {
     /// ([`GpuBackend::warm_next_kernel`]).
     pub fn kernels_warm(&self) -> bool {
         self.kernels.all_warm()
+    }
+
+    /// Whether the probes' own kernels are compiled (the rest of a probe
+    /// is the step's forward pass).
+    pub fn probe_kernels_warm(&self) -> bool {
+        self.probes
+            .iter()
+            .flat_map(|(_, dispatches)| dispatches)
+            .all(|d| self.kernels.is_warm(d.entry))
     }
 
     pub fn context(&self) -> &GpuContext {

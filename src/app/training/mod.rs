@@ -19,7 +19,7 @@ pub use commands::{OpenOnStart, RunCommand};
 pub use device::GpuDevice;
 pub use earlier::{EarlierRun, EarlierRuns};
 pub use gallery_fetch::GalleryFetch;
-pub use records::{StepRecord, TrainingRun};
+pub use records::{ShownStep, StepRecord, TrainingRun};
 pub use crate::app::engine::{moment_names, next_step};
 pub use requests::{
     FlashTraces, HeatmapView, Knockouts, Probes, Snapshots, TensorWants, param_names, question_weights,
@@ -47,6 +47,7 @@ impl Plugin for TrainingPlugin {
             .init_resource::<GalleryFetch>()
             .init_resource::<TensorWants>()
             .init_resource::<Probes>()
+            .init_resource::<ShownStep>()
             .init_resource::<Knockouts>()
             .init_resource::<FlashTraces>()
             .init_resource::<GpuDevice>()

@@ -36,3 +36,8 @@ impl From<StepMetrics> for StepRecord {
         }
     }
 }
+
+/// The step of the run's past a scene shows the model at (the Time-lapse
+/// scene's frame), which the loss chart marks; None while no scene does.
+#[derive(bevy::prelude::Resource, Default, Debug, Clone, Copy, PartialEq)]
+pub struct ShownStep(pub Option<u64>);

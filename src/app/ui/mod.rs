@@ -106,9 +106,10 @@ pub fn draw_ui(
     mut next_scene: ResMut<NextState<Scene>>,
     mut export: MessageWriter<crate::app::export::ExportPng>,
     mut lesson: ResMut<crate::app::lesson::LessonPlayer>,
-    (earlier, gallery_fetch): (
+    (earlier, gallery_fetch, shown_step): (
         Res<crate::app::training::EarlierRuns>,
         Res<crate::app::training::GalleryFetch>,
+        Res<crate::app::training::ShownStep>,
     ),
     mut data_out: (
         MessageWriter<crate::app::data::ExportData>,
@@ -358,7 +359,7 @@ pub fn draw_ui(
             &run,
             &mut status,
             &records,
-            &earlier,
+            (&earlier, shown_step.0),
             &mut commands,
             &mut sample,
             &mut data_out.1,
@@ -530,7 +531,7 @@ fn side_panels(
     run: &Run,
     status: &mut AppStatus,
     records: &Query<&StepRecord>,
-    earlier: &crate::app::training::EarlierRuns,
+    (earlier, shown_step): (&crate::app::training::EarlierRuns, Option<u64>),
     commands: &mut MessageWriter<RunCommand>,
     sample: &mut SampleState,
     loss_out: &mut MessageWriter<crate::app::data::ExportLossChart>,
@@ -864,6 +865,14 @@ fn side_panels(
                     plot.points(
                         Points::new(crate::t!("loss-val"), PlotPoints::from(val)).radius(3.0),
                     );
+                    // The step a scene shows the model at (the Time-lapse's frame).
+                    if let Some(step) = shown_step {
+                        plot.vline(
+                            egui_plot::VLine::new(crate::t!("loss-shown-step", step = step), step as f64)
+                                .color(egui::Color32::from_rgb(255, 196, 0))
+                                .width(2.0),
+                        );
+                    }
                 });
             ui.separator();
             ui.strong(crate::t!("sample"));

@@ -24,7 +24,7 @@ mod report;
 
 use super::Scene;
 use crate::app::lesson::LessonFocus;
-use crate::app::training::Run;
+use crate::app::training::{Run, ShownStep};
 use crate::lesson::Focus;
 use crate::model::timelapse::{Frame, TimeLapse};
 use bevy::prelude::*;
@@ -99,9 +99,12 @@ impl Plugin for ScenePlugin {
         app.init_resource::<TimelapseView>()
             .init_resource::<TimelapseShown>()
             .add_observer(lesson_focus)
+            .add_systems(OnExit(Scene::Timelapse), |mut shown: ResMut<ShownStep>| {
+                shown.0 = None;
+            })
             .add_systems(
                 Update,
-                (apply_wanted, play)
+                (apply_wanted, play, mark_on_the_loss_chart)
                     .chain()
                     .in_set(crate::app::schedule::AppSystems::Scene)
                     .run_if(in_state(Scene::Timelapse)),
@@ -152,6 +155,21 @@ fn play(time: Res<Time>, run: Option<Res<Run>>, mut view: ResMut<TimelapseView>)
         view.playing = false;
     } else {
         view.frame = Some(next);
+    }
+}
+
+/// The loss chart marks the frame shown (none while it follows the newest).
+fn mark_on_the_loss_chart(
+    run: Option<Res<Run>>,
+    view: Res<TimelapseView>,
+    mut shown: ResMut<ShownStep>,
+) {
+    let step = run.as_deref().and_then(timelapse).and_then(|t| {
+        let i = view.frame?;
+        t.frames.get(i.min(t.frames.len() - 1)).map(|f| f.step)
+    });
+    if shown.0 != step {
+        shown.0 = step;
     }
 }
 
