@@ -595,10 +595,16 @@ impl GpuBackend {
         // waits for them before its first frame; the rest compile in the
         // first step's submit if they are not warm yet), then in the order
         // a step runs them (see `Kernels`).
+        // (In the browser, which records no GPU frames, the step's first.)
+        let (first, then) = if cfg!(target_arch = "wasm32") {
+            (&steps, &probes)
+        } else {
+            (&probes, &steps)
+        };
         kernels.want(
-            probes
+            first
                 .iter()
-                .chain(&steps)
+                .chain(then)
                 .flat_map(|(_, dispatches)| dispatches.iter().map(|d| d.entry)),
         );
 

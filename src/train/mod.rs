@@ -649,12 +649,15 @@ impl Trainer {
         {
             return None;
         }
-        // A submit ends at an evaluation, and at a time-lapse frame and the
-        // step before it (the app reads the weights there).
+        // A submit ends at an evaluation, and natively at a time-lapse frame
+        // and the step before it (the app reads the weights there; in the
+        // browser a GPU run records no frames yet: see src/app/frames.rs).
+        let frames = cfg!(not(target_arch = "wasm32"));
         if let Some(k) = (1..=n).find(|k| {
             self.evaluates_after(self.submitted + k)
-                || self.frame_due(self.submitted + k)
-                || self.frame_due(self.submitted + k + 1)
+                || (frames
+                    && (self.frame_due(self.submitted + k)
+                        || self.frame_due(self.submitted + k + 1)))
         }) {
             n = k;
         }
