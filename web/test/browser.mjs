@@ -197,13 +197,14 @@ function safetensorsHeader(bytes) {
 
 // Files through the browser: a corpus dropped on the page, a checkpoint
 // saved as a download (the left panel's button, clicked where the layout at
-// 1280×720 puts it), and that checkpoint loaded back through the file input.
+// 1280×720 puts it: since the tenth scene, Time-lapse, the top bar takes two
+// rows there), and that checkpoint loaded back through the file input.
 async function filesInAndOut(page, before) {
   const problems = [];
   // Save: the "Download checkpoint" button (first: a dropped corpus changes
   // the panel's layout).
   const download = page.waitForEvent("download", { timeout: 180000 });
-  await page.mouse.click(75, 382);
+  await page.mouse.click(75, 404);
   let ckpt;
   try {
     const d = await download;
@@ -306,7 +307,7 @@ async function runOnce(base, run) {
     if (run.files && problems.length === 0) {
       // Sampling: the right panel's Generate button; text streams in from
       // the weights of the moment.
-      await page.mouse.click(939, 386);
+      await page.mouse.click(939, 411);
       const sampled = await waitFor(page, (s) => (s.sample?.text || "").length >= 100 && s.sample.from_step >= 1, 120);
       if (!sampled) problems.push("Generate gave no text from the trained weights");
       else console.log(JSON.stringify({ sample: sampled.sample }));
