@@ -17,9 +17,9 @@ use crate::train::timelapse::{frame_from, heads_from, norm_names, norms_from, pr
 use std::collections::VecDeque;
 
 /// Whether a GPU run records its frames here: natively. In the browser
-/// (WebGPU) not yet: on a software adapter the page's WebGPU run stalled
-/// with the frames' probes queued (its sample and its checkpoint download
-/// never came back in the browser test), a cause not found yet.
+/// (WebGPU) not yet: it is switched off there until the browser test
+/// covers it (a failure first blamed on it was the test's button clicks,
+/// moved by the tenth scene; the browser run with it on was not repeated).
 const RECORDS: bool = cfg!(not(target_arch = "wasm32"));
 
 /// A read on its way, or its values.
