@@ -221,11 +221,6 @@ impl GpuFrames {
         }
         added
     }
-
-    /// Whether reads are still on their way.
-    pub fn busy(&self) -> bool {
-        !self.queued.is_empty()
-    }
 }
 
 /// A placeholder for a probe that has been taken.

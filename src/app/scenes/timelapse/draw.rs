@@ -492,18 +492,9 @@ fn scores_chart(
     });
     let onset = t.induction_onset(FORMED).map(|(f, _)| f.step);
     let used = ui.min_rect().height();
-    let response = Plot::new("timelapse-scores")
-        .height((height - used - 4.0).max(80.0))
+    let response = step_plot("timelapse-scores", "timelapse-score-axis", height - used)
         .show_grid(egui::Vec2b::new(true, false))
-        .x_axis_label(crate::t!("timelapse-x-axis"))
-        .y_axis_label(crate::t!("timelapse-score-axis"))
-        .x_axis_formatter(|mark, _| step_of(mark.value).to_string())
-        .x_grid_spacer(powers_of_ten)
-        .include_y(0.0)
         .include_y(1.0)
-        .allow_drag(false)
-        .allow_zoom(false)
-        .allow_scroll(false)
         .show(ui, |plot| {
             for layer in 0..t.n_layer {
                 for head in 0..t.n_head {
@@ -575,16 +566,7 @@ fn losses_chart(
             .filter_map(|f| value(f).map(|v| [x_of(f.step), v as f64]))
             .collect::<Vec<_>>()
     };
-    let response = Plot::new("timelapse-losses")
-        .height((height - used - 4.0).max(80.0))
-        .x_axis_label(crate::t!("timelapse-x-axis"))
-        .y_axis_label(crate::t!("timelapse-loss-axis"))
-        .x_axis_formatter(|mark, _| step_of(mark.value).to_string())
-        .x_grid_spacer(powers_of_ten)
-        .include_y(0.0)
-        .allow_drag(false)
-        .allow_zoom(false)
-        .allow_scroll(false)
+    let response = step_plot("timelapse-losses", "timelapse-loss-axis", height - used)
         .show(ui, |plot| {
             let values: [fn(&Frame) -> Option<f32>; 4] = [
                 |f| f.loss,
@@ -606,6 +588,21 @@ fn losses_chart(
         });
     let clicked = clicked_step(&response);
     (response.response.rect, clicked)
+}
+
+/// A chart against the run's steps (log scale, a mark at each power of
+/// ten) from 0 up, `height` tall, fixed in place (a click picks a step).
+fn step_plot(id: &'static str, y_label: &str, height: f32) -> Plot<'static> {
+    Plot::new(id)
+        .height((height - 4.0).max(80.0))
+        .x_axis_label(crate::t!("timelapse-x-axis"))
+        .y_axis_label(crate::t!(y_label))
+        .x_axis_formatter(|mark, _| step_of(mark.value).to_string())
+        .x_grid_spacer(powers_of_ten)
+        .include_y(0.0)
+        .allow_drag(false)
+        .allow_zoom(false)
+        .allow_scroll(false)
 }
 
 /// The frame shown (a white line) and where an induction head formed (gold).
