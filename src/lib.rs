@@ -27,7 +27,9 @@
 //!    [`correctness`].
 //! 7. The catalogue: [`cards`] (the gallery's cards and task scores),
 //!    [`lesson`], [`handout`].
-//! 8. The front ends: the command line (`src/cli`, the binary) and `app`
+//! 8. The class session: [`class`] (a live class: its protocol, its state
+//!    and log, and natively its server, `tinygpt class`).
+//! 9. The front ends: the command line (`src/cli`, the binary) and `app`
 //!    (feature `app`): the Bevy explainer, which mirrors the program as
 //!    entities and trains inside its frame loop.
 
@@ -38,6 +40,7 @@ pub mod backends;
 pub mod bench;
 pub mod cards;
 pub mod chart;
+pub mod class;
 pub mod correctness;
 pub mod cpu;
 pub mod data;

@@ -573,6 +573,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("the analyses", &["flow.rs", "worked.rs", "interventions.rs", "flash/", "bench/", "correctness.rs"]),
     // The gallery's cards and task scores, lessons and handouts.
     ("the catalogue", &["cards.rs", "lesson.rs", "handout.rs"]),
+    // A live class: its protocol, its state and log, its server.
+    ("the class session", &["class/"]),
     // The front ends.
     ("the command line and the app", &["cli/", "app/"]),
 ];

@@ -4,6 +4,7 @@
 #[cfg(feature = "app")]
 mod app;
 mod attention;
+mod class;
 mod heads;
 mod backend;
 mod bench;
@@ -51,6 +52,9 @@ enum Command {
     /// and question, the answers at the end (for students without a device).
     #[cfg(feature = "app")]
     Handout(handout::HandoutArgs),
+    /// Teach a lesson live: students join from their browsers with a
+    /// code, follow your steps, and their answers appear as they come.
+    Class(class::ClassArgs),
     /// Train a model and save it as a checkpoint.
     Train(train::TrainArgs),
     /// Generate text from a checkpoint, streaming it to stdout.
@@ -158,6 +162,7 @@ pub fn main() -> ExitCode {
         Command::App(a) => app::run_app(a),
         #[cfg(feature = "app")]
         Command::Handout(a) => handout::run(a),
+        Command::Class(a) => class::run(a),
         Command::Train(a) => train::run(a),
         Command::Generate(a) => generate::run(a),
         Command::Finetune(a) => finetune::run(a),

@@ -1,0 +1,416 @@
+//! The live class's server (issue 57) with simulated pages: pacing,
+//! answers and the reveal, rejoining, the teacher's token, malformed,
+//! oversized and flooding messages, and a server killed with SIGKILL that
+//! resumes with every acknowledged answer.
+
+use futures_util::{SinkExt, StreamExt};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tinygpt::class::protocol::{MAX_MESSAGE_BYTES, Role, Seat, ToClient, ToServer};
+use tinygpt::class::server::{Class, ClassOptions, start};
+use tinygpt::class::session::LessonShape;
+use tokio_tungstenite::tungstenite::Message;
+
+type Socket = tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// One simulated page.
+struct Page {
+    ws: Socket,
+}
+
+impl Page {
+    async fn open(addr: SocketAddr) -> Page {
+        let (ws, _) = tokio_tungstenite::connect_async(format!("ws://{addr}/class/ws"))
+            .await
+            .expect("the class's socket accepts a page");
+        Page { ws }
+    }
+
+    async fn send(&mut self, msg: &ToServer) {
+        self.send_text(msg.to_text()).await;
+    }
+
+    async fn send_text(&mut self, text: String) {
+        self.ws.send(Message::text(text)).await.expect("sent");
+    }
+
+    /// The next message, or None once the server closed the socket.
+    async fn next(&mut self) -> Option<ToClient> {
+        loop {
+            match tokio::time::timeout(Duration::from_secs(10), self.ws.next()).await {
+                Err(_) => panic!("no message from the server within 10 s"),
+                Ok(None) | Ok(Some(Err(_))) => return None,
+                Ok(Some(Ok(Message::Text(t)))) => {
+                    return Some(ToClient::parse(t.as_str()).expect("the server speaks the protocol"));
+                }
+                Ok(Some(Ok(Message::Close(_)))) => return None,
+                Ok(Some(Ok(_))) => continue,
+            }
+        }
+    }
+
+    /// Skips messages until one matches.
+    async fn until(&mut self, what: &str, want: impl Fn(&ToClient) -> bool) -> ToClient {
+        loop {
+            match self.next().await {
+                Some(m) if want(&m) => return m,
+                Some(_) => continue,
+                None => panic!("the server closed the page before {what}"),
+            }
+        }
+    }
+
+    /// Reads until the server closes; the last refusal's reason.
+    async fn closed(&mut self) -> Option<String> {
+        let mut reason = None;
+        while let Some(m) = self.next().await {
+            if let ToClient::Refused { reason: r } = m {
+                reason = Some(r);
+            }
+        }
+        reason
+    }
+
+    async fn student(addr: SocketAddr, code: &str, nickname: Option<&str>) -> (Page, Seat) {
+        let mut page = Page::open(addr).await;
+        page.send(&ToServer::Join {
+            code: code.to_lowercase(),
+            nickname: nickname.map(String::from),
+            seat: None,
+        })
+        .await;
+        let ToClient::Welcome { role, seat, .. } = page
+            .until("the welcome", |m| matches!(m, ToClient::Welcome { .. }))
+            .await
+        else {
+            unreachable!()
+        };
+        assert_eq!(role, Role::Student);
+        (page, seat.expect("a student gets a seat"))
+    }
+
+    async fn teacher(addr: SocketAddr, token: &str) -> Page {
+        let mut page = Page::open(addr).await;
+        page.send(&ToServer::Teach { token: token.into() }).await;
+        page.until("the welcome", |m| matches!(m, ToClient::Welcome { role: Role::Teacher, .. }))
+            .await;
+        page
+    }
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("tinygpt-class-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+async fn serve(dir: &Path, lesson: &str) -> (Class, tokio::task::JoinHandle<std::io::Result<()>>) {
+    let (class, serving) = start(ClassOptions {
+        bind: "127.0.0.1".parse().unwrap(),
+        port: 0,
+        session: dir.join("class.jsonl"),
+        lesson: Some(lesson.into()),
+        web: dir.join("no-web-build"),
+    })
+    .await
+    .expect("the class starts");
+    (class, tokio::spawn(serving))
+}
+
+/// The first step of the lesson with a question, and its choices.
+fn question_step(lesson: &LessonShape) -> (usize, usize) {
+    lesson
+        .steps
+        .iter()
+        .enumerate()
+        .find_map(|(k, (_, q))| q.as_ref().map(|q| (k, q.choices.len())))
+        .expect("the lesson asks something")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn students_follow_the_teacher_and_answers_are_revealed_with_their_counts() {
+    let dir = temp_dir("pace");
+    let (class, _server) = serve(&dir, "attention").await;
+    let (q, choices) = question_step(&class.lesson);
+    assert!(choices >= 2 && q > 0, "the lesson's first question is past its first step");
+    let mut teacher = Page::teacher(class.addr, &class.token).await;
+    let mut students = Vec::new();
+    for name in [Some("Ana"), None, Some("Li")] {
+        students.push(Page::student(class.addr, &class.code, name).await);
+    }
+    // Paced: a student cannot go past the teacher (at step 0).
+    let (page, _) = &mut students[0];
+    page.send(&ToServer::At { step: q + 1 }).await;
+    page.until("the refusal", |m| matches!(m, ToClient::Refused { .. })).await;
+    page.send(&ToServer::Answer { step: q, choice: 0 }).await;
+    page.until("the refusal", |m| matches!(m, ToClient::Refused { .. })).await;
+    // The teacher goes to the question: every student follows.
+    teacher.send(&ToServer::Goto { step: q }).await;
+    for (page, _) in &mut students {
+        page.until("the step", |m| matches!(m, ToClient::Class { state } if state.step == q))
+            .await;
+    }
+    // A student's attempt at a teacher's command is refused.
+    let (page, _) = &mut students[1];
+    page.send(&ToServer::Reveal { step: q }).await;
+    let ToClient::Refused { reason } = page.until("the refusal", |m| matches!(m, ToClient::Refused { .. })).await else {
+        unreachable!()
+    };
+    assert!(reason.contains("teacher"), "{reason}");
+    // Three answers: each acknowledged, none revealed yet.
+    let picks = [0, 1, 1];
+    for ((page, _), &choice) in students.iter_mut().zip(&picks) {
+        let choice = choice % choices;
+        page.send(&ToServer::Answer { step: q, choice }).await;
+        let m = page
+            .until("the acknowledgement", |m| matches!(m, ToClient::Accepted { .. } | ToClient::Refused { .. }))
+            .await;
+        assert_eq!(m, ToClient::Accepted { step: q, choice });
+    }
+    // A second answer does not count.
+    students[2].0.send(&ToServer::Answer { step: q, choice: 0 }).await;
+    students[2].0.until("the refusal", |m| matches!(m, ToClient::Refused { .. })).await;
+    // The teacher's bars fill with exactly what was sent.
+    let mut want = vec![0u32; choices];
+    for &c in &picks {
+        want[c % choices] += 1;
+    }
+    teacher
+        .until("the tally", |m| {
+            matches!(m, ToClient::Dashboard { board } if board.tally(q).is_some_and(|t| t.counts == want) && board.students.len() == 3)
+        })
+        .await;
+    // Revealed: every student sees the answer and the counts.
+    teacher.send(&ToServer::Reveal { step: q }).await;
+    for (page, _) in &mut students {
+        page.until("the reveal", |m| {
+            matches!(m, ToClient::Class { state } if state.reveals.iter().any(|r| r.step == q && r.counts == want))
+        })
+        .await;
+    }
+    // Too late to answer now.
+    let (mut late, _) = Page::student(class.addr, &class.code, None).await;
+    late.send(&ToServer::Answer { step: q, choice: 0 }).await;
+    late.until("the refusal", |m| matches!(m, ToClient::Refused { .. })).await;
+    // The CSV has every answer, anonymous.
+    teacher.send(&ToServer::Csv).await;
+    let ToClient::Csv { text } = teacher.until("the CSV", |m| matches!(m, ToClient::Csv { .. })).await else {
+        unreachable!()
+    };
+    assert_eq!(text.lines().count(), 1 + picks.len(), "{text}");
+    assert!(!text.contains("Ana"), "the CSV is anonymous");
+    // Pause and unlock reach the students.
+    teacher.send(&ToServer::Pause { paused: true }).await;
+    students[0].0.until("the pause", |m| matches!(m, ToClient::Class { state } if state.paused)).await;
+    // Ending the class deletes its file and tells everyone.
+    teacher.send(&ToServer::End).await;
+    students[1].0.until("the end", |m| matches!(m, ToClient::Ended)).await;
+    for _ in 0..50 {
+        if !dir.join("class.jsonl").exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!dir.join("class.jsonl").exists(), "the class's file is deleted with it");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_student_rejoins_in_their_seat_and_strangers_are_refused() {
+    let dir = temp_dir("rejoin");
+    let (class, _server) = serve(&dir, "attention").await;
+    let (q, _) = question_step(&class.lesson);
+    let mut teacher = Page::teacher(class.addr, &class.token).await;
+    teacher.send(&ToServer::Goto { step: q }).await;
+    let (mut page, seat) = Page::student(class.addr, &class.code, Some("Ana")).await;
+    page.send(&ToServer::Answer { step: q, choice: 1 }).await;
+    page.until("the acknowledgement", |m| matches!(m, ToClient::Accepted { .. })).await;
+    drop(page);
+    // The page reloads: back in its seat, with its answer on record.
+    let mut page = Page::open(class.addr).await;
+    page.send(&ToServer::Join { code: class.code.clone(), nickname: None, seat: Some(seat.clone()) })
+        .await;
+    let ToClient::Welcome { seat: again, answers, .. } = page
+        .until("the welcome", |m| matches!(m, ToClient::Welcome { .. }))
+        .await
+    else {
+        unreachable!()
+    };
+    assert_eq!(again, Some(seat.clone()));
+    assert_eq!(answers, vec![(q, 1)]);
+    // A made-up seat, a wrong code, a wrong token: refused and closed.
+    let mut stranger = Page::open(class.addr).await;
+    stranger
+        .send(&ToServer::Join { code: class.code.clone(), nickname: None, seat: Some(Seat { id: seat.id, key: "0".repeat(32) }) })
+        .await;
+    assert!(stranger.closed().await.is_some_and(|r| r.contains("seat")));
+    let mut stranger = Page::open(class.addr).await;
+    stranger.send(&ToServer::Join { code: "ZZZZZZ".into(), nickname: None, seat: None }).await;
+    assert!(stranger.closed().await.is_some_and(|r| r.contains("code")));
+    let mut stranger = Page::open(class.addr).await;
+    stranger.send(&ToServer::Teach { token: "0".repeat(32) }).await;
+    assert!(stranger.closed().await.is_some_and(|r| r.contains("teacher")));
+    // A page that says nothing useful first is closed.
+    let mut stranger = Page::open(class.addr).await;
+    stranger.send(&ToServer::Goto { step: 0 }).await;
+    assert!(stranger.closed().await.is_some());
+    // The dashboard shows one student, online again.
+    teacher
+        .until("the student back", |m| {
+            matches!(m, ToClient::Dashboard { board } if board.students.len() == 1 && board.students[0].online)
+        })
+        .await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_oversized_and_flooding_messages_are_refused_and_the_class_goes_on() {
+    let dir = temp_dir("abuse");
+    let (class, _server) = serve(&dir, "attention").await;
+    let (mut page, _) = Page::student(class.addr, &class.code, None).await;
+    // Malformed: refused with the reason, the page stays.
+    for bad in ["not json", r#"{"type":"answer","step":"x"}"#, r#"{"type":"answer","step":0,"choice":0,"x":1}"#, r#"{"type":"launch"}"#] {
+        page.send_text(bad.to_string()).await;
+        let ToClient::Refused { reason } = page.until("the refusal", |m| matches!(m, ToClient::Refused { .. })).await else {
+            unreachable!()
+        };
+        assert!(reason.contains("protocol"), "{reason}");
+    }
+    // A nickname too long is refused at the door.
+    let mut long = Page::open(class.addr).await;
+    long.send(&ToServer::Join { code: class.code.clone(), nickname: Some("n".repeat(40)), seat: None }).await;
+    assert!(long.closed().await.is_some_and(|r| r.contains("nickname")));
+    // Oversized: the connection is closed.
+    let (mut big, _) = Page::student(class.addr, &class.code, None).await;
+    let _ = big.ws.send(Message::text(format!("{{\"type\":\"at\",\"step\":0,\"pad\":\"{}\"}}", "x".repeat(MAX_MESSAGE_BYTES)))).await;
+    // (`closed` waits until the server hangs up.)
+    big.closed().await;
+    // Flooding: refused beyond the rate, then disconnected.
+    let (mut flood, _) = Page::student(class.addr, &class.code, None).await;
+    for _ in 0..400 {
+        if flood.ws.send(Message::text(ToServer::At { step: 0 }.to_text())).await.is_err() {
+            break;
+        }
+    }
+    let reason = flood.closed().await;
+    assert!(reason.is_some_and(|r| r.contains("too many") || r.contains("flood") || r.contains("refused")));
+    // The class goes on for everyone else.
+    let mut teacher = Page::teacher(class.addr, &class.token).await;
+    teacher.send(&ToServer::Goto { step: 1 }).await;
+    page.until("the step", |m| matches!(m, ToClient::Class { state } if state.step == 1)).await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_class_killed_with_sigkill_resumes_with_every_acknowledged_answer() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let dir = temp_dir("kill");
+    let session = dir.join("class.jsonl");
+    let launch = |port: u16| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+            .args(["class", "--lesson", "attention", "--port", &port.to_string(), "--session"])
+            .arg(&session)
+            .arg("--web")
+            .arg(dir.join("no-web-build"))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("tinygpt class starts");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let teacher = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .find(|l| l.contains("teacher=") && !l.contains("tinygpt app"))
+            .expect("it prints the teacher's link");
+        std::thread::spawn(move || lines.for_each(drop));
+        let link = teacher.trim();
+        let port: u16 = link["http://127.0.0.1:".len()..].split('/').next().unwrap().parse().unwrap();
+        let fragment = link.split('#').nth(1).unwrap();
+        let get = |k: &str| fragment.split('&').find_map(|p| p.strip_prefix(&format!("{k}="))).unwrap().to_string();
+        (child, port, get("class"), get("teacher"))
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (mut child, port, code, token) = launch(0);
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let lesson = LessonShape::builtin("attention").unwrap();
+    let (q, choices) = question_step(&lesson);
+    let acknowledged = runtime.block_on(async {
+        let mut teacher = Page::teacher(addr, &token).await;
+        teacher.send(&ToServer::Goto { step: q }).await;
+        let mut acknowledged = Vec::new();
+        for i in 0..12 {
+            let (mut page, seat) = Page::student(addr, &code, None).await;
+            page.until("the step", |m| matches!(m, ToClient::Class { state } if state.step == q)).await;
+            page.send(&ToServer::Answer { step: q, choice: i % choices }).await;
+            page.until("the acknowledgement", |m| matches!(m, ToClient::Accepted { .. })).await;
+            acknowledged.push((seat.id, i % choices));
+        }
+        acknowledged
+    });
+    // SIGKILL: no chance to flush anything.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let (mut child, port, code2, token2) = launch(0);
+    assert_eq!((code2, token2.clone()), (code, token), "the same class, resumed");
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    runtime.block_on(async {
+        let mut teacher = Page::teacher(addr, &token2).await;
+        let ToClient::Class { state } = teacher.until("the class", |m| matches!(m, ToClient::Class { .. })).await else {
+            unreachable!()
+        };
+        assert_eq!(state.step, q, "the teacher's step survives");
+        teacher.send(&ToServer::Csv).await;
+        let ToClient::Csv { text } = teacher.until("the CSV", |m| matches!(m, ToClient::Csv { .. })).await else {
+            unreachable!()
+        };
+        for (id, choice) in &acknowledged {
+            assert!(
+                text.lines().any(|l| l.starts_with(&format!("{id},{},", q + 1)) && l.split(',').nth(3) == Some(&(choice + 1).to_string())),
+                "answer of student {id} lost:\n{text}"
+            );
+        }
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_file_that_is_not_a_class_is_never_taken_over() {
+    let dir = temp_dir("files");
+    let mine = dir.join("notes.txt");
+    std::fs::write(&mine, "my lesson notes\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+        .args(["class", "--port", "0", "--session"])
+        .arg(&mine)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("notes.txt") && err.contains("--session"), "{err}");
+    assert_eq!(std::fs::read_to_string(&mine).unwrap(), "my lesson notes\n");
+    #[cfg(unix)]
+    {
+        let link = dir.join("link.jsonl");
+        std::os::unix::fs::symlink(&mine, &link).unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+            .args(["class", "--port", "0", "--session"])
+            .arg(&link)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "a symlink is not followed");
+        assert_eq!(std::fs::read_to_string(&mine).unwrap(), "my lesson notes\n");
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+        .args(["class", "--port", "0", "--lesson", "no-such-lesson", "--session"])
+        .arg(dir.join("new.jsonl"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("attention"), "the refusal lists the lessons");
+    assert!(!dir.join("new.jsonl").exists(), "nothing is left behind");
+    let _ = std::fs::remove_dir_all(&dir);
+}
