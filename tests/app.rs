@@ -2597,3 +2597,81 @@ fn headless_gpu_run_records_its_time_lapse() {
     }
     assert_regions_drawn(&r, &shot, &["h.0.head0", "h.1.head2", "probe", "scores", "losses"], (20, 20), 0.05);
 }
+
+/// A live class (issue 57), natively: a student's app joined by code opens
+/// the class's lesson locked on the teacher's step; the teacher's app has
+/// the class panel with every student and the answers counted.
+#[test]
+fn a_class_puts_its_students_on_the_teachers_step_and_counts_their_answers() {
+    use futures_util::{SinkExt, StreamExt};
+    use tinygpt::class::protocol::{ToClient, ToServer};
+    use tokio_tungstenite::tungstenite::Message;
+    let dir = common::scratch_dir("app-class");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (class, serving) = runtime
+        .block_on(tinygpt::class::server::start(tinygpt::class::server::ClassOptions {
+            bind: "127.0.0.1".parse().unwrap(),
+            port: 0,
+            session: dir.join("class.jsonl"),
+            lesson: Some("attention".into()),
+            web: dir.join("no-web"),
+        }))
+        .unwrap();
+    runtime.spawn(serving);
+    let q = class.lesson.steps.iter().position(|(_, q)| q.is_some()).unwrap();
+    let url = format!("ws://{}/class/ws", class.addr);
+    // The teacher goes to the question; two students answer it.
+    let _pages = runtime.block_on(async {
+        let mut pages = Vec::new();
+        let (mut teacher, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+        teacher.send(Message::text(ToServer::Teach { token: class.token.clone() }.to_text())).await.unwrap();
+        teacher.send(Message::text(ToServer::Goto { step: q }.to_text())).await.unwrap();
+        pages.push(teacher);
+        for choice in [0, 1] {
+            let (mut s, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
+            s.send(Message::text(ToServer::Join { code: class.code.clone(), nickname: None, seat: None }.to_text()))
+                .await
+                .unwrap();
+            s.send(Message::text(ToServer::Answer { step: q, choice }.to_text())).await.unwrap();
+            while let Some(Ok(m)) = s.next().await {
+                if let Message::Text(t) = m
+                    && matches!(ToClient::parse(t.as_str()), Ok(ToClient::Accepted { .. }))
+                {
+                    break;
+                }
+            }
+            pages.push(s);
+        }
+        pages
+    });
+    let page = format!("http://{}/", class.addr);
+    let student = run_headless(
+        &["app", "--headless", "--frames", "240", "--width", "1280", "--height", "720", "--join", &format!("{page}#class={}&name=Ada", class.code.to_lowercase())],
+        &dir.join("student.png"),
+    );
+    let line = student.to_string();
+    assert_eq!(student["class"]["status"], "in", "{line}");
+    assert_eq!(student["class"]["role"], "student", "{line}");
+    assert_eq!(student["lesson"]["name"], "attention", "{line}");
+    assert_eq!(student["lesson"]["step"], q + 1, "the student is on the teacher's step: {line}");
+    assert_eq!(student["ui"]["locked"], true, "{line}");
+    assert_eq!(student["ui"]["scene_tabs"], false, "{line}");
+    let teacher = run_headless(
+        &["app", "--headless", "--frames", "240", "--width", "1920", "--height", "1080", "--join", &format!("{page}#class={}&teacher={}", class.code, class.token)],
+        &dir.join("teacher.png"),
+    );
+    let line = teacher.to_string();
+    assert_eq!(teacher["class"]["role"], "teacher", "{line}");
+    assert_eq!(teacher["class"]["students"], 3, "two simulated students and Ada: {line}");
+    let tally = teacher["class"]["tallies"].as_array().unwrap().iter().find(|t| t["step"] == q).unwrap();
+    assert_eq!(tally["counts"][0], 1, "{line}");
+    assert_eq!(tally["counts"][1], 1, "{line}");
+    assert_eq!(teacher["lesson"]["step"], q + 1, "the teacher's app opens where the class is: {line}");
+    // A wrong code: refused with the reason, no retrying.
+    let refused = run_headless(
+        &["app", "--headless", "--frames", "120", "--width", "1280", "--height", "720", "--join", &format!("{page}#class=ZZZZZZ")],
+        &dir.join("refused.png"),
+    );
+    let status = refused["class"]["status"].as_str().unwrap_or_default().to_string();
+    assert!(status.starts_with("refused") && status.contains("code"), "{status}");
+}

@@ -18,6 +18,9 @@ extern "C" {
     #[wasm_bindgen(js_namespace = tinygptHost, js_name = getFragment)]
     pub fn get_fragment() -> String;
     /// Replaces the URL fragment (no new history entry).
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = classSocketUrl)]
+    pub fn class_socket_url() -> String;
+
     #[wasm_bindgen(js_namespace = tinygptHost, js_name = setFragment)]
     pub fn set_fragment(fragment: &str);
     /// The name of the next file the user gave the page, if any…

@@ -107,10 +107,11 @@ fn count_frames(
         Res<super::training::AppStatus>,
         Res<super::ui::state::UiState>,
     ),
-    (workshop, shown, language): (
+    (workshop, shown, language, class): (
         Res<super::workshop::Workshop>,
         Res<super::workshop::PanelsShown>,
         Res<super::language::AppLanguage>,
+        Res<super::class::ClassClient>,
     ),
 ) {
     if state.done {
@@ -302,6 +303,7 @@ fn count_frames(
         "attention": attention,
         "lesson": lesson_line,
         "ui": shown.to_json(*workshop),
+        "class": super::class::report(&class),
         "language": language.current.code(),
         "errors": errors,
         "presenter": ui_state.presenter,

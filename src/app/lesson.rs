@@ -97,6 +97,11 @@ impl LessonPlayer {
         }
     }
 
+    /// Goes to a step (a class's teacher moved there).
+    pub fn jump(&mut self, step: usize) {
+        self.go(step);
+    }
+
     fn go(&mut self, step: usize) {
         if let Some((_, l)) = &self.lesson
             && step < l.steps.len()
@@ -262,12 +267,16 @@ fn apply_step(
 /// The narration panel along the bottom of the window, under the scene
 /// (drawn by `ui::draw_ui` before the scene's area is measured, so the
 /// scene lays out above it).
-/// A workshop link (`locked`) has no "end lesson".
+/// A workshop link (`locked`) has no "end lesson". In a live class
+/// (`class`), a student's answer stays unmarked until the teacher reveals
+/// it, Next stops at the teacher's step while paced, and the class's
+/// answers show as bars (the teacher's live).
 pub fn narration_panel(
     root: &mut egui::Ui,
     player: &mut LessonPlayer,
     ui_presenter: bool,
     locked: bool,
+    class: Option<&super::class::ClassView>,
 ) {
     let Some((name, lesson)) = player.lesson.clone() else {
         return;
@@ -317,22 +326,45 @@ pub fn narration_panel(
                         .size(17.0)
                         .color(egui::Color32::from_rgb(240, 200, 90)),
                 );
+                let hide = class.is_some_and(|c| c.hide_answer);
                 ui.horizontal_wrapped(|ui| {
                     for (i, c) in q.choices.iter().enumerate() {
                         let mut text = egui::RichText::new(c).size(16.0);
                         if let Some(chosen) = player.chosen {
-                            if i == q.answer {
+                            if hide {
+                                if i == chosen {
+                                    text = text.color(egui::Color32::from_rgb(240, 200, 90)).strong();
+                                }
+                            } else if i == q.answer {
                                 text = text.color(egui::Color32::from_rgb(110, 220, 130)).strong();
                             } else if i == chosen {
                                 text = text.color(egui::Color32::from_rgb(240, 110, 100));
                             }
                         }
-                        if ui.button(text).clicked() && player.chosen.is_none() {
+                        if ui
+                            .add(egui::Button::new(text).min_size(egui::vec2(0.0, 32.0)))
+                            .clicked()
+                            && player.chosen.is_none()
+                        {
                             player.chosen = Some(i);
                         }
                     }
                 });
-                if let Some(chosen) = player.chosen {
+                if let Some(counts) = class.and_then(|c| c.counts.as_ref()) {
+                    let answer = (!hide).then_some(q.answer);
+                    super::class::panel::answer_bars(ui, &q.choices, counts, answer, 16.0);
+                }
+                if hide && player.chosen.is_some() {
+                    let sent = class.is_some_and(|c| c.answer_sent);
+                    ui.label(
+                        egui::RichText::new(if sent {
+                            crate::t!("class-answer-in")
+                        } else {
+                            crate::t!("class-answer-sending")
+                        })
+                        .size(16.0),
+                    );
+                } else if let Some(chosen) = player.chosen {
                     let verdict = if chosen == q.answer {
                         crate::t!("lesson-right")
                     } else {
@@ -352,9 +384,10 @@ pub fn narration_panel(
                 {
                     go = Some(k - 1);
                 }
+                let paced = class.and_then(|c| c.max_step).is_some_and(|m| k + 1 > m);
                 if ui
                     .add_enabled(
-                        k + 1 < n,
+                        k + 1 < n && !paced,
                         egui::Button::new(egui::RichText::new(crate::t!("lesson-next")).size(16.0)),
                     )
                     .clicked()

@@ -31,6 +31,42 @@ pub struct Link {
     pub locked: bool,
     /// The language of the app and its lessons (`lang=es`, `lang=zh`).
     pub lang: Option<crate::i18n::Language>,
+    /// A live class to join (`class=CODE`, with `teacher=TOKEN` for the
+    /// teacher, or a student's `name=` and `seat=`): [`super::class`].
+    pub class: Option<ClassLink>,
+}
+
+/// A live class in a link: its code, and the teacher's token or a
+/// student's nickname and seat (so a reload rejoins in it).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClassLink {
+    pub code: String,
+    pub teacher: Option<String>,
+    pub name: Option<String>,
+    pub seat: Option<crate::class::protocol::Seat>,
+}
+
+impl ClassLink {
+    /// Its part of a fragment.
+    pub fn fragment(&self) -> String {
+        use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+        let mut parts = vec![format!("class={}", self.code)];
+        if let Some(t) = &self.teacher {
+            parts.push(format!("teacher={t}"));
+        }
+        if let Some(n) = &self.name {
+            parts.push(format!("name={}", utf8_percent_encode(n, NON_ALPHANUMERIC)));
+        }
+        if let Some(s) = &self.seat {
+            parts.push(format!("seat={}.{}", s.id, s.key));
+        }
+        parts.join("&")
+    }
+}
+
+/// A secret of a link (the teacher's token, a seat's key): hex, 16 to 64 digits.
+fn is_secret(value: &str) -> bool {
+    (16..=64).contains(&value.len()) && value.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// The fragment's name for a heatmap view.
@@ -57,6 +93,8 @@ impl Link {
         let mut link = Link::default();
         let mut problems = Vec::new();
         let mut lesson_step = None;
+        let mut class = ClassLink::default();
+        let mut class_keys = false;
         let fragment = fragment.trim().trim_start_matches('#');
         for pair in fragment.split('&').filter(|p| !p.is_empty()) {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -153,13 +191,41 @@ impl Link {
                         "the link's step `{value}` is not a lesson step (1, 2, ...)"
                     )),
                 },
+                "class" => match crate::class::protocol::normalize_code(value) {
+                    Ok(code) => {
+                        class.code = code;
+                        class_keys = true;
+                    }
+                    Err(e) => problems.push(format!("the link's class: {e}")),
+                },
+                "teacher" if is_secret(value) => class.teacher = Some(value.to_ascii_lowercase()),
+                "teacher" => problems.push(
+                    "the link's teacher token is cut short: copy the whole link `tinygpt class` printed".into(),
+                ),
+                "name" => {
+                    let name = percent_encoding::percent_decode_str(value).decode_utf8_lossy();
+                    match crate::class::protocol::check_nickname(Some(&name)) {
+                        Ok(n) => class.name = n,
+                        Err(e) => problems.push(format!("the link's name: {e}")),
+                    }
+                }
+                "seat" => match value.split_once('.').and_then(|(id, key)| {
+                    let id = id.parse().ok()?;
+                    is_secret(key).then(|| crate::class::protocol::Seat { id, key: key.to_ascii_lowercase() })
+                }) {
+                    Some(seat) => class.seat = Some(seat),
+                    None => problems.push(format!("the link's seat `{value}` is not one the class gave; join again with the code")),
+                },
                 other => problems.push(format!(
-                    "the link's key `{other}` is unknown; the keys are preset, seed, scene, view, backend, train, bench, lesson, step, model, locked and lang"
+                    "the link's key `{other}` is unknown; the keys are preset, seed, scene, view, backend, train, bench, lesson, step, model, locked, lang, class, teacher, name and seat"
                 )),
             }
         }
         if let (Some(l), Some(k)) = (link.lesson.as_mut(), lesson_step) {
             l.1 = k;
+        }
+        if class_keys {
+            link.class = Some(class);
         }
         (link, problems)
     }
@@ -204,6 +270,9 @@ impl Link {
         {
             parts.push(format!("lang={}", language.code()));
         }
+        if let Some(class) = &self.class {
+            parts.push(class.fragment());
+        }
         parts.join("&")
     }
 }
@@ -234,6 +303,20 @@ mod tests {
                     lang: match backend {
                         BackendChoice::Cpu => Some(crate::i18n::Language::Spanish),
                         BackendChoice::Gpu => Some(crate::i18n::Language::Chinese),
+                        _ => None,
+                    },
+                    class: match backend {
+                        BackendChoice::Cpu => Some(ClassLink {
+                            code: "K7Q2XM".into(),
+                            teacher: None,
+                            name: Some("Zoë & Li 🙂".into()),
+                            seat: Some(crate::class::protocol::Seat { id: 12, key: "ab".repeat(16) }),
+                        }),
+                        BackendChoice::Gpu => Some(ClassLink {
+                            code: "ABCDEF".into(),
+                            teacher: Some("0f".repeat(16)),
+                            ..Default::default()
+                        }),
                         _ => None,
                     },
                 };

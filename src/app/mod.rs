@@ -18,6 +18,7 @@
 #[cfg(target_arch = "wasm32")]
 pub mod browser;
 pub mod canvas;
+pub mod class;
 pub mod data;
 pub mod device_lost;
 pub mod engine;
@@ -94,6 +95,8 @@ pub struct AppOptions {
     pub language: crate::i18n::Language,
     /// Run without a window for this many frames (see [`headless`]).
     pub headless: Option<headless::HeadlessConfig>,
+    /// A live class to join: its link and its socket's address ([`class`]).
+    pub class: Option<(link::ClassLink, String)>,
 }
 
 /// Every plugin of the explainer except Bevy's own and the window/headless
@@ -213,12 +216,16 @@ pub fn build(options: AppOptions) -> App {
         export::ExportPlugin,
         data::DataPlugin,
         lesson::LessonPlugin,
+        class::ClassPlugin,
         language::LanguagePlugin,
         schedule::FramesPlugin,
     ))
     .add_systems(PreStartup, spawn_cameras);
     #[cfg(not(target_arch = "wasm32"))]
     app.add_plugins(handout::HandoutPlugin);
+    if let Some((link, socket)) = options.class {
+        app.insert_resource(class::ClassClient::joining(link, socket));
+    }
     if let Some((name, lesson, step)) = options.lesson {
         // The player hides the side panels for each step that does not ask
         // for them (a lesson is for a room).

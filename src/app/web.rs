@@ -69,6 +69,10 @@ pub fn main() {
         gallery: link.model.clone().or(opening),
         locked: link.locked,
         language: link.lang.unwrap_or_default(),
+        class: link
+            .class
+            .clone()
+            .map(|c| (c, super::browser::class_socket_url())),
     });
     if let Some(view) = link.view {
         app.world_mut().resource_mut::<Snapshots>().set_view(view);
@@ -144,6 +148,7 @@ fn keep_link(
     mut page: ResMut<PageState>,
     workshop: Res<super::workshop::Workshop>,
     language: Res<super::language::AppLanguage>,
+    class: Res<super::class::ClassClient>,
 ) {
     let link = Link {
         // A preset loaded from a file cannot travel in a link.
@@ -165,6 +170,8 @@ fn keep_link(
         model: run.as_ref().and_then(|r| r.gallery.clone()),
         locked: workshop.locked,
         lang: Some(language.current),
+        // In a class, its code and the seat: a reload rejoins in it.
+        class: class.link.clone(),
     };
     let fragment = link.fragment();
     if fragment != page.fragment {
@@ -180,13 +187,14 @@ fn report_to_page(
     status: Res<AppStatus>,
     sample: Res<super::sample::SampleState>,
     mut page: ResMut<PageState>,
-    (scene, lesson, workshop, shown, probes, language): (
+    (scene, lesson, workshop, shown, probes, language, class): (
         Res<State<super::scenes::Scene>>,
         Res<super::lesson::LessonPlayer>,
         Res<super::workshop::Workshop>,
         Res<super::workshop::PanelsShown>,
         Res<super::training::Probes>,
         Res<super::language::AppLanguage>,
+        Res<super::class::ClassClient>,
     ),
 ) {
     page.frames += 1;
@@ -224,7 +232,9 @@ fn report_to_page(
             "step": lesson.step + 1,
             "steps": l.steps.len(),
             "narration_drawn": lesson.narration_rect.is_some(),
+            "chosen": lesson.chosen,
         })),
+        "class": super::class::report(&class),
     });
     // The Speedup scene's bench and the CPU-vs-GPU scene's comparison.
     for (key, field) in std::mem::take(&mut page.scene_fields) {

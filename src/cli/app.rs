@@ -143,6 +143,10 @@ pub struct AppArgs {
     /// link's `locked=1` opens it.
     #[arg(long, requires = "lesson")]
     locked: bool,
+    /// Join a live class: the teacher's link `tinygpt class` printed
+    /// (http://…/#class=CODE&teacher=…), or a student's (…/#class=CODE).
+    #[arg(long, value_name = "URL")]
+    join: Option<String>,
     /// The language of the app and its lessons: en (English), es (Español)
     /// or zh (中文), as a browser link's `lang=` (the top bar switches it).
     #[arg(long, value_name = "LANG", default_value = "en", value_parser = parse_language)]
@@ -188,6 +192,7 @@ impl AppArgs {
             && self.lesson.is_none()
             && self.bench.is_none()
             && self.kernels.is_none()
+            && self.join.is_none()
     }
 }
 
@@ -374,6 +379,13 @@ pub fn run_app(mut args: AppArgs) -> Result<()> {
             Err(e) => (None, Some(e.to_string())),
         },
     };
+    let class = match &args.join {
+        Some(url) => {
+            let client = tinygpt::app::class::from_join_url(url).map_err(anyhow::Error::msg)?;
+            client.link.clone().map(|l| (l, client.socket_url.clone()))
+        }
+        None => None,
+    };
     let mut app = build(AppOptions {
         settings,
         scene: args.scene.unwrap_or_default(),
@@ -393,6 +405,7 @@ pub fn run_app(mut args: AppArgs) -> Result<()> {
         gallery,
         locked: args.locked,
         language: args.lang,
+        class,
     });
     if let Some(e) = lesson_error {
         app.world_mut()

@@ -115,10 +115,11 @@ pub fn draw_ui(
         MessageWriter<crate::app::data::ExportData>,
         MessageWriter<crate::app::data::ExportLossChart>,
     ),
-    (workshop, mut shown, mut language): (
+    (workshop, mut shown, mut language, mut class): (
         Res<crate::app::workshop::Workshop>,
         ResMut<crate::app::workshop::PanelsShown>,
         ResMut<crate::app::language::AppLanguage>,
+        ResMut<crate::app::class::ClassClient>,
     ),
 ) -> Result {
     let locked = workshop.locked;
@@ -192,7 +193,17 @@ pub fn draw_ui(
     });
 
     // ---- bottom, above the status line: the lesson's narration
-    crate::app::lesson::narration_panel(&mut root, &mut lesson, ui_state.presenter, locked);
+    let class_view = class.view_of(&lesson);
+    crate::app::lesson::narration_panel(
+        &mut root,
+        &mut lesson,
+        ui_state.presenter,
+        locked,
+        class_view.as_ref(),
+    );
+    // ---- right: a live class's panel (the teacher's)
+    crate::app::class::panel::teacher_panel(&mut root, &mut class, &lesson, *scene.get());
+    crate::app::class::panel::student_cover(ctx, &class);
 
     // ---- top: the scene switcher (a workshop link: the lesson's title)
     egui::Panel::top("scene").show(&mut root, |ui| {
@@ -207,11 +218,13 @@ pub fn draw_ui(
                     .lesson
                     .as_ref()
                     .map_or(crate::t!("workshop-the-lesson"), |(_, l)| l.title.clone());
-                ui.strong(
-                    egui::RichText::new(crate::t!("workshop-title", title = title.as_str()))
-                        .size(15.0),
-                )
-                .on_hover_text(crate::t!("workshop-hover"));
+                let heading = match class.link.as_ref() {
+                    // A class's student: the class's code, to read out.
+                    Some(c) => crate::t!("class-title-bar", code = c.code.as_str(), title = title.as_str()),
+                    None => crate::t!("workshop-title", title = title.as_str()),
+                };
+                ui.strong(egui::RichText::new(heading).size(15.0))
+                    .on_hover_text(crate::t!("workshop-hover"));
             } else {
                 ui.strong(crate::t!("scene"));
             }

@@ -1,0 +1,257 @@
+//! What a class adds to the screen: the teacher's class panel (the code,
+//! the students, the answers as bars filling live, and the controls:
+//! reveal, pace, pause, send my view, CSV, end), the bars under a
+//! question, and what covers a student's screen (joining, paused, ended).
+
+use super::{ClassClient, Status};
+use crate::app::lesson::LessonPlayer;
+use crate::app::scenes::Scene;
+use crate::class::protocol::{Role, ToServer};
+use bevy_egui::egui;
+
+const GOLD: egui::Color32 = egui::Color32::from_rgb(240, 200, 90);
+const BLUE: egui::Color32 = egui::Color32::from_rgb(110, 160, 240);
+const GREEN: egui::Color32 = egui::Color32::from_rgb(110, 220, 130);
+const MUTED: egui::Color32 = egui::Color32::from_rgb(170, 178, 196);
+
+/// A code spaced for reading off a projector: `K7Q 2XM`.
+fn spaced(code: &str) -> String {
+    let (a, b) = code.split_at(code.len() / 2);
+    format!("{a} {b}")
+}
+
+/// Bars of the class's answers: one per choice, the right one green once
+/// `answer` is known (the teacher always knows it).
+pub fn answer_bars(ui: &mut egui::Ui, choices: &[String], counts: &[u32], answer: Option<usize>, size: f32) {
+    let total: u32 = counts.iter().sum();
+    let width = ui.available_width().clamp(160.0, 520.0);
+    for (i, choice) in choices.iter().enumerate() {
+        let n = counts.get(i).copied().unwrap_or(0);
+        let share = if total > 0 { n as f32 / total as f32 } else { 0.0 };
+        let right = answer == Some(i);
+        ui.horizontal(|ui| {
+            let (rect, _) = ui.allocate_exact_size(egui::vec2(width * 0.45, size + 8.0), egui::Sense::hover());
+            let painter = ui.painter_at(rect);
+            painter.rect_filled(rect, 4.0, egui::Color32::from_rgb(36, 40, 54));
+            let mut bar = rect;
+            bar.set_width(rect.width() * share);
+            painter.rect_filled(bar, 4.0, if right { GREEN } else { BLUE });
+            painter.text(
+                rect.left_center() + egui::vec2(6.0, 0.0),
+                egui::Align2::LEFT_CENTER,
+                format!("{n}"),
+                egui::FontId::proportional(size),
+                egui::Color32::WHITE,
+            );
+            let mut text = egui::RichText::new(choice).size(size);
+            if right {
+                text = text.color(GREEN).strong();
+            }
+            ui.add(egui::Label::new(text).wrap());
+        });
+    }
+}
+
+/// The teacher's class panel, on the right.
+pub fn teacher_panel(root: &mut egui::Ui, class: &mut ClassClient, player: &LessonPlayer, scene: Scene) {
+    if !class.is_teacher() || class.link.is_none() {
+        return;
+    }
+    let code = class.link.as_ref().map(|l| l.code.clone()).unwrap_or_default();
+    egui::Panel::right("class")
+        .default_size(340.0)
+        .min_size(300.0)
+        .frame(
+            egui::Frame::new()
+                .fill(egui::Color32::from_rgb(18, 20, 28))
+                .stroke(egui::Stroke::new(1.5, GOLD))
+                .inner_margin(egui::Margin::symmetric(14, 10)),
+        )
+        .show(root, |ui| {
+            ui.label(egui::RichText::new(crate::t!("class-title")).size(16.0).color(GOLD));
+            ui.label(
+                egui::RichText::new(crate::t!("class-code", code = spaced(&code)))
+                    .size(30.0)
+                    .strong()
+                    .monospace(),
+            );
+            match &class.status {
+                Status::In => {}
+                Status::Connecting => {
+                    ui.label(crate::t!("class-connecting"));
+                }
+                Status::Lost(why) => {
+                    ui.colored_label(GOLD, crate::t!("class-lost", why = why.as_str()));
+                }
+                Status::Refused(why) => {
+                    ui.colored_label(egui::Color32::from_rgb(255, 130, 110), why);
+                    return;
+                }
+                Status::Ended => {
+                    ui.label(crate::t!("class-ended"));
+                    return;
+                }
+                Status::Off => return,
+            }
+            let students = class.board.students.len();
+            let online = class.board.students.iter().filter(|s| s.online).count();
+            ui.label(
+                egui::RichText::new(crate::t!("class-students", students = students, online = online))
+                    .size(18.0),
+            );
+            let state = class.state.clone().unwrap_or_default();
+            ui.add_space(6.0);
+            // This step's question: the answers so far, and the reveal.
+            let step = player.step;
+            let question = player
+                .lesson
+                .as_ref()
+                .and_then(|(_, l)| l.steps.get(step))
+                .and_then(|s| s.question.clone());
+            if let Some(q) = &question {
+                let counts = class.board.tally(step).map(|t| t.counts.clone()).unwrap_or_default();
+                let answered: u32 = counts.iter().sum();
+                ui.label(
+                    egui::RichText::new(crate::t!("class-answered", answered = answered, students = students))
+                        .size(18.0)
+                        .color(GOLD),
+                );
+                let revealed = state.reveals.iter().any(|r| r.step == step);
+                // The right answer is marked once revealed: the teacher's
+                // screen is often the projected one.
+                answer_bars(ui, &q.choices, &counts, revealed.then_some(q.answer), 16.0);
+                let label = if revealed { crate::t!("class-revealed") } else { crate::t!("class-reveal") };
+                if ui
+                    .add_enabled(!revealed, egui::Button::new(egui::RichText::new(label).size(17.0)).min_size(egui::vec2(0.0, 36.0)))
+                    .on_hover_text(crate::t!("class-reveal-hover"))
+                    .clicked()
+                {
+                    class.send(ToServer::Reveal { step });
+                }
+            } else {
+                ui.label(egui::RichText::new(crate::t!("class-no-question")).color(MUTED));
+            }
+            ui.separator();
+            let mut locked = state.locked;
+            if ui
+                .checkbox(&mut locked, egui::RichText::new(crate::t!("class-pace")).size(16.0))
+                .on_hover_text(crate::t!("class-pace-hover"))
+                .changed()
+            {
+                class.send(ToServer::Pace { locked });
+            }
+            ui.horizontal_wrapped(|ui| {
+                let pause = if state.paused { crate::t!("class-resume") } else { crate::t!("class-pause") };
+                if ui.add(egui::Button::new(egui::RichText::new(pause).size(16.0)).min_size(egui::vec2(0.0, 32.0))).clicked() {
+                    class.send(ToServer::Pause { paused: !state.paused });
+                }
+                if ui
+                    .add(egui::Button::new(egui::RichText::new(crate::t!("class-send-view")).size(16.0)).min_size(egui::vec2(0.0, 32.0)))
+                    .on_hover_text(crate::t!("class-send-view-hover", scene = scene.title()))
+                    .clicked()
+                {
+                    class.send(ToServer::View { scene: scene.key().to_string(), prompt: None });
+                }
+            });
+            ui.horizontal_wrapped(|ui| {
+                let big = |text: String| egui::Button::new(egui::RichText::new(text).size(16.0)).min_size(egui::vec2(0.0, 32.0));
+                if ui
+                    .add(big(crate::t!("class-csv")))
+                    .on_hover_text(crate::t!("class-csv-hover"))
+                    .clicked()
+                {
+                    class.send(ToServer::Csv);
+                }
+                let id = egui::Id::new("class-end-confirm");
+                let confirming = ui.data(|d| d.get_temp::<bool>(id)).unwrap_or(false);
+                if !confirming {
+                    if ui.add(big(crate::t!("class-end"))).clicked() {
+                        ui.data_mut(|d| d.insert_temp(id, true));
+                    }
+                } else {
+                    ui.colored_label(GOLD, crate::t!("class-end-sure"));
+                    if ui.add(big(crate::t!("class-end-yes"))).clicked() {
+                        class.send(ToServer::End);
+                        ui.data_mut(|d| d.insert_temp(id, false));
+                    }
+                    if ui.add(big(crate::t!("class-end-no"))).clicked() {
+                        ui.data_mut(|d| d.insert_temp(id, false));
+                    }
+                }
+            });
+            if let Some(reason) = &class.refusal {
+                ui.colored_label(GOLD, reason);
+            }
+            ui.separator();
+            // The students: join number, nickname, where they are.
+            egui::ScrollArea::vertical().show(ui, |ui| {
+                for s in &class.board.students {
+                    let dot = if s.online { "●" } else { "○" };
+                    let name = s.nickname.clone().unwrap_or_default();
+                    ui.label(
+                        egui::RichText::new(crate::t!(
+                            "class-student-row",
+                            dot = dot,
+                            id = s.id,
+                            name = name.as_str(),
+                            step = s.step + 1,
+                            answered = s.answered
+                        ))
+                        .size(15.0)
+                        .color(if s.online { egui::Color32::WHITE } else { MUTED }),
+                    );
+                }
+            });
+        });
+}
+
+/// What covers a student's screen: joining, refused, paused, ended (and a
+/// line while reconnecting). Drawn over everything.
+pub fn student_cover(ctx: &egui::Context, class: &ClassClient) {
+    if class.link.is_none() || class.role == Some(Role::Teacher) || class.is_teacher() {
+        return;
+    }
+    let paused = class.status == Status::In && class.state.as_ref().is_some_and(|s| s.paused);
+    let message = match &class.status {
+        Status::Off => return,
+        Status::In if !paused => return,
+        Status::In => crate::t!("class-paused"),
+        Status::Connecting => crate::t!(
+            "class-joining",
+            code = spaced(&class.link.as_ref().map(|l| l.code.clone()).unwrap_or_default())
+        ),
+        Status::Lost(why) if class.lesson.is_none() => crate::t!("class-cannot-reach", why = why.as_str()),
+        Status::Lost(why) => {
+            // The lesson stays usable; one line says what is happening.
+            egui::Area::new(egui::Id::new("class-lost"))
+                .order(egui::Order::Foreground)
+                .anchor(egui::Align2::CENTER_TOP, egui::vec2(0.0, 8.0))
+                .show(ctx, |ui| {
+                    egui::Frame::new()
+                        .fill(egui::Color32::from_rgb(60, 48, 20))
+                        .inner_margin(egui::Margin::symmetric(14, 8))
+                        .corner_radius(6.0)
+                        .show(ui, |ui| {
+                            ui.label(egui::RichText::new(crate::t!("class-lost", why = why.as_str())).size(16.0).color(GOLD));
+                        });
+                });
+            return;
+        }
+        Status::Refused(why) => crate::t!("class-refused", why = why.as_str()),
+        Status::Ended => crate::t!("class-ended"),
+    };
+    let screen = ctx.viewport_rect();
+    egui::Area::new(egui::Id::new("class-cover"))
+        .order(egui::Order::Foreground)
+        .fixed_pos(screen.min)
+        .show(ctx, |ui| {
+            let (rect, _) = ui.allocate_exact_size(screen.size(), egui::Sense::click_and_drag());
+            ui.painter().rect_filled(rect, 0.0, egui::Color32::from_black_alpha(215));
+            let inner = egui::Rect::from_center_size(rect.center(), egui::vec2(rect.width().min(640.0) - 32.0, 200.0));
+            ui.scope_builder(egui::UiBuilder::new().max_rect(inner), |ui| {
+                ui.vertical_centered(|ui| {
+                    ui.label(egui::RichText::new(message).size(26.0).strong().color(egui::Color32::WHITE));
+                });
+            });
+        });
+}
