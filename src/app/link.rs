@@ -309,7 +309,7 @@ mod tests {
                         BackendChoice::Cpu => Some(ClassLink {
                             code: "K7Q2XM".into(),
                             teacher: None,
-                            name: Some("Zoë & Li 🙂".into()),
+                            name: Some("Zoë & Li · Ñ".into()),
                             seat: Some(crate::class::protocol::Seat { id: 12, key: "ab".repeat(16) }),
                         }),
                         BackendChoice::Gpu => Some(ClassLink {
