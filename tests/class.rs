@@ -65,7 +65,7 @@ impl Page {
     async fn closed(&mut self) -> Option<String> {
         let mut reason = None;
         while let Some(m) = self.next().await {
-            if let ToClient::Refused { reason: r } = m {
+            if let ToClient::Refused { reason: r } | ToClient::Shut { reason: r, .. } = m {
                 reason = Some(r);
             }
         }
@@ -240,12 +240,21 @@ async fn a_student_rejoins_in_their_seat_and_strangers_are_refused() {
     };
     assert_eq!(again, Some(seat.clone()));
     assert_eq!(answers, vec![(q, 1)]);
-    // A made-up seat, a wrong code, a wrong token: refused and closed.
+    // A made-up seat joins as a new student: it never takes Ana's.
     let mut stranger = Page::open(class.addr).await;
     stranger
         .send(&ToServer::Join { code: class.code.clone(), nickname: None, seat: Some(Seat { id: seat.id, key: "0".repeat(32) }) })
         .await;
-    assert!(stranger.closed().await.is_some_and(|r| r.contains("seat")));
+    let ToClient::Welcome { seat: given, answers, .. } = stranger
+        .until("the welcome", |m| matches!(m, ToClient::Welcome { .. }))
+        .await
+    else {
+        unreachable!()
+    };
+    assert!(given.as_ref().is_some_and(|g| g.id != seat.id && g.key != seat.key), "{given:?}");
+    assert!(answers.is_empty());
+    drop(stranger);
+    // A wrong code, a wrong token: refused and closed, for good.
     let mut stranger = Page::open(class.addr).await;
     stranger.send(&ToServer::Join { code: "ZZZZZZ".into(), nickname: None, seat: None }).await;
     assert!(stranger.closed().await.is_some_and(|r| r.contains("code")));
@@ -256,10 +265,10 @@ async fn a_student_rejoins_in_their_seat_and_strangers_are_refused() {
     let mut stranger = Page::open(class.addr).await;
     stranger.send(&ToServer::Goto { step: 0 }).await;
     assert!(stranger.closed().await.is_some());
-    // The dashboard shows one student, online again.
+    // The dashboard shows Ana online again (and the newcomer).
     teacher
         .until("the student back", |m| {
-            matches!(m, ToClient::Dashboard { board } if board.students.len() == 1 && board.students[0].online)
+            matches!(m, ToClient::Dashboard { board } if board.students.len() == 2 && board.students[0].online)
         })
         .await;
     let _ = std::fs::remove_dir_all(&dir);

@@ -11,8 +11,8 @@ lesson-right = Right.
 lesson-not-quite = Not quite.
 lesson-back = ◀ Back
 lesson-next = Next ▶
-lesson-keys-presenter = ← → or Page Up / Page Down
-lesson-keys = Page Up / Page Down
+lesson-keys-presenter = ← → or Page Up / Page Down · 1–9: answer
+lesson-keys = Page Up / Page Down · 1–9: answer
 lesson-end = ✕ end lesson
 lesson-handout = print a handout
 lesson-handout-hover = a printable page of this lesson: each step's picture, narration and question, the answers last (handout-NAME.html here; `tinygpt handout`)
@@ -605,6 +605,7 @@ backend-trains-on-cpu = { $why }: the run trains on the CPU
 backend-gpu-cannot = the GPU cannot run this preset, so it trains on the CPU instead: { $error }
 backend-gpu-cannot-page = the GPU cannot run this preset, so it trains on the CPU instead (in one thread: much slower; a smaller preset trains on the GPU): { $error }
 browser-no-webgpu = This browser offers no WebGPU, so the page draws through WebGL2 (which cannot run compute shaders) and the model trains on the CPU, in one thread (WebAssembly here has no threads): about ten to a hundred times slower than on a GPU. To train on your GPU, open this page in a browser with WebGPU turned on: Chrome or Edge 113 or later, Safari 26, or Firefox 141 or later on Windows.
+browser-no-webgpu-http = This page came over plain http from another machine, and browsers give WebGPU only to https pages (or localhost): so it draws through WebGL2 and the model trains on the CPU, in one thread. The lessons' small models train fine there. For the GPU, the page must be served over https (docs/guide/class.md says how).
 
 ## The handout (src/handout.rs)
 handout-how = A lesson of TinyGPT Explainer, { $steps } steps. Each picture is the explainer at that step, computed for real on the model the lesson uses; open it yourself with
@@ -743,7 +744,7 @@ class-end = End class
 class-end-sure = End it for everyone?
 class-end-yes = Yes, end
 class-end-no = No
-class-student-row = { $dot } #{ $id } { $name } · step { $step } · { $answered } answered
+class-student-row = { $dot } #{ $id }{ $name } · step { $step } · { $answered } answered
 class-paused = Eyes on your teacher: the class is paused.
 class-joining = Joining class { $code }…
 class-cannot-reach = Cannot reach the teacher's machine ({ $why }): trying again…

@@ -10,8 +10,8 @@ lesson-right = Correcto.
 lesson-not-quite = No exactamente.
 lesson-back = ◀ Atrás
 lesson-next = Siguiente ▶
-lesson-keys-presenter = ← → o Re Pág / Av Pág
-lesson-keys = Re Pág / Av Pág
+lesson-keys-presenter = ← → o Re Pág / Av Pág · 1–9: responder
+lesson-keys = Re Pág / Av Pág · 1–9: responder
 lesson-end = ✕ terminar la lección
 lesson-handout = imprimir una hoja
 lesson-handout-hover = una página imprimible de esta lección: la imagen, la narración y la pregunta de cada paso, con las respuestas al final (aquí, handout-NOMBRE.html; `tinygpt handout`)
@@ -604,6 +604,7 @@ backend-trains-on-cpu = { $why }: el entrenamiento va en la CPU
 backend-gpu-cannot = la GPU no puede con este tamaño de modelo, así que entrena en la CPU: { $error }
 backend-gpu-cannot-page = la GPU no puede con este tamaño de modelo, así que entrena en la CPU (en un solo hilo: mucho más despacio; un modelo más pequeño entrena en la GPU): { $error }
 browser-no-webgpu = Este navegador no ofrece WebGPU, así que la página dibuja con WebGL2 (que no puede ejecutar compute shaders) y el modelo entrena en la CPU, en un solo hilo (aquí WebAssembly no tiene hilos): entre diez y cien veces más despacio que en una GPU. Para entrenar en tu GPU, abre esta página en un navegador con WebGPU activado: Chrome o Edge 113 o posterior, Safari 26, o Firefox 141 o posterior en Windows.
+browser-no-webgpu-http = Esta página llegó por http simple desde otro equipo, y los navegadores solo dan WebGPU a páginas https (o localhost): por eso dibuja con WebGL2 y el modelo se entrena en la CPU, en un hilo. Los modelos pequeños de las lecciones se entrenan bien así. Para usar la GPU, la página debe servirse por https (docs/guide/class.md explica cómo).
 
 ## The handout (src/handout.rs)
 handout-how = Una lección de TinyGPT Explainer, { $steps } pasos. Cada imagen es el explainer en ese paso, calculado de verdad con el modelo que usa la lección; ábrela tú con
@@ -742,7 +743,7 @@ class-end = Terminar la clase
 class-end-sure = ¿Terminarla para todos?
 class-end-yes = Sí, terminar
 class-end-no = No
-class-student-row = { $dot } #{ $id } { $name } · paso { $step } · { $answered } respondidas
+class-student-row = { $dot } #{ $id }{ $name } · paso { $step } · { $answered } respondidas
 class-paused = Atención al docente: la clase está en pausa.
 class-joining = Entrando en la clase { $code }…
 class-cannot-reach = No se llega al equipo del docente ({ $why }): se reintenta…

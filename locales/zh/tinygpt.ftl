@@ -10,8 +10,8 @@ lesson-right = 答对了。
 lesson-not-quite = 不太对。
 lesson-back = ◀ 上一步
 lesson-next = 下一步 ▶
-lesson-keys-presenter = ← → 或 Page Up / Page Down
-lesson-keys = Page Up / Page Down
+lesson-keys-presenter = ← → 或 Page Up / Page Down · 1–9:作答
+lesson-keys = Page Up / Page Down · 1–9:作答
 lesson-end = ✕ 结束课程
 lesson-handout = 打印讲义
 lesson-handout-hover = 本课的可打印页面：每一步的图片、讲解和问题，答案在最后（保存为这里的 handout-名称.html；`tinygpt handout`）
@@ -604,6 +604,7 @@ backend-trains-on-cpu = { $why }：改在 CPU 上训练
 backend-gpu-cannot = GPU 运行不了这个规模的模型，所以改在 CPU 上训练：{ $error }
 backend-gpu-cannot-page = GPU 运行不了这个规模的模型，所以改在 CPU 上训练（只有一个线程：慢得多；更小的模型可以在 GPU 上训练）：{ $error }
 browser-no-webgpu = 这个浏览器不提供 WebGPU，所以页面用 WebGL2 绘制（它不能运行计算着色器），模型在 CPU 上训练，而且只有一个线程（这里的 WebAssembly 没有线程）：比在 GPU 上慢十到一百倍。要在你的 GPU 上训练，请在开启了 WebGPU 的浏览器中打开本页：Chrome 或 Edge 113 及以上、Safari 26，或 Windows 上的 Firefox 141 及以上。
+browser-no-webgpu-http = 此页面是通过普通 http 从另一台电脑传来的,而浏览器只为 https 页面(或 localhost)提供 WebGPU:所以它用 WebGL2 绘制,模型在 CPU 上单线程训练。课程用的小模型这样也能训练。要用 GPU,页面必须通过 https 提供(见 docs/guide/class.md)。
 
 ## The handout (src/handout.rs)
 handout-how = TinyGPT Explainer 的一节课，共 { $steps } 步。每张图片都是本应用在那一步的样子，由课程所用的模型真实计算得出；你也可以自己打开：
@@ -742,7 +743,7 @@ class-end = 结束课堂
 class-end-sure = 为所有人结束?
 class-end-yes = 是,结束
 class-end-no = 否
-class-student-row = { $dot } #{ $id } { $name } · 第 { $step } 步 · 已答 { $answered } 题
+class-student-row = { $dot } #{ $id }{ $name } · 第 { $step } 步 · 已答 { $answered } 题
 class-paused = 请看老师:课堂已暂停。
 class-joining = 正在加入课堂 { $code }…
 class-cannot-reach = 无法连接老师的电脑({ $why }):正在重试…

@@ -18,6 +18,9 @@ extern "C" {
     #[wasm_bindgen(js_namespace = tinygptHost, js_name = getFragment)]
     pub fn get_fragment() -> String;
     /// Replaces the URL fragment (no new history entry).
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = isSecureContext)]
+    pub fn is_secure_context() -> bool;
+
     #[wasm_bindgen(js_namespace = tinygptHost, js_name = classSocketUrl)]
     pub fn class_socket_url() -> String;
 
@@ -66,9 +69,15 @@ pub fn download(name: &str, bytes: &[u8]) {
     host_download(name, bytes);
 }
 
-/// Why the browser build trains on the CPU when it has no WebGPU.
+/// Why the browser build trains on the CPU when it has no WebGPU: over
+/// plain http (not localhost) the browser gives the page none, whatever it
+/// has (a class served to the classroom's network, `docs/guide/class.md`).
 pub fn no_webgpu() -> String {
-    crate::t!("browser-no-webgpu")
+    if is_secure_context() {
+        crate::t!("browser-no-webgpu")
+    } else {
+        crate::t!("browser-no-webgpu-http")
+    }
 }
 
 /// The window: the page's canvas, sized to its parent.

@@ -130,7 +130,8 @@ impl Plugin for LessonPlugin {
 
 /// Page Down / Page Up (what a presenter's clicker sends) step through the
 /// lesson, unless a text field has the keys; in presenter mode the arrows
-/// do too (elsewhere they stay the scenes').
+/// do too (elsewhere they stay the scenes'). 1 to 9 answer the step's
+/// question.
 fn keys(
     keys: Option<Res<ButtonInput<KeyCode>>>,
     mut player: ResMut<LessonPlayer>,
@@ -148,6 +149,30 @@ fn keys(
         return;
     }
     let step = player.step;
+    // 1–9 choose an answer of the step's question (no pointer needed).
+    let digits = [
+        KeyCode::Digit1,
+        KeyCode::Digit2,
+        KeyCode::Digit3,
+        KeyCode::Digit4,
+        KeyCode::Digit5,
+        KeyCode::Digit6,
+        KeyCode::Digit7,
+        KeyCode::Digit8,
+        KeyCode::Digit9,
+    ];
+    let choices = player
+        .lesson
+        .as_ref()
+        .and_then(|(_, l)| l.steps.get(step))
+        .and_then(|s| s.question.as_ref())
+        .map_or(0, |q| q.choices.len());
+    if player.chosen.is_none()
+        && let Some(i) = digits.iter().position(|k| keys.just_pressed(*k))
+        && i < choices
+    {
+        player.chosen = Some(i);
+    }
     let arrows = ui_state.presenter;
     if keys.just_pressed(KeyCode::PageDown) || (arrows && keys.just_pressed(KeyCode::ArrowRight)) {
         player.go(step + 1);
@@ -282,6 +307,9 @@ pub fn narration_panel(
         return;
     };
     let ppp = root.ctx().pixels_per_point();
+    // A phone-sized page (a student's in a class).
+    let narrow = root.ctx().content_rect().width() < 600.0;
+    let target = if narrow { 44.0 } else { 32.0 };
     let (k, n) = (player.step, lesson.steps.len());
     let step = &lesson.steps[k];
     let mut go = None;
@@ -327,7 +355,14 @@ pub fn narration_panel(
                         .color(egui::Color32::from_rgb(240, 200, 90)),
                 );
                 let hide = class.is_some_and(|c| c.hide_answer);
-                ui.horizontal_wrapped(|ui| {
+                // A phone: one choice a row, each a full-width target of
+                // 44 points (WCAG's touch size).
+                let layout = if narrow {
+                    egui::Layout::top_down_justified(egui::Align::Min)
+                } else {
+                    egui::Layout::left_to_right(egui::Align::Center).with_main_wrap(true)
+                };
+                ui.with_layout(layout, |ui| {
                     for (i, c) in q.choices.iter().enumerate() {
                         let mut text = egui::RichText::new(c).size(16.0);
                         if let Some(chosen) = player.chosen {
@@ -342,7 +377,7 @@ pub fn narration_panel(
                             }
                         }
                         if ui
-                            .add(egui::Button::new(text).min_size(egui::vec2(0.0, 32.0)))
+                            .add(egui::Button::new(text).min_size(egui::vec2(0.0, target)))
                             .clicked()
                             && player.chosen.is_none()
                         {
@@ -378,7 +413,8 @@ pub fn narration_panel(
                 if ui
                     .add_enabled(
                         k > 0,
-                        egui::Button::new(egui::RichText::new(crate::t!("lesson-back")).size(16.0)),
+                        egui::Button::new(egui::RichText::new(crate::t!("lesson-back")).size(16.0))
+                            .min_size(egui::vec2(0.0, target)),
                     )
                     .clicked()
                 {
@@ -388,17 +424,20 @@ pub fn narration_panel(
                 if ui
                     .add_enabled(
                         k + 1 < n && !paced,
-                        egui::Button::new(egui::RichText::new(crate::t!("lesson-next")).size(16.0)),
+                        egui::Button::new(egui::RichText::new(crate::t!("lesson-next")).size(16.0))
+                            .min_size(egui::vec2(0.0, target)),
                     )
                     .clicked()
                 {
                     go = Some(k + 1);
                 }
-                ui.weak(if ui_presenter {
-                    crate::t!("lesson-keys-presenter")
-                } else {
-                    crate::t!("lesson-keys")
-                });
+                if !narrow {
+                    ui.weak(if ui_presenter {
+                        crate::t!("lesson-keys-presenter")
+                    } else {
+                        crate::t!("lesson-keys")
+                    });
+                }
                 ui.with_layout(egui::Layout::right_to_left(egui::Align::Center), |ui| {
                     if !locked && ui.button(crate::t!("lesson-end")).clicked() {
                         go = Some(usize::MAX);

@@ -164,8 +164,12 @@ pub enum ToClient {
     },
     /// Teacher: the answers as CSV.
     Csv { text: String },
-    /// A message was refused: why.
+    /// A message was refused: why (the page stays connected).
     Refused { reason: String },
+    /// The server is closing this page's connection: why, and whether
+    /// trying again can help (a dropped hello, a flood) or not (a wrong
+    /// code or teacher link, a full class).
+    Shut { reason: String, retry: bool },
     /// The teacher ended the class.
     Ended,
 }

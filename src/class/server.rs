@@ -43,8 +43,9 @@ pub const RATE_BURST: f64 = 40.0;
 const MAX_REFUSALS: u32 = 50;
 /// Messages waiting for a page before it counts as too slow.
 const OUTBOX: usize = 1024;
-/// How long a page has to say who it is.
-const HELLO_WITHIN: Duration = Duration::from_secs(10);
+/// How long a page has to say who it is (a page still loading on a busy
+/// Chromebook may take a while to run its first frames).
+const HELLO_WITHIN: Duration = Duration::from_secs(30);
 /// How often the teacher's dashboard is refreshed while answers come in.
 const DASHBOARD_EVERY: Duration = Duration::from_millis(100);
 
@@ -137,7 +138,8 @@ fn random<const N: usize>() -> [u8; N] {
 /// What handling a message leaves the connection to do.
 enum Flow {
     Go,
-    Close(String),
+    /// Close the connection: why, and whether the page may try again.
+    Close(String, bool),
 }
 
 impl Hub {
@@ -194,11 +196,11 @@ impl Hub {
     fn refuse(&mut self, conn: ConnId, reason: String) -> Flow {
         note(conn, &format!("refused: {reason}"));
         let Some(c) = self.clients.get_mut(&conn) else {
-            return Flow::Close(reason);
+            return Flow::Close(reason, false);
         };
         c.refusals += 1;
         if c.refusals > MAX_REFUSALS {
-            return Flow::Close(format!("{MAX_REFUSALS} messages refused"));
+            return Flow::Close(format!("{MAX_REFUSALS} messages refused"), true);
         }
         self.send(conn, text(&ToClient::Refused { reason }));
         Flow::Go
@@ -226,17 +228,17 @@ impl Hub {
             Err(e) => return self.refuse(conn, e),
         };
         if self.ended {
-            return Flow::Close("the class has ended".into());
+            return Flow::Close("the class has ended".into(), false);
         }
         let (role, student) = match self.clients.get(&conn) {
             Some(c) => (c.role, c.student),
-            None => return Flow::Close("unknown page".into()),
+            None => return Flow::Close("unknown page".into(), true),
         };
         match (role, msg) {
             (None, ToServer::Teach { token }) => {
                 if !self.session.is_teacher(&token) {
                     note(conn, "refused: a wrong teacher token");
-                    return Flow::Close("that is not this class's teacher link".into());
+                    return Flow::Close("that is not this class's teacher link".into(), false);
                 }
                 self.clients.get_mut(&conn).expect("checked").role = Some(Role::Teacher);
                 note(conn, "the teacher");
@@ -259,11 +261,11 @@ impl Hub {
                     .is_ok_and(|c| super::session::same_secret(&c, &self.session.code));
                 if !code_ok {
                     note(conn, "refused: a wrong class code");
-                    return Flow::Close("no class has that code: check the teacher's screen".into());
+                    return Flow::Close("no class has that code: check the teacher's screen".into(), false);
                 }
                 self.join(conn, nickname, seat)
             }
-            (None, _) => Flow::Close("the first message must be `join` or `teach`".into()),
+            (None, _) => Flow::Close("the first message must be `join` or `teach`".into(), false),
             (Some(_), ToServer::Join { .. } | ToServer::Teach { .. }) => {
                 self.refuse(conn, "this page is in the class already".into())
             }
@@ -296,6 +298,9 @@ impl Hub {
     }
 
     fn join(&mut self, conn: ConnId, nickname: Option<String>, seat: Option<Seat>) -> Flow {
+        // A seat the class does not know (a stale link, a made-up key)
+        // joins as a new student: it never takes over another's seat.
+        let seat = seat.filter(|s| self.session.rejoin(s).is_ok());
         let id = match seat {
             Some(seat) => match self.session.rejoin(&seat) {
                 Ok(id) => {
@@ -309,17 +314,17 @@ impl Hub {
                     self.send(conn, text(&welcome));
                     id
                 }
-                Err(e) => return Flow::Close(e),
+                Err(e) => return Flow::Close(e, false),
             },
             None => {
                 let nickname = match protocol::check_nickname(nickname.as_deref()) {
                     Ok(n) => n,
-                    Err(e) => return Flow::Close(e),
+                    Err(e) => return Flow::Close(e, false),
                 };
                 let key = protocol::hex(&random::<16>());
                 let r = match self.session.join(key.clone(), nickname) {
                     Ok(r) => r,
-                    Err(e) => return Flow::Close(e),
+                    Err(e) => return Flow::Close(e, false),
                 };
                 let Record::Joined { id, .. } = r else { unreachable!("join makes a Joined") };
                 let welcome = ToClient::Welcome {
@@ -628,21 +633,21 @@ async fn connection(mut socket: WebSocket, shared: Arc<Shared>) {
                         match hub.clients.get_mut(&conn) {
                             Some(c) => {
                                 c.refusals += 1;
-                                if c.refusals > MAX_REFUSALS { Flow::Close("flooding".into()) } else { Flow::Go }
+                                if c.refusals > MAX_REFUSALS { Flow::Close("flooding".into(), true) } else { Flow::Go }
                             }
-                            None => Flow::Close("gone".into()),
+                            None => Flow::Close("gone".into(), true),
                         }
                     };
-                    if let Flow::Close(reason) = flow {
-                        break Some(reason);
+                    if let Flow::Close(reason, retry) = flow {
+                        break Some((reason, retry));
                     }
                     if Hub::lock(&shared).ended {
                         shared.ended.notify_one();
                     }
                 }
                 Some(Ok(Message::Binary(_))) => {
-                    if let Flow::Close(reason) = Hub::lock(&shared).refuse(conn, "binary messages are not part of the class protocol".into()) {
-                        break Some(reason);
+                    if let Flow::Close(reason, retry) = Hub::lock(&shared).refuse(conn, "binary messages are not part of the class protocol".into()) {
+                        break Some((reason, retry));
                     }
                 }
                 Some(Ok(_)) => {}
@@ -653,19 +658,19 @@ async fn connection(mut socket: WebSocket, shared: Arc<Shared>) {
                         break None;
                     }
                 }
-                Some(Out::Close(reason)) => break Some(reason),
+                Some(Out::Close(reason)) => break Some((reason, true)),
                 None => break None,
             },
             _ = tokio::time::sleep_until(hello_by), if !known => {
-                break Some("no `join` or `teach` within 10 seconds".into());
+                break Some((format!("no `join` or `teach` within {} seconds", HELLO_WITHIN.as_secs()), true));
             }
         }
     };
-    if let Some(reason) = close {
+    if let Some((reason, retry)) = close {
         note(conn, &format!("closed: {reason}"));
-        // The reason goes to the page too, as a refusal it can show.
+        // The reason goes to the page too, for it to show.
         let _ = socket
-            .send(Message::Text(text(&ToClient::Refused { reason })))
+            .send(Message::Text(text(&ToClient::Shut { reason, retry })))
             .await;
         let _ = socket.send(Message::Close(None)).await;
     }

@@ -34,6 +34,8 @@
 // 5. A lost GPU: the page's WebGPU devices destroyed under a training run;
 //    the run goes on on the CPU from its last host copy and the page draws
 //    on.
+// 6. A live class: a teacher and three students, their pages following
+//    the teacher's steps and the answers counted and revealed (classRun).
 //
 // Any console error or uncaught exception fails a run (in the fifth, the
 // device's loss is logged as an error: there a panic or an exception does). Prints one JSON line
@@ -46,6 +48,8 @@ import fs from "node:fs";
 import path from "node:path";
 import zlib from "node:zlib";
 import { fileURLToPath } from "node:url";
+import os from "node:os";
+import { spawn } from "node:child_process";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const dist = path.resolve(here, "..", "dist");
@@ -713,6 +717,122 @@ async function offlineRun(base) {
   return problems;
 }
 
+// 6. A live class (issue 57): the native `tinygpt class` serves web/dist;
+//    in Chromium (no WebGPU: the CPU, as on a school's plain-http network)
+//    a teacher's page and three students' pages (one phone-sized), each
+//    joined through the join page with the code. The teacher steps on (Page Down): every
+//    student follows within a second; the students answer (keys 1–4); the
+//    teacher's bars count exactly those answers; the teacher clicks Reveal
+//    and every student sees the right answer with the class's counts.
+async function classRun() {
+  const problems = [];
+  const bin = process.env.TINYGPT_BIN ||
+    path.join(process.env.CARGO_TARGET_DIR || path.join(os.homedir(), ".cache", "tinygpt-target"), "release", "tinygpt");
+  if (!fs.existsSync(bin)) return [`no ${bin}: build it first (cargo build --release), or set TINYGPT_BIN`];
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "tinygpt-class-browser-"));
+  const child = spawn(bin, ["class", "--lesson", "attention", "--port", "0", "--session", path.join(dir, "class.jsonl"), "--web", dist],
+    { stdio: ["ignore", "pipe", "pipe"] });
+  let serverLog = "";
+  child.stderr.on("data", (d) => { serverLog += d; });
+  const link = await new Promise((resolve) => {
+    let out = "";
+    child.stdout.on("data", (d) => {
+      out += d;
+      const m = out.match(/http:\/\/127\.0\.0\.1:(\d+)\/#class=([A-Z0-9]+)&teacher=([0-9a-f]+)/);
+      if (m) resolve({ port: m[1], code: m[2], token: m[3] });
+    });
+    child.on("exit", () => resolve(null));
+  });
+  if (!link) return [`tinygpt class did not start: ${serverLog}`];
+  const base = `http://127.0.0.1:${link.port}`;
+  // Four windows on one screen: none of them may be throttled as hidden
+  // (each student has a screen of their own).
+  const browser = await launch([...runs[1].args, "--disable-backgrounding-occluded-windows",
+    "--disable-renderer-backgrounding", "--disable-background-timer-throttling"]);
+  const status = (page) => page.evaluate(() => ({ ...window.tinygptStatus }));
+  const until = async (what, pages, ready, seconds) => {
+    const t0 = Date.now();
+    for (;;) {
+      const all = await Promise.all(pages.map(status));
+      if (all.every(ready)) return Date.now() - t0;
+      if (Date.now() - t0 > seconds * 1000) {
+        problems.push(`${what} not within ${seconds} s: ${JSON.stringify(all.map((s) => ({ class: s.class, lesson: s.lesson })))}`);
+        return null;
+      }
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  };
+  try {
+    const open = async (url, phone = false) => {
+      // A phone: 412×860 CSS pixels at 2.625 device pixels each, touch.
+      const context = await browser.newContext(phone
+        ? { viewport: { width: 412, height: 860 }, deviceScaleFactor: 2.625, hasTouch: true, isMobile: true }
+        : { viewport: { width: 1280, height: 720 } });
+      const page = await context.newPage();
+      page.on("console", (msg) => { if (msg.type() === "error") problems.push(`console error: ${msg.text()}`); });
+      page.on("pageerror", (e) => problems.push(`uncaught: ${e.message}`));
+      await page.goto(url);
+      return page;
+    };
+    const teacher = await open(`${base}/#class=${link.code}&teacher=${link.token}`);
+    const students = [];
+    for (const [i, nickname] of ["Ana", "Ben", ""].entries()) {
+      const page = await open(`${base}/join`, i === 2);
+      await page.fill("#code", link.code.toLowerCase());
+      if (nickname) await page.fill("#name", nickname);
+      await page.click("button[type=submit]");
+      students.push(page);
+    }
+    const inClass = (s) => s.class?.status === "in" && s.lesson?.name === "attention";
+    if (await until("every page in the class", [teacher, ...students], inClass, TIMEOUT_S) === null) return problems;
+    const q = 3; // the attention lesson's question (tests/class.rs checks the lesson asks there)
+    // The teacher steps on with the clicker's key; every student follows.
+    await teacher.mouse.click(640, 200);
+    const follow = [];
+    for (let step = 2; step <= q + 1; step++) {
+      await teacher.keyboard.press("PageDown");
+      const ms = await until(`the students on step ${step}`, students, (s) => s.lesson?.step === step, 10);
+      if (ms === null) return problems;
+      follow.push(ms);
+    }
+    // Answers by key: 2, 2, 1 (0-based 1, 1, 0).
+    const picks = [1, 1, 0];
+    for (const [i, page] of students.entries()) {
+      await page.mouse.click(640, 200);
+      await page.keyboard.press(String(picks[i] + 1));
+    }
+    await until("every answer acknowledged", students, (s) => (s.class?.accepted || []).some(([st]) => st === q), 20);
+    const want = [1, 2, 0, 0];
+    const counted = (s) => JSON.stringify((s.class?.tallies || []).find((t) => t.step === q)?.counts) === JSON.stringify(want);
+    await until("the teacher's bars", [teacher], counted, 20);
+    const hidden = await Promise.all(students.map(status));
+    if (hidden.some((s) => (s.class?.state?.reveals || []).length)) problems.push("the answers were revealed before the teacher revealed them");
+    // The teacher reveals (the class panel's button).
+    const t = await status(teacher);
+    const ratio = await teacher.evaluate(() => window.devicePixelRatio);
+    const r = t.class?.reveal_button;
+    if (!r) {
+      problems.push(`the class panel drew no Reveal button: ${JSON.stringify(t.class)}`);
+      return problems;
+    }
+    await teacher.mouse.click((r[0] + r[2]) / 2 / ratio, (r[1] + r[3]) / 2 / ratio);
+    const revealed = (s) => (s.class?.state?.reveals || []).some((v) => v.step === q && JSON.stringify(v.counts) === JSON.stringify(want));
+    const revealMs = await until("the reveal on every student's page", students, revealed, 10);
+    fs.mkdirSync(outDir, { recursive: true });
+    await teacher.screenshot({ path: path.join(outDir, "class-teacher.png") });
+    await students[0].screenshot({ path: path.join(outDir, "class-student.png") });
+    await students[2].screenshot({ path: path.join(outDir, "class-phone.png") });
+    console.log(JSON.stringify({ run: "class", students: students.length, follow_ms: follow, reveal_ms: revealMs, counts: want }));
+    for (const ms of follow) if (ms > 1000) problems.push(`a student followed the teacher after ${ms} ms (more than a second)`);
+  } finally {
+    await browser.close();
+    child.kill("SIGINT");
+    await new Promise((r) => child.on("exit", r));
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+  return problems;
+}
+
 const server = await serve();
 const base = `http://127.0.0.1:${server.address().port}`;
 // TINYGPT_BROWSER_ONLY=offline,scenes (the names in brackets below) runs
@@ -725,6 +845,7 @@ const groups = [
   ["scenes", () => scenesRun(base)],
   ["offline", () => offlineRun(base)],
   ["lost-gpu", () => lostGpuRun(base)],
+  ["class", () => classRun()],
 ];
 for (const [name, run] of groups.filter(([name]) => wanted(name))) {
   const problems = await run();

@@ -72,6 +72,9 @@ pub struct ClassClient {
     pub refusal: Option<String>,
     retry_at: Option<Instant>,
     attempts: u32,
+    /// Where the class panel drew *Reveal the answers* (physical pixels),
+    /// for the reports (the browser test clicks it).
+    pub reveal_rect: Option<bevy_egui::egui::Rect>,
 }
 
 /// The socket itself (not `Send` in the browser, so a non-send resource).
@@ -118,10 +121,8 @@ impl ClassClient {
     }
 
     fn lost(&mut self, why: String) {
-        match (&self.status, &self.refusal) {
-            // Refused at the door: a wrong code or link does not get better.
-            (Status::Connecting, Some(reason)) => self.status = Status::Refused(reason.clone()),
-            (Status::Refused(_) | Status::Ended, _) => {}
+        match &self.status {
+            Status::Refused(_) | Status::Ended => {}
             _ => {
                 self.status = Status::Lost(why);
                 let wait = Duration::from_millis((500u64 << self.attempts.min(4)).min(8000));
@@ -169,6 +170,10 @@ impl ClassClient {
                 files.write(super::export::ExportFile::new(format!("class-{code}-answers"), "csv", text));
             }
             ToClient::Refused { reason } => self.refusal = Some(reason),
+            // Refused at the door (a wrong code or link, a full class):
+            // trying again will not help. Otherwise the page reconnects.
+            ToClient::Shut { reason, retry: false } => self.status = Status::Refused(reason),
+            ToClient::Shut { reason, retry: true } => self.refusal = Some(reason),
             ToClient::Ended => self.status = Status::Ended,
         }
     }
@@ -387,6 +392,7 @@ pub fn report(class: &ClassClient) -> serde_json::Value {
         "students": class.board.students.len(),
         "tallies": class.board.tallies,
         "refusal": class.refusal,
+        "reveal_button": class.reveal_rect.map(|r| [r.min.x, r.min.y, r.max.x, r.max.y]),
     })
 }
 

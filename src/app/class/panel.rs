@@ -121,14 +121,15 @@ pub fn teacher_panel(root: &mut egui::Ui, class: &mut ClassClient, player: &Less
                 // screen is often the projected one.
                 answer_bars(ui, &q.choices, &counts, revealed.then_some(q.answer), 16.0);
                 let label = if revealed { crate::t!("class-revealed") } else { crate::t!("class-reveal") };
-                if ui
+                let reveal = ui
                     .add_enabled(!revealed, egui::Button::new(egui::RichText::new(label).size(17.0)).min_size(egui::vec2(0.0, 36.0)))
-                    .on_hover_text(crate::t!("class-reveal-hover"))
-                    .clicked()
-                {
+                    .on_hover_text(crate::t!("class-reveal-hover"));
+                class.reveal_rect = Some(reveal.rect * ui.ctx().pixels_per_point());
+                if reveal.clicked() {
                     class.send(ToServer::Reveal { step });
                 }
             } else {
+                class.reveal_rect = None;
                 ui.label(egui::RichText::new(crate::t!("class-no-question")).color(MUTED));
             }
             ui.separator();
@@ -187,7 +188,8 @@ pub fn teacher_panel(root: &mut egui::Ui, class: &mut ClassClient, player: &Less
             egui::ScrollArea::vertical().show(ui, |ui| {
                 for s in &class.board.students {
                     let dot = if s.online { "●" } else { "○" };
-                    let name = s.nickname.clone().unwrap_or_default();
+                    // A nickname after the number, if the student gave one.
+                    let name = s.nickname.as_ref().map(|n| format!(" {n}")).unwrap_or_default();
                     ui.label(
                         egui::RichText::new(crate::t!(
                             "class-student-row",
