@@ -357,12 +357,9 @@ pub fn narration_panel(
                 let hide = class.is_some_and(|c| c.hide_answer);
                 // A phone: one choice a row, each a full-width target of
                 // 44 points (WCAG's touch size).
-                let layout = if narrow {
-                    egui::Layout::top_down_justified(egui::Align::Min)
-                } else {
-                    egui::Layout::left_to_right(egui::Align::Center).with_main_wrap(true)
-                };
-                ui.with_layout(layout, |ui| {
+                let choices = |ui: &mut egui::Ui| {
+                    // Full width on a phone.
+                    let width = if narrow { ui.available_width() } else { 0.0 };
                     for (i, c) in q.choices.iter().enumerate() {
                         let mut text = egui::RichText::new(c).size(16.0);
                         if let Some(chosen) = player.chosen {
@@ -377,14 +374,19 @@ pub fn narration_panel(
                             }
                         }
                         if ui
-                            .add(egui::Button::new(text).min_size(egui::vec2(0.0, target)))
+                            .add(egui::Button::new(text).min_size(egui::vec2(width, target)))
                             .clicked()
                             && player.chosen.is_none()
                         {
                             player.chosen = Some(i);
                         }
                     }
-                });
+                };
+                if narrow {
+                    ui.vertical(choices);
+                } else {
+                    ui.horizontal_wrapped(choices);
+                }
                 if let Some(counts) = class.and_then(|c| c.counts.as_ref()) {
                     let answer = (!hide).then_some(q.answer);
                     super::class::panel::answer_bars(ui, &q.choices, counts, answer, 16.0);

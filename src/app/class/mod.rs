@@ -75,12 +75,27 @@ pub struct ClassClient {
     /// Where the class panel drew *Reveal the answers* (physical pixels),
     /// for the reports (the browser test clicks it).
     pub reveal_rect: Option<bevy_egui::egui::Rect>,
+    /// The teacher's last `goto` and when it left (ms since the epoch), and
+    /// when a new step of the class arrived here: what the browser test
+    /// times (the pages' clocks are one machine's).
+    goto_sent: Option<(usize, u64)>,
+    step_arrived: Option<(usize, u64)>,
 }
 
 /// The socket itself (not `Send` in the browser, so a non-send resource).
 #[derive(Default)]
 pub struct ClassSocket {
     pair: Option<(ewebsock::WsSender, ewebsock::WsReceiver)>,
+    /// When the socket's last message arrived (ms since the Unix epoch),
+    /// stamped as it arrives, not when a frame reads it.
+    arrived_ms: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// Milliseconds since the Unix epoch (the same clock in every page).
+fn now_ms() -> u64 {
+    web_time::SystemTime::now()
+        .duration_since(web_time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 impl ClassClient {
@@ -218,7 +233,7 @@ impl Plugin for ClassPlugin {
             .init_non_send::<ClassSocket>()
             .add_systems(
                 Update,
-                (pump, follow)
+                (pump, follow, teacher_keys)
                     .chain()
                     .in_set(super::schedule::AppSystems::Input),
             );
@@ -243,7 +258,9 @@ fn pump(
             max_incoming_frame_size: 8 << 20,
             ..Default::default()
         };
-        match ewebsock::connect(class.socket_url.clone(), options) {
+        let arrived = socket.arrived_ms.clone();
+        let stamp = move || arrived.store(now_ms(), std::sync::atomic::Ordering::Relaxed);
+        match ewebsock::connect_with_wakeup(class.socket_url.clone(), options, stamp) {
             Ok(pair) => socket.pair = Some(pair),
             Err(e) => {
                 class.lost(e);
@@ -265,7 +282,15 @@ fn pump(
                 }
             }
             ewebsock::WsEvent::Message(ewebsock::WsMessage::Text(text)) => match ToClient::parse(&text) {
-                Ok(msg) => class.receive(msg, &mut files),
+                Ok(msg) => {
+                    if let ToClient::Class { state } = &msg
+                        && class.state.as_ref().is_none_or(|s| s.step != state.step)
+                    {
+                        let at = socket.arrived_ms.load(std::sync::atomic::Ordering::Relaxed);
+                        class.step_arrived = Some((state.step, at));
+                    }
+                    class.receive(msg, &mut files)
+                }
                 Err(e) => warn!("{e}"),
             },
             ewebsock::WsEvent::Message(_) => {}
@@ -285,6 +310,9 @@ fn pump(
         && let Some((tx, _)) = socket.pair.as_mut()
     {
         for msg in std::mem::take(&mut class.outbox) {
+            if let ToServer::Goto { step } = msg {
+                class.goto_sent = Some((step, now_ms()));
+            }
             tx.send(ewebsock::WsMessage::Text(msg.to_text()));
         }
     }
@@ -368,6 +396,31 @@ fn follow(
     }
 }
 
+/// The teacher's key: R reveals the answers of the step's question (as
+/// the class panel's button does), unless a text field has the keys.
+fn teacher_keys(
+    keys: Option<Res<ButtonInput<KeyCode>>>,
+    mut class: ResMut<ClassClient>,
+    player: Res<LessonPlayer>,
+    mut contexts: bevy_egui::EguiContexts,
+) {
+    let Some(keys) = keys else { return };
+    if !class.is_teacher() || class.status != Status::In || !keys.just_pressed(KeyCode::KeyR) {
+        return;
+    }
+    if contexts.ctx_mut().is_ok_and(|ctx| ctx.egui_wants_keyboard_input()) {
+        return;
+    }
+    let step = player.step;
+    let asks = player
+        .lesson
+        .as_ref()
+        .is_some_and(|(_, l)| l.steps.get(step).is_some_and(|s| s.question.is_some()));
+    if asks {
+        class.send(ToServer::Reveal { step });
+    }
+}
+
 /// The class as the page's report and the headless line give it (the
 /// browser test reads it): the status, role, the class's step and reveals,
 /// a student's answers on record, the teacher's tallies.
@@ -393,6 +446,8 @@ pub fn report(class: &ClassClient) -> serde_json::Value {
         "tallies": class.board.tallies,
         "refusal": class.refusal,
         "reveal_button": class.reveal_rect.map(|r| [r.min.x, r.min.y, r.max.x, r.max.y]),
+        "goto_sent_ms": class.goto_sent,
+        "step_arrived_ms": class.step_arrived,
     })
 }
 
