@@ -135,7 +135,7 @@ fn main() {
         let sent = Instant::now();
         for (i, tx) in senders.iter_mut().enumerate() {
             want[i % choices] += 1;
-            tx.send(Message::text(ToServer::Answer { step: q, choice: i % choices }.to_text())).await.unwrap();
+            tx.send(Message::text(ToServer::Choose { step: q, choice: i % choices }.to_text())).await.unwrap();
         }
         let mut acks = 0;
         while acks < students {

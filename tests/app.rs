@@ -2632,7 +2632,7 @@ fn a_class_puts_its_students_on_the_teachers_step_and_counts_their_answers() {
             s.send(Message::text(ToServer::Join { code: class.code.clone(), nickname: None, seat: None }.to_text()))
                 .await
                 .unwrap();
-            s.send(Message::text(ToServer::Answer { step: q, choice }.to_text())).await.unwrap();
+            s.send(Message::text(ToServer::Choose { step: q, choice }.to_text())).await.unwrap();
             while let Some(Ok(m)) = s.next().await {
                 if let Message::Text(t) = m
                     && matches!(ToClient::parse(t.as_str()), Ok(ToClient::Accepted { .. }))

@@ -144,7 +144,7 @@ async fn students_follow_the_teacher_and_answers_are_revealed_with_their_counts(
     let (page, _) = &mut students[0];
     page.send(&ToServer::At { step: q + 1 }).await;
     page.until("the refusal", |m| matches!(m, ToClient::Refused { .. })).await;
-    page.send(&ToServer::Answer { step: q, choice: 0 }).await;
+    page.send(&ToServer::Choose { step: q, choice: 0 }).await;
     page.until("the refusal", |m| matches!(m, ToClient::Refused { .. })).await;
     // The teacher goes to the question: every student follows.
     teacher.send(&ToServer::Goto { step: q }).await;
@@ -154,7 +154,7 @@ async fn students_follow_the_teacher_and_answers_are_revealed_with_their_counts(
     }
     // A student's attempt at a teacher's command is refused.
     let (page, _) = &mut students[1];
-    page.send(&ToServer::Reveal { step: q }).await;
+    page.send(&ToServer::ShowAnswers { step: q }).await;
     let ToClient::Refused { reason } = page.until("the refusal", |m| matches!(m, ToClient::Refused { .. })).await else {
         unreachable!()
     };
@@ -163,14 +163,14 @@ async fn students_follow_the_teacher_and_answers_are_revealed_with_their_counts(
     let picks = [0, 1, 1];
     for ((page, _), &choice) in students.iter_mut().zip(&picks) {
         let choice = choice % choices;
-        page.send(&ToServer::Answer { step: q, choice }).await;
+        page.send(&ToServer::Choose { step: q, choice }).await;
         let m = page
             .until("the acknowledgement", |m| matches!(m, ToClient::Accepted { .. } | ToClient::Refused { .. }))
             .await;
         assert_eq!(m, ToClient::Accepted { step: q, choice });
     }
     // A second answer does not count.
-    students[2].0.send(&ToServer::Answer { step: q, choice: 0 }).await;
+    students[2].0.send(&ToServer::Choose { step: q, choice: 0 }).await;
     students[2].0.until("the refusal", |m| matches!(m, ToClient::Refused { .. })).await;
     // The teacher's bars fill with exactly what was sent.
     let mut want = vec![0u32; choices];
@@ -183,7 +183,7 @@ async fn students_follow_the_teacher_and_answers_are_revealed_with_their_counts(
         })
         .await;
     // Revealed: every student sees the answer and the counts.
-    teacher.send(&ToServer::Reveal { step: q }).await;
+    teacher.send(&ToServer::ShowAnswers { step: q }).await;
     for (page, _) in &mut students {
         page.until("the reveal", |m| {
             matches!(m, ToClient::Class { state } if state.reveals.iter().any(|r| r.step == q && r.counts == want))
@@ -192,7 +192,7 @@ async fn students_follow_the_teacher_and_answers_are_revealed_with_their_counts(
     }
     // Too late to answer now.
     let (mut late, _) = Page::student(class.addr, &class.code, None).await;
-    late.send(&ToServer::Answer { step: q, choice: 0 }).await;
+    late.send(&ToServer::Choose { step: q, choice: 0 }).await;
     late.until("the refusal", |m| matches!(m, ToClient::Refused { .. })).await;
     // The CSV has every answer, anonymous.
     teacher.send(&ToServer::Csv).await;
@@ -225,7 +225,7 @@ async fn a_student_rejoins_in_their_seat_and_strangers_are_refused() {
     let mut teacher = Page::teacher(class.addr, &class.token).await;
     teacher.send(&ToServer::Goto { step: q }).await;
     let (mut page, seat) = Page::student(class.addr, &class.code, Some("Ana")).await;
-    page.send(&ToServer::Answer { step: q, choice: 1 }).await;
+    page.send(&ToServer::Choose { step: q, choice: 1 }).await;
     page.until("the acknowledgement", |m| matches!(m, ToClient::Accepted { .. })).await;
     drop(page);
     // The page reloads: back in its seat, with its answer on record.
@@ -280,7 +280,7 @@ async fn malformed_oversized_and_flooding_messages_are_refused_and_the_class_goe
     let (class, _server) = serve(&dir, "attention").await;
     let (mut page, _) = Page::student(class.addr, &class.code, None).await;
     // Malformed: refused with the reason, the page stays.
-    for bad in ["not json", r#"{"type":"answer","step":"x"}"#, r#"{"type":"answer","step":0,"choice":0,"x":1}"#, r#"{"type":"launch"}"#] {
+    for bad in ["not json", r#"{"type":"choose","step":"x"}"#, r#"{"type":"choose","step":0,"choice":0,"x":1}"#, r#"{"type":"launch"}"#] {
         page.send_text(bad.to_string()).await;
         let ToClient::Refused { reason } = page.until("the refusal", |m| matches!(m, ToClient::Refused { .. })).await else {
             unreachable!()
@@ -353,7 +353,7 @@ fn a_class_killed_with_sigkill_resumes_with_every_acknowledged_answer() {
         for i in 0..12 {
             let (mut page, seat) = Page::student(addr, &code, None).await;
             page.until("the step", |m| matches!(m, ToClient::Class { state } if state.step == q)).await;
-            page.send(&ToServer::Answer { step: q, choice: i % choices }).await;
+            page.send(&ToServer::Choose { step: q, choice: i % choices }).await;
             page.until("the acknowledgement", |m| matches!(m, ToClient::Accepted { .. })).await;
             acknowledged.push((seat.id, i % choices));
         }

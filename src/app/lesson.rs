@@ -301,7 +301,7 @@ pub fn narration_panel(
     player: &mut LessonPlayer,
     ui_presenter: bool,
     locked: bool,
-    class: Option<&super::class::ClassView>,
+    class: Option<&super::answers::ClassView>,
 ) {
     let Some((name, lesson)) = player.lesson.clone() else {
         return;
@@ -382,14 +382,16 @@ pub fn narration_panel(
                         }
                     }
                 };
-                if narrow {
+                // Revealed in a class: the class's answers as bars, in place
+                // of the buttons (the question is settled).
+                if let Some(counts) = class.and_then(|c| c.counts.as_ref()) {
+                    let answer = (!hide).then_some(q.answer);
+                    let columns = if narrow { 1 } else { 2 };
+                    super::answers::answer_bars(ui, &q.choices, counts, answer, 16.0, columns);
+                } else if narrow {
                     ui.vertical(choices);
                 } else {
                     ui.horizontal_wrapped(choices);
-                }
-                if let Some(counts) = class.and_then(|c| c.counts.as_ref()) {
-                    let answer = (!hide).then_some(q.answer);
-                    super::class::panel::answer_bars(ui, &q.choices, counts, answer, 16.0);
                 }
                 if hide && player.chosen.is_some() {
                     let sent = class.is_some_and(|c| c.answer_sent);

@@ -17,6 +17,7 @@
 
 #[cfg(target_arch = "wasm32")]
 pub mod browser;
+pub mod answers;
 pub mod canvas;
 pub mod class;
 pub mod data;

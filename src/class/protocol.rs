@@ -59,7 +59,7 @@ pub enum ToServer {
     /// The step a student is on (0-based).
     At { step: usize },
     /// A student's answer to the question of a step.
-    Answer { step: usize, choice: usize },
+    Choose { step: usize, choice: usize },
     /// Teacher: show the class this step.
     Goto { step: usize },
     /// Teacher: students may not go past the teacher's step (or may).
@@ -67,7 +67,7 @@ pub enum ToServer {
     /// Teacher: dim every student's screen (or not).
     Pause { paused: bool },
     /// Teacher: show the class the answers to this step's question.
-    Reveal { step: usize },
+    ShowAnswers { step: usize },
     /// Teacher: every student's scene (and prompt) becomes the teacher's.
     View {
         scene: String,
@@ -197,7 +197,7 @@ impl ToServer {
             ToServer::Goto { .. }
                 | ToServer::Pace { .. }
                 | ToServer::Pause { .. }
-                | ToServer::Reveal { .. }
+                | ToServer::ShowAnswers { .. }
                 | ToServer::View { .. }
                 | ToServer::Csv
                 | ToServer::End
@@ -268,9 +268,9 @@ mod tests {
 
     #[test]
     fn messages_round_trip_and_unknown_fields_are_refused() {
-        let m = ToServer::Answer { step: 3, choice: 1 };
+        let m = ToServer::Choose { step: 3, choice: 1 };
         assert_eq!(ToServer::parse(&m.to_text()), Ok(m));
-        assert!(ToServer::parse(r#"{"type":"answer","step":3,"choice":1,"extra":0}"#).is_err());
+        assert!(ToServer::parse(r#"{"type":"choose","step":3,"choice":1,"extra":0}"#).is_err());
         assert!(ToServer::parse(r#"{"type":"launch"}"#).is_err());
         assert!(ToServer::parse(&"x".repeat(MAX_MESSAGE_BYTES + 1)).is_err());
     }

@@ -282,7 +282,7 @@ impl Hub {
                     Err(e) => self.refuse(conn, e),
                 }
             }
-            (Some(Role::Student), ToServer::Answer { step, choice }) => {
+            (Some(Role::Student), ToServer::Choose { step, choice }) => {
                 let id = student.expect("a student has an id");
                 match self.session.answer(id, step, choice) {
                     Ok(r) => {
@@ -361,7 +361,7 @@ impl Hub {
             ToServer::Goto { step } => self.session.goto(step),
             ToServer::Pace { locked } => Ok(Record::Paced { locked }),
             ToServer::Pause { paused } => Ok(Record::Paused { paused }),
-            ToServer::Reveal { step } => self.session.reveal(step),
+            ToServer::ShowAnswers { step } => self.session.reveal(step),
             ToServer::View { scene, prompt } => {
                 return match Session::check_view(&scene, prompt.as_deref()) {
                     Ok(()) => {

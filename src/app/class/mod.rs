@@ -168,7 +168,7 @@ impl ClassClient {
                     .pending
                     .iter()
                     .filter(|(s, _)| !self.accepted.contains_key(s))
-                    .map(|(&step, &choice)| ToServer::Answer { step, choice })
+                    .map(|(&step, &choice)| ToServer::Choose { step, choice })
                     .collect();
                 self.outbox.splice(0..0, resend);
                 self.reported = None;
@@ -212,18 +212,7 @@ impl ClassClient {
     }
 }
 
-/// The class's part in the narration panel.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ClassView {
-    /// A student before the reveal: their pick is not marked right or wrong.
-    pub hide_answer: bool,
-    /// Paced: Next stops at the teacher's step.
-    pub max_step: Option<usize>,
-    /// The class's answers to this step's question, once revealed.
-    pub counts: Option<Vec<u32>>,
-    /// The student's answer is on the teacher's machine.
-    pub answer_sent: bool,
-}
+pub use super::answers::ClassView;
 
 pub struct ClassPlugin;
 
@@ -377,7 +366,7 @@ fn follow(
             (None, Some(choice)) => player.chosen = Some(choice),
             (Some(choice), None) if asks && !class.pending.contains_key(&step) => {
                 class.pending.insert(step, choice);
-                class.send(ToServer::Answer { step, choice });
+                class.send(ToServer::Choose { step, choice });
             }
             _ => {}
         }
@@ -417,7 +406,7 @@ fn teacher_keys(
         .as_ref()
         .is_some_and(|(_, l)| l.steps.get(step).is_some_and(|s| s.question.is_some()));
     if asks {
-        class.send(ToServer::Reveal { step });
+        class.send(ToServer::ShowAnswers { step });
     }
 }
 

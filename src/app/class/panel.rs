@@ -10,46 +10,12 @@ use crate::class::protocol::{Role, ToServer};
 use bevy_egui::egui;
 
 const GOLD: egui::Color32 = egui::Color32::from_rgb(240, 200, 90);
-const BLUE: egui::Color32 = egui::Color32::from_rgb(110, 160, 240);
-const GREEN: egui::Color32 = egui::Color32::from_rgb(110, 220, 130);
 const MUTED: egui::Color32 = egui::Color32::from_rgb(170, 178, 196);
 
 /// A code spaced for reading off a projector: `K7Q 2XM`.
 fn spaced(code: &str) -> String {
     let (a, b) = code.split_at(code.len() / 2);
     format!("{a} {b}")
-}
-
-/// Bars of the class's answers: one per choice, the right one green once
-/// `answer` is known (the teacher always knows it).
-pub fn answer_bars(ui: &mut egui::Ui, choices: &[String], counts: &[u32], answer: Option<usize>, size: f32) {
-    let total: u32 = counts.iter().sum();
-    let width = ui.available_width().clamp(160.0, 520.0);
-    for (i, choice) in choices.iter().enumerate() {
-        let n = counts.get(i).copied().unwrap_or(0);
-        let share = if total > 0 { n as f32 / total as f32 } else { 0.0 };
-        let right = answer == Some(i);
-        ui.horizontal(|ui| {
-            let (rect, _) = ui.allocate_exact_size(egui::vec2(width * 0.45, size + 8.0), egui::Sense::hover());
-            let painter = ui.painter_at(rect);
-            painter.rect_filled(rect, 4.0, egui::Color32::from_rgb(36, 40, 54));
-            let mut bar = rect;
-            bar.set_width(rect.width() * share);
-            painter.rect_filled(bar, 4.0, if right { GREEN } else { BLUE });
-            painter.text(
-                rect.left_center() + egui::vec2(6.0, 0.0),
-                egui::Align2::LEFT_CENTER,
-                format!("{n}"),
-                egui::FontId::proportional(size),
-                egui::Color32::WHITE,
-            );
-            let mut text = egui::RichText::new(choice).size(size);
-            if right {
-                text = text.color(GREEN).strong();
-            }
-            ui.add(egui::Label::new(text).wrap());
-        });
-    }
 }
 
 /// The teacher's class panel, on the right.
@@ -119,14 +85,14 @@ pub fn teacher_panel(root: &mut egui::Ui, class: &mut ClassClient, player: &Less
                 let revealed = state.reveals.iter().any(|r| r.step == step);
                 // The right answer is marked once revealed: the teacher's
                 // screen is often the projected one.
-                answer_bars(ui, &q.choices, &counts, revealed.then_some(q.answer), 16.0);
+                crate::app::answers::answer_bars(ui, &q.choices, &counts, revealed.then_some(q.answer), 16.0, 1);
                 let label = if revealed { crate::t!("class-revealed") } else { crate::t!("class-reveal") };
                 let reveal = ui
                     .add_enabled(!revealed, egui::Button::new(egui::RichText::new(label).size(17.0)).min_size(egui::vec2(0.0, 36.0)))
                     .on_hover_text(crate::t!("class-reveal-hover"));
                 class.reveal_rect = Some(reveal.rect * ui.ctx().pixels_per_point());
                 if reveal.clicked() {
-                    class.send(ToServer::Reveal { step });
+                    class.send(ToServer::ShowAnswers { step });
                 }
             } else {
                 class.reveal_rect = None;
