@@ -257,6 +257,13 @@ pub fn code_from(random: [u8; CODE_LEN]) -> String {
         .collect()
 }
 
+/// A code with a gap in the middle, for reading aloud or off a
+/// projector: `K7Q 2XM`.
+pub fn spaced_code(code: &str) -> String {
+    let (a, b) = code.split_at(code.len() / 2);
+    format!("{a} {b}")
+}
+
 /// Bytes as lowercase hex (tokens and seat keys).
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()

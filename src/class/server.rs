@@ -300,22 +300,19 @@ impl Hub {
     fn join(&mut self, conn: ConnId, nickname: Option<String>, seat: Option<Seat>) -> Flow {
         // A seat the class does not know (a stale link, a made-up key)
         // joins as a new student: it never takes over another's seat.
-        let seat = seat.filter(|s| self.session.rejoin(s).is_ok());
-        let id = match seat {
-            Some(seat) => match self.session.rejoin(&seat) {
-                Ok(id) => {
-                    let welcome = ToClient::Welcome {
-                        role: Role::Student,
-                        lesson: self.session.lesson.name.clone(),
-                        code: self.session.code.clone(),
-                        answers: self.session.answers_of(id),
-                        seat: Some(seat),
-                    };
-                    self.send(conn, text(&welcome));
-                    id
-                }
-                Err(e) => return Flow::Close(e, false),
-            },
+        let known = seat.and_then(|s| self.session.rejoin(&s).ok().map(|id| (s, id)));
+        let id = match known {
+            Some((seat, id)) => {
+                let welcome = ToClient::Welcome {
+                    role: Role::Student,
+                    lesson: self.session.lesson.name.clone(),
+                    code: self.session.code.clone(),
+                    answers: self.session.answers_of(id),
+                    seat: Some(seat),
+                };
+                self.send(conn, text(&welcome));
+                id
+            }
             None => {
                 let nickname = match protocol::check_nickname(nickname.as_deref()) {
                     Ok(n) => n,

@@ -380,10 +380,7 @@ pub fn run_app(mut args: AppArgs) -> Result<()> {
         },
     };
     let class = match &args.join {
-        Some(url) => {
-            let client = tinygpt::app::class::from_join_url(url).map_err(anyhow::Error::msg)?;
-            client.link.clone().map(|l| (l, client.socket_url.clone()))
-        }
+        Some(url) => Some(tinygpt::app::class::from_join_url(url).map_err(anyhow::Error::msg)?),
         None => None,
     };
     let mut app = build(AppOptions {

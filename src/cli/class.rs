@@ -106,7 +106,7 @@ fn print_banner(class: &Class, bind: IpAddr, web: &std::path::Path) {
     }
     println!();
     println!("  Students open   {join}");
-    println!("  and type        {}", spaced(&class.code));
+    println!("  and type        {}", tinygpt::class::protocol::spaced_code(&class.code));
     println!();
     if let Ok(qr) = qrcode::QrCode::new(format!("{join}?code={}", class.code)) {
         let picture = qr
@@ -143,10 +143,4 @@ fn print_banner(class: &Class, bind: IpAddr, web: &std::path::Path) {
         "The class is kept in {} (Ctrl-C stops; the same command resumes; End class deletes it).",
         class.session.display()
     );
-}
-
-/// A code with thin gaps, for reading aloud: `K7Q 2XM`.
-fn spaced(code: &str) -> String {
-    let (a, b) = code.split_at(code.len() / 2);
-    format!("{a} {b}")
 }

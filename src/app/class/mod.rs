@@ -461,12 +461,12 @@ pub fn socket_url(page: &str) -> Result<String, String> {
 }
 
 /// `tinygpt app --join URL`: the class a link joins, and its socket.
-pub fn from_join_url(url: &str) -> Result<ClassClient, String> {
+pub fn from_join_url(url: &str) -> Result<(ClassLink, String), String> {
     let socket = socket_url(url)?;
     let fragment = url.split_once('#').map_or("", |(_, f)| f);
     let (link, problems) = super::link::Link::parse(fragment);
     match link.class {
-        Some(class) => Ok(ClassClient::joining(class, socket)),
+        Some(class) => Ok((class, socket)),
         None => Err(problems.into_iter().next().unwrap_or_else(|| {
             format!("`{url}` has no class code: give the link `tinygpt class` printed (…/#class=CODE)")
         })),
@@ -479,9 +479,8 @@ mod tests {
 
     #[test]
     fn a_join_url_names_the_socket_and_the_class() {
-        let c = from_join_url("http://192.168.1.20:8080/#class=k7q2xm&teacher=0123456789abcdef0123456789abcdef").unwrap();
-        assert_eq!(c.socket_url, "ws://192.168.1.20:8080/class/ws");
-        let link = c.link.unwrap();
+        let (link, socket) = from_join_url("http://192.168.1.20:8080/#class=k7q2xm&teacher=0123456789abcdef0123456789abcdef").unwrap();
+        assert_eq!(socket, "ws://192.168.1.20:8080/class/ws");
         assert_eq!(link.code, "K7Q2XM");
         assert!(link.teacher.is_some());
         assert!(from_join_url("ftp://x/#class=K7Q2XM").is_err());

@@ -12,12 +12,6 @@ use bevy_egui::egui;
 const GOLD: egui::Color32 = egui::Color32::from_rgb(240, 200, 90);
 const MUTED: egui::Color32 = egui::Color32::from_rgb(170, 178, 196);
 
-/// A code spaced for reading off a projector: `K7Q 2XM`.
-fn spaced(code: &str) -> String {
-    let (a, b) = code.split_at(code.len() / 2);
-    format!("{a} {b}")
-}
-
 /// The teacher's class panel, on the right.
 pub fn teacher_panel(root: &mut egui::Ui, class: &mut ClassClient, player: &LessonPlayer, scene: Scene) {
     if !class.is_teacher() || class.link.is_none() {
@@ -36,7 +30,7 @@ pub fn teacher_panel(root: &mut egui::Ui, class: &mut ClassClient, player: &Less
         .show(root, |ui| {
             ui.label(egui::RichText::new(crate::t!("class-title")).size(16.0).color(GOLD));
             ui.label(
-                egui::RichText::new(crate::t!("class-code", code = spaced(&code)))
+                egui::RichText::new(crate::t!("class-code", code = crate::class::protocol::spaced_code(&code)))
                     .size(30.0)
                     .strong()
                     .monospace(),
@@ -186,7 +180,7 @@ pub fn student_cover(ctx: &egui::Context, class: &ClassClient) {
         Status::In => crate::t!("class-paused"),
         Status::Connecting => crate::t!(
             "class-joining",
-            code = spaced(&class.link.as_ref().map(|l| l.code.clone()).unwrap_or_default())
+            code = crate::class::protocol::spaced_code(&class.link.as_ref().map(|l| l.code.clone()).unwrap_or_default())
         ),
         Status::Lost(why) if class.lesson.is_none() => crate::t!("class-cannot-reach", why = why.as_str()),
         Status::Lost(why) => {
