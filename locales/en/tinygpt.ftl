@@ -60,7 +60,7 @@ presenter-hover = big type, high contrast, panels hidden, the pointer highlighte
 palette-colour-blind = colour-blind-safe palette (orange/purple)
 palette-hover = heatmaps in ColorBrewer's PuOr instead of RdBu: distinct for red-green colour blindness
 reduced-motion = reduced motion
-reduced-motion-hover = the FlashAttention replay jumps from visit to visit instead of flying tiles
+reduced-motion-hover = animations jump: the 3D tour cuts from op to op, sweeps and pulses show their end, the FlashAttention replay jumps from visit to visit
 language = language
 language-hover = the language of the app and its lessons (lang= in a link, --lang on the command line)
 png-button = 📷 PNG
@@ -751,3 +751,13 @@ class-cannot-reach = Cannot reach the teacher's machine ({ $why }): trying again
 class-refused = { $why }
 class-answer-in = Your answer is in. Your teacher will show the answers.
 class-answer-sending = Sending your answer…
+
+# Accessibility (src/app/access): what a screen reader hears.
+access-picture = Picture: { $scene }
+access-picture-empty = This scene's numbers are in its panels; Tab reaches them.
+access-picture-keys = { $parts } parts. Enter or F6 to explore: arrow keys move, Enter opens a part and then acts on a cell, Escape goes back.
+access-lesson-step = Step { $step } of { $steps }: { $title }
+access-training = Training
+access-paused = Training paused
+access-diverged = Training stopped: the loss is not a number
+access-error = Error: { $message }

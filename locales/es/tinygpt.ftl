@@ -59,7 +59,7 @@ presenter-hover = letra grande, alto contraste, paneles ocultos y el puntero res
 palette-colour-blind = paleta apta para daltónicos (naranja/morado)
 palette-hover = mapas de calor con PuOr de ColorBrewer en vez de RdBu: distinguibles con daltonismo rojo-verde
 reduced-motion = menos movimiento
-reduced-motion-hover = la repetición de FlashAttention salta de visita en visita en vez de mover los bloques
+reduced-motion-hover = las animaciones saltan: el recorrido 3D corta de operación en operación, los barridos y pulsos muestran su final, la repetición de FlashAttention salta de visita en visita
 language = idioma
 language-hover = el idioma de la aplicación y sus lecciones (lang= en un enlace, --lang en la línea de órdenes)
 png-button = 📷 PNG
@@ -750,3 +750,13 @@ class-cannot-reach = No se llega al equipo del docente ({ $why }): se reintenta�
 class-refused = { $why }
 class-answer-in = Tu respuesta ha llegado. Tu docente mostrará las respuestas.
 class-answer-sending = Enviando tu respuesta…
+
+# Accesibilidad (src/app/access): lo que oye un lector de pantalla.
+access-picture = Imagen: { $scene }
+access-picture-empty = Los números de esta escena están en sus paneles; se llega con Tab.
+access-picture-keys = { $parts } partes. Intro o F6 para explorar: las flechas mueven, Intro abre una parte y luego actúa sobre una celda, Escape vuelve atrás.
+access-lesson-step = Paso { $step } de { $steps }: { $title }
+access-training = Entrenando
+access-paused = Entrenamiento en pausa
+access-diverged = Entrenamiento detenido: la pérdida no es un número
+access-error = Error: { $message }

@@ -59,7 +59,7 @@ presenter-hover = 大字号、高对比度、隐藏面板、突出显示指针�
 palette-colour-blind = 色盲友好配色（橙/紫）
 palette-hover = 热力图使用 ColorBrewer 的 PuOr 而不是 RdBu：红绿色盲也能区分
 reduced-motion = 减少动画
-reduced-motion-hover = FlashAttention 回放逐次跳转，而不是让方块飞动
+reduced-motion-hover = 动画直接跳转：3D 导览逐个运算切换，扫描和脉冲直接显示结果，FlashAttention 回放逐次跳转
 language = 语言
 language-hover = 应用和课程的语言（链接中用 lang=，命令行用 --lang）
 png-button = 📷 PNG
@@ -750,3 +750,13 @@ class-cannot-reach = 无法连接老师的电脑({ $why }):正在重试…
 class-refused = { $why }
 class-answer-in = 你的答案已提交。老师会公布答案。
 class-answer-sending = 正在发送你的答案…
+
+# 无障碍（src/app/access）：读屏软件读出的内容。
+access-picture = 图：{ $scene }
+access-picture-empty = 这个场景的数字在面板里，用 Tab 可以到达。
+access-picture-keys = { $parts } 个部分。按 Enter 或 F6 进入：方向键移动，Enter 打开一个部分，再按 Enter 作用于一个格子，Escape 返回。
+access-lesson-step = 第 { $step } 步，共 { $steps } 步：{ $title }
+access-training = 正在训练
+access-paused = 训练已暂停
+access-diverged = 训练已停止：损失不是一个数
+access-error = 错误：{ $message }

@@ -62,6 +62,19 @@ extern "C" {
     /// The app's state as JSON, for the page and for tests.
     #[wasm_bindgen(js_namespace = tinygptHost, js_name = report)]
     pub fn report(status: &str);
+    /// The page's `prefers-reduced-motion: reduce` (src/app/access/motion.rs).
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = prefersReducedMotion)]
+    pub fn prefers_reduced_motion() -> bool;
+    /// The accessibility tree as JSON: the page mirrors it into hidden
+    /// elements inside the canvas (src/app/access/tree.rs).
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = accessTree)]
+    pub fn access_tree(json: &str);
+    /// A press on one of the mirror's buttons: the node's id.
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = takeAccessAction)]
+    pub fn take_access_action() -> Option<String>;
+    /// Says `text` through the page's polite live region.
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = announce)]
+    pub fn announce(text: &str);
 }
 
 /// Offers bytes as a download (how the browser build saves checkpoints).

@@ -30,6 +30,70 @@ pub struct HeadlessConfig {
     pub export: Option<String>,
     /// `--force`: the checkpoint export may replace a file this app did not write.
     pub force: bool,
+    /// `--press`: keys pressed after `frames`, one every other frame (a
+    /// keyboard-only check): names as [`key_named`] reads them.
+    pub press: Vec<String>,
+}
+
+impl HeadlessConfig {
+    /// The frame the run ends after: `frames`, then the keys, then a few
+    /// frames for what they did to settle.
+    pub fn end_frame(&self) -> u32 {
+        if self.press.is_empty() {
+            self.frames
+        } else {
+            self.frames + 2 * self.press.len() as u32 + 4
+        }
+    }
+}
+
+/// A key by the name `--press` takes: a `KeyCode` name (`Enter`, `Tab`,
+/// `ArrowLeft`, `F6`, `Digit1`, `KeyR`…), with `Shift+` before it for
+/// Shift held.
+pub fn key_named(name: &str) -> Option<(bool, KeyCode, bevy::input::keyboard::Key)> {
+    use bevy::input::keyboard::Key;
+    let (shift, name) = match name.strip_prefix("Shift+") {
+        Some(rest) => (true, rest),
+        None => (false, name),
+    };
+    let (code, key) = match name {
+        "Enter" => (KeyCode::Enter, Key::Enter),
+        "Escape" => (KeyCode::Escape, Key::Escape),
+        "Tab" => (KeyCode::Tab, Key::Tab),
+        "Space" => (KeyCode::Space, Key::Space),
+        "ArrowLeft" => (KeyCode::ArrowLeft, Key::ArrowLeft),
+        "ArrowRight" => (KeyCode::ArrowRight, Key::ArrowRight),
+        "ArrowUp" => (KeyCode::ArrowUp, Key::ArrowUp),
+        "ArrowDown" => (KeyCode::ArrowDown, Key::ArrowDown),
+        "Home" => (KeyCode::Home, Key::Home),
+        "End" => (KeyCode::End, Key::End),
+        "PageUp" => (KeyCode::PageUp, Key::PageUp),
+        "PageDown" => (KeyCode::PageDown, Key::PageDown),
+        "F5" => (KeyCode::F5, Key::F5),
+        "F6" => (KeyCode::F6, Key::F6),
+        _ => {
+            let c = name
+                .strip_prefix("Digit")
+                .filter(|d| d.len() == 1 && d.as_bytes()[0].is_ascii_digit())
+                .or_else(|| name.strip_prefix("Key").filter(|k| k.len() == 1 && k.as_bytes()[0].is_ascii_uppercase()))?;
+            let code = match c.as_bytes()[0] {
+                b'0' => KeyCode::Digit0,
+                b'1' => KeyCode::Digit1,
+                b'2' => KeyCode::Digit2,
+                b'3' => KeyCode::Digit3,
+                b'4' => KeyCode::Digit4,
+                b'5' => KeyCode::Digit5,
+                b'6' => KeyCode::Digit6,
+                b'7' => KeyCode::Digit7,
+                b'8' => KeyCode::Digit8,
+                b'9' => KeyCode::Digit9,
+                b'R' => KeyCode::KeyR,
+                _ => return None,
+            };
+            (code, Key::Character(c.to_lowercase().into()))
+        }
+    };
+    Some((shift, code, key))
 }
 
 #[derive(Resource, Default)]
@@ -60,7 +124,47 @@ impl Plugin for HeadlessPlugin {
     fn build(&self, app: &mut App) {
         app.insert_resource(self.0.clone())
             .init_resource::<HeadlessState>()
+            .add_systems(First, press_keys)
             .add_systems(Last, (gather_scene_parts, count_frames).chain());
+    }
+}
+
+/// `--press`: key j goes down on frame `frames + 2j` and up on the next,
+/// as the window's keyboard messages (egui and the app both see them).
+fn press_keys(
+    config: Res<HeadlessConfig>,
+    state: Res<HeadlessState>,
+    windows: Query<Entity, With<bevy::window::PrimaryWindow>>,
+    contexts: Query<Entity, With<bevy_egui::PrimaryEguiContext>>,
+    mut commands: Commands,
+    mut keyboard: MessageWriter<bevy::input::keyboard::KeyboardInput>,
+) {
+    use bevy::input::ButtonState;
+    use bevy::input::keyboard::{Key, KeyboardInput};
+    let Some(k) = state.frames.checked_sub(config.frames) else { return };
+    let Some(name) = config.press.get((k / 2) as usize) else { return };
+    let Some((shift, code, key)) = key_named(name) else { return };
+    // No window headless: egui's context (drawn into the offscreen image)
+    // takes the keys as the focused one.
+    let window = windows.single().unwrap_or(Entity::PLACEHOLDER);
+    if let Ok(context) = contexts.single() {
+        commands.insert_resource(bevy_egui::input::FocusedNonWindowEguiContext(context));
+    }
+    let state = if k % 2 == 0 { ButtonState::Pressed } else { ButtonState::Released };
+    let event = |key_code, logical_key| KeyboardInput {
+        key_code,
+        logical_key,
+        state,
+        text: None,
+        repeat: false,
+        window,
+    };
+    if shift && state == ButtonState::Pressed {
+        keyboard.write(event(KeyCode::ShiftLeft, Key::Shift));
+    }
+    keyboard.write(event(code, key));
+    if shift && state == ButtonState::Released {
+        keyboard.write(event(KeyCode::ShiftLeft, Key::Shift));
     }
 }
 
@@ -69,13 +173,31 @@ impl Plugin for HeadlessPlugin {
 fn gather_scene_parts(world: &mut World) {
     let due = {
         let state = world.resource::<HeadlessState>();
-        !state.done && state.frames + 1 >= world.resource::<HeadlessConfig>().frames
+        !state.done && state.frames + 1 >= world.resource::<HeadlessConfig>().end_frame()
     };
     if !due {
         return;
     }
     let regions = SceneRegistry::regions(world);
-    let fields = SceneRegistry::fields(world, Report::Headless);
+    let mut fields = SceneRegistry::fields(world, Report::Headless);
+    // What a screen reader has: the tree, the picture's focus, and what
+    // the scene says is under the pointer (or the keyboard's focus).
+    fields.push(("access", world.resource::<super::access::tree::AccessTree>().to_json()));
+    let focus = *world.resource::<super::canvas::parts::PictureFocus>();
+    fields.push((
+        "picture_focus",
+        serde_json::json!({
+            "active": focus.active,
+            "part": focus.part,
+            "cell": focus.cell.map(|(r, c)| [r, c]),
+            "parts": world.resource::<super::canvas::parts::PictureParts>().0.iter().map(|p| serde_json::json!({
+                "name": p.name, "group": p.group, "rows": p.rows, "cols": p.cols,
+            })).collect::<Vec<_>>(),
+        }),
+    ));
+    fields.push(("hover", serde_json::json!(world.resource::<super::canvas::Hover>().0)));
+    fields.push(("announced", serde_json::json!(world.resource::<super::access::announce::Announcer>().current)));
+    fields.push(("reduced_motion", serde_json::json!(world.resource::<super::ui::UiState>().reduced_motion)));
     let mut state = world.resource_mut::<HeadlessState>();
     state.scene_regions = regions;
     state.scene_fields = fields;
@@ -128,8 +250,8 @@ fn count_frames(
     // frames; the JSON line says which language it got if it never came).
     let language_ready = (language.wanted.is_none()
         && (!language.current.needs_cjk_font() || language.cjk_font_ready()))
-        || state.frames > config.frames + 600;
-    if state.frames < config.frames || !language_ready {
+        || state.frames > config.end_frame() + 600;
+    if state.frames < config.end_frame() || !language_ready {
         return;
     }
     if let Some(name) = &config.export

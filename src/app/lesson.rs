@@ -137,6 +137,7 @@ fn keys(
     mut player: ResMut<LessonPlayer>,
     mut contexts: EguiContexts,
     ui_state: Res<super::ui::state::UiState>,
+    focus: Option<Res<super::canvas::parts::PictureFocus>>,
 ) {
     let Some(keys) = keys else { return };
     if player.lesson.is_none() {
@@ -173,7 +174,8 @@ fn keys(
     {
         player.chosen = Some(i);
     }
-    let arrows = ui_state.presenter;
+    // (Not while the keyboard's focus is in the picture: the arrows are its.)
+    let arrows = ui_state.presenter && !focus.is_some_and(|f| f.active);
     if keys.just_pressed(KeyCode::PageDown) || (arrows && keys.just_pressed(KeyCode::ArrowRight)) {
         player.go(step + 1);
     }

@@ -17,6 +17,7 @@
 
 #[cfg(target_arch = "wasm32")]
 pub mod browser;
+pub mod access;
 pub mod answers;
 pub mod canvas;
 pub mod class;
@@ -221,6 +222,7 @@ pub fn build(options: AppOptions) -> App {
         language::LanguagePlugin,
         schedule::FramesPlugin,
     ))
+    .add_plugins(access::AccessPlugin)
     .add_systems(PreStartup, spawn_cameras);
     #[cfg(not(target_arch = "wasm32"))]
     app.add_plugins(handout::HandoutPlugin);

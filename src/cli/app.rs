@@ -9,6 +9,13 @@ use tinygpt::app::training::{CorpusSource, RunSettings};
 use tinygpt::app::{AppOptions, build};
 use tinygpt::model::config::{Config, DEFAULT_PRESET};
 
+/// A `--press` key, checked when the command line is read.
+fn key_name(name: &str) -> Result<String, String> {
+    tinygpt::app::headless::key_named(name)
+        .map(|_| name.to_string())
+        .ok_or_else(|| format!("{name:?} is not a key --press knows; give a KeyCode name such as Enter, Tab, Shift+Tab, ArrowLeft, Escape, F6, Digit1 or KeyR"))
+}
+
 #[derive(Args, Debug)]
 pub struct AppArgs {
     /// Model size: a built-in preset (see `tinygpt presets`) or a .ron file
@@ -115,6 +122,15 @@ pub struct AppArgs {
     /// or `checkpoint` (the run, as Save checkpoint saves it: tinygpt-app.safetensors).
     #[arg(long, value_name = "REGION", requires = "headless")]
     export: Option<String>,
+    /// Keys to press after the headless frames, one every other frame, then
+    /// a few frames more (a keyboard-only check): `Enter,ArrowRight,Tab`,
+    /// `Shift+Tab`, `F6`, `Digit1`… (KeyCode names).
+    #[arg(long, value_name = "KEYS", value_delimiter = ',', requires = "headless", value_parser = key_name)]
+    press: Vec<String>,
+    /// Animations jump (the tour cuts, sweeps show their end); also on
+    /// where the system asks for reduced motion.
+    #[arg(long)]
+    reduced_motion: bool,
     /// The backends `--bench` measures, comma-separated (default: both, but
     /// not a software-rendering GPU adapter, which also draws the window).
     #[arg(long, value_delimiter = ',', value_parser = ["cpu", "gpu"], requires = "bench")]
@@ -364,6 +380,7 @@ pub fn run_app(mut args: AppArgs) -> Result<()> {
         fps: args.fps as f64,
         export: args.export.clone(),
         force: args.force,
+        press: args.press.clone(),
     });
     // A bad lesson is refused with its file, step and field; the app still
     // opens, with the error in the status line.
@@ -413,6 +430,11 @@ pub fn run_app(mut args: AppArgs) -> Result<()> {
         app.world_mut()
             .resource_mut::<tinygpt::app::ui::UiState>()
             .set_presenter(true);
+    }
+    if args.reduced_motion {
+        app.world_mut()
+            .resource_mut::<tinygpt::app::ui::UiState>()
+            .reduced_motion = true;
     }
     if args.colour_blind {
         tinygpt::app::heatmap::set_palette(tinygpt::app::heatmap::Palette::OrangePurple);

@@ -65,25 +65,24 @@ fn egui_busy(egui: &Option<Res<bevy_egui::input::EguiWantsInput>>) -> (bool, boo
 }
 
 fn track_cursor(
-    windows: Query<&Window, With<bevy::window::PrimaryWindow>>,
+    pointer: super::parts::PointerInput,
     cameras: Query<(&Camera, &GlobalTransform), With<SceneCamera>>,
     egui: Option<Res<bevy_egui::input::EguiWantsInput>>,
     mut cursor: ResMut<SceneCursor>,
 ) {
     let world = (|| {
-        if egui_busy(&egui).0 {
+        if egui_busy(&egui).0 && !pointer.from_keyboard() {
             return None;
         }
-        let window = windows.single().ok()?;
         let (camera, transform) = cameras.single().ok()?;
-        let pointer = window.cursor_position()?;
+        let pointer = pointer.position()?;
         let rect = camera.logical_viewport_rect()?;
         if !rect.contains(pointer) {
             return None;
         }
-        camera
-            .viewport_to_world_2d(transform, pointer - rect.min)
-            .ok()
+        // (Viewport positions are the window's: Bevy takes the viewport's
+        // corner off itself.)
+        camera.viewport_to_world_2d(transform, pointer).ok()
     })();
     if cursor.0 != world {
         cursor.0 = world;
@@ -101,15 +100,16 @@ fn pan_and_zoom(
     bounds: Res<SceneBounds>,
     cameras: Query<&Projection, With<SceneCamera>>,
     mut control: ResMut<ViewControl>,
-    (ui_state, lesson): (
+    (ui_state, lesson, focus): (
         Option<Res<crate::app::ui::state::UiState>>,
         Option<Res<crate::app::lesson::LessonPlayer>>,
+        Res<super::parts::PictureFocus>,
     ),
 ) {
     let b = bounds.0;
     // In presenter mode the arrows step the lesson, not the camera.
-    let arrows_taken =
-        ui_state.is_some_and(|u| u.presenter) && lesson.is_some_and(|l| l.lesson.is_some());
+    let arrows_taken = (ui_state.is_some_and(|u| u.presenter) && lesson.is_some_and(|l| l.lesson.is_some()))
+        || focus.active;
     if control.fitted != b {
         *control = ViewControl {
             fitted: b,

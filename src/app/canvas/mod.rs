@@ -1,10 +1,12 @@
 //! The canvas every scene draws on: the main view's camera and bounds
 //! ([`camera`]), the pointer in the scene's world, the hover tooltip, named
 //! regions for headless checks ([`SceneRegion`]), the
-//! colour scale, the label font and the cell textures heatmaps draw into.
+//! colour scale, the label font and the cell textures heatmaps draw into;
+//! the picture's parts as the keyboard reaches them ([`parts`]).
 //! Scenes build on it; it knows none of them.
 
 pub mod camera;
+pub mod parts;
 
 use bevy::prelude::*;
 
@@ -176,6 +178,10 @@ impl Plugin for CanvasPlugin {
             .init_resource::<SceneCursor>()
             .init_resource::<Hover>()
             .init_resource::<ColorScale>()
+            .init_resource::<parts::PictureParts>()
+            .init_resource::<parts::PictureFocus>()
+            .init_resource::<parts::VirtualPointer>()
+            .init_resource::<parts::KeyActivate>()
             .insert_resource(ClearColor(BACKGROUND))
             .add_systems(PreStartup, use_label_font);
     }

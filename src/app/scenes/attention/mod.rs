@@ -222,6 +222,8 @@ fn layout(
                     name: format!("h.{layer}.head{head}"),
                     rect,
                 },
+                // Query rows by key columns: the keyboard steps through them.
+                crate::app::canvas::parts::RegionGrid { rows: n, cols: n },
                 AttentionItem,
                 DespawnOnExit(Scene::Attention),
             ));
@@ -365,13 +367,13 @@ fn paint(
 /// Grid: a click enlarges a map. Enlarged: a click on a row picks the
 /// position whose next-byte distribution is shown.
 fn click(
-    buttons: Res<ButtonInput<MouseButton>>,
+    pointer: crate::app::canvas::parts::PointerInput,
     cursor: Res<SceneCursor>,
     cells: Query<&AttentionCell>,
     probes: Res<Probes>,
     mut view: ResMut<AttentionView>,
 ) {
-    if !buttons.just_pressed(MouseButton::Left) {
+    if !pointer.just_pressed() {
         return;
     }
     let Some(world) = cursor.0 else { return };

@@ -760,12 +760,12 @@ pub fn heatmap_at(heatmaps: &Query<(Entity, &Heatmap)>, world: Vec2) -> Option<E
 
 /// Selects the heatmap under a left click (and opens the inspector on it).
 fn select_on_click(
-    buttons: Res<ButtonInput<MouseButton>>,
+    pointer: crate::app::canvas::parts::PointerInput,
     cursor: Res<SceneCursor>,
     heatmaps: Query<(Entity, &Heatmap)>,
     mut selection: ResMut<Selection>,
 ) {
-    if buttons.just_pressed(MouseButton::Left)
+    if pointer.just_pressed()
         && let Some(world) = cursor.0
         && let Some(e) = heatmap_at(&heatmaps, world)
     {

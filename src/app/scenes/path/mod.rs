@@ -472,7 +472,7 @@ fn follow(
 /// numbers, a head opens the Attention scene at that head.
 #[allow(clippy::too_many_arguments)]
 fn click(
-    buttons: Res<ButtonInput<MouseButton>>,
+    pointer: crate::app::canvas::parts::PointerInput,
     cursor: Res<SceneCursor>,
     targets: Query<(&FlowTarget, &crate::app::canvas::SceneRegion)>,
     mut view: ResMut<FlowView>,
@@ -481,8 +481,8 @@ fn click(
     mut pending: ResMut<PendingFocus>,
     egui: Option<Res<bevy_egui::input::EguiWantsInput>>,
 ) {
-    if !buttons.just_released(MouseButton::Left)
-        || egui.is_some_and(|e| e.wants_any_pointer_input())
+    if !pointer.just_released()
+        || (egui.is_some_and(|e| e.wants_any_pointer_input()) && !pointer.from_keyboard())
     {
         return;
     }

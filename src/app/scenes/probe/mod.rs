@@ -229,14 +229,14 @@ fn rebuild(
 
 /// A click on the importance map knocks a part out, or back in.
 fn click(
-    buttons: Res<ButtonInput<MouseButton>>,
+    pointer: crate::app::canvas::parts::PointerInput,
     cursor: Res<SceneCursor>,
     cells: Query<(&KnockCell, &crate::app::canvas::SceneRegion)>,
     mut knockouts: ResMut<Knockouts>,
     egui: Option<Res<bevy_egui::input::EguiWantsInput>>,
 ) {
-    if !buttons.just_released(MouseButton::Left)
-        || egui.is_some_and(|e| e.wants_any_pointer_input())
+    if !pointer.just_released()
+        || (egui.is_some_and(|e| e.wants_any_pointer_input()) && !pointer.from_keyboard())
     {
         return;
     }

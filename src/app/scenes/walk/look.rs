@@ -106,7 +106,11 @@ pub(super) fn steer(
     windows: Query<&Window, With<bevy::window::PrimaryWindow>>,
     cameras: Query<&Camera, With<SceneCamera>>,
     shown: Res<Shown>,
-    (ui_state, lesson): (Res<UiState>, Option<Res<crate::app::lesson::LessonPlayer>>),
+    (ui_state, lesson, focus): (
+        Res<UiState>,
+        Option<Res<crate::app::lesson::LessonPlayer>>,
+        Res<crate::app::canvas::parts::PictureFocus>,
+    ),
     mut travel: ResMut<PointerTravel>,
     mut view: ResMut<WalkView>,
 ) {
@@ -147,7 +151,8 @@ pub(super) fn steer(
     }
     if !keys_busy {
         // In presenter mode the arrows step the lesson.
-        let arrows = !(ui_state.presenter && lesson.is_some_and(|l| l.lesson.is_some()));
+        // (And while the keyboard's focus is in the picture, its.)
+        let arrows = !(ui_state.presenter && lesson.is_some_and(|l| l.lesson.is_some())) && !focus.active;
         for (key, d) in [
             (KeyCode::ArrowLeft, Vec2::new(10.0, 0.0)),
             (KeyCode::ArrowRight, Vec2::new(-10.0, 0.0)),

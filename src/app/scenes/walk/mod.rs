@@ -164,6 +164,8 @@ impl Plugin for ScenePlugin {
                     size_labels,
                     numbers::draw_numbers,
                     hover,
+                    list_parts,
+                    follow_focus,
                 )
                     .chain()
                     .in_set(crate::app::schedule::AppSystems::Scene)
@@ -669,13 +671,41 @@ pub fn pick(walk: &WalkLayout, ray: Ray3d) -> Option<(usize, Vec2)> {
         .map(|(i, p, _)| (i, p))
 }
 
+/// The tensors as the keyboard visits them (issue 53): every slab in the
+/// layout's order, grouped by block (↑ and ↓ jump between blocks).
+fn list_parts(shown: Res<Shown>, mut parts: ResMut<crate::app::canvas::parts::PictureParts>) {
+    use crate::app::canvas::parts::{Part, spoken};
+    let Some(walk) = &shown.walk else { return };
+    if !shown.is_changed() && !parts.0.is_empty() {
+        return;
+    }
+    let listed: Vec<Part> = walk
+        .slabs
+        .iter()
+        .map(|s| Part {
+            name: spoken(&draw::title(s)),
+            group: Some(match s.layer {
+                Some(l) => format!("block {l}"),
+                None if s.name.contains("wte") || s.name.contains("wpe") || s.name.starts_with("emb") => "embedding".into(),
+                None => "output".into(),
+            }),
+            rows: s.rows,
+            cols: s.cols,
+            rect: s.rect(),
+            z: s.corner.z,
+        })
+        .collect();
+    if parts.0 != listed {
+        parts.0 = listed;
+    }
+}
+
 /// Names the cell under the pointer (its tensor, indices, value and
 /// gradient); a click flies to the tensor's op.
 #[allow(clippy::too_many_arguments)]
 fn hover(
-    windows: Query<&Window, With<bevy::window::PrimaryWindow>>,
+    pointer: crate::app::canvas::parts::PointerInput,
     cameras: Query<(&Camera, &GlobalTransform), With<SceneCamera>>,
-    buttons: Res<ButtonInput<MouseButton>>,
     egui: Option<Res<bevy_egui::input::EguiWantsInput>>,
     shown: Res<Shown>,
     compute: Res<WalkCompute>,
@@ -684,15 +714,14 @@ fn hover(
     mut grids: ResMut<draw::SlabGrids>,
     travel: Res<look::PointerTravel>,
 ) {
-    let busy = egui.is_some_and(|e| e.wants_pointer_input() || e.is_pointer_over_area());
+    let busy = egui.is_some_and(|e| e.wants_pointer_input() || e.is_pointer_over_area()) && !pointer.from_keyboard();
     let hit = (|| {
         if busy {
             return None;
         }
         let walk = shown.walk.as_ref()?;
-        let window = windows.single().ok()?;
         let (camera, at) = cameras.single().ok()?;
-        let pointer = window.cursor_position()?;
+        let pointer = pointer.position()?;
         if !camera.logical_viewport_rect()?.contains(pointer) {
             return None;
         }
@@ -727,22 +756,48 @@ fn hover(
     }
     // A click (not the end of a drag) flies to the first beat of the
     // current pass that shows the tensor.
-    if buttons.just_released(MouseButton::Left)
-        && travel.0 <= look::CLICK_TRAVEL_PX
+    if pointer.just_released()
+        && (travel.0 <= look::CLICK_TRAVEL_PX || pointer.from_keyboard())
         && let (Some((i, _, _)), Some(walk)) = (hit, &shown.walk)
     {
-        let pass = walk.beats[view.beat().min(walk.beats.len() - 1)].pass;
-        if let Some(k) = walk
-            .beats
-            .iter()
-            .enumerate()
-            .skip(1)
-            .find(|(_, b)| b.pass == pass && b.slabs.first() == Some(&i))
-            .or_else(|| walk.beats.iter().enumerate().skip(1).find(|(_, b)| b.pass == pass && b.slabs.contains(&i)))
-            .map(|(k, _)| k)
+        fly_to_slab(walk, &mut view, i);
+    }
+}
+
+/// Flies to the first beat of the current pass that shows slab `i` (what
+/// a click on it does), paused.
+fn fly_to_slab(walk: &WalkLayout, view: &mut WalkView, i: usize) {
+    let pass = walk.beats[view.beat().min(walk.beats.len() - 1)].pass;
+    if let Some(k) = walk
+        .beats
+        .iter()
+        .enumerate()
+        .skip(1)
+        .find(|(_, b)| b.pass == pass && b.slabs.first() == Some(&i))
+        .or_else(|| walk.beats.iter().enumerate().skip(1).find(|(_, b)| b.pass == pass && b.slabs.contains(&i)))
+        .map(|(k, _)| k)
+        && view.t != k as f32
+    {
+        view.playing = false;
+        view.t = k as f32;
+    }
+}
+
+/// The keyboard's focus moving to a tensor flies there, as a click on it
+/// does: the camera keeps the focused tensor in view.
+fn follow_focus(
+    focus: Res<crate::app::canvas::parts::PictureFocus>,
+    shown: Res<Shown>,
+    mut view: ResMut<WalkView>,
+    mut last: Local<Option<usize>>,
+) {
+    let now = focus.active.then_some(focus.part);
+    if now != *last {
+        *last = now;
+        if let (Some(i), Some(walk)) = (now, &shown.walk)
+            && i < walk.slabs.len()
         {
-            view.playing = false;
-            view.t = k as f32;
+            fly_to_slab(walk, &mut view, i);
         }
     }
 }

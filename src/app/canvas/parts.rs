@@ -1,0 +1,169 @@
+//! The picture's parts as the keyboard and a screen reader reach them (issue
+//! 53): each scene lists what can be focused (a tensor, an attention map, a
+//! block) with its grid of cells, and reads the pointer through
+//! [`PointerInput`], which the keyboard's focus can stand in for. The focus
+//! itself (keys, ring, accessibility tree) is `app::access`; scenes know
+//! only this.
+
+use bevy::ecs::system::SystemParam;
+use bevy::prelude::*;
+
+/// One part of the picture the keyboard can focus.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Part {
+    /// What a screen reader says for it ("h.0.attn.qkv W, 64 × 192").
+    pub name: String,
+    /// The group it belongs to ("block 1"): ↑ and ↓ jump between groups.
+    pub group: Option<String>,
+    /// Its cells: row 0 at the top (1 × 1 for a part without cells).
+    pub rows: usize,
+    pub cols: usize,
+    /// Its rectangle in the world, in the plane z = `z` (the scene camera
+    /// projects it, flat or in 3D).
+    pub rect: Rect,
+    pub z: f32,
+}
+
+impl Part {
+    /// The world point at the centre of cell (`row`, `col`).
+    pub fn cell_centre(&self, row: usize, col: usize) -> Vec3 {
+        let (w, h) = (self.rect.width(), self.rect.height());
+        Vec3::new(
+            self.rect.min.x + (col as f32 + 0.5) / self.cols.max(1) as f32 * w,
+            self.rect.max.y - (row as f32 + 0.5) / self.rows.max(1) as f32 * h,
+            self.z,
+        )
+    }
+
+    /// The world corners of cell (`row`, `col`), or of the whole part.
+    pub fn corners(&self, cell: Option<(usize, usize)>) -> [Vec3; 4] {
+        let r = match cell {
+            None => self.rect,
+            Some((row, col)) => {
+                let (cw, ch) = (
+                    self.rect.width() / self.cols.max(1) as f32,
+                    self.rect.height() / self.rows.max(1) as f32,
+                );
+                let x0 = self.rect.min.x + col as f32 * cw;
+                let y1 = self.rect.max.y - row as f32 * ch;
+                Rect::new(x0, y1 - ch, x0 + cw, y1)
+            }
+        };
+        [
+            r.min.extend(self.z),
+            Vec2::new(r.max.x, r.min.y).extend(self.z),
+            r.max.extend(self.z),
+            Vec2::new(r.min.x, r.max.y).extend(self.z),
+        ]
+    }
+}
+
+/// The parts of the picture on screen, in the order the keyboard visits
+/// them. Scenes that draw named regions get them from
+/// [`super::SceneRegion`] (and [`RegionGrid`]); a scene that draws
+/// otherwise (the 3D walk-through) lists its own.
+#[derive(Resource, Default, Debug, Clone, PartialEq)]
+pub struct PictureParts(pub Vec<Part>);
+
+/// The cells of a [`super::SceneRegion`] that is a grid (a heatmap, an
+/// attention map): the keyboard steps through them.
+#[derive(Component, Debug, Clone, Copy)]
+pub struct RegionGrid {
+    pub rows: usize,
+    pub cols: usize,
+}
+
+/// Where the keyboard's focus stands in for the pointer (window logical
+/// pixels), while it is on a cell; `None` leaves the mouse's pointer.
+#[derive(Resource, Default, Debug, Clone, Copy, PartialEq)]
+pub struct VirtualPointer(pub Option<Vec2>);
+
+/// Enter on a focused cell this frame: the scene does what a click there does.
+#[derive(Resource, Default, Debug, Clone, Copy)]
+pub struct KeyActivate(pub bool);
+
+/// The pointer as a scene reads it: the mouse's, or the keyboard focus's
+/// when it is on a cell; a click, or Enter on the focused cell.
+#[derive(SystemParam)]
+pub struct PointerInput<'w, 's> {
+    windows: Query<'w, 's, &'static Window, With<bevy::window::PrimaryWindow>>,
+    buttons: Res<'w, ButtonInput<MouseButton>>,
+    virtual_pointer: Res<'w, VirtualPointer>,
+    activate: Res<'w, KeyActivate>,
+}
+
+impl PointerInput<'_, '_> {
+    /// The pointer in window logical pixels.
+    pub fn position(&self) -> Option<Vec2> {
+        self.virtual_pointer
+            .0
+            .or_else(|| self.windows.single().ok()?.cursor_position())
+    }
+
+    /// Whether the keyboard's focus is the pointer now (egui's wish for
+    /// the mouse does not apply then).
+    pub fn from_keyboard(&self) -> bool {
+        self.virtual_pointer.0.is_some()
+    }
+
+    /// The primary button went down this frame, or Enter on a cell.
+    pub fn just_pressed(&self) -> bool {
+        self.buttons.just_pressed(MouseButton::Left) || self.activate.0
+    }
+
+    /// The primary button came up this frame, or Enter on a cell.
+    pub fn just_released(&self) -> bool {
+        self.buttons.just_released(MouseButton::Left) || self.activate.0
+    }
+}
+
+/// Where the keyboard's focus is in the picture: off, on a part, or on one
+/// of its cells. While it is on, the arrows are the focus's (the camera's
+/// arrow keys and the presenter's step keys wait).
+#[derive(Resource, Default, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PictureFocus {
+    pub active: bool,
+    /// Index into [`PictureParts`].
+    pub part: usize,
+    /// (row, column) when the focus is on a cell.
+    pub cell: Option<(usize, usize)>,
+}
+
+/// A region's name as a listener hears it: `h.1.head2` → "block 1, head 2".
+pub fn spoken_region(name: &str) -> String {
+    if let Some(rest) = name.strip_prefix("h.")
+        && let Some((layer, head)) = rest.split_once(".head")
+    {
+        return format!("block {layer}, head {head}");
+    }
+    if let Some(n) = name.strip_prefix("block") {
+        return format!("block {n}");
+    }
+    if let Some(n) = name.strip_prefix("token") {
+        return format!("byte {n}");
+    }
+    spoken(name)
+}
+
+/// Signs a screen reader reads poorly, in words.
+pub fn spoken(text: &str) -> String {
+    text.replace('ᵀ', " transposed")
+        .replace('μ', "mean")
+        .replace('σ', "sigma")
+        .replace('Δ', "delta ")
+        .replace('␣', "space")
+        .replace('↵', "newline")
+        .replace('×', " by ")
+        .replace("  ", " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signs_are_said_in_words() {
+        assert_eq!(spoken_region("h.1.head2"), "block 1, head 2");
+        assert_eq!(spoken("h.0.attn.qkv Wᵀ"), "h.0.attn.qkv W transposed");
+    }
+}
