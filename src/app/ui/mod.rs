@@ -60,6 +60,9 @@ fn fmt_duration(seconds: f64) -> String {
     }
 }
 
+/// The vertical gap between rows of controls (egui's is 3).
+pub const ROW_GAP: f32 = 7.0;
+
 /// Adds the label font (DejaVu Sans) behind egui's own, once: egui's
 /// fonts then find every glyph the labels use (Chinese adds its font when
 /// chosen: [`crate::app::language`]).
@@ -67,9 +70,11 @@ fn use_label_font(mut contexts: EguiContexts, mut done: Local<bool>) -> Result {
     if *done {
         return Ok(());
     }
-    contexts
-        .ctx_mut()?
-        .set_fonts(crate::app::language::egui_fonts(None));
+    let ctx = contexts.ctx_mut()?;
+    ctx.set_fonts(crate::app::language::egui_fonts(None));
+    // Rows of controls 25 points apart: WCAG 2.2's 24-pixel target spacing
+    // for egui's 18-point fields (src/app/access, checked by tests/app.rs).
+    ctx.all_styles_mut(|s| s.spacing.item_spacing.y = ROW_GAP);
     *done = true;
     Ok(())
 }
@@ -560,13 +565,14 @@ fn side_panels(
                 ui.separator();
                 ui.strong(crate::t!("run"));
                 let mut preset = settings.preset.clone();
-                egui::ComboBox::from_label(crate::t!("preset"))
+                let combo = egui::ComboBox::from_label(crate::t!("preset"))
                     .selected_text(&preset)
                     .show_ui(ui, |ui| {
                         for (id, _) in BUILTIN_PRESETS {
                             ui.selectable_value(&mut preset, id.to_string(), *id);
                         }
                     });
+                crate::app::canvas::parts::named(combo.response, egui::WidgetType::ComboBox, crate::t!("preset"));
                 if preset != settings.preset
                     && let Ok(config) = Config::load(&preset)
                 {
@@ -595,10 +601,14 @@ fn side_panels(
                 #[cfg(not(target_arch = "wasm32"))]
                 {
                     ui.horizontal(|ui| {
-                        ui.add(
-                            egui::TextEdit::singleline(&mut ui_state.corpus_path)
-                                .hint_text("path/to/text.txt")
-                                .desired_width(170.0),
+                        crate::app::canvas::parts::named(
+                            ui.add(
+                                egui::TextEdit::singleline(&mut ui_state.corpus_path)
+                                    .hint_text("path/to/text.txt")
+                                    .desired_width(170.0),
+                            ),
+                            egui::WidgetType::TextEdit,
+                            crate::t!("access-corpus-file"),
                         );
                         if ui.button(crate::t!("load-corpus")).clicked() {
                             match files::load_path(&PathBuf::from(ui_state.corpus_path.trim())) {
@@ -642,13 +652,14 @@ fn side_panels(
                     ui.add(egui::DragValue::new(&mut settings.seed));
                     ui.end_row();
                     ui.label(crate::t!("backend"));
-                    egui::ComboBox::from_id_salt("backend")
+                    let combo = egui::ComboBox::from_id_salt("backend")
                         .selected_text(format!("{:?}", settings.backend))
                         .show_ui(ui, |ui| {
                             for b in BackendChoice::ALL {
                                 ui.selectable_value(&mut settings.backend, b, format!("{b:?}"));
                             }
                         });
+                    crate::app::canvas::parts::named(combo.response, egui::WidgetType::ComboBox, crate::t!("backend"));
                     ui.end_row();
                 });
                 if ui.button(crate::t!("new-run")).clicked() {
@@ -686,9 +697,13 @@ fn side_panels(
                 });
                 #[cfg(not(target_arch = "wasm32"))]
                 ui.horizontal(|ui| {
-                    ui.add(
-                        egui::TextEdit::singleline(&mut ui_state.checkpoint_path)
-                            .desired_width(170.0),
+                    crate::app::canvas::parts::named(
+                        ui.add(
+                            egui::TextEdit::singleline(&mut ui_state.checkpoint_path)
+                                .desired_width(170.0),
+                        ),
+                        egui::WidgetType::TextEdit,
+                        crate::t!("access-checkpoint-file"),
                     );
                     if ui.button(crate::t!("save")).clicked() {
                         commands.write(RunCommand::SaveCheckpoint {

@@ -18,6 +18,9 @@ pub fn scene_toolbar(
             ui.set_max_width(view.width() - 30.0);
             egui::Frame::popup(ui.style()).show(ui, |ui| {
                 ui.set_max_width(view.width() - 30.0);
+                // The picture's controls 24 points tall (WCAG 2.2's target
+                // size: a wrapped row packs tight under the one above).
+                ui.spacing_mut().interact_size.y = 24.0;
                 ui.horizontal_wrapped(add_contents);
             });
         });

@@ -453,10 +453,14 @@ fn toolbar(
             crate::t!("attention-source-prompt"),
         );
         if view.source == SourceKind::Prompt {
-            ui.add(
-                egui::TextEdit::singleline(&mut view.prompt)
-                    .desired_width(220.0)
-                    .hint_text(crate::t!("attention-prompt-hint")),
+            crate::app::canvas::parts::named(
+                ui.add(
+                    egui::TextEdit::singleline(&mut view.prompt)
+                        .desired_width(220.0)
+                        .hint_text(crate::t!("attention-prompt-hint")),
+                ),
+                egui::WidgetType::TextEdit,
+                crate::t!("access-prompt"),
             );
         }
         ui.selectable_value(

@@ -510,15 +510,19 @@ fn toolbar(
         )
         .on_hover_text(crate::t!("flash-prompt-hover"));
         if view.source == SourceKind::Prompt {
-            ui.add(
-                egui::TextEdit::singleline(&mut view.prompt)
-                    .desired_width(160.0)
-                    .hint_text(crate::t!("flash-prompt-hint")),
+            crate::app::canvas::parts::named(
+                ui.add(
+                    egui::TextEdit::singleline(&mut view.prompt)
+                        .desired_width(160.0)
+                        .hint_text(crate::t!("flash-prompt-hint")),
+                ),
+                egui::WidgetType::TextEdit,
+                crate::t!("access-prompt"),
             );
         }
         ui.separator();
         let mut layer = view.layer;
-        egui::ComboBox::from_id_salt("flash-layer")
+        let combo = egui::ComboBox::from_id_salt("flash-layer")
             .selected_text(crate::t!("block-n", block = layer))
             .width(80.0)
             .show_ui(ui, |ui| {
@@ -526,9 +530,10 @@ fn toolbar(
                     ui.selectable_value(&mut layer, l, crate::t!("block-n", block = l));
                 }
             });
+        crate::app::canvas::parts::named(combo.response, egui::WidgetType::ComboBox, crate::t!("access-block"));
         view.layer = layer;
         let mut head = view.head;
-        egui::ComboBox::from_id_salt("flash-head")
+        let combo = egui::ComboBox::from_id_salt("flash-head")
             .selected_text(crate::t!("head-n", head = head))
             .width(70.0)
             .show_ui(ui, |ui| {
@@ -536,6 +541,7 @@ fn toolbar(
                     ui.selectable_value(&mut head, h, crate::t!("head-n", head = h));
                 }
             });
+        crate::app::canvas::parts::named(combo.response, egui::WidgetType::ComboBox, crate::t!("access-head"));
         view.head = head;
         ui.separator();
         for (pass, label) in [
@@ -556,24 +562,21 @@ fn toolbar(
             }
         }
         ui.separator();
-        if ui
-            .button("⏮")
+        if crate::app::canvas::parts::named(ui.button("⏮"), egui::WidgetType::Button, crate::t!("flash-first-visit"))
             .on_hover_text(crate::t!("flash-first-visit"))
             .clicked()
         {
             view.position = 0;
             view.phase = 0.0;
         }
-        if ui
-            .button("◀")
+        if crate::app::canvas::parts::named(ui.button("◀"), egui::WidgetType::Button, crate::t!("flash-prev-visit"))
             .on_hover_text(crate::t!("flash-prev-visit"))
             .clicked()
         {
             step(view, count, -1);
         }
         let play = if view.playing { "⏸" } else { "▶" };
-        if ui
-            .button(play)
+        if crate::app::canvas::parts::named(ui.button(play), egui::WidgetType::Button, crate::t!("flash-play-pause"))
             .on_hover_text(crate::t!("flash-play-pause"))
             .clicked()
         {
@@ -583,15 +586,13 @@ fn toolbar(
             }
             view.playing = !view.playing;
         }
-        if ui
-            .button("▶|")
+        if crate::app::canvas::parts::named(ui.button("▶|"), egui::WidgetType::Button, crate::t!("flash-next-visit"))
             .on_hover_text(crate::t!("flash-next-visit"))
             .clicked()
         {
             step(view, count, 1);
         }
-        if ui
-            .button("⏭")
+        if crate::app::canvas::parts::named(ui.button("⏭"), egui::WidgetType::Button, crate::t!("flash-end-pass"))
             .on_hover_text(crate::t!("flash-end-pass"))
             .clicked()
         {
@@ -604,8 +605,7 @@ fn toolbar(
                 .logarithmic(true)
                 .text(crate::t!("flash-speed")),
         );
-        if ui
-            .button(crate::t!("flash-trace-again"))
+        if crate::app::canvas::parts::named(ui.button(crate::t!("flash-trace-again")), egui::WidgetType::Button, crate::t!("flash-trace-again-hover"))
             .on_hover_text(crate::t!("flash-trace-again-hover"))
             .clicked()
         {

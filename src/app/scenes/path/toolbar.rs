@@ -31,18 +31,25 @@ pub fn toolbar(
     let flow = compute.flow().map(|c| &c.flow);
     let mut link: Option<(Scene, Focus)> = None;
     crate::app::ui::scene_toolbar(ctx, "flow-toolbar", at, |ui| {
-        ui.add(
-            egui::TextEdit::singleline(&mut view.prompt)
-                .desired_width(260.0)
-                .hint_text(crate::t!("flow-prompt-hint")),
+        crate::app::canvas::parts::named(
+            ui.add(
+                egui::TextEdit::singleline(&mut view.prompt)
+                    .desired_width(260.0)
+                    .hint_text(crate::t!("flow-prompt-hint")),
+            ),
+            egui::WidgetType::TextEdit,
+            crate::t!("access-prompt"),
         );
         if let Some(flow) = flow {
             let last = flow.tokens.len().saturating_sub(1);
             let mut p = view.position.unwrap_or(last).min(last);
             ui.label(crate::t!("position"));
-            if ui
-                .add(egui::DragValue::new(&mut p).range(0..=last))
-                .changed()
+            if crate::app::canvas::parts::named(
+                ui.add(egui::DragValue::new(&mut p).range(0..=last)),
+                egui::WidgetType::DragValue,
+                crate::t!("position"),
+            )
+            .changed()
             {
                 view.position = (p != last).then_some(p);
             }
@@ -63,10 +70,16 @@ pub fn toolbar(
             view.play(FlowPass::Backward);
         }
         let pause = if view.playing { "⏸" } else { "⏵" };
-        if ui.button(pause).on_hover_text(crate::t!("flow-pause-hover")).clicked() {
+        if crate::app::canvas::parts::named(ui.button(pause), egui::WidgetType::Button, crate::t!("flow-pause-hover"))
+            .on_hover_text(crate::t!("flow-pause-hover"))
+            .clicked()
+        {
             view.playing = !view.playing;
         }
-        if ui.button("⏭").on_hover_text(crate::t!("flow-next-hover")).clicked() {
+        if crate::app::canvas::parts::named(ui.button("⏭"), egui::WidgetType::Button, crate::t!("flow-next-hover"))
+            .on_hover_text(crate::t!("flow-next-hover"))
+            .clicked()
+        {
             view.playing = false;
             view.progress = view.progress.floor() + 1.0;
         }

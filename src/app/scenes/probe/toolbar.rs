@@ -26,10 +26,14 @@ pub fn toolbar(
         }
         ui.separator();
         let before = view.prompt.clone();
-        ui.add(
-            egui::TextEdit::singleline(&mut view.prompt)
-                .desired_width(240.0)
-                .hint_text(crate::t!("probe-prompt-hint")),
+        crate::app::canvas::parts::named(
+            ui.add(
+                egui::TextEdit::singleline(&mut view.prompt)
+                    .desired_width(240.0)
+                    .hint_text(crate::t!("probe-prompt-hint")),
+            ),
+            egui::WidgetType::TextEdit,
+            crate::t!("access-prompt"),
         );
         if view.prompt != before {
             view.corrupt = corrupt_of(&view.prompt);

@@ -90,7 +90,11 @@ pub(super) fn draw(
             view.message = Some(e);
         }
         ui.separator();
-        ui.add(egui::TextEdit::singleline(&mut view.path).desired_width(160.0));
+        crate::app::canvas::parts::named(
+            ui.add(egui::TextEdit::singleline(&mut view.path).desired_width(160.0)),
+            egui::WidgetType::TextEdit,
+            crate::t!("access-bench-file"),
+        );
         if ui
             .button(crate::t!("load"))
             .on_hover_text(crate::t!("speedup-load-hover"))

@@ -319,17 +319,20 @@ fn draw(
         )
         .on_hover_text(crate::t!("step-prompt-hover"));
         if view.source == SourceKind::Prompt {
-            ui.add(
-                egui::TextEdit::singleline(&mut view.prompt)
-                    .desired_width(180.0)
-                    .hint_text(crate::t!("step-prompt-hint")),
+            crate::app::canvas::parts::named(
+                ui.add(
+                    egui::TextEdit::singleline(&mut view.prompt)
+                        .desired_width(180.0)
+                        .hint_text(crate::t!("step-prompt-hint")),
+                ),
+                egui::WidgetType::TextEdit,
+                crate::t!("access-prompt"),
             );
         }
         ui.separator();
         for (m, label, tip) in Move::BUTTONS {
             // The arrows are no message's key: they are drawn as they are.
-            if ui
-                .button(crate::i18n::tr(label, &[]))
+            if crate::app::canvas::parts::named(ui.button(crate::i18n::tr(label, &[])), egui::WidgetType::Button, crate::i18n::tr(tip, &[]))
                 .on_hover_text(crate::i18n::tr(tip, &[]))
                 .clicked()
             {
@@ -339,7 +342,7 @@ fn draw(
         ui.separator();
         ui.label(crate::t!("step-clip-adamw"));
         let current = view.focus.clone().or(focus_now.clone()).unwrap_or_default();
-        egui::ComboBox::from_id_salt("step-focus")
+        let combo = egui::ComboBox::from_id_salt("step-focus")
             .selected_text(current.trim_start_matches("transformer."))
             .width(160.0)
             .show_ui(ui, |ui| {
@@ -353,6 +356,7 @@ fn draw(
                     }
                 }
             });
+        crate::app::canvas::parts::named(combo.response, egui::WidgetType::ComboBox, crate::t!("step-clip-adamw"));
     });
     // ---- the main view, under the toolbar
     let stepping = run.engine.stepping();

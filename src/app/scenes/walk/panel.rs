@@ -103,10 +103,14 @@ pub fn panels(
     };
     let beats = shown.walk.as_ref().map_or(0, |w| w.beats.len());
     crate::app::ui::scene_toolbar(ctx, "walk-toolbar", at, |ui| {
-        let edit = ui.add(
-            egui::TextEdit::singleline(&mut view.prompt)
-                .desired_width(220.0)
-                .hint_text(crate::t!("flow-prompt-hint")),
+        let edit = crate::app::canvas::parts::named(
+            ui.add(
+                egui::TextEdit::singleline(&mut view.prompt)
+                    .desired_width(220.0)
+                    .hint_text(crate::t!("flow-prompt-hint")),
+            ),
+            egui::WidgetType::TextEdit,
+            crate::t!("access-prompt"),
         );
         if edit.changed() {
             view.prompt_set = true;
@@ -116,7 +120,10 @@ pub fn panels(
             return;
         }
         let k = view.beat().min(beats - 1);
-        if ui.button("⏮").on_hover_text(crate::t!("walk-previous")).clicked() {
+        if crate::app::canvas::parts::named(ui.button("⏮"), egui::WidgetType::Button, crate::t!("walk-previous"))
+            .on_hover_text(crate::t!("walk-previous"))
+            .clicked()
+        {
             view.playing = false;
             view.go_to(k.saturating_sub(1));
         }
@@ -128,7 +135,10 @@ pub fn panels(
                 view.visited.clear();
             }
         }
-        if ui.button("⏭").on_hover_text(crate::t!("walk-next")).clicked() {
+        if crate::app::canvas::parts::named(ui.button("⏭"), egui::WidgetType::Button, crate::t!("walk-next"))
+            .on_hover_text(crate::t!("walk-next"))
+            .clicked()
+        {
             view.playing = false;
             view.t = (k + 1).min(beats - 1) as f32;
         }
@@ -142,7 +152,11 @@ pub fn panels(
             view.t = b as f32;
         }
         ui.label(crate::t!("walk-speed"));
-        ui.add(egui::Slider::new(&mut view.speed, 0.1..=3.0).show_value(false));
+        crate::app::canvas::parts::named(
+            ui.add(egui::Slider::new(&mut view.speed, 0.1..=3.0).show_value(false)),
+            egui::WidgetType::Slider,
+            crate::t!("walk-speed"),
+        );
         // In a block's beats, its heads and MLP can be knocked out: the
         // pass is computed again without them.
         if let Some(layer) = shown.walk.as_ref().and_then(|w| w.beats[k].layer) {
@@ -208,7 +222,7 @@ pub fn panels(
                     .show_value(false)
                     .trailing_fill(true);
                 ui.spacing_mut().slider_width = at.width() - 60.0;
-                if ui.add(slider).changed() {
+                if crate::app::canvas::parts::named(ui.add(slider), egui::WidgetType::Slider, crate::t!("access-beat")).changed() {
                     view.playing = false;
                     view.t = t;
                 }
