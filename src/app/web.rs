@@ -187,6 +187,7 @@ fn report_to_page(
     status: Res<AppStatus>,
     sample: Res<super::sample::SampleState>,
     mut page: ResMut<PageState>,
+    ui_state: Res<super::ui::UiState>,
     (scene, lesson, workshop, shown, probes, language, class): (
         Res<State<super::scenes::Scene>>,
         Res<super::lesson::LessonPlayer>,
@@ -235,6 +236,7 @@ fn report_to_page(
             "chosen": lesson.chosen,
         })),
         "class": super::class::report(&class),
+        "reduced_motion": ui_state.reduced_motion,
     });
     // The Speedup scene's bench and the CPU-vs-GPU scene's comparison.
     for (key, field) in std::mem::take(&mut page.scene_fields) {

@@ -728,6 +728,99 @@ async function offlineRun(base) {
   return problems;
 }
 
+// 7. Keyboard only (issue 53): the next-byte lesson in Chromium with the
+//    system's reduced motion on, driven by key presses alone: Tab onto the
+//    canvas, Enter into the picture, arrows to a cell, whose numbers the
+//    mirrored tree (hidden elements inside the canvas) names as the canvas's
+//    active descendant; Escape out; every step of the lesson by Page Down,
+//    each question answered with its number key, each step said in the
+//    live region. Then a press on a mirrored button (a screen reader's
+//    click) presses the app's.
+async function accessRun(base) {
+  const browser = await launch(runs[0].args);
+  const problems = [];
+  try {
+    const context = await browser.newContext({ viewport: { width: 1280, height: 720 }, reducedMotion: "reduce" });
+    const page = await context.newPage();
+    page.on("pageerror", (e) => problems.push(`uncaught: ${e.message}`));
+    await page.goto(`${base}/#lesson=next-byte`);
+    const ready = await waitFor(page, (s) => s.firstFrameMs !== null && (s.access?.nodes || []).length > 20 && s.lesson, TIMEOUT_S);
+    if (!ready) {
+      problems.push("the lesson's page never mirrored its accessibility tree");
+      return problems;
+    }
+    if (ready.reduced_motion !== true) problems.push("the page's prefers-reduced-motion did not turn reduced motion on");
+    // Tab stays on the canvas and moves the app's focus onto a control;
+    // Escape leaves the controls for the picture's keys.
+    await page.keyboard.press("Tab");
+    const onCanvas = await page.evaluate(() => document.activeElement?.id);
+    if (onCanvas !== "tinygpt") problems.push(`after Tab the page's focus is on ${JSON.stringify(onCanvas)}, not the canvas`);
+    const control = await waitFor(page, (s) => s.access?.focused?.clickable === true, 10);
+    if (!control) problems.push("Tab focused no control of the app");
+    await page.keyboard.press("Escape");
+    if (!(await waitFor(page, (s) => !s.access?.focused, 20))) problems.push("Escape did not leave the controls");
+    // Each key once the last one's effect shows (frames are slow here).
+    const steps3d = [
+      ["Enter", (f) => f?.role === "Group"],
+      ["ArrowRight", (f, before) => f?.role === "Group" && f.id !== before?.id],
+      ["Enter", (f) => f?.role === "GridCell"],
+      ["ArrowDown", (f) => f?.role === "GridCell" && /\[1, 0\]/.test(f.name)],
+    ];
+    for (const [key, shows] of steps3d) {
+      const before = (await page.evaluate(() => window.tinygptStatus.access?.focused)) || null;
+      await page.keyboard.press(key);
+      if (!(await waitFor(page, (s) => shows(s.access?.focused, before), 30))) {
+        problems.push(`after ${key} the focus is ${JSON.stringify(await page.evaluate(() => window.tinygptStatus.access?.focused))}`);
+        break;
+      }
+    }
+    const cell = await waitFor(page, (s) => s.access?.focused?.role === "GridCell" && /\[1, 0\] = /.test(s.access.focused.name), 30);
+    const said = await page.evaluate(() => {
+      const id = document.getElementById("tinygpt").getAttribute("aria-activedescendant");
+      const el = id && document.getElementById(id);
+      return { id, label: el?.getAttribute("aria-label"), role: el?.getAttribute("role") };
+    });
+    if (!cell) problems.push(`the keys did not reach cell (1, 0) of a tensor: ${JSON.stringify((await page.evaluate(() => window.tinygptStatus.access?.focused)))}`);
+    else if (said.label !== cell.access.focused.name) problems.push(`the canvas's active descendant says ${JSON.stringify(said)}, the app ${JSON.stringify(cell.access.focused.name)}`);
+    await page.keyboard.press("Escape");
+    await waitFor(page, (s) => s.access?.focused?.role === "Group", 20);
+    await page.keyboard.press("Escape");
+    const out = await waitFor(page, (s) => !s.access?.focused, 20);
+    if (!out) problems.push("Escape twice did not leave the picture");
+    // The lesson, step by step, by keys alone.
+    const steps = ready.lesson.steps;
+    const answered = [];
+    for (let k = 1; k <= steps; k++) {
+      const heard = (s) => (s.announcements || []).some((a) => a.includes(`${k} of ${steps}`));
+      const at = await waitFor(page, (s) => s.lesson?.step === k && heard(s), 30);
+      if (!at) {
+        const s = await page.evaluate(() => ({ lesson: window.tinygptStatus.lesson, announcements: window.tinygptStatus.announcements }));
+        problems.push(`step ${k} was not reached or not announced: ${JSON.stringify(s)}`);
+        break;
+      }
+      await page.keyboard.press("Digit1");
+      const chose = await waitFor(page, (s) => s.lesson?.chosen === 0, 2);
+      if (chose) answered.push(k);
+      if (k < steps) await page.keyboard.press("PageDown");
+    }
+    if (answered.length < 4) problems.push(`only steps ${answered} took an answer from the keys (the lesson has four questions)`);
+    await page.waitForTimeout(300);
+    const live = await page.evaluate(() => [document.getElementById("a11y-live").textContent, window.tinygptStatus.announced]);
+    if (live[0] !== live[1]) problems.push(`the live region says ${JSON.stringify(live[0])}, the app last said ${JSON.stringify(live[1])}`);
+    // A screen reader's click on the mirrored "Attention" button.
+    await page.evaluate(() => {
+      const b = [...document.querySelectorAll("#a11y-tree button")].find((e) => e.getAttribute("aria-label") === "Attention");
+      b?.click();
+    });
+    const switched = await waitFor(page, (s) => s.scene === "attention", 30);
+    if (!switched) problems.push("a click on the mirrored Attention button did not open the Attention scene");
+    console.log(JSON.stringify({ run: "access", reduced_motion: ready.reduced_motion, cell: cell?.access?.focused?.name, active_descendant: said, answered, steps, scene: switched?.scene }));
+  } finally {
+    await browser.close();
+  }
+  return problems;
+}
+
 // 6. A live class (issue 57): the native `tinygpt class` serves web/dist;
 //    in Chromium (no WebGPU: the CPU, as on a school's plain-http network)
 //    a teacher's page and three students' pages (one phone-sized), each
@@ -885,6 +978,7 @@ const groups = [
   ["offline", () => offlineRun(base)],
   ["lost-gpu", () => lostGpuRun(base)],
   ["class", () => classRun()],
+  ["access", () => accessRun(base)],
 ];
 for (const [name, run] of groups.filter(([name]) => wanted(name))) {
   const problems = await run();

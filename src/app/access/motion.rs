@@ -5,7 +5,7 @@
 //! with the view menu's checkbox ([`UiState::reduced_motion`], the switch
 //! every scene reads).
 
-use crate::app::ui::UiState;
+use crate::app::ui::state::UiState;
 use bevy::prelude::*;
 use bevy_egui::{EguiContexts, EguiPrimaryContextPass};
 
@@ -49,7 +49,7 @@ pub fn system_asks() -> bool {
 
 /// Turns reduced motion on at start where the system asks for it (a
 /// headless run does not ask: its pictures stay the same on any machine).
-fn follow_the_system(mut ui_state: ResMut<UiState>, headless: Option<Res<crate::app::headless::HeadlessConfig>>) {
+fn follow_the_system(mut ui_state: ResMut<UiState>, headless: Option<Res<crate::app::canvas::HeadlessTarget>>) {
     if headless.is_none() && !ui_state.reduced_motion && system_asks() {
         ui_state.reduced_motion = true;
     }
