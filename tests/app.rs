@@ -2868,3 +2868,63 @@ fn a_lesson_step_is_announced_through_the_live_region() {
     assert_eq!(live.len(), 1, "{r}");
     assert_eq!(live[0]["name"], announced);
 }
+
+/// WCAG's relative luminance of an sRGB pixel.
+fn luminance(p: [u8; 4]) -> f64 {
+    let lin = |c: u8| {
+        let c = c as f64 / 255.0;
+        if c <= 0.04045 { c / 12.92 } else { ((c + 0.055) / 1.055).powf(2.4) }
+    };
+    0.2126 * lin(p[0]) + 0.7152 * lin(p[1]) + 0.0722 * lin(p[2])
+}
+
+fn contrast(a: [u8; 4], b: [u8; 4]) -> f64 {
+    let (la, lb) = (luminance(a), luminance(b));
+    (la.max(lb) + 0.05) / (la.min(lb) + 0.05)
+}
+
+#[test]
+fn the_panels_text_stands_out_from_what_is_behind_it() {
+    // Over each label the tree reports (egui's text, where it is drawn):
+    // the background is the rectangle's commonest colour, the text the
+    // pixel most unlike it; WCAG 2.2 asks 4.5:1 of text. (Measured on the
+    // picture, so thin strokes that never reach their full colour count
+    // against it: stricter than the rule, which takes the specified colours.)
+    let dir = common::scratch_dir("app-access-contrast");
+    for scene in ["walk", "path", "attention", "model"] {
+        let shot = dir.join(format!("{scene}.png"));
+        let r = run_headless(
+            &["app", "--headless", "--checkpoint", SHIPPED_SMALL, "--scene", scene, "--frames", "30", "--width", "1280", "--height", "720"],
+            &shot,
+        );
+        let (w, h, pixels) = decode(&shot);
+        let mut checked = 0;
+        let mut faint = Vec::new();
+        for n in access_nodes(&r) {
+            let Some(rect) = node_rect(&n) else { continue };
+            if n["role"] != "Label" || n["name"].as_str().unwrap().trim().is_empty() {
+                continue;
+            }
+            let (x0, y0) = (rect[0].max(0.0).round() as usize, rect[1].max(0.0).round() as usize);
+            let (x1, y1) = ((rect[2].round() as usize).min(w), (rect[3].round() as usize).min(h));
+            if x1 < x0 + 3 || y1 < y0 + 3 {
+                continue;
+            }
+            let mut counts = std::collections::HashMap::new();
+            for y in y0..y1 {
+                for x in x0..x1 {
+                    *counts.entry(pixels[y * w + x]).or_insert(0usize) += 1;
+                }
+            }
+            let background = *counts.iter().max_by_key(|(_, c)| **c).unwrap().0;
+            let text = *counts.keys().max_by(|a, b| contrast(**a, background).total_cmp(&contrast(**b, background))).unwrap();
+            checked += 1;
+            let ratio = contrast(text, background);
+            if ratio < 4.5 {
+                faint.push(format!("{:?} {ratio:.2}:1 ({text:?} on {background:?})", n["name"].as_str().unwrap()));
+            }
+        }
+        assert!(checked > 20, "{scene}: only {checked} labels checked");
+        assert!(faint.is_empty(), "{scene}: text under 4.5:1: {faint:#?}");
+    }
+}

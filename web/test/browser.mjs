@@ -814,7 +814,15 @@ async function accessRun(base) {
     });
     const switched = await waitFor(page, (s) => s.scene === "attention", 30);
     if (!switched) problems.push("a click on the mirrored Attention button did not open the Attention scene");
-    console.log(JSON.stringify({ run: "access", reduced_motion: ready.reduced_motion, cell: cell?.access?.focused?.name, active_descendant: said, answered, steps, scene: switched?.scene }));
+    // axe-core over the page's DOM (the mirrored tree included), WCAG 2.2
+    // A and AA rules: no violation.
+    await page.addScriptTag({ path: path.join(here, "node_modules/axe-core/axe.min.js") });
+    const axe = await page.evaluate(async () => {
+      const r = await window.axe.run(document, { runOnly: { type: "tag", values: ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "wcag22aa"] } });
+      return { passes: r.passes.length, violations: r.violations.map((v) => ({ id: v.id, nodes: v.nodes.length, example: v.nodes[0]?.html?.slice(0, 160) })) };
+    });
+    if (axe.violations.length) problems.push(`axe-core: ${JSON.stringify(axe.violations)}`);
+    console.log(JSON.stringify({ run: "access", reduced_motion: ready.reduced_motion, axe_passes: axe.passes, axe_violations: axe.violations.length, cell: cell?.access?.focused?.name, active_descendant: said, answered, steps, scene: switched?.scene }));
   } finally {
     await browser.close();
   }

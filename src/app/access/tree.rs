@@ -31,6 +31,9 @@ pub struct AccessNode {
     pub rect: Option<[f32; 4]>,
     /// It can be clicked (a button, a link, a checkbox…).
     pub clickable: bool,
+    /// A checkbox's or a toggle's state.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checked: Option<bool>,
     pub focused: bool,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub live: bool,
@@ -343,6 +346,7 @@ fn flatten(update: &accesskit::TreeUpdate) -> Vec<AccessNode> {
             value: node.value().filter(|_| node.role() != Role::Label).map(str::to_string),
             rect: node.bounds().map(|b| [b.x0 as f32, b.y0 as f32, b.x1 as f32, b.y1 as f32]),
             clickable: node.supports_action(accesskit::Action::Click),
+            checked: node.toggled().map(|t| t == accesskit::Toggled::True),
             focused: id == update.focus,
             live: node.live().is_some_and(|l| l != Live::Off),
             disabled: node.is_disabled(),

@@ -62,6 +62,9 @@ fn fmt_duration(seconds: f64) -> String {
 
 /// The vertical gap between rows of controls (egui's is 3).
 pub const ROW_GAP: f32 = 7.0;
+/// The panels' text and their weak text (hints, captions), as greys.
+pub const TEXT_GREY: u8 = 190;
+pub const WEAK_TEXT_GREY: u8 = 160;
 
 /// Adds the label font (DejaVu Sans) behind egui's own, once: egui's
 /// fonts then find every glyph the labels use (Chinese adds its font when
@@ -75,15 +78,29 @@ fn use_label_font(mut contexts: EguiContexts, mut done: Local<bool>) -> Result {
     // Rows of controls 25 points apart: WCAG 2.2's 24-pixel target spacing
     // for egui's 18-point fields (src/app/access, checked by tests/app.rs).
     ctx.all_styles_mut(|s| s.spacing.item_spacing.y = ROW_GAP);
+    // Text at 4.5:1 and more on the dark panels (WCAG 2.2's contrast,
+    // checked over screenshots by tests/app.rs): egui's body text (grey
+    // 140) and its weak text (half of that) are lighter here.
+    ctx.style_mut_of(egui::Theme::Dark, |s| {
+        s.visuals.widgets.noninteractive.fg_stroke.color = egui::Color32::from_gray(TEXT_GREY);
+        s.visuals.weak_text_color = Some(egui::Color32::from_gray(WEAK_TEXT_GREY));
+    });
     *done = true;
     Ok(())
 }
 
 /// Shows what the scene says is under the pointer, next to it.
-fn hover_tooltip(mut contexts: EguiContexts, hover: Res<Hover>) -> Result {
+fn hover_tooltip(
+    mut contexts: EguiContexts,
+    hover: Res<Hover>,
+    keyboard: Res<crate::app::canvas::parts::VirtualPointer>,
+) -> Result {
     let Some(text) = &hover.0 else { return Ok(()) };
     let ctx = contexts.ctx_mut()?;
-    if let Some(pos) = ctx.pointer_hover_pos() {
+    // By the keyboard's focused cell, when it stands in for the pointer.
+    let zoom = ctx.zoom_factor();
+    let at = keyboard.0.map(|p| egui::pos2(p.x / zoom, p.y / zoom)).or_else(|| ctx.pointer_hover_pos());
+    if let Some(pos) = at {
         egui::Area::new(egui::Id::new("scene-hover"))
             .fixed_pos(pos + egui::vec2(14.0, 14.0))
             .order(egui::Order::Tooltip)
