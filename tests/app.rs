@@ -2729,9 +2729,7 @@ fn targets_too_small(nodes: &[serde_json::Value]) -> Vec<String> {
 #[test]
 fn every_panel_control_has_a_name_and_room_for_a_finger() {
     let dir = common::scratch_dir("app-access-names");
-    // (Not yet the Step scene: its toolbar runs under the right panel at
-    // 1280×720, over the loss chart's button, which this check finds.)
-    for scene in ["walk", "path", "probe", "model", "attention", "timelapse", "flash", "correctness", "speedup"] {
+    for scene in ["walk", "path", "probe", "model", "attention", "timelapse", "step", "flash", "correctness", "speedup"] {
         let shot = dir.join(format!("{scene}.png"));
         // Three Tabs: egui's focus on the third control, in reading order.
         let r = run_headless(
@@ -2927,4 +2925,46 @@ fn the_panels_text_stands_out_from_what_is_behind_it() {
         assert!(checked > 20, "{scene}: only {checked} labels checked");
         assert!(faint.is_empty(), "{scene}: text under 4.5:1: {faint:#?}");
     }
+}
+
+#[test]
+fn the_numbers_behind_the_view_read_as_a_table() {
+    // F10 opens the table; 💾 Data saves the same view's data: each of its
+    // plain values is a row of the table, its name then its value, in the
+    // tree a screen reader reads.
+    let dir = common::scratch_dir("app-access-table");
+    let r = run_headless_in(
+        &dir,
+        &[
+            "app", "--headless", "--checkpoint", SHIPPED_SMALL, "--scene", "attention", "--frames", "40",
+            "--width", "1280", "--height", "720", "--press", "F10", "--export", "data",
+        ],
+        std::path::Path::new("table.png"),
+    );
+    let nodes = access_nodes(&r);
+    let title = nodes
+        .iter()
+        .position(|n| n["name"].as_str().unwrap().starts_with("Numbers behind the view: Attention"))
+        .unwrap_or_else(|| panic!("no table window in the tree: {r}"));
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("tinygpt-attention-data.json")).unwrap()).unwrap();
+    let view = saved["view"].as_object().unwrap();
+    let labels: Vec<&str> = nodes[title..]
+        .iter()
+        .filter(|n| n["role"] == "Label")
+        .map(|n| n["name"].as_str().unwrap())
+        .collect();
+    let mut rows = 0;
+    for (k, v) in view {
+        let said = match v {
+            serde_json::Value::String(s) => s.clone(),
+            serde_json::Value::Number(x) if x.is_f64() => tinygpt::app::canvas::short(x.as_f64().unwrap() as f32),
+            serde_json::Value::Number(x) => x.to_string(),
+            _ => continue,
+        };
+        let at = labels.iter().position(|l| l == k).unwrap_or_else(|| panic!("no row {k:?} in the table: {labels:?}"));
+        assert_eq!(labels[at + 1], said, "the row {k:?}");
+        rows += 1;
+    }
+    assert!(rows >= 1, "no plain value in the view's data: {view:?}");
 }

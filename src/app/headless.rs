@@ -71,6 +71,8 @@ pub fn key_named(name: &str) -> Option<(bool, KeyCode, bevy::input::keyboard::Ke
         "PageDown" => (KeyCode::PageDown, Key::PageDown),
         "F5" => (KeyCode::F5, Key::F5),
         "F6" => (KeyCode::F6, Key::F6),
+        "F10" => (KeyCode::F10, Key::F10),
+        "F11" => (KeyCode::F11, Key::F11),
         _ => {
             let c = name
                 .strip_prefix("Digit")

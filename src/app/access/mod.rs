@@ -12,12 +12,14 @@
 //!   opens, Escape backs out; a ring shows where the focus is.
 //! - [`announce`]: status changes (a lesson step, training started or
 //!   finished, a checkpoint saved, an error) said through the live region.
+//! - [`table`]: the numbers behind the view as a table (the view menu, F10).
 //! - [`motion`]: reduced motion, from the system's setting, the page's
 //!   `prefers-reduced-motion`, `--reduced-motion` or the link.
 
 pub mod announce;
 pub mod motion;
 pub mod picture;
+pub mod table;
 pub mod tree;
 
 use bevy::prelude::*;
@@ -31,6 +33,7 @@ impl Plugin for AccessPlugin {
             picture::PicturePlugin,
             announce::AnnouncePlugin,
             motion::MotionPlugin,
+            table::TablePlugin,
         ));
     }
 }

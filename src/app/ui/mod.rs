@@ -319,6 +319,8 @@ pub fn draw_ui(
                     }
                     ui.checkbox(&mut ui_state.reduced_motion, crate::t!("reduced-motion"))
                         .on_hover_text(crate::t!("reduced-motion-hover"));
+                    ui.checkbox(&mut ui_state.numbers_table, crate::t!("access-table-toggle"))
+                        .on_hover_text(crate::t!("access-table-hover"));
                 });
                 if !locked
                     && ui

@@ -26,6 +26,8 @@ pub struct UiState {
     pub presenter: bool,
     /// Animations jump instead of moving (the FlashAttention replay).
     pub reduced_motion: bool,
+    /// The numbers behind the view shown as a table (src/app/access/table.rs).
+    pub numbers_table: bool,
     /// The Fine-tune box's choices, and text pasted to fine-tune on.
     pub finetune: crate::model::lora::FinetuneOptions,
     pub finetune_text: String,
@@ -60,6 +62,7 @@ impl Default for UiState {
             wide: false,
             presenter: false,
             reduced_motion: false,
+            numbers_table: false,
             finetune: Default::default(),
             finetune_text: String::new(),
         }

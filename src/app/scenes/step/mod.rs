@@ -340,6 +340,14 @@ fn draw(
             }
         }
         ui.separator();
+        // A combo box lays itself out in a row of its own making, which the
+        // toolbar's wrapping does not move down: it starts the next row
+        // itself when short of room (at 1280×720 it ran under the right
+        // panel).
+        // (In a wrapping row, egui's available width is the whole row's.)
+        if ui.max_rect().max.x - ui.cursor().min.x < 260.0 {
+            ui.end_row();
+        }
         ui.label(crate::t!("step-clip-adamw"));
         let current = view.focus.clone().or(focus_now.clone()).unwrap_or_default();
         let combo = egui::ComboBox::from_id_salt("step-focus")
@@ -360,7 +368,8 @@ fn draw(
     });
     // ---- the main view, under the toolbar
     let stepping = run.engine.stepping();
-    let top = area.min + egui::vec2(0.0, 48.0);
+    // Below the toolbar: one row, or two where it wraps.
+    let top = egui::pos2(area.min.x, crate::app::ui::toolbar_bottom(&ctx, "step-toolbar", area));
     let body = egui::Rect::from_min_max(top, area.max);
     let mut regions = Vec::new();
     let position = view.position.min(entries.len() - 1);
