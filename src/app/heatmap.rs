@@ -257,6 +257,62 @@ pub fn colorize(pooled: &[f32], half_width: f32) -> Vec<u8> {
 mod tests {
     use super::*;
 
+    /// Machado, Oliveira and Fernandes (2009), severity 1: what a viewer
+    /// with protanopia or deuteranopia sees of a linear-RGB colour.
+    const PROTANOPIA: [[f64; 3]; 3] = [
+        [0.152286, 1.052583, -0.204868],
+        [0.114503, 0.786281, 0.099216],
+        [-0.003882, -0.048116, 1.051998],
+    ];
+    const DEUTERANOPIA: [[f64; 3]; 3] = [
+        [0.367322, 0.860646, -0.227968],
+        [0.280085, 0.672501, 0.047413],
+        [-0.011820, 0.042940, 0.968881],
+    ];
+
+    /// CIELAB (D65) of an sRGB colour as `vision` sees it.
+    fn seen(vision: &[[f64; 3]; 3], c: [u8; 4]) -> [f64; 3] {
+        let lin = |b: u8| {
+            let c = b as f64 / 255.0;
+            if c <= 0.04045 { c / 12.92 } else { ((c + 0.055) / 1.055).powf(2.4) }
+        };
+        let rgb = [lin(c[0]), lin(c[1]), lin(c[2])];
+        let l: Vec<f64> = vision.iter().map(|row| (0..3).map(|k| row[k] * rgb[k]).sum::<f64>().clamp(0.0, 1.0)).collect();
+        let x = (0.4124 * l[0] + 0.3576 * l[1] + 0.1805 * l[2]) / 0.95047;
+        let y = 0.2126 * l[0] + 0.7152 * l[1] + 0.0722 * l[2];
+        let z = (0.0193 * l[0] + 0.1192 * l[1] + 0.9505 * l[2]) / 1.08883;
+        let f = |t: f64| if t > 0.008856 { t.cbrt() } else { 7.787 * t + 16.0 / 116.0 };
+        [116.0 * f(y) - 16.0, 500.0 * (f(x) - f(y)), 200.0 * (f(y) - f(z))]
+    }
+
+    fn delta_e(a: [f64; 3], b: [f64; 3]) -> f64 {
+        ((a[0] - b[0]).powi(2) + (a[1] - b[1]).powi(2) + (a[2] - b[2]).powi(2)).sqrt()
+    }
+
+    #[test]
+    fn the_colour_blind_palette_stays_readable_under_protanopia_and_deuteranopia() {
+        // Simulated (Machado 2009), ΔE in CIELAB: the two ends of the
+        // diverging scale far apart, each far from zero's white, every
+        // eighth of the scale a visible step; the sequential map's
+        // lightness rising all the way, so its order survives.
+        let ends = |vision, stops: &[[f32; 3]]| {
+            let at = |u: f32| seen(vision, ramp(stops, u));
+            (delta_e(at(0.0), at(1.0)), delta_e(at(0.0), at(0.5)).min(delta_e(at(1.0), at(0.5))),
+             (0..8).map(|k| delta_e(at(k as f32 / 8.0), at((k + 1) as f32 / 8.0))).fold(f64::MAX, f64::min))
+        };
+        for (name, vision) in [("protanopia", &PROTANOPIA), ("deuteranopia", &DEUTERANOPIA)] {
+            let (apart, from_zero, step) = ends(vision, &STOPS_PUOR);
+            assert!(apart > 80.0 && from_zero > 60.0 && step > 10.0, "PuOr under {name}: ends {apart:.1}, from zero {from_zero:.1}, step {step:.1}");
+            let lightness: Vec<f64> = (0..=16).map(|k| seen(vision, ramp(&SEQUENTIAL, k as f32 / 16.0))[0]).collect();
+            assert!(lightness.windows(2).all(|w| w[1] > w[0]), "the sequential map under {name}: {lightness:?}");
+        }
+        // Red/blue's ends come closer under protanopia: why PuOr is the
+        // colour-blind choice.
+        let (red_blue, _, _) = ends(&PROTANOPIA, &STOPS);
+        let (puor, _, _) = ends(&PROTANOPIA, &STOPS_PUOR);
+        assert!(red_blue < puor, "red/blue {red_blue:.1}, PuOr {puor:.1}");
+    }
+
     #[test]
     fn pooling_keeps_the_mean_and_every_value() {
         let values: Vec<f32> = (0..7 * 5).map(|i| (i as f32 * 0.37).sin()).collect();

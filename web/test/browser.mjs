@@ -814,6 +814,14 @@ async function accessRun(base) {
     });
     const switched = await waitFor(page, (s) => s.scene === "attention", 30);
     if (!switched) problems.push("a click on the mirrored Attention button did not open the Attention scene");
+    // In the Attention scene, Enter goes into the picture at its first head.
+    let head = null;
+    if (switched) {
+      await waitFor(page, (s) => (s.access?.nodes || []).some((n) => n.role === "Group" && /^block 0, head 0/.test(n.name)), 60);
+      await page.keyboard.press("Enter");
+      head = await waitFor(page, (s) => s.access?.focused?.role === "Group" && /^block 0, head 0, \d+ by \d+$/.test(s.access.focused.name), 30);
+      if (!head) problems.push(`Enter did not focus the first head's map: ${JSON.stringify(await page.evaluate(() => window.tinygptStatus.access?.focused))}`);
+    }
     // axe-core over the page's DOM (the mirrored tree included), WCAG 2.2
     // A and AA rules: no violation.
     await page.addScriptTag({ path: path.join(here, "node_modules/axe-core/axe.min.js") });
@@ -822,7 +830,7 @@ async function accessRun(base) {
       return { passes: r.passes.length, violations: r.violations.map((v) => ({ id: v.id, nodes: v.nodes.length, example: v.nodes[0]?.html?.slice(0, 160) })) };
     });
     if (axe.violations.length) problems.push(`axe-core: ${JSON.stringify(axe.violations)}`);
-    console.log(JSON.stringify({ run: "access", reduced_motion: ready.reduced_motion, axe_passes: axe.passes, axe_violations: axe.violations.length, cell: cell?.access?.focused?.name, active_descendant: said, answered, steps, scene: switched?.scene }));
+    console.log(JSON.stringify({ run: "access", reduced_motion: ready.reduced_motion, axe_passes: axe.passes, axe_violations: axe.violations.length, cell: cell?.access?.focused?.name, active_descendant: said, answered, steps, scene: switched?.scene, head: head?.access?.focused?.name }));
   } finally {
     await browser.close();
   }
