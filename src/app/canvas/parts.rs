@@ -182,3 +182,19 @@ pub fn named(
     response.widget_info(|| bevy_egui::egui::WidgetInfo::labeled(kind, enabled, name.clone()));
     response
 }
+
+/// A scene toolbar's prompt field: one line of text, `width` wide, with its
+/// hint, named "prompt" for a screen reader (the hint is not a name).
+pub fn prompt_field(
+    ui: &mut bevy_egui::egui::Ui,
+    prompt: &mut String,
+    width: f32,
+    hint: String,
+) -> bevy_egui::egui::Response {
+    use bevy_egui::egui;
+    named(
+        ui.add(egui::TextEdit::singleline(prompt).desired_width(width).hint_text(hint)),
+        egui::WidgetType::TextEdit,
+        crate::t!("access-prompt"),
+    )
+}

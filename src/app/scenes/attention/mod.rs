@@ -453,15 +453,7 @@ fn toolbar(
             crate::t!("attention-source-prompt"),
         );
         if view.source == SourceKind::Prompt {
-            crate::app::canvas::parts::named(
-                ui.add(
-                    egui::TextEdit::singleline(&mut view.prompt)
-                        .desired_width(220.0)
-                        .hint_text(crate::t!("attention-prompt-hint")),
-                ),
-                egui::WidgetType::TextEdit,
-                crate::t!("access-prompt"),
-            );
+            crate::app::canvas::parts::prompt_field(ui, &mut view.prompt, 220.0, crate::t!("attention-prompt-hint"));
         }
         ui.selectable_value(
             &mut view.source,

@@ -510,15 +510,7 @@ fn toolbar(
         )
         .on_hover_text(crate::t!("flash-prompt-hover"));
         if view.source == SourceKind::Prompt {
-            crate::app::canvas::parts::named(
-                ui.add(
-                    egui::TextEdit::singleline(&mut view.prompt)
-                        .desired_width(160.0)
-                        .hint_text(crate::t!("flash-prompt-hint")),
-                ),
-                egui::WidgetType::TextEdit,
-                crate::t!("access-prompt"),
-            );
+            crate::app::canvas::parts::prompt_field(ui, &mut view.prompt, 160.0, crate::t!("flash-prompt-hint"));
         }
         ui.separator();
         let mut layer = view.layer;

@@ -31,15 +31,7 @@ pub fn toolbar(
     let flow = compute.flow().map(|c| &c.flow);
     let mut link: Option<(Scene, Focus)> = None;
     crate::app::ui::scene_toolbar(ctx, "flow-toolbar", at, |ui| {
-        crate::app::canvas::parts::named(
-            ui.add(
-                egui::TextEdit::singleline(&mut view.prompt)
-                    .desired_width(260.0)
-                    .hint_text(crate::t!("flow-prompt-hint")),
-            ),
-            egui::WidgetType::TextEdit,
-            crate::t!("access-prompt"),
-        );
+        crate::app::canvas::parts::prompt_field(ui, &mut view.prompt, 260.0, crate::t!("flow-prompt-hint"));
         if let Some(flow) = flow {
             let last = flow.tokens.len().saturating_sub(1);
             let mut p = view.position.unwrap_or(last).min(last);

@@ -26,15 +26,7 @@ pub fn toolbar(
         }
         ui.separator();
         let before = view.prompt.clone();
-        crate::app::canvas::parts::named(
-            ui.add(
-                egui::TextEdit::singleline(&mut view.prompt)
-                    .desired_width(240.0)
-                    .hint_text(crate::t!("probe-prompt-hint")),
-            ),
-            egui::WidgetType::TextEdit,
-            crate::t!("access-prompt"),
-        );
+        crate::app::canvas::parts::prompt_field(ui, &mut view.prompt, 240.0, crate::t!("probe-prompt-hint"));
         if view.prompt != before {
             view.corrupt = corrupt_of(&view.prompt);
         }

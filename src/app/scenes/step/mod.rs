@@ -319,15 +319,7 @@ fn draw(
         )
         .on_hover_text(crate::t!("step-prompt-hover"));
         if view.source == SourceKind::Prompt {
-            crate::app::canvas::parts::named(
-                ui.add(
-                    egui::TextEdit::singleline(&mut view.prompt)
-                        .desired_width(180.0)
-                        .hint_text(crate::t!("step-prompt-hint")),
-                ),
-                egui::WidgetType::TextEdit,
-                crate::t!("access-prompt"),
-            );
+            crate::app::canvas::parts::prompt_field(ui, &mut view.prompt, 180.0, crate::t!("step-prompt-hint"));
         }
         ui.separator();
         for (m, label, tip) in Move::BUTTONS {

@@ -103,15 +103,7 @@ pub fn panels(
     };
     let beats = shown.walk.as_ref().map_or(0, |w| w.beats.len());
     crate::app::ui::scene_toolbar(ctx, "walk-toolbar", at, |ui| {
-        let edit = crate::app::canvas::parts::named(
-            ui.add(
-                egui::TextEdit::singleline(&mut view.prompt)
-                    .desired_width(220.0)
-                    .hint_text(crate::t!("flow-prompt-hint")),
-            ),
-            egui::WidgetType::TextEdit,
-            crate::t!("access-prompt"),
-        );
+        let edit = crate::app::canvas::parts::prompt_field(ui, &mut view.prompt, 220.0, crate::t!("flow-prompt-hint"));
         if edit.changed() {
             view.prompt_set = true;
             view.prompt_corpus.clear();
