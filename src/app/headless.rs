@@ -98,6 +98,9 @@ pub fn key_named(name: &str) -> Option<(bool, KeyCode, bevy::input::keyboard::Ke
     Some((shift, code, key))
 }
 
+/// How many blank captures are taken again before one is saved as it is.
+const MAX_BLANK_CAPTURES: u8 = 3;
+
 #[derive(Resource, Default)]
 struct HeadlessState {
     frames: u32,
@@ -108,6 +111,11 @@ struct HeadlessState {
     max_frame_ms: f64,
     /// 0 not asked, 1 capturing, 2 saved, 3 failed.
     capture: Arc<AtomicU8>,
+    /// Captures that came back one colour from edge to edge and were taken
+    /// again (every scene draws its panels, so such a frame was never
+    /// drawn: seen on a software GPU when a scene's own GPU work ran on a
+    /// worker through the capture's frame).
+    blank_captures: Arc<AtomicU8>,
     capture_error: Arc<std::sync::Mutex<Option<String>>>,
     /// The scenes' egui regions and their fields of the line, gathered
     /// from the registry as the run nears its end.
@@ -310,10 +318,11 @@ fn count_frames(
         && capture == 0
     {
         state.capture.store(1, Ordering::Release);
-        let (flag, error, path) = (
+        let (flag, error, path, blanks) = (
             state.capture.clone(),
             state.capture_error.clone(),
             path.clone(),
+            state.blank_captures.clone(),
         );
         commands.spawn(Screenshot::image(target.0.clone())).observe(
             move |captured: On<ScreenshotCaptured>| {
@@ -323,16 +332,26 @@ fn count_frames(
                     .try_into_dynamic()
                     .map_err(|e| e.to_string())
                     .and_then(|img| {
+                        let rgba = img.to_rgba8();
+                        let first = rgba.pixels().next().copied();
+                        if rgba.pixels().all(|p| Some(*p) == first)
+                            && blanks.fetch_add(1, Ordering::AcqRel) < MAX_BLANK_CAPTURES
+                        {
+                            return Ok(false);
+                        }
                         // Encoded here, then written through a temporary
                         // file (never into a special file).
                         let mut png = Vec::new();
-                        img.to_rgba8()
+                        rgba
                             .write_to(&mut std::io::Cursor::new(&mut png), image::ImageFormat::Png)
                             .map_err(|e| e.to_string())?;
-                        crate::output::write_atomic(&path, &png).map_err(|e| e.to_string())
+                        crate::output::write_atomic(&path, &png).map_err(|e| e.to_string())?;
+                        Ok(true)
                     });
                 match result {
-                    Ok(()) => flag.store(2, Ordering::Release),
+                    // Blank: asked again on the next frame.
+                    Ok(false) => flag.store(0, Ordering::Release),
+                    Ok(true) => flag.store(2, Ordering::Release),
                     Err(e) => {
                         *error.lock().unwrap() = Some(format!(
                             "cannot save the screenshot to {}: {e}",
@@ -436,6 +455,7 @@ fn count_frames(
         "height": config.height,
         "screenshot": config.screenshot.as_ref().map(|p| p.display().to_string()),
         "screenshot_error": state.capture_error.lock().unwrap().clone(),
+        "blank_captures_retaken": state.blank_captures.load(Ordering::Acquire).min(MAX_BLANK_CAPTURES),
         "exports": exports.done.iter().map(|r| match r {
             Ok(path) => serde_json::json!({ "path": path }),
             Err(e) => serde_json::json!({ "error": e }),
