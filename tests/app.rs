@@ -2845,6 +2845,57 @@ fn the_keyboard_steps_through_an_attention_map_by_query_and_key_and_backs_out() 
     assert!(r["access"]["focused"].is_null(), "{r}");
 }
 
+/// The Model scene's heatmaps are parts of the picture, grouped by layer:
+/// ↓ to the next layer, → to its first heatmap, Enter into its cells, and
+/// the focused cell is named with the checkpoint's own value of that
+/// element, in the tree as under the mouse.
+#[test]
+fn the_keyboard_reads_a_weight_of_the_model_scene_heatmaps() {
+    let dir = common::scratch_dir("app-access-model");
+    let shot = dir.join("model.png");
+    let r = run_headless(
+        &[
+            "app", "--headless", "--checkpoint", SHIPPED_SMALL, "--scene", "model", "--frames", "40",
+            "--width", "1280", "--height", "720", "--reduced-motion",
+            "--press", "Enter,ArrowDown,ArrowRight,Enter,ArrowRight,ArrowDown",
+        ],
+        &shot,
+    );
+    let line = r.to_string();
+    let focus = &r["picture_focus"];
+    let parts = focus["parts"].as_array().unwrap();
+    // Every weight tensor is a part, in its layer's group.
+    let ckpt = tinygpt::model::checkpoint::Checkpoint::load(std::path::Path::new(SHIPPED_SMALL)).unwrap();
+    for t in &ckpt.params {
+        let short = t.name.trim_start_matches("transformer.");
+        assert!(
+            parts.iter().any(|p| p["name"].as_str().unwrap().starts_with(&format!("{short}, "))),
+            "{short} is not a part: {line}"
+        );
+    }
+    let second_group = parts.iter().position(|p| p["group"] != parts[0]["group"]).unwrap();
+    let heatmap = second_group + 1;
+    assert_eq!(focus["active"], true, "{line}");
+    assert_eq!(focus["part"].as_u64().unwrap() as usize, heatmap, "{line}");
+    let part = &parts[heatmap];
+    assert_eq!(part["group"], parts[second_group]["group"], "{line}");
+    let (rows, cols) = (part["rows"].as_u64().unwrap() as usize, part["cols"].as_u64().unwrap() as usize);
+    let cell = [1.min(rows - 1), 1.min(cols - 1)];
+    assert_eq!(focus["cell"], serde_json::json!(cell), "{line}");
+    // The value said is the checkpoint's: "ln_f.weight[1] = +1.27039e0".
+    let name = part["name"].as_str().unwrap().split(", ").next().unwrap().to_string();
+    let tensor = ckpt.params.iter().find(|t| t.name.trim_start_matches("transformer.") == name).unwrap();
+    let want = tensor.values[cell[0] * cols + cell[1]];
+    let hover = r["hover"].as_str().unwrap_or_else(|| panic!("nothing named at the focused cell: {line}"));
+    let index = if rows == 1 { format!("[{}]", cell[1]) } else { format!("[{}, {}]", cell[0], cell[1]) };
+    assert!(hover.starts_with(&format!("{name}{index} = ")), "{hover}");
+    let said: f32 = hover.rsplit(" = ").next().unwrap().parse().unwrap();
+    assert!((said - want).abs() <= 1e-5 * want.abs().max(1e-30), "{hover}: the checkpoint has {want}");
+    let focused = &r["access"]["focused"];
+    assert_eq!(focused["role"], "GridCell", "{line}");
+    assert_eq!(focused["name"].as_str(), Some(hover), "{line}");
+}
+
 #[test]
 fn a_lesson_step_is_announced_through_the_live_region() {
     let dir = common::scratch_dir("app-access-live");

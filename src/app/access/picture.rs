@@ -10,7 +10,10 @@
 //! where the focus is, over the picture and around the focused panel
 //! control (egui's own focus is hard to see).
 
-use crate::app::canvas::parts::{KeyActivate, Part, PictureFocus, PictureParts, RegionGrid, VirtualPointer, spoken, spoken_region};
+use crate::app::canvas::parts::{
+    FocusablePart, KeyActivate, Part, PictureFocus, PictureParts, RegionGrid, RegionGroup, VirtualPointer, spoken,
+    spoken_region,
+};
 use crate::app::canvas::{Hover, SceneCamera, SceneRegion};
 use crate::app::scenes::Scene;
 use bevy::input::mouse::AccumulatedMouseMotion;
@@ -73,23 +76,28 @@ fn clear_on_scene_change(
     }
 }
 
-/// The parts of a scene that draws named regions: each region, in reading
-/// order (top to bottom, then left to right), its cells from its
-/// [`RegionGrid`].
-fn parts_from_regions(regions: Query<(&SceneRegion, Option<&RegionGrid>)>, mut parts: ResMut<PictureParts>) {
-    if regions.is_empty() {
+/// The parts of a scene that draws named regions: each region (its cells
+/// from its [`RegionGrid`], its group from its [`RegionGroup`]) and each
+/// [`FocusablePart`], in reading order (top to bottom, then left to right).
+fn parts_from_regions(
+    regions: Query<(&SceneRegion, Option<&RegionGrid>, Option<&RegionGroup>)>,
+    focusable: Query<&FocusablePart>,
+    mut parts: ResMut<PictureParts>,
+) {
+    if regions.is_empty() && focusable.is_empty() {
         return;
     }
     let mut listed: Vec<Part> = regions
         .iter()
-        .map(|(r, grid)| Part {
+        .map(|(r, grid, group)| Part {
             name: spoken_region(&r.name),
-            group: None,
+            group: group.map(|g| g.0.clone()),
             rows: grid.map_or(1, |g| g.rows.max(1)),
             cols: grid.map_or(1, |g| g.cols.max(1)),
             rect: r.rect,
             z: 0.0,
         })
+        .chain(focusable.iter().map(|p| p.0.clone()))
         .collect();
     listed.sort_by(|a, b| {
         b.rect

@@ -73,6 +73,17 @@ pub struct RegionGrid {
     pub cols: usize,
 }
 
+/// The group (↑ and ↓ jump between groups) of a [`super::SceneRegion`] or
+/// of a [`FocusablePart`] (the Model scene's layer).
+#[derive(Component, Debug, Clone, PartialEq, Eq)]
+pub struct RegionGroup(pub String);
+
+/// Something drawn that the keyboard can focus but that is not one of the
+/// scene's named regions (the Model scene's heatmaps): its name, group and
+/// cells, listed with the regions in reading order.
+#[derive(Component, Debug, Clone)]
+pub struct FocusablePart(pub Part);
+
 /// Where the keyboard's focus stands in for the pointer (window logical
 /// pixels), while it is on a cell; `None` leaves the mouse's pointer.
 #[derive(Resource, Default, Debug, Clone, Copy, PartialEq)]

@@ -445,6 +445,8 @@ fn build_scene(
                 name: layer.name.clone(),
                 rect,
             },
+            // The keyboard's ↑ and ↓ jump from layer to layer.
+            crate::app::canvas::parts::RegionGroup(layer.name.clone()),
             SceneItem,
             DespawnOnExit(Scene::Model),
         ));
@@ -504,6 +506,7 @@ fn build_scene(
                             rect,
                             None,
                         ),
+                        focusable(&t.name, &layer.name, (rows, cols), rect),
                         SceneItem,
                         DespawnOnExit(Scene::Model),
                     ))
@@ -549,6 +552,7 @@ fn build_scene(
                         ..default()
                     },
                     Transform::from_translation(rect.center().extend(1.0)),
+                    focusable(&format!("{prefix}.lora_BA"), &layer.name, (rows, cols), rect),
                     Heatmap::new(
                         format!("{prefix}.lora_BA"),
                         *b_entity,
@@ -748,6 +752,25 @@ fn update_color_bar(
             None => *vis = Visibility::Hidden,
         }
     }
+}
+
+/// A heatmap as the keyboard reaches it: a part of its layer's group, one
+/// cell per element (the cell under the focus is named as under the mouse).
+fn focusable(
+    name: &str,
+    layer: &str,
+    (rows, cols): (usize, usize),
+    rect: Rect,
+) -> crate::app::canvas::parts::FocusablePart {
+    use crate::app::canvas::parts::{FocusablePart, Part, spoken};
+    FocusablePart(Part {
+        name: spoken(&format!("{}, {rows} × {cols}", name.trim_start_matches("transformer."))),
+        group: Some(layer.to_string()),
+        rows,
+        cols,
+        rect,
+        z: 0.0,
+    })
 }
 
 /// The heatmap under a world position, if any.
