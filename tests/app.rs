@@ -2896,6 +2896,33 @@ fn the_keyboard_reads_a_weight_of_the_model_scene_heatmaps() {
     assert_eq!(focused["name"].as_str(), Some(hover), "{line}");
 }
 
+/// A loaded checkpoint brings its training with it: the loss chart's
+/// records are the checkpoint's loss history, step by step (issue 52).
+#[test]
+fn a_loaded_checkpoint_draws_the_training_it_came_from() {
+    let dir = common::scratch_dir("app-history");
+    let shot = dir.join("history.png");
+    let r = run_headless(
+        &["app", "--headless", "--checkpoint", SHIPPED_SMALL, "--scene", "model", "--frames", "20", "--width", "1280", "--height", "720"],
+        &shot,
+    );
+    let ckpt = tinygpt::model::checkpoint::Checkpoint::load(std::path::Path::new(SHIPPED_SMALL)).unwrap();
+    assert!(!ckpt.loss_history.is_empty(), "the shipped model keeps its history");
+    let losses: Vec<f32> = r["losses"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32).collect();
+    let want: Vec<f32> = ckpt.loss_history.iter().map(|p| p.loss).collect();
+    assert_eq!(losses, want);
+    let val: Vec<[f32; 2]> = r["val_losses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| [v[0].as_f64().unwrap() as f32, v[1].as_f64().unwrap() as f32])
+        .collect();
+    let want: Vec<[f32; 2]> =
+        ckpt.loss_history.iter().filter_map(|p| Some([p.step as f32, p.val_loss?])).collect();
+    assert_eq!(val, want);
+    assert_eq!(r["steps"].as_u64(), Some(ckpt.step));
+}
+
 #[test]
 fn a_lesson_step_is_announced_through_the_live_region() {
     let dir = common::scratch_dir("app-access-live");

@@ -6,7 +6,7 @@ use super::earlier::EarlierRuns;
 use super::gallery_fetch::GalleryFetch;
 use super::records::{StepRecord, TrainingRun};
 use super::run::RunCreated;
-use super::run::{PendingFinetune, Run, RunState, build_run, install_run};
+use super::run::{PendingFinetune, Run, RunState, build_run, install_run_with_history};
 use super::settings::{CorpusSource, RunSettings};
 use super::status::AppStatus;
 use crate::backends::BackendChoice;
@@ -432,7 +432,7 @@ pub(super) fn handle_commands(
                     for e in &runs {
                         commands.entity(e).despawn();
                     }
-                    install_run(&mut commands, new_run, &mut created);
+                    install_run_with_history(&mut commands, new_run, resume.as_ref(), &mut created);
                     // Later commands of this frame wait for the new run.
                     return;
                 }

@@ -2,7 +2,7 @@
 //! built from settings, a preset or a checkpoint and put in the world.
 
 use super::device::GpuDevice;
-use super::records::TrainingRun;
+use super::records::{StepRecord, TrainingRun};
 use super::settings::RunSettings;
 use super::status::AppStatus;
 use crate::app::engine::Engine;
@@ -161,11 +161,42 @@ pub(super) fn install_run(
     run: Run,
     created: &mut MessageWriter<RunCreated>,
 ) {
+    install_run_with_history(commands, run, None, created);
+}
+
+/// [`install_run`] for a run resumed from `resumed`: the checkpoint's loss
+/// history becomes the run's first step records, so the loss chart, 💾 Data
+/// and the scenes show the training the weights came from (its time per
+/// step and gradient norm were not kept: 0 and NaN, which the charts skip).
+pub(super) fn install_run_with_history(
+    commands: &mut Commands,
+    run: Run,
+    resumed: Option<&Checkpoint>,
+    created: &mut MessageWriter<RunCreated>,
+) {
     let generation = run.generation;
-    commands.spawn(TrainingRun {
-        preset: run.preset.clone(),
-        generation,
-    });
+    let run_entity = commands
+        .spawn(TrainingRun {
+            preset: run.preset.clone(),
+            generation,
+        })
+        .id();
+    if let Some(ckpt) = resumed {
+        for p in ckpt.loss_history.iter().filter(|p| p.step <= ckpt.step) {
+            commands.spawn((
+                StepRecord {
+                    step: p.step,
+                    loss: p.loss,
+                    val_loss: p.val_loss,
+                    lr: crate::train::schedule::learning_rate(&ckpt.config, p.step.saturating_sub(1)),
+                    grad_norm: f32::NAN,
+                    ms: 0.0,
+                    tokens_per_s: 0.0,
+                },
+                ChildOf(run_entity),
+            ));
+        }
+    }
     commands.insert_resource(run);
     created.write(RunCreated { generation });
 }
