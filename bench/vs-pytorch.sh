@@ -8,10 +8,13 @@
 #   bash bench/vs-pytorch.sh --device cpu --threads 16 --presets small,medium,large,xl
 #   bash bench/vs-pytorch.sh --presets tiny,small --runs 5 --no-compile --out bench-out
 #   bash bench/vs-pytorch.sh --compile-runs 1      # torch.compile (slow to compile) in the first run only
+#   bash bench/vs-pytorch.sh --mixed --no-compile  # also ours --precision mixed against eager autocast (bf16, f16 + GradScaler)
 #
 # Needs the release binary (built here if missing) and python3 with torch.
 # Writes DIR/vs-pytorch.jsonl (every measurement) and DIR/vs-pytorch.md (the
 # table, also printed). docs/performance.md keeps only tables from this script.
+# With --mixed each run also times ours in mixed precision (the tensor cores;
+# the GPU only) and PyTorch eager under autocast, bf16 and f16.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +22,7 @@ presets="tiny,small,medium,large,xl,huge,massive,mega,nanogpt-char"
 device="gpu"
 runs=3
 compile=1
+mixed=0
 compile_runs=""
 threads=""
 out="bench-vs-pytorch"
@@ -32,11 +36,15 @@ while [ $# -gt 0 ]; do
         --seconds) seconds="$2"; shift 2 ;;
         --out) out="$2"; shift 2 ;;
         --no-compile) compile=0; shift ;;
+        --mixed) mixed=1; shift ;;
         --compile-runs) compile_runs="$2"; shift 2 ;;
-        -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
         *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
     esac
 done
+if [ "$mixed" = 1 ] && [ "$device" != gpu ]; then
+    echo "--mixed is the GPU's tensor cores: drop it, or use --device gpu" >&2; exit 2
+fi
 case "$device" in
     gpu) torch_device="cuda" ;;
     cpu) torch_device="cpu" ;;
@@ -63,9 +71,16 @@ ours_threads=(); torch_threads=()
 if [ -n "$threads" ]; then ours_threads=(--threads "$threads"); torch_threads=(--threads "$threads"); fi
 for run in $(seq 1 "$runs"); do
     echo "run $run of $runs: tinygpt ($device)" >&2
-    "$tinygpt" "${ours_threads[@]}" bench --backend "$device" --presets "$presets" --seconds "$seconds" --json >> "$log"
+    ours_precision=(); if [ "$mixed" = 1 ]; then ours_precision=(--precision f32,mixed); fi
+    "$tinygpt" "${ours_threads[@]}" bench --backend "$device" "${ours_precision[@]}" --presets "$presets" --seconds "$seconds" --json >> "$log"
     echo "run $run of $runs: PyTorch eager ($torch_device)" >&2
     "${torch_cmd[@]}" bench --device "$torch_device" --presets "$presets" --seconds "$seconds" "${torch_threads[@]}" >> "$log"
+    if [ "$mixed" = 1 ]; then
+        for amp in bf16 f16; do
+            echo "run $run of $runs: PyTorch eager, autocast $amp ($torch_device)" >&2
+            "${torch_cmd[@]}" bench --device "$torch_device" --presets "$presets" --seconds "$seconds" --autocast "$amp" >> "$log"
+        done
+    fi
     if [ "$compile" = 1 ] && [ "$torch_device" = cuda ] && [ "$run" -le "${compile_runs:-$runs}" ]; then
         echo "run $run of $runs: torch.compile ($torch_device)" >&2
         "${torch_cmd[@]}" bench --device "$torch_device" --presets "$presets" --seconds "$seconds" --compile >> "$log"

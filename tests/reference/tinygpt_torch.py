@@ -10,6 +10,7 @@ anywhere), for two jobs:
        python3 tests/reference/tinygpt_torch.py bench --presets small,xl --device cuda
        python3 tests/reference/tinygpt_torch.py bench --presets small --device cuda --compile
        python3 tests/reference/tinygpt_torch.py bench --presets small --device cpu --threads 16
+       python3 tests/reference/tinygpt_torch.py bench --presets nanogpt-char --device cuda --autocast bf16
 
 2. An independent numerical oracle: `check` loads a checkpoint written by
    `tinygpt train`, rebuilds the fixed batch of `tinygpt eval` (validation
@@ -268,6 +269,11 @@ def bench(args):
             lr=c["lr"], betas=(c["beta1"], c["beta2"]), eps=c["eps"], fused=device.type == "cuda",
         )
         fwd = torch.compile(model) if args.compile else model
+        # Automatic mixed precision as PyTorch recommends it: the forward
+        # under autocast (matmuls in bf16 or f16, reductions in f32), f32
+        # master weights; f16 adds the GradScaler (bf16 needs none).
+        amp_dtype = {"bf16": torch.bfloat16, "f16": torch.float16}.get(args.autocast)
+        scaler = torch.amp.GradScaler(device.type) if amp_dtype == torch.float16 else None
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
         setup_ms = (time.perf_counter() - t0) * 1e3
         step = 0
@@ -280,12 +286,21 @@ def bench(args):
                 g["lr"] = lr_at(c, step)
             sync()
             start = time.perf_counter()
-            _, loss = fwd(x, y)
+            with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+                _, loss = fwd(x, y)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.unscale_(opt)
+            else:
+                loss.backward()
             if c["grad_clip"] > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), c["grad_clip"])
-            opt.step()
+            if scaler is not None:
+                scaler.step(opt)
+                scaler.update()
+            else:
+                opt.step()
             sync()
             step += 1
             return (time.perf_counter() - start) * 1e3, loss.item()
@@ -303,6 +318,8 @@ def bench(args):
         n = len(times)
         median = times[n // 2] if n % 2 else (times[n // 2 - 1] + times[n // 2]) / 2
         kind = f"pytorch-{device.type}" + ("-compile" if args.compile else "-eager")
+        if amp_dtype is not None:
+            kind += f"-autocast-{args.autocast}"
         dev = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{torch.get_num_threads()} threads"
         print(json.dumps(dict(
             preset=name, backend=kind, device=f"torch {torch.__version__} ({dev})", params=param_count(c),
@@ -765,6 +782,8 @@ def main():
     b.add_argument("--presets", default="small")
     b.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     b.add_argument("--compile", action="store_true", help="torch.compile the model")
+    b.add_argument("--autocast", choices=["bf16", "f16"], default=None,
+                   help="automatic mixed precision: the forward under torch.autocast (f16 adds the GradScaler)")
     b.add_argument("--threads", type=int, default=0, help="CPU threads (default: PyTorch's)")
     b.add_argument("--warmup", type=int, default=3)
     b.add_argument("--seconds", type=float, default=3.0)
