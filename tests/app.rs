@@ -142,6 +142,37 @@ fn the_entity_tree_is_the_program() {
     }
 }
 
+/// Mixed precision is the GPU's tensor cores or nothing: asked for on the
+/// CPU backend, or where there is no device with tensor cores, the new run
+/// is refused with the reason and the current run stays (issue 51).
+#[test]
+fn a_mixed_precision_run_without_tensor_cores_is_refused_and_the_run_kept() {
+    use tinygpt::backends::Precision;
+    let mut app = app_with("tiny", |_| {});
+    let generation = app.world().resource::<Run>().generation;
+    for (backend, says) in [
+        (BackendChoice::Cpu, "the CPU backend computes in f32"),
+        (BackendChoice::Auto, "mixed precision cannot run here: no GPU device"),
+    ] {
+        {
+            let mut settings = app.world_mut().resource_mut::<RunSettings>();
+            settings.backend = backend;
+            settings.precision = Precision::Mixed;
+        }
+        let before = app.world().resource::<AppStatus>().errors.len();
+        send(&mut app, RunCommand::NewRun);
+        let errors = &app.world().resource::<AppStatus>().errors;
+        assert_eq!(errors.len(), before + 1, "{errors:?}");
+        assert!(errors.last().unwrap().contains(says), "{backend:?}: {errors:?}");
+        assert_eq!(app.world().resource::<Run>().generation, generation, "the run is kept");
+    }
+    // In f32 the same settings make a new run.
+    app.world_mut().resource_mut::<RunSettings>().precision = Precision::F32;
+    send(&mut app, RunCommand::NewRun);
+    app.update();
+    assert!(app.world().resource::<Run>().generation > generation);
+}
+
 #[test]
 fn bad_input_shows_an_error_and_loses_nothing() {
     let mut app = app_with("tiny", |s| s.steps = 1000);
@@ -2921,6 +2952,38 @@ fn a_loaded_checkpoint_draws_the_training_it_came_from() {
         ckpt.loss_history.iter().filter_map(|p| Some([p.step as f32, p.val_loss?])).collect();
     assert_eq!(val, want);
     assert_eq!(r["steps"].as_u64(), Some(ckpt.step));
+}
+
+/// `tinygpt app --precision mixed` where the device has no tensor cores
+/// (lavapipe): the reason, naming the adapter, in the status line; the same
+/// run in f32; the run panel's Precision box in the tree (issue 51).
+#[test]
+fn the_app_asked_for_mixed_precision_without_tensor_cores_says_why_and_trains_in_f32() {
+    let dir = common::scratch_dir("app-mixed");
+    let shot = dir.join("mixed.png");
+    let r = run_headless(
+        &["app", "--headless", "--preset", "tiny", "--precision", "mixed", "--frames", "20", "--width", "1280", "--height", "720"],
+        &shot,
+    );
+    let line = r.to_string();
+    let errors: Vec<&str> = r["errors"].as_array().unwrap().iter().map(|e| e.as_str().unwrap()).collect();
+    assert!(
+        errors.iter().any(|e| e.contains("mixed precision cannot run here") && e.contains("choose f32")),
+        "{errors:?}"
+    );
+    assert!(!r["backend"].as_str().unwrap().contains("mixed"), "{line}");
+    assert!(
+        access_nodes(&r).iter().any(|n| n["role"] == "ComboBox" && n["name"] == "precision"),
+        "no Precision box in the tree: {line}"
+    );
+    // With the CPU backend it is refused before the app opens.
+    let out = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+        .args(["app", "--headless", "--precision", "mixed", "--backend", "cpu", "--frames", "2"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("--precision mixed runs the matmuls on a GPU's tensor cores"), "{err}");
 }
 
 #[test]

@@ -121,15 +121,33 @@ fn run_within_a_minute(dir: &Path, env: &[(&str, &str)], args: &[String]) -> std
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    // Both pipes drained as the command writes: a JSON line longer than a
+    // pipe's buffer (64 KB) would otherwise block it, and look like a hang.
+    let drain = |mut pipe: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut pipe, &mut bytes).unwrap();
+            bytes
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
     let start = std::time::Instant::now();
-    while child.try_wait().unwrap().is_none() {
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
         if start.elapsed().as_secs() > 60 {
             child.kill().unwrap();
             panic!("tinygpt {} hung for a minute", args.join(" "));
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    std::process::Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
     }
-    child.wait_with_output().unwrap()
 }
 
 /// A checkpoint like the shipped tiny, changed by `edit`, saved in `dir`.

@@ -40,6 +40,15 @@ pub enum Precision {
     Mixed,
 }
 
+impl From<Precision> for tinygpt::backends::Precision {
+    fn from(p: Precision) -> Self {
+        match p {
+            Precision::F32 => Self::F32,
+            Precision::Mixed => Self::Mixed,
+        }
+    }
+}
+
 impl Precision {
     /// The backend a run at this precision is built on: mixed runs on the
     /// GPU only (never a silent fall back to the CPU's f32).
@@ -51,6 +60,10 @@ impl Precision {
     }
 }
 
+/// The refusal of `--precision mixed` with `--backend cpu`.
+pub const MIXED_ON_CPU: &str = "--precision mixed runs the matmuls on a GPU's tensor cores, and the CPU backend \
+     computes in f32: leave out --backend cpu, or --precision mixed";
+
 /// [`resolve`] at a precision: `mixed` opens the GPU with the tensor cores
 /// and refuses, naming why and what works, where there are none (the CPU
 /// backend, a software adapter, any GPU without cooperative matrices).
@@ -59,10 +72,7 @@ pub fn resolve_for(choice: BackendChoice, precision: Precision) -> Result<Resolv
         return resolve(choice);
     }
     if choice == BackendChoice::Cpu {
-        anyhow::bail!(
-            "--precision mixed runs the matmuls on a GPU's tensor cores, and the CPU backend computes in f32: \
-             leave out --backend cpu, or --precision mixed"
-        );
+        anyhow::bail!(MIXED_ON_CPU);
     }
     let mut ctx = GpuContext::with_tensor_cores_blocking()?;
     ctx.use_tensor_cores().map_err(|why| {

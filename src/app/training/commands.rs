@@ -385,6 +385,8 @@ pub(super) fn handle_commands(
             }
             RunCommand::FallBackToCpu(reason) => {
                 settings.backend = BackendChoice::Cpu;
+                // The CPU computes in f32.
+                settings.precision = crate::backends::Precision::F32;
                 train_on = run.state == RunState::Training;
                 let lost_steps = run.step() - run.recovery.as_ref().map_or(0, |c| c.step);
                 status.error(match &run.recovery {

@@ -29,6 +29,7 @@ pub(super) fn find_gpu_device(
     device: Option<Res<bevy::render::renderer::RenderDevice>>,
     queue: Option<Res<bevy::render::renderer::RenderQueue>>,
     info: Option<Res<bevy::render::renderer::RenderAdapterInfo>>,
+    adapter: Option<Res<bevy::render::renderer::RenderAdapter>>,
 ) {
     if gpu.context.is_some() {
         return;
@@ -57,11 +58,19 @@ pub(super) fn find_gpu_device(
                 }
             }
         }
-        gpu.context = Some(GpuContext::from_device(
-            device.wgpu_device().clone(),
-            queue.clone(),
-            info.clone(),
-        ));
+        let mut ctx = GpuContext::from_device(device.wgpu_device().clone(), queue.clone(), info.clone());
+        // Bevy opens its device with every feature the adapter has: where
+        // those include the tensor cores, mixed-precision runs can use them.
+        if let Some(adapter) = adapter {
+            let adapter: &wgpu::Adapter = &adapter;
+            ctx.tensor_cores = if device.wgpu_device().features().contains(crate::gpu::coop::FEATURES) {
+                crate::gpu::coop::adapter_support(adapter)
+            } else {
+                crate::gpu::coop::adapter_support(adapter)
+                    .and(Err("the app's renderer opened its device without the tensor cores".into()))
+            };
+        }
+        gpu.context = Some(ctx);
         gpu.shared_with_renderer = true;
     }
 }

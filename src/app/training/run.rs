@@ -6,7 +6,8 @@ use super::records::{StepRecord, TrainingRun};
 use super::settings::RunSettings;
 use super::status::AppStatus;
 use crate::app::engine::Engine;
-use crate::backends::{Chosen, GpuFallback, choose_backend};
+use crate::backends::{BackendChoice, Chosen, GpuFallback, Precision, choose_backend};
+use crate::gpu::GpuContext;
 use crate::model::checkpoint::Checkpoint;
 use crate::model::config::Config;
 use crate::program::Program;
@@ -42,6 +43,8 @@ pub struct Run {
     pub backend_label: String,
     /// Why the run is not on the backend asked for, if it is not.
     pub notice: Option<String>,
+    /// The matmuls' arithmetic it trains with.
+    pub precision: Precision,
     /// Steps the Step button allows to start.
     pub single_steps: u64,
     pub last: Option<StepMetrics>,
@@ -104,7 +107,7 @@ impl Run {
     /// (a fine-tune: `small + LoRA r8 on attn, lr 2.0e-3`).
     pub fn label(&self) -> String {
         let c = self.config();
-        match c.lora {
+        let label = match c.lora {
             Some(l) => format!(
                 "{} + LoRA r{} on {}, lr {:.1e}",
                 self.preset,
@@ -113,6 +116,11 @@ impl Run {
                 c.lr
             ),
             None => format!("{}, lr {:.1e}, {}", self.preset, c.lr, c.lab.describe()),
+        };
+        // Two runs of one seed, f32 and mixed, side by side on the loss chart.
+        match self.precision {
+            Precision::F32 => label,
+            Precision::Mixed => format!("{label}, {}", crate::t!("precision-mixed")),
         }
     }
 
@@ -128,7 +136,7 @@ impl Run {
 
 pub(super) fn create_first_run(
     mut commands: Commands,
-    settings: Res<RunSettings>,
+    mut settings: ResMut<RunSettings>,
     gpu: Res<GpuDevice>,
     start: Res<TrainOnStart>,
     mut status: ResMut<AppStatus>,
@@ -140,6 +148,18 @@ pub(super) fn create_first_run(
                 run.state = RunState::Training;
             }
             install_run(&mut commands, run, &mut created);
+        }
+        Err(e) if settings.precision == Precision::Mixed => {
+            // No tensor cores here: the same run in f32, and the reason said
+            // (the Precision box shows f32 again).
+            status.error(format!("could not create the run: {e}"));
+            settings.precision = Precision::F32;
+            if let Ok(mut run) = build_run(&settings, &gpu, None, 1) {
+                if start.0 {
+                    run.state = RunState::Training;
+                }
+                install_run(&mut commands, run, &mut created);
+            }
         }
         Err(e) => {
             // The settings came from the command line, which checked them;
@@ -201,6 +221,22 @@ pub(super) fn install_run_with_history(
     created.write(RunCreated { generation });
 }
 
+/// The training device with its matmuls on the tensor cores (a copy of
+/// the context sharing its kernels), or why a mixed-precision run cannot
+/// start here, with what works instead.
+fn mixed_precision_device(
+    choice: BackendChoice,
+    device: Result<&GpuContext, crate::backends::NoGpu>,
+) -> Result<GpuContext, String> {
+    if choice == BackendChoice::Cpu {
+        return Err(crate::t!("precision-mixed-cpu"));
+    }
+    let mut ctx = device.map_err(|e| crate::t!("precision-mixed-cannot", why = e.why))?.clone();
+    ctx.use_tensor_cores()
+        .map_err(|why| crate::t!("precision-mixed-cannot", why = why.as_str()))?;
+    Ok(ctx)
+}
+
 /// A run from settings (and a checkpoint to resume), on the backend asked
 /// for, falling back to the CPU with a notice when the GPU cannot run it.
 pub fn build_run(
@@ -228,12 +264,15 @@ pub fn build_run(
             says_where: false,
         }),
     };
-    let Chosen { backend, notice } = choose_backend(
-        settings.backend,
-        device,
-        program.clone(),
-        GpuFallback::ToCpu,
-    )?;
+    let mixed;
+    let Chosen { backend, notice } = match settings.precision {
+        Precision::F32 => choose_backend(settings.backend, device, program.clone(), GpuFallback::ToCpu)?,
+        // Mixed precision is the GPU's or nothing: never a silent f32 run.
+        Precision::Mixed => {
+            mixed = mixed_precision_device(settings.backend, device)?;
+            choose_backend(BackendChoice::Gpu, Ok(&mixed), program.clone(), GpuFallback::Refuse)?
+        }
+    };
     let backend_label = backend.describe();
     let trainer = match (&settings.finetune, config.lora) {
         // A fine-tune: its frozen base, and fresh or resumed adapters.
@@ -281,6 +320,7 @@ pub fn build_run(
         },
         backend_label,
         notice,
+        precision: settings.precision,
         single_steps: 0,
         last,
         generation,

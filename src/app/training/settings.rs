@@ -1,7 +1,7 @@
 //! What a new run is made from: its preset, seed, backend and corpus
 //! ([`RunSettings`], the Run panel's fields).
 
-use crate::backends::BackendChoice;
+use crate::backends::{BackendChoice, Precision};
 use crate::data::Corpus;
 use crate::data::tasks::Task;
 use crate::model::checkpoint::Checkpoint;
@@ -117,6 +117,8 @@ pub struct RunSettings {
     pub steps: u64,
     pub seed: u64,
     pub backend: BackendChoice,
+    /// The matmuls' arithmetic: f32, or mixed on the GPU's tensor cores.
+    pub precision: Precision,
     /// The "break it" switches a new run gets (the preset's by default).
     pub lab: Lab,
     /// A LoRA fine-tune of a trained model: new runs fine-tune its frozen
@@ -145,6 +147,7 @@ impl RunSettings {
             corpus: CorpusSource::Builtin,
             seed: 1337,
             backend: BackendChoice::Auto,
+            precision: Precision::F32,
             finetune: None,
         }
     }

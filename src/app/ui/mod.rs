@@ -128,10 +128,11 @@ pub fn draw_ui(
     mut next_scene: ResMut<NextState<Scene>>,
     mut export: MessageWriter<crate::app::export::ExportPng>,
     mut lesson: ResMut<crate::app::lesson::LessonPlayer>,
-    (earlier, gallery_fetch, shown_step): (
+    (earlier, gallery_fetch, shown_step, gpu): (
         Res<crate::app::training::EarlierRuns>,
         Res<crate::app::training::GalleryFetch>,
         Res<crate::app::training::ShownStep>,
+        Res<crate::app::training::GpuDevice>,
     ),
     mut data_out: (
         MessageWriter<crate::app::data::ExportData>,
@@ -396,7 +397,7 @@ pub fn draw_ui(
             &run,
             &mut status,
             &records,
-            (&earlier, shown_step.0),
+            (&earlier, shown_step.0, tensor_cores(&gpu)),
             &mut commands,
             &mut sample,
             &mut data_out.1,
@@ -558,6 +559,43 @@ fn finetune_settings(
         });
 }
 
+/// Whether the training device has the tensor cores a mixed-precision run
+/// needs; Err: why not, in a sentence.
+fn tensor_cores(gpu: &crate::app::training::GpuDevice) -> Result<(), String> {
+    match (&gpu.context, &gpu.missing) {
+        (Some(ctx), _) => ctx.tensor_cores.clone(),
+        (None, Some(why)) => Err(why.clone()),
+        (None, None) => Err("no GPU device is available to the app".into()),
+    }
+}
+
+/// The run panel's Precision box: f32, or mixed on the tensor cores,
+/// greyed (its hover says why) where the training device has none.
+fn precision_box(ui: &mut egui::Ui, precision: &mut crate::backends::Precision, tensor_cores: &Result<(), String>) {
+    use crate::backends::Precision;
+    let label = |p: Precision| match p {
+        Precision::F32 => crate::t!("precision-f32"),
+        Precision::Mixed => crate::t!("precision-mixed"),
+    };
+    let combo = egui::ComboBox::from_id_salt("precision")
+        .selected_text(label(*precision))
+        .show_ui(ui, |ui| {
+            ui.selectable_value(precision, Precision::F32, label(Precision::F32));
+            let mixed = ui.add_enabled(
+                tensor_cores.is_ok(),
+                egui::Button::selectable(*precision == Precision::Mixed, label(Precision::Mixed)),
+            );
+            if mixed.clicked() {
+                *precision = Precision::Mixed;
+            }
+            if let Err(why) = tensor_cores {
+                mixed.on_disabled_hover_text(crate::t!("precision-mixed-unavailable", why = why.as_str()));
+            }
+        });
+    let response = combo.response.on_hover_text(crate::t!("precision-hover"));
+    crate::app::canvas::parts::named(response, egui::WidgetType::ComboBox, crate::t!("precision"));
+}
+
 /// The run panel (left) and the loss chart and sampler (right).
 #[allow(clippy::too_many_arguments)]
 #[cfg_attr(target_arch = "wasm32", allow(unused_variables))] // the path box and its errors are native
@@ -568,7 +606,7 @@ fn side_panels(
     run: &Run,
     status: &mut AppStatus,
     records: &Query<&StepRecord>,
-    (earlier, shown_step): (&crate::app::training::EarlierRuns, Option<u64>),
+    (earlier, shown_step, tensor_cores): (&crate::app::training::EarlierRuns, Option<u64>, Result<(), String>),
     commands: &mut MessageWriter<RunCommand>,
     sample: &mut SampleState,
     loss_out: &mut MessageWriter<crate::app::data::ExportLossChart>,
@@ -679,6 +717,9 @@ fn side_panels(
                             }
                         });
                     crate::app::canvas::parts::named(combo.response, egui::WidgetType::ComboBox, crate::t!("backend"));
+                    ui.end_row();
+                    ui.label(crate::t!("precision"));
+                    precision_box(ui, &mut settings.precision, &tensor_cores);
                     ui.end_row();
                 });
                 if ui.button(crate::t!("new-run")).clicked() {
