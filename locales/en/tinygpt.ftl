@@ -113,6 +113,7 @@ backend = backend
 precision = precision
 precision-f32 = f32
 precision-mixed = mixed (tensor cores)
+precision-mixed-short = mixed
 precision-hover = f32: every number in 32-bit floats, the reference. Mixed: the matmuls on the GPU's tensor cores (16-bit operands, 32-bit sums, the loss scaled); the weights, the optimizer and every other op stay f32.
 precision-mixed-unavailable = mixed precision cannot run here: { $why }
 precision-mixed-cpu = mixed precision runs the matmuls on a GPU's tensor cores, and the CPU backend computes in f32: choose the GPU backend, or f32

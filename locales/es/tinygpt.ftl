@@ -112,6 +112,7 @@ backend = backend
 precision = precisión
 precision-f32 = f32
 precision-mixed = mixta (tensor cores)
+precision-mixed-short = mixta
 precision-hover = f32: cada número en coma flotante de 32 bits, la referencia. Mixta: los productos de matrices en los tensor cores de la GPU (operandos de 16 bits, sumas de 32 bits, la pérdida escalada); los pesos, el optimizador y las demás operaciones siguen en f32.
 precision-mixed-unavailable = la precisión mixta no puede ejecutarse aquí: { $why }
 precision-mixed-cpu = la precisión mixta hace los productos de matrices en los tensor cores de una GPU, y el backend de CPU calcula en f32: elige el backend de GPU, o f32

@@ -112,6 +112,7 @@ backend = 后端
 precision = 精度
 precision-f32 = f32
 precision-mixed = 混合（张量核心）
+precision-mixed-short = 混合
 precision-hover = f32：每个数都是 32 位浮点数，作为参照。混合：矩阵乘法在 GPU 的张量核心上进行（16 位操作数，32 位累加，损失放大）；权重、优化器和其他运算仍为 f32。
 precision-mixed-unavailable = 这里无法使用混合精度：{ $why }
 precision-mixed-cpu = 混合精度在 GPU 的张量核心上做矩阵乘法，而 CPU 后端用 f32 计算：请选择 GPU 后端，或选 f32

@@ -167,9 +167,11 @@ impl GpuFrames {
         while let Some(r) = self.queued.front_mut() {
             let mut lost = false;
             if let Some(gpu) = trainer.backend.as_gpu() {
-                for probe in &mut r.probes {
+                // Only the probes still out: one that came back at an
+                // earlier poll keeps its result.
+                for probe in r.probes.iter_mut().filter(|p| p.is_err()) {
                     let Err(handle) = std::mem::replace(probe, Ok(empty_result())) else {
-                        continue;
+                        unreachable!("filtered")
                     };
                     *probe = match gpu.try_finish_probe(handle) {
                         Ok(Ok(result)) => Ok(result),
@@ -223,7 +225,8 @@ impl GpuFrames {
     }
 }
 
-/// A placeholder for a probe that has been taken.
+/// A placeholder for a probe's handle while it is polled (put back as
+/// the handle, or replaced by the result), or for a lost probe's result.
 fn empty_result() -> ProbeResult {
     ProbeResult {
         window: crate::probe::ProbeWindow { row: 0, n: 0 },

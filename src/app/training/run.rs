@@ -120,7 +120,7 @@ impl Run {
         // Two runs of one seed, f32 and mixed, side by side on the loss chart.
         match self.precision {
             Precision::F32 => label,
-            Precision::Mixed => format!("{label}, {}", crate::t!("precision-mixed")),
+            Precision::Mixed => format!("{label}, {}", crate::t!("precision-mixed-short")),
         }
     }
 
