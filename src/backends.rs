@@ -39,34 +39,7 @@ impl BackendChoice {
     }
 }
 
-/// The arithmetic of a run's matmuls: the CLI's `--precision`, the app's
-/// Precision box, the link's `precision=`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Precision {
-    /// f32 everywhere: the reference, on every backend.
-    #[default]
-    F32,
-    /// The matmuls on the GPU's tensor cores: f16 operands, f32
-    /// accumulation, the loss scaled; weights, optimizer and every other op
-    /// f32 (where the device has cooperative matrices).
-    Mixed,
-}
-
-impl Precision {
-    pub const ALL: [Precision; 2] = [Precision::F32, Precision::Mixed];
-
-    /// The name on the command line and in links.
-    pub fn key(self) -> &'static str {
-        match self {
-            Precision::F32 => "f32",
-            Precision::Mixed => "mixed",
-        }
-    }
-
-    pub fn from_key(key: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|c| c.key() == key)
-    }
-}
+pub use crate::model::config::Precision;
 
 /// What happens when the GPU asked for (or found by `auto`) cannot run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

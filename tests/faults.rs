@@ -279,7 +279,7 @@ fn every_bad_input_in_the_catalogue_is_refused_with_its_reason() {
         row(
             "mixed precision where the GPU has no tensor cores",
             &["train", "--preset", "tiny", "--precision", "mixed", "--out", out],
-            &["--precision mixed cannot run here", "no cooperative matrices", "leave out --precision mixed"],
+            &["--precision mixed cannot run here", "no cooperative matrices", "give --precision f32"],
         ),
         row(
             "mixed precision on the CPU backend",

@@ -56,8 +56,8 @@ pub struct AppArgs {
     /// The matmuls' arithmetic: f32, or mixed on the GPU's tensor cores
     /// (where the device has cooperative matrices; the run panel's
     /// Precision box says why not where it has none).
-    #[arg(long, value_enum, default_value = "f32")]
-    precision: super::backend::Precision,
+    #[arg(long, value_enum)]
+    precision: Option<super::backend::Precision>,
     /// The scene to open (`--help` says what each one shows; default: the
     /// Model scene, or In 3D where the window opens as `tinygpt` alone does).
     #[arg(long, value_parser = parse_scene, long_help = scene_help())]
@@ -346,8 +346,10 @@ pub fn run_app(mut args: AppArgs) -> Result<()> {
     super::apply_lab(&mut settings.lab, &args.lab);
     settings.seed = args.seed.unwrap_or(1337);
     settings.backend = args.backend.into();
-    settings.precision = args.precision.into();
-    if args.precision == super::backend::Precision::Mixed && args.backend == super::BackendChoice::Cpu {
+    if let Some(p) = args.precision {
+        settings.precision = p.into();
+    }
+    if settings.precision == tinygpt::backends::Precision::Mixed && args.backend == super::BackendChoice::Cpu {
         anyhow::bail!(super::backend::MIXED_ON_CPU);
     }
     settings.run_config().map_err(anyhow::Error::msg)?;

@@ -49,26 +49,24 @@ impl From<Precision> for tinygpt::backends::Precision {
     }
 }
 
-impl Precision {
-    /// The backend a run at this precision is built on: mixed runs on the
-    /// GPU only (never a silent fall back to the CPU's f32).
-    pub fn backend(self, choice: BackendChoice) -> BackendChoice {
-        match self {
-            Precision::F32 => choice,
-            Precision::Mixed => BackendChoice::Gpu,
-        }
+/// The backend a run at `precision` is built on: mixed runs on the GPU
+/// only (never a silent fall back to the CPU's f32).
+pub fn backend_at(precision: tinygpt::backends::Precision, choice: BackendChoice) -> BackendChoice {
+    match precision {
+        tinygpt::backends::Precision::F32 => choice,
+        tinygpt::backends::Precision::Mixed => BackendChoice::Gpu,
     }
 }
 
 /// The refusal of `--precision mixed` with `--backend cpu`.
 pub const MIXED_ON_CPU: &str = "--precision mixed runs the matmuls on a GPU's tensor cores, and the CPU backend \
-     computes in f32: leave out --backend cpu, or --precision mixed";
+     computes in f32: leave out --backend cpu, or give --precision f32";
 
 /// [`resolve`] at a precision: `mixed` opens the GPU with the tensor cores
 /// and refuses, naming why and what works, where there are none (the CPU
 /// backend, a software adapter, any GPU without cooperative matrices).
-pub fn resolve_for(choice: BackendChoice, precision: Precision) -> Result<Resolved> {
-    if precision == Precision::F32 {
+pub fn resolve_for(choice: BackendChoice, precision: impl Into<tinygpt::backends::Precision>) -> Result<Resolved> {
+    if precision.into() == tinygpt::backends::Precision::F32 {
         return resolve(choice);
     }
     if choice == BackendChoice::Cpu {
@@ -76,7 +74,7 @@ pub fn resolve_for(choice: BackendChoice, precision: Precision) -> Result<Resolv
     }
     let mut ctx = GpuContext::with_tensor_cores_blocking()?;
     ctx.use_tensor_cores().map_err(|why| {
-        anyhow::anyhow!("--precision mixed cannot run here: {why}; leave out --precision mixed to train in f32")
+        anyhow::anyhow!("--precision mixed cannot run here: {why}; give --precision f32 to train in f32")
     })?;
     Ok(Resolved::Gpu(Box::new(ctx)))
 }

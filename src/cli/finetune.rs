@@ -47,8 +47,8 @@ pub struct FinetuneArgs {
     backend: BackendChoice,
     /// `mixed`: the matmuls on the GPU's tensor cores, as `train
     /// --precision mixed` (f16 operands, f32 accumulation, the loss scaled).
-    #[arg(long, value_enum, default_value = "f32")]
-    precision: super::backend::Precision,
+    #[arg(long, value_enum)]
+    precision: Option<super::backend::Precision>,
     /// The adapter to write (default: tinygpt-lora-<corpus>.safetensors,
     /// numbered when taken; with --resume, the adapter it continues).
     #[arg(long, value_name = "FILE")]
@@ -73,7 +73,7 @@ pub fn run(args: FinetuneArgs) -> Result<()> {
         Some(path) => Some(adapter_of(&base, path)?),
         None => None,
     };
-    let config = match &resumed {
+    let mut config = match &resumed {
         Some(adapter) => {
             let mut config = adapter.config.clone();
             config.steps = args.steps;
@@ -93,8 +93,12 @@ pub fn run(args: FinetuneArgs) -> Result<()> {
         .map_err(anyhow::Error::msg)?,
     };
     let corpus = tinygpt::model::gallery::corpus_for(Some(&args.corpus), None, config.ctx)?;
-    let resolved = super::backend::resolve_for(args.backend, args.precision)?;
-    let backend = super::backend::build(&resolved, args.precision.backend(args.backend), &config)?;
+    // --precision, else the preset's (or the resumed run's) `precision:`.
+    if let Some(p) = args.precision {
+        config.precision = p.into();
+    }
+    let resolved = super::backend::resolve_for(args.backend, config.precision)?;
+    let backend = super::backend::build(&resolved, super::backend::backend_at(config.precision, args.backend), &config)?;
     let description = backend.describe();
     let mut trainer = match &resumed {
         Some(adapter) => {

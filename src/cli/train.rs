@@ -58,8 +58,8 @@ pub struct TrainArgs {
     /// accumulation, the loss scaled as PyTorch's GradScaler); everything
     /// else, and the weights, stay f32. Needs a GPU with cooperative
     /// matrices (Vulkan); f32, the default, runs everywhere.
-    #[arg(long, value_enum, default_value = "f32")]
-    precision: super::backend::Precision,
+    #[arg(long, value_enum)]
+    precision: Option<super::backend::Precision>,
 }
 
 pub fn run(args: TrainArgs) -> Result<()> {
@@ -112,8 +112,12 @@ pub fn run(args: TrainArgs) -> Result<()> {
         args.resume.as_deref(),
         config.ctx,
     )?;
-    let resolved = super::backend::resolve_for(args.backend, args.precision)?;
-    let backend = super::backend::build(&resolved, args.precision.backend(args.backend), &config)?;
+    // --precision, else the preset's (or the resumed run's) `precision:`.
+    if let Some(p) = args.precision {
+        config.precision = p.into();
+    }
+    let resolved = super::backend::resolve_for(args.backend, config.precision)?;
+    let backend = super::backend::build(&resolved, super::backend::backend_at(config.precision, args.backend), &config)?;
     let description = backend.describe();
     if let Some(ck) = &resumed
         && ck.optimizer.is_none()

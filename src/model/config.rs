@@ -12,6 +12,39 @@ use std::path::Path;
 /// Vocabulary size of the byte tokenizer: every byte is a token.
 pub const VOCAB: usize = 256;
 
+/// The arithmetic of a run's matmuls: a preset's `precision:`, the CLI's
+/// `--precision`, the app's Precision box.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub enum Precision {
+    /// f32 everywhere: the reference, on every backend.
+    #[default]
+    F32,
+    /// The matmuls on the GPU's tensor cores: f16 operands, f32
+    /// accumulation, the loss scaled; weights, optimizer and every other op
+    /// f32 (where the device has cooperative matrices).
+    Mixed,
+}
+
+impl Precision {
+    pub const ALL: [Precision; 2] = [Precision::F32, Precision::Mixed];
+
+    /// The name on the command line and in links.
+    pub fn key(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::Mixed => "mixed",
+        }
+    }
+
+    pub fn from_key(key: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.key() == key)
+    }
+
+    pub fn is_f32(&self) -> bool {
+        *self == Precision::F32
+    }
+}
+
 /// The learning-rate schedule.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -221,6 +254,10 @@ pub struct Config {
     /// A LoRA fine-tune of a frozen base ([`Lora`]); none in a preset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lora: Option<Lora>,
+    /// The matmuls' arithmetic ([`Precision`]); f32 unless a preset or the
+    /// run says `Mixed` (written only then, so f32 files are as before).
+    #[serde(default, skip_serializing_if = "Precision::is_f32")]
+    pub precision: Precision,
 }
 
 fn default_schedule() -> Schedule {
@@ -541,6 +578,24 @@ pub fn group_thousands(n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A preset's `precision: Mixed` is read; an f32 config is written as
+    /// before (no `precision` field), a mixed one names it and reads back.
+    #[test]
+    fn a_preset_says_its_precision_and_f32_files_are_unchanged() {
+        let text = include_str!("../../presets/small.ron").replacen("\n(", "\n(\n    precision: Mixed,", 1);
+        let mixed = Config::from_ron(&text, "mixed.ron").unwrap();
+        assert_eq!(mixed.precision, Precision::Mixed);
+        let f32_config = Config::load("small").unwrap();
+        assert_eq!(f32_config.precision, Precision::F32);
+        assert!(!ron::to_string(&f32_config).unwrap().contains("precision"));
+        let written = ron::to_string(&mixed).unwrap();
+        assert!(written.contains("precision:Mixed"), "{written}");
+        assert_eq!(Config::from_ron(&written, "again").unwrap(), mixed);
+        for p in Precision::ALL {
+            assert_eq!(Precision::from_key(p.key()), Some(p));
+        }
+    }
 
     #[test]
     fn every_builtin_preset_parses() {

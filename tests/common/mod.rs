@@ -48,6 +48,7 @@ pub fn config(
         eval_batches: 1,
         lab: Default::default(),
         lora: None,
+        precision: Default::default(),
     }
 }
 

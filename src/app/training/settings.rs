@@ -138,6 +138,7 @@ pub struct Finetune {
 
 impl RunSettings {
     pub fn from_preset(preset: &str, config: Config) -> Self {
+        let precision = config.precision;
         Self {
             preset: preset.to_string(),
             lr: config.lr,
@@ -147,7 +148,7 @@ impl RunSettings {
             corpus: CorpusSource::Builtin,
             seed: 1337,
             backend: BackendChoice::Auto,
-            precision: Precision::F32,
+            precision,
             finetune: None,
         }
     }
@@ -161,6 +162,7 @@ impl RunSettings {
         config.lr = self.lr;
         config.steps = self.steps;
         config.lab = self.lab;
+        config.precision = self.precision;
         config.validate(&self.preset).map_err(|e| e.to_string())?;
         Ok(config)
     }
