@@ -2986,6 +2986,31 @@ fn the_app_asked_for_mixed_precision_without_tensor_cores_says_why_and_trains_in
     assert!(err.contains("--precision mixed runs the matmuls on a GPU's tensor cores"), "{err}");
 }
 
+/// The Speedup scene's mixed-precision series where the device has no
+/// tensor cores (lavapipe): refused before anything runs, saying why and
+/// naming the adapter; its box in the tree (issue 51).
+#[test]
+fn the_speedup_scene_says_why_it_cannot_measure_mixed_precision_here() {
+    let dir = common::scratch_dir("app-speedup-mixed");
+    let shot = dir.join("speedup.png");
+    let r = run_headless(
+        &[
+            "app", "--headless", "--scene", "speedup", "--bench", "tiny", "--bench-backends", "cpu,gpu-mixed",
+            "--frames", "30", "--width", "1280", "--height", "720",
+        ],
+        &shot,
+    );
+    let line = r.to_string();
+    let s = &r["speedup"];
+    let message = s["message"].as_str().unwrap_or_else(|| panic!("no message: {line}"));
+    assert!(message.contains("mixed precision cannot run here") && message.contains("cooperative matrices"), "{message}");
+    assert!(s["results"].as_array().unwrap().is_empty(), "{line}");
+    assert!(
+        access_nodes(&r).iter().any(|n| n["role"] == "CheckBox" && n["name"] == "GPU mixed (tensor cores)"),
+        "no mixed box in the tree: {line}"
+    );
+}
+
 #[test]
 fn a_lesson_step_is_announced_through_the_live_region() {
     let dir = common::scratch_dir("app-access-live");

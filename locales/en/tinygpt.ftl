@@ -512,6 +512,10 @@ speedup-hover = { $name }
     { $params } parameters, { $ratio }×
 speedup-original = original TinyGPT (M-series laptop: WebGPU over WASM SIMD)
 speedup-ours = this machine: GPU over CPU
+speedup-gpu-mixed = GPU mixed (tensor cores)
+speedup-ours-mixed = this machine: GPU in mixed precision over CPU
+speedup-col-gpu-mixed = GPU mixed ms/step
+speedup-col-mixed-ratio = mixed/CPU
 speedup-col-preset = preset
 speedup-col-params = parameters
 speedup-col-cpu = CPU ms/step

@@ -511,6 +511,10 @@ speedup-hover = { $name }
     { $params } parámetros, { $ratio }×
 speedup-original = TinyGPT original (portátil M: WebGPU frente a WASM SIMD)
 speedup-ours = esta máquina: GPU frente a CPU
+speedup-gpu-mixed = GPU mixta (tensor cores)
+speedup-ours-mixed = esta máquina: GPU en precisión mixta frente a CPU
+speedup-col-gpu-mixed = GPU mixta ms/paso
+speedup-col-mixed-ratio = mixta/CPU
 speedup-col-preset = preset
 speedup-col-params = parámetros
 speedup-col-cpu = CPU ms/paso

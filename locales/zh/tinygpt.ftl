@@ -511,6 +511,10 @@ speedup-hover = { $name }
     { $params } 个参数，{ $ratio }×
 speedup-original = 原版 TinyGPT（M 系列笔记本：WebGPU 相对 WASM SIMD）
 speedup-ours = 这台机器：GPU 相对 CPU
+speedup-gpu-mixed = GPU 混合（张量核心）
+speedup-ours-mixed = 本机：混合精度 GPU 相对 CPU
+speedup-col-gpu-mixed = GPU 混合 毫秒/步
+speedup-col-mixed-ratio = 混合/CPU
 speedup-col-preset = 预设
 speedup-col-params = 参数量
 speedup-col-cpu = CPU 毫秒/步

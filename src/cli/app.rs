@@ -136,9 +136,11 @@ pub struct AppArgs {
     /// where the system asks for reduced motion.
     #[arg(long)]
     reduced_motion: bool,
-    /// The backends `--bench` measures, comma-separated (default: both, but
-    /// not a software-rendering GPU adapter, which also draws the window).
-    #[arg(long, value_delimiter = ',', value_parser = ["cpu", "gpu"], requires = "bench")]
+    /// The backends `--bench` measures, comma-separated (default: cpu and
+    /// gpu, but not a software-rendering GPU adapter, which also draws the
+    /// window); `gpu-mixed` adds the GPU in mixed precision (the tensor
+    /// cores), a series of its own.
+    #[arg(long, value_delimiter = ',', value_parser = ["cpu", "gpu", "gpu-mixed"], requires = "bench")]
     bench_backends: Option<Vec<String>>,
     /// Seconds of timed steps per `--bench` measurement (default 0.5; the
     /// scene's slider, 0.5 to 10).
@@ -461,6 +463,7 @@ pub fn run_app(mut args: AppArgs) -> Result<()> {
         if let Some(backends) = &args.bench_backends {
             view.cpu = backends.iter().any(|b| b == "cpu");
             view.gpu = backends.iter().any(|b| b == "gpu");
+            view.mixed = backends.iter().any(|b| b == "gpu-mixed");
             view.backends_chosen = true;
         }
     }

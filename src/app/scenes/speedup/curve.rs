@@ -73,6 +73,20 @@ pub(super) fn draw(
     ui.horizontal_wrapped(|ui| {
         ui.checkbox(&mut view.cpu, "CPU");
         ui.checkbox(&mut view.gpu, "GPU");
+        // Mixed precision: greyed, its hover saying why, without tensor cores.
+        let tensor_cores = match &gpu.context {
+            Some(ctx) => ctx.tensor_cores.clone(),
+            None => Err(gpu.missing.clone().unwrap_or_else(|| crate::t!("speedup-no-gpu"))),
+        };
+        if tensor_cores.is_err() {
+            view.mixed = false;
+        }
+        let mixed = ui
+            .add_enabled(tensor_cores.is_ok(), egui::Checkbox::new(&mut view.mixed, crate::t!("speedup-gpu-mixed")))
+            .on_hover_text(crate::t!("precision-hover"));
+        if let Err(why) = &tensor_cores {
+            mixed.on_disabled_hover_text(crate::t!("precision-mixed-unavailable", why = why.as_str()));
+        }
         ui.add(egui::Slider::new(&mut view.seconds, 0.5..=10.0).text(crate::t!("speedup-seconds")));
         if let Some(job) = &view.job {
             ui.add(
@@ -183,16 +197,19 @@ pub(super) fn draw(
         };
         ui.label(egui::RichText::new(how).size(12.0).weak());
     }
-    // The curve: GPU-over-CPU against parameters (log10 on x).
-    let ours: Vec<[f64; 2]> = {
+    // The curves: GPU-over-CPU against parameters (log10 on x), in f32 and
+    // in mixed precision.
+    let series = |kind: &str| -> Vec<[f64; 2]> {
         let mut v: Vec<_> = view
             .results
             .iter()
+            .filter(|r| r.backend == kind)
             .filter_map(|r| Some([(r.params as f64).log10(), r.gpu_over_cpu?]))
             .collect();
         v.sort_by(|a, b| a[0].total_cmp(&b[0]));
         v
     };
+    let (ours, ours_mixed) = (series("gpu"), series("gpu-mixed"));
     let original: Vec<[f64; 2]> = bench_report::ORIGINAL
         .iter()
         .map(|&(_, params, _, speedup)| [(params as f64).log10(), speedup])
@@ -258,6 +275,19 @@ pub(super) fn draw(
                     Points::new(crate::t!("speedup-ours"), PlotPoints::from(ours)).radius(6.0),
                 );
             }
+            if !ours_mixed.is_empty() {
+                let name = crate::t!("speedup-ours-mixed");
+                plot.line(
+                    Line::new(name.clone(), PlotPoints::from(ours_mixed.clone()))
+                        .width(2.5)
+                        .style(egui_plot::LineStyle::dashed_loose()),
+                );
+                plot.points(
+                    Points::new(name, PlotPoints::from(ours_mixed))
+                        .radius(6.0)
+                        .shape(egui_plot::MarkerShape::Diamond),
+                );
+            }
         });
     regions.push(("curve".to_string(), response.response.rect));
     let r = response.response.rect * ctx.pixels_per_point();
@@ -274,16 +304,22 @@ pub(super) fn draw(
                 .striped(true)
                 .spacing(egui::vec2(16.0, 4.0))
                 .show(ui, |ui| {
-                    for h in [
+                    let has_mixed = view.results.iter().any(|r| r.backend == "gpu-mixed");
+                    let mut heads = vec![
                         crate::t!("speedup-col-preset"),
                         crate::t!("speedup-col-params"),
                         crate::t!("speedup-col-cpu"),
                         crate::t!("speedup-col-gpu"),
                         "GPU/CPU".to_string(),
-                    ] {
+                    ];
+                    if has_mixed {
+                        heads.extend([crate::t!("speedup-col-gpu-mixed"), crate::t!("speedup-col-mixed-ratio")]);
+                    }
+                    for h in heads {
                         ui.label(egui::RichText::new(h).strong());
                     }
                     ui.end_row();
+                    let ratio = |x: f64| if x < 1.0 { format!("{x:.3}×") } else { format!("{x:.1}×") };
                     let mut presets: Vec<(&str, usize)> = view
                         .results
                         .iter()
@@ -301,16 +337,11 @@ pub(super) fn draw(
                         ui.label(crate::model::config::group_thousands(params));
                         ui.label(of("cpu").map_or("—".into(), |r| format!("{:.2}", r.median_ms)));
                         ui.label(of("gpu").map_or("—".into(), |r| format!("{:.2}", r.median_ms)));
-                        ui.label(of("gpu").and_then(|r| r.gpu_over_cpu).map_or(
-                            "—".into(),
-                            |x| {
-                                if x < 1.0 {
-                                    format!("{x:.3}×")
-                                } else {
-                                    format!("{x:.1}×")
-                                }
-                            },
-                        ));
+                        ui.label(of("gpu").and_then(|r| r.gpu_over_cpu).map_or("—".into(), ratio));
+                        if has_mixed {
+                            ui.label(of("gpu-mixed").map_or("—".into(), |r| format!("{:.2}", r.median_ms)));
+                            ui.label(of("gpu-mixed").and_then(|r| r.gpu_over_cpu).map_or("—".into(), ratio));
+                        }
                         ui.end_row();
                     }
                 })

@@ -71,10 +71,20 @@ pub(super) fn start(view: &mut SpeedupView, gpu: &GpuDevice) -> Result<(), Strin
         .filter(|(_, on)| *on)
         .map(|(id, _)| id.clone())
         .collect();
-    if presets.is_empty() || !(view.cpu || view.gpu) {
+    if presets.is_empty() || !(view.cpu || view.gpu || view.mixed) {
         return Err(crate::t!("speedup-choose"));
     }
-    let app_ctx = if view.gpu {
+    // Mixed precision needs the tensor cores: refused up front, with why.
+    if view.mixed {
+        match &gpu.context {
+            Some(ctx) => ctx
+                .tensor_cores
+                .clone()
+                .map_err(|why| crate::t!("precision-mixed-unavailable", why = why.as_str()))?,
+            None => return Err(gpu.missing.clone().unwrap_or_else(|| crate::t!("speedup-no-gpu"))),
+        }
+    }
+    let app_ctx = if view.gpu || view.mixed {
         Some(gpu.context.clone().ok_or_else(|| {
             if cfg!(target_arch = "wasm32") {
                 crate::t!("speedup-web-no-gpu")
@@ -95,6 +105,9 @@ pub(super) fn start(view: &mut SpeedupView, gpu: &GpuDevice) -> Result<(), Strin
         if view.gpu {
             plan.push((p.clone(), "gpu"));
         }
+        if view.mixed {
+            plan.push((p.clone(), "gpu-mixed"));
+        }
     }
     let opts = BenchOptions {
         min_seconds: view.seconds,
@@ -114,12 +127,23 @@ pub(super) fn start(view: &mut SpeedupView, gpu: &GpuDevice) -> Result<(), Strin
             .as_ref()
             .map(|app| crate::gpu::GpuContext::new_blocking().unwrap_or_else(|_| app.clone()));
         #[cfg(target_arch = "wasm32")]
-        let gpu_ctx = app_ctx;
+        let gpu_ctx = app_ctx.clone();
+        // Mixed: a device of its own opened with the tensor cores (else the
+        // app's, which has them: checked above), its matmuls on them.
+        #[cfg(not(target_arch = "wasm32"))]
+        let own_mixed = || crate::gpu::GpuContext::with_tensor_cores_blocking().ok().filter(|c| c.tensor_cores.is_ok());
+        #[cfg(target_arch = "wasm32")]
+        let own_mixed = || None::<crate::gpu::GpuContext>;
+        let mixed_ctx = app_ctx.as_ref().filter(|_| plan.iter().any(|(_, k)| *k == "gpu-mixed")).map(|app| {
+            let mut ctx = own_mixed().unwrap_or_else(|| app.clone());
+            let _ = ctx.use_tensor_cores();
+            ctx
+        });
         for (preset, kind) in plan {
             if stop.load(Ordering::Relaxed) {
                 break;
             }
-            let backend = kind.to_uppercase();
+            let backend = if kind == "gpu-mixed" { crate::t!("speedup-gpu-mixed") } else { kind.to_uppercase() };
             send(Msg::Started(crate::t!(
                 "speedup-measuring",
                 preset = preset.as_str(),
@@ -129,8 +153,12 @@ pub(super) fn start(view: &mut SpeedupView, gpu: &GpuDevice) -> Result<(), Strin
                 .map_err(|e| e.to_string())
                 .and_then(|config| {
                     let t0 = web_time::Instant::now();
-                    let backend: Box<dyn crate::backend::Backend> = match (&gpu_ctx, kind) {
-                        (Some(ctx), "gpu") => Box::new(
+                    let ctx = match kind {
+                        "gpu-mixed" => &mixed_ctx,
+                        _ => &gpu_ctx,
+                    };
+                    let backend: Box<dyn crate::backend::Backend> = match (ctx, kind) {
+                        (Some(ctx), "gpu" | "gpu-mixed") => Box::new(
                             crate::gpu::GpuBackend::new(
                                 ctx.clone(),
                                 crate::program::Program::new(&config),
@@ -316,18 +344,22 @@ pub(super) fn quiet_while_measuring(
 }
 
 /// Adds a measurement, filling the GPU-over-CPU ratio as `tinygpt bench` does.
+/// (The GPU in mixed precision, `gpu-mixed`, gets its own ratio to the
+/// same CPU measurement.)
 pub(super) fn add_result(results: &mut Vec<BenchResult>, mut r: BenchResult) {
     results.retain(|x| !(x.preset == r.preset && x.backend == r.backend));
-    if r.backend == "gpu" {
+    if r.backend == "gpu" || r.backend == "gpu-mixed" {
         let cpu = results
             .iter()
             .find(|x| x.preset == r.preset && x.backend == "cpu");
         r.gpu_over_cpu = cpu.map(|c| c.median_ms / r.median_ms);
-    } else if let Some(g) = results
-        .iter_mut()
-        .find(|x| x.preset == r.preset && x.backend == "gpu")
-    {
-        g.gpu_over_cpu = Some(r.median_ms / g.median_ms);
+    } else {
+        for g in results
+            .iter_mut()
+            .filter(|x| x.preset == r.preset && (x.backend == "gpu" || x.backend == "gpu-mixed"))
+        {
+            g.gpu_over_cpu = Some(r.median_ms / g.median_ms);
+        }
     }
     results.push(r);
 }

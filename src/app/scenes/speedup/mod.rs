@@ -62,6 +62,9 @@ pub struct SpeedupView {
     pub presets: Vec<(String, bool)>,
     pub cpu: bool,
     pub gpu: bool,
+    /// Also the GPU in mixed precision (the tensor cores), a series of its
+    /// own (`gpu-mixed`), where the device has them.
+    pub mixed: bool,
     /// Seconds of timed steps per measurement, at least.
     pub seconds: f64,
     job: Option<BenchJob>,
@@ -165,6 +168,7 @@ impl Default for SpeedupView {
                 .collect(),
             cpu: true,
             gpu: true,
+            mixed: false,
             seconds: 2.0,
             job: None,
             results: Vec::new(),
