@@ -267,12 +267,19 @@ pub(super) fn draw(
             plot.points(
                 Points::new(crate::t!("speedup-original"), PlotPoints::from(original)).radius(4.0),
             );
+            // Okabe–Ito orange and sky blue: apart under colour blindness.
+            let (f32_colour, mixed_colour) =
+                (egui::Color32::from_rgb(230, 159, 0), egui::Color32::from_rgb(86, 180, 233));
             if !ours.is_empty() {
                 plot.line(
-                    Line::new(crate::t!("speedup-ours"), PlotPoints::from(ours.clone())).width(2.5),
+                    Line::new(crate::t!("speedup-ours"), PlotPoints::from(ours.clone()))
+                        .width(2.5)
+                        .color(f32_colour),
                 );
                 plot.points(
-                    Points::new(crate::t!("speedup-ours"), PlotPoints::from(ours)).radius(6.0),
+                    Points::new(crate::t!("speedup-ours"), PlotPoints::from(ours))
+                        .radius(6.0)
+                        .color(f32_colour),
                 );
             }
             if !ours_mixed.is_empty() {
@@ -280,11 +287,13 @@ pub(super) fn draw(
                 plot.line(
                     Line::new(name.clone(), PlotPoints::from(ours_mixed.clone()))
                         .width(2.5)
+                        .color(mixed_colour)
                         .style(egui_plot::LineStyle::dashed_loose()),
                 );
                 plot.points(
                     Points::new(name, PlotPoints::from(ours_mixed))
                         .radius(6.0)
+                        .color(mixed_colour)
                         .shape(egui_plot::MarkerShape::Diamond),
                 );
             }
