@@ -21,6 +21,18 @@ pub struct GpuDevice {
     pub shared_with_renderer: bool,
 }
 
+impl GpuDevice {
+    /// Whether the training device has the tensor cores a mixed-precision
+    /// run needs; Err: why not, in a sentence.
+    pub fn tensor_cores(&self) -> Result<(), String> {
+        match (&self.context, &self.missing) {
+            (Some(ctx), _) => ctx.tensor_cores.clone(),
+            (None, Some(why)) => Err(why.clone()),
+            (None, None) => Err("no GPU device is available to the app".into()),
+        }
+    }
+}
+
 /// Finds the training device ([`GpuDevice`]): Bevy's, or with
 /// `TINYGPT_APP_OWN_DEVICE` one of its own (opened once, at start-up, as
 /// Bevy opens its own).

@@ -292,6 +292,10 @@ pub fn build_run(
         },
     }
     .map_err(|e| e.to_string())?;
+    // The run says the arithmetic it trains with (a resumed checkpoint's
+    // own may differ), so its checkpoints do.
+    let mut trainer = trainer;
+    trainer.config.precision = settings.precision;
     let step = trainer.step;
     let validation_rows = trainer.validation_rows(VALIDATION_ROWS);
     let last = trainer.history.last().map(|p| StepMetrics {

@@ -397,7 +397,7 @@ pub fn draw_ui(
             &run,
             &mut status,
             &records,
-            (&earlier, shown_step.0, tensor_cores(&gpu)),
+            (&earlier, shown_step.0, gpu.tensor_cores()),
             &mut commands,
             &mut sample,
             &mut data_out.1,
@@ -557,16 +557,6 @@ fn finetune_settings(
                 commands.write(RunCommand::Finetune(ui_state.finetune));
             }
         });
-}
-
-/// Whether the training device has the tensor cores a mixed-precision run
-/// needs; Err: why not, in a sentence.
-fn tensor_cores(gpu: &crate::app::training::GpuDevice) -> Result<(), String> {
-    match (&gpu.context, &gpu.missing) {
-        (Some(ctx), _) => ctx.tensor_cores.clone(),
-        (None, Some(why)) => Err(why.clone()),
-        (None, None) => Err("no GPU device is available to the app".into()),
-    }
 }
 
 /// The run panel's Precision box: f32, or mixed on the tensor cores,

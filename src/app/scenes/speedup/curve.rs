@@ -74,10 +74,7 @@ pub(super) fn draw(
         ui.checkbox(&mut view.cpu, "CPU");
         ui.checkbox(&mut view.gpu, "GPU");
         // Mixed precision: greyed, its hover saying why, without tensor cores.
-        let tensor_cores = match &gpu.context {
-            Some(ctx) => ctx.tensor_cores.clone(),
-            None => Err(gpu.missing.clone().unwrap_or_else(|| crate::t!("speedup-no-gpu"))),
-        };
+        let tensor_cores = gpu.tensor_cores();
         if tensor_cores.is_err() {
             view.mixed = false;
         }

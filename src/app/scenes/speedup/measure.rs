@@ -76,13 +76,8 @@ pub(super) fn start(view: &mut SpeedupView, gpu: &GpuDevice) -> Result<(), Strin
     }
     // Mixed precision needs the tensor cores: refused up front, with why.
     if view.mixed {
-        match &gpu.context {
-            Some(ctx) => ctx
-                .tensor_cores
-                .clone()
-                .map_err(|why| crate::t!("precision-mixed-unavailable", why = why.as_str()))?,
-            None => return Err(gpu.missing.clone().unwrap_or_else(|| crate::t!("speedup-no-gpu"))),
-        }
+        gpu.tensor_cores()
+            .map_err(|why| crate::t!("precision-mixed-unavailable", why = why.as_str()))?;
     }
     let app_ctx = if view.gpu || view.mixed {
         Some(gpu.context.clone().ok_or_else(|| {
