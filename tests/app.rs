@@ -2790,31 +2790,44 @@ fn every_panel_control_has_a_name_and_room_for_a_finger() {
     }
 }
 
-#[test]
-fn the_keyboard_walks_into_a_tensor_of_the_3d_picture_and_hears_its_number() {
-    let dir = common::scratch_dir("app-access-walk");
-    let shot = dir.join("walk.png");
-    // Into the picture; ↓ to block 0; → its second tensor; Enter into its
-    // cells; → and ↓ to cell (1, 1). (Reduced motion: the flight to the
-    // tensor cuts, so the cell is on screen when the run ends.)
+/// `scene` of the shipped small, then the keys: into the picture; ↓ to the
+/// second group; → to its second part; Enter into its cells; → and ↓ to
+/// cell (1, 1) (they stop at the part's edge: a statistic has one row).
+/// Checks the focus is there; returns the line, the part's index and the cell.
+fn keyboard_into_a_cell(scene: &str, frames: &str, shot: &std::path::Path) -> (serde_json::Value, usize, [usize; 2]) {
+    // (Reduced motion: a flight to the part cuts, so the cell is on screen
+    // when the run ends.)
     let r = run_headless(
         &[
-            "app", "--headless", "--checkpoint", SHIPPED_SMALL, "--scene", "walk", "--frames", "30",
+            "app", "--headless", "--checkpoint", SHIPPED_SMALL, "--scene", scene, "--frames", frames,
             "--width", "1280", "--height", "720", "--reduced-motion",
             "--press", "Enter,ArrowDown,ArrowRight,Enter,ArrowRight,ArrowDown",
         ],
-        &shot,
+        shot,
     );
     let line = r.to_string();
     let focus = &r["picture_focus"];
     let parts = focus["parts"].as_array().unwrap();
-    let first_of_block = parts.iter().position(|p| p["group"] != parts[0]["group"]).unwrap();
+    let second_group = parts.iter().position(|p| p["group"] != parts[0]["group"]).unwrap();
     assert_eq!(focus["active"], true, "{line}");
-    assert_eq!(focus["part"].as_u64().unwrap() as usize, first_of_block + 1, "{line}");
-    // (→ and ↓ stop at the tensor's edge: a statistic has one row.)
-    let part = &parts[first_of_block + 1];
-    let cell = [1.min(part["rows"].as_u64().unwrap() - 1), 1.min(part["cols"].as_u64().unwrap() - 1)];
+    assert_eq!(focus["part"].as_u64().unwrap() as usize, second_group + 1, "{line}");
+    let part = &parts[second_group + 1];
+    let cell = [
+        1.min(part["rows"].as_u64().unwrap() as usize - 1),
+        1.min(part["cols"].as_u64().unwrap() as usize - 1),
+    ];
     assert_eq!(focus["cell"], serde_json::json!(cell), "{line}");
+    (r, second_group + 1, cell)
+}
+
+#[test]
+fn the_keyboard_walks_into_a_tensor_of_the_3d_picture_and_hears_its_number() {
+    let dir = common::scratch_dir("app-access-walk");
+    let shot = dir.join("walk.png");
+    // Block 0's second tensor, its cell (1, 1).
+    let (r, focused_part, cell) = keyboard_into_a_cell("walk", "30", &shot);
+    let line = r.to_string();
+    let parts = r["picture_focus"]["parts"].as_array().unwrap();
     // The scene names the cell as it does under the mouse, and the tree's
     // focused node says the same (its signs in words).
     let hover = r["hover"].as_str().unwrap_or_else(|| panic!("nothing named at the focused cell: {line}"));
@@ -2822,7 +2835,7 @@ fn the_keyboard_walks_into_a_tensor_of_the_3d_picture_and_hears_its_number() {
     let focused = &r["access"]["focused"];
     assert_eq!(focused["role"], "GridCell", "{line}");
     assert_eq!(focused["name"].as_str().unwrap(), tinygpt::app::canvas::parts::spoken(hover));
-    let part_name = parts[first_of_block + 1]["name"].as_str().unwrap();
+    let part_name = parts[focused_part]["name"].as_str().unwrap();
     let said_title = tinygpt::app::canvas::parts::spoken(hover.split('[').next().unwrap());
     assert_eq!(said_title.trim(), part_name.trim(), "the cell named is of the focused tensor");
     // The ring is drawn around the cell where the tree says it is.
@@ -2884,17 +2897,9 @@ fn the_keyboard_steps_through_an_attention_map_by_query_and_key_and_backs_out() 
 fn the_keyboard_reads_a_weight_of_the_model_scene_heatmaps() {
     let dir = common::scratch_dir("app-access-model");
     let shot = dir.join("model.png");
-    let r = run_headless(
-        &[
-            "app", "--headless", "--checkpoint", SHIPPED_SMALL, "--scene", "model", "--frames", "40",
-            "--width", "1280", "--height", "720", "--reduced-motion",
-            "--press", "Enter,ArrowDown,ArrowRight,Enter,ArrowRight,ArrowDown",
-        ],
-        &shot,
-    );
+    let (r, heatmap, cell) = keyboard_into_a_cell("model", "40", &shot);
     let line = r.to_string();
-    let focus = &r["picture_focus"];
-    let parts = focus["parts"].as_array().unwrap();
+    let parts = r["picture_focus"]["parts"].as_array().unwrap();
     // Every weight tensor is a part, in its layer's group.
     let ckpt = tinygpt::model::checkpoint::Checkpoint::load(std::path::Path::new(SHIPPED_SMALL)).unwrap();
     for t in &ckpt.params {
@@ -2904,15 +2909,9 @@ fn the_keyboard_reads_a_weight_of_the_model_scene_heatmaps() {
             "{short} is not a part: {line}"
         );
     }
-    let second_group = parts.iter().position(|p| p["group"] != parts[0]["group"]).unwrap();
-    let heatmap = second_group + 1;
-    assert_eq!(focus["active"], true, "{line}");
-    assert_eq!(focus["part"].as_u64().unwrap() as usize, heatmap, "{line}");
     let part = &parts[heatmap];
-    assert_eq!(part["group"], parts[second_group]["group"], "{line}");
+    assert_eq!(part["group"], parts[heatmap - 1]["group"], "{line}");
     let (rows, cols) = (part["rows"].as_u64().unwrap() as usize, part["cols"].as_u64().unwrap() as usize);
-    let cell = [1.min(rows - 1), 1.min(cols - 1)];
-    assert_eq!(focus["cell"], serde_json::json!(cell), "{line}");
     // The value said is the checkpoint's: "ln_f.weight[1] = +1.27039e0".
     let name = part["name"].as_str().unwrap().split(", ").next().unwrap().to_string();
     let tensor = ckpt.params.iter().find(|t| t.name.trim_start_matches("transformer.") == name).unwrap();
