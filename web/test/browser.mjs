@@ -759,6 +759,11 @@ async function accessRun(base) {
     if (!control) problems.push("Tab focused no control of the app");
     await page.keyboard.press("Escape");
     if (!(await waitFor(page, (s) => !s.access?.focused, 20))) problems.push("Escape did not leave the controls");
+    // Enter goes into the picture only once it lists its parts (the 3D
+    // layout is built on a worker: seconds on this machine).
+    if (!(await waitFor(page, (s) => s.access?.nodes?.some((n) => n.role === "Group"), 60))) {
+      problems.push("the 3D picture listed no parts");
+    }
     // Each key once the last one's effect shows (frames are slow here).
     const steps3d = [
       ["Enter", (f) => f?.role === "Group"],
