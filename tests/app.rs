@@ -558,6 +558,75 @@ fn a_model_fine_tunes_in_the_app_and_samples_both_ways() {
 /// `tinygpt app --checkpoint BASE --adapter A` opens the fine-tune; the
 /// Model scene draws each adapter's update (α/r)·B·A beside its frozen W,
 /// computed from A and B as the merge computes it, inside the picture.
+/// `tinygpt app --headless --scene model --checkpoint small`, projected at
+/// 1280×720 in presenter mode and at 1920×1080 with the panels open: the
+/// stack reaches across the view, every label is inside it, apart from the
+/// others and legible (18 px and more in presenter mode, 12 and more
+/// otherwise), and each layer block is drawn where the line says.
+#[test]
+fn headless_model_scene_fills_the_view_with_legible_labels() {
+    let dir = common::scratch_dir("app-model-layout");
+    for (w, h, presenter) in [(1280, 720, true), (1920, 1080, false)] {
+        let shot = dir.join(format!("model-{w}-{presenter}.png"));
+        let (ws, hs) = (w.to_string(), h.to_string());
+        let mut args = vec![
+            "app", "--headless", "--scene", "model", "--checkpoint", "small", "--backend", "cpu",
+            "--frames", "30", "--width", &ws, "--height", &hs,
+        ];
+        if presenter {
+            args.push("--presenter");
+        }
+        let r = run_headless(&args, &shot);
+        let line = r.to_string();
+        let view: Vec<f64> = r["model"]["view"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        let labels: Vec<(String, [f64; 4], f64)> = r["model"]["labels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| {
+                let v: Vec<f64> = l["rect"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+                (l["text"].as_str().unwrap().to_string(), [v[0], v[1], v[2], v[3]], l["px"].as_f64().unwrap())
+            })
+            .collect();
+        // Titles, the columns' names and shapes, the head's note, the
+        // colour bar's scale.
+        assert!(labels.len() >= 20, "{line}");
+        let least = if presenter { 18.0 } else { 12.0 };
+        for (text, [x0, y0, x1, y1], px) in &labels {
+            assert!(*px >= least - 0.05, "`{text}` at {px} px ({w}×{h}, presenter {presenter})");
+            assert!(
+                *x0 >= view[0] - 1.0 && *x1 <= view[2] + 1.0 && *y0 >= view[1] - 1.0 && *y1 <= view[3] + 1.0,
+                "`{text}` {:?} inside the view {view:?}",
+                [x0, y0, x1, y1]
+            );
+        }
+        for (i, (a, ra, _)) in labels.iter().enumerate() {
+            for (b, rb, _) in &labels[i + 1..] {
+                let ix = ra[2].min(rb[2]) - ra[0].max(rb[0]);
+                // (Line boxes of two lines of a column touch by a pixel or two.)
+                let iy = ra[3].min(rb[3]) - ra[1].max(rb[1]) - 2.0;
+                assert!(ix <= 0.0 || iy <= 0.0, "labels overlap: `{a}` {ra:?} and `{b}` {rb:?}");
+            }
+        }
+        let blocks = r["blocks"].as_array().unwrap();
+        let names: Vec<&str> = blocks.iter().map(|b| b["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["embeddings", "h.0", "h.1", "h.2", "ln_f", "head"]);
+        let left = blocks.iter().map(|b| rect_of(b)[0]).min().unwrap() as f64;
+        let right = blocks.iter().map(|b| rect_of(b)[2]).max().unwrap() as f64;
+        assert!(
+            right - left >= 0.75 * (view[2] - view[0]),
+            "the stack spans {left}..{right} of the view {view:?}"
+        );
+        let (fw, fh, pixels) = decode(&shot);
+        let differs = not_background(&r);
+        for b in blocks {
+            let rect = rect_of(b);
+            let share = drawn_share(&pixels, fw, (rect[0] + 2, rect[1] + 2, (rect[2] - 2).min(fw), (rect[3] - 2).min(fh)), &differs);
+            assert!(share > 0.9, "block {} drawn where the line says ({share:.2})", b["name"]);
+        }
+    }
+}
+
 #[test]
 fn headless_model_scene_draws_each_lora_update() {
     let dir = common::scratch_dir("app-lora-model");
@@ -851,9 +920,18 @@ fn headless_app_trains_on_the_gpu_and_draws_the_layer_stack() {
         );
     }
     // Between two neighbouring blocks lies a strip of background: the
-    // blocks are distinct regions, not one smear.
+    // blocks are distinct regions, not one smear. (The final LayerNorm and
+    // the head, which hold no matrix, share the top row: the head on the
+    // right.)
     for pair in blocks.windows(2) {
         let (lower, upper) = (rect_of(&pair[0]), rect_of(&pair[1]));
+        if pair[0]["name"] == "ln_f" && pair[1]["name"] == "head" && upper[1] == lower[1] {
+            assert!(upper[0] > lower[2], "the head is right of ln_f: {line}");
+            let x = (upper[0] + lower[2]) / 2;
+            let column = (lower[1] + 2..lower[3] - 2).map(|y| differs(pixels[y * w + x]));
+            assert!(column.filter(|d| !*d).count() as f64 > 0.9 * (lower[3] - lower[1] - 4) as f64);
+            continue;
+        }
         assert!(
             upper[3] <= lower[1],
             "{} is drawn above {}",

@@ -12,6 +12,15 @@ use bevy::prelude::*;
 /// (logical pixels): the fit leaves it free.
 pub const TOOLBAR_PX: f32 = 40.0;
 
+/// The area the fit fills, in logical pixels: the viewport under the
+/// toolbar, less the fit's margin. A scene laid out to it is drawn at
+/// scale 1, its text at the size it is set in (the Model scene).
+#[derive(Resource, Default, Debug, Clone, Copy, PartialEq)]
+pub struct FitArea(pub Vec2);
+
+/// The fit's margin: the bounds take 1/FIT_MARGIN of the view.
+const FIT_MARGIN: f32 = 1.04;
+
 /// The user's pan and zoom on top of the fit: zoom 1 and no offset is the
 /// whole scene in view.
 #[derive(Resource, Debug, Clone, Copy, PartialEq)]
@@ -45,7 +54,7 @@ pub struct CameraPlugin;
 
 impl Plugin for CameraPlugin {
     fn build(&self, app: &mut App) {
-        app.init_resource::<ViewControl>().add_systems(
+        app.init_resource::<ViewControl>().init_resource::<FitArea>().add_systems(
             Update,
             (track_cursor, pan_and_zoom, fit_camera)
                 .chain()
@@ -178,11 +187,9 @@ fn fit_camera(
     control: Res<ViewControl>,
     mut cameras: Query<(&Camera, &mut Transform, &mut Projection), With<SceneCamera>>,
     mut contexts: bevy_egui::EguiContexts,
+    mut area: ResMut<FitArea>,
 ) {
     let b = bounds.0;
-    if b.is_empty() {
-        return;
-    }
     // A toolbar wrapped to two rows (a language's longer words) pushes the
     // fit down with it.
     let toolbar = contexts
@@ -190,6 +197,11 @@ fn fit_camera(
         .ok()
         .and_then(|ctx| crate::app::ui::toolbar::toolbar_inset(ctx))
         .map_or(TOOLBAR_PX, |inset| inset.max(TOOLBAR_PX));
+    // One row of the toolbar's controls (36 points, as presenter mode's
+    // zoom makes them).
+    let one_row = contexts
+        .ctx_mut()
+        .map_or(TOOLBAR_PX, |ctx| (36.0 * ctx.zoom_factor()).max(TOOLBAR_PX));
     for (camera, mut transform, mut projection) in &mut cameras {
         let Some(viewport) = camera.logical_viewport_size() else {
             continue;
@@ -197,13 +209,23 @@ fn fit_camera(
         if viewport.x < 1.0 || viewport.y < 1.0 {
             continue;
         }
-        // A scene that looks in perspective places the camera itself.
-        if !matches!(*projection, Projection::Orthographic(_)) {
-            continue;
-        }
         // The scene's toolbar floats over the top of the view: fit below it.
         let free = (viewport.y - toolbar).max(viewport.y * 0.5);
-        let fit = (b.width() / viewport.x).max(b.height() / free) * 1.04;
+        // A scene laid out to the view takes the toolbar at its one-row
+        // height: where it wraps (a small window, a status that comes and
+        // goes with the run) the fit's scale follows it, not the layout (a
+        // relayout makes every texture anew; one at the moment a GPU was
+        // lost left lavapipe's rasterizer spinning in the lost-GPU tests).
+        let laid_out = (viewport.y - one_row).max(viewport.y * 0.5);
+        let fits = Vec2::new(viewport.x, laid_out) / FIT_MARGIN;
+        if area.0 != fits {
+            area.0 = fits;
+        }
+        // A scene that looks in perspective places the camera itself.
+        if b.is_empty() || !matches!(*projection, Projection::Orthographic(_)) {
+            continue;
+        }
+        let fit = (b.width() / viewport.x).max(b.height() / free) * FIT_MARGIN;
         let scale = fit / control.zoom;
         if let Projection::Orthographic(o) = &mut *projection
             && (o.scale - scale).abs() > 1e-6

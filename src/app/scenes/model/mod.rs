@@ -6,9 +6,11 @@
 //! names the element under the pointer. Its toolbar switches what the
 //! heatmaps show (weights, gradients, Adam's moments) and the colour scale.
 
+mod layout;
 mod report;
 
 use super::Scene;
+use crate::app::canvas::camera::FitArea;
 use crate::app::canvas::{ColorScale, Hover, SceneBounds, SceneCursor, label};
 use crate::app::graph::{Layer, Tensor};
 use crate::app::heatmap;
@@ -22,17 +24,12 @@ use bevy::prelude::*;
 use bevy::render::render_resource::{Extent3d, TextureDimension, TextureFormat};
 use bevy::sprite::Anchor;
 use bevy_egui::{EguiContexts, EguiPrimaryContextPass, egui};
+use layout::{ColumnSpec, Item, LayerSpec, Metrics};
 
 /// Elements of pooled values written to textures per frame, at most: the
 /// rest waits for the next frame, so a big model never stalls one.
 const ELEMENTS_PER_FRAME: usize = 1 << 19;
 
-const HEATMAP_HEIGHT: f32 = 90.0;
-const VECTOR_HEIGHT: f32 = 10.0;
-const VECTOR_WIDTH: f32 = 80.0;
-const GAP: f32 = 16.0;
-const TITLE_WIDTH: f32 = 215.0;
-const LABEL_SIZE: f32 = 11.0;
 
 /// A heatmap of one parameter (in the current view: weights, gradients or a moment).
 #[derive(Component, Debug)]
@@ -168,12 +165,14 @@ impl Plugin for ScenePlugin {
         app.init_resource::<Selection>()
             .add_observer(lesson_focus)
             .init_resource::<Rebuild>()
+            .init_resource::<LaidOutFor>()
             .add_systems(OnEnter(Scene::Model), |mut r: ResMut<Rebuild>| r.0 = true)
             .add_systems(OnExit(Scene::Model), leave)
             .add_systems(
                 Update,
                 (
                     rebuild_on_new_run,
+                    relayout_on_resize,
                     want_tensors,
                     build_scene,
                     update_heatmaps,
@@ -203,21 +202,29 @@ fn layer_colour(name: &str) -> Color {
     }
 }
 
-/// One module's parameters, drawn as a column.
+/// One module's parameters, drawn as a column: the matrix on top, its
+/// vectors as strips below (a LoRA adapter's B above its A).
 struct Column<'a> {
     /// e.g. `transformer.h.0.attn.c_attn`
     module: String,
     /// The shape of its first parameter, e.g. `384×128`.
     shape: String,
-    params: Vec<(Entity, &'a Tensor, Vec2)>,
-    width: f32,
-    height: f32,
+    params: Vec<(Entity, &'a Tensor)>,
+}
+
+/// What a column of the picture draws.
+enum Drawn<'a> {
+    /// A module's parameters.
+    Module(Column<'a>),
+    /// A LoRA fine-tune's update (α/r)·B·A after its adapter: B's entity
+    /// and tensor, and the product's shape (out, in).
+    Update(Entity, &'a Tensor, (usize, usize)),
 }
 
 /// Groups a layer's parameters (in program order) by module.
-fn columns<'a>(params: &[(Entity, &'a Tensor, Vec2)]) -> Vec<Column<'a>> {
+fn columns<'a>(params: &[(Entity, &'a Tensor)]) -> Vec<Column<'a>> {
     let mut out: Vec<Column<'a>> = Vec::new();
-    for &(e, t, size) in params {
+    for &(e, t) in params {
         // A LoRA adapter's A and B form one column, `….c_attn.lora`.
         let module = lora_module(&t.name).unwrap_or_else(|| {
             t.name
@@ -239,38 +246,22 @@ fn columns<'a>(params: &[(Entity, &'a Tensor, Vec2)]) -> Vec<Column<'a>> {
                 module,
                 shape,
                 params: vec![],
-                width: 0.0,
-                height: 0.0,
             });
         }
-        let c = out.last_mut().expect("pushed above");
-        c.height += size.y + if c.params.is_empty() { 0.0 } else { 4.0 };
-        c.width = c.width.max(size.x);
-        c.params.push((e, t, size));
-    }
-    // A bias strip is as wide as its matrix.
-    for c in &mut out {
-        if c.params.iter().any(|(_, _, s)| s.y > VECTOR_HEIGHT) {
-            for p in &mut c.params {
-                if p.2.y <= VECTOR_HEIGHT {
-                    p.2.x = c.width;
-                }
-            }
-        }
+        out.last_mut().expect("pushed above").params.push((e, t));
     }
     out
 }
 
 /// The input width of the adapter whose B heads `column`: its A's columns
 /// (A sits in the layer beside B).
-fn columns_in(column: &Column, rows_of: &[Vec<(Entity, &Tensor, Vec2)>]) -> Option<usize> {
-    let (_, b, _) = column.params.first()?;
+fn columns_in(column: &Column, layer: &[(Entity, &Tensor)]) -> Option<usize> {
+    let (_, b) = column.params.first()?;
     let a_name = b.name.replace(".lora_B.", ".lora_A.");
-    rows_of
+    layer
         .iter()
-        .flatten()
-        .find(|(_, t, _)| t.name == a_name)
-        .map(|(_, a, _)| a.shape[1])
+        .find(|(_, t)| t.name == a_name)
+        .map(|(_, a)| a.shape[1])
 }
 
 /// `….c_attn.lora` for a LoRA adapter's A or B of `….c_attn`.
@@ -281,28 +272,36 @@ fn lora_module(name: &str) -> Option<String> {
     Some(format!("{linear}.lora"))
 }
 
-/// An adapter matrix's drawn size: its true aspect, the long side a
-/// heatmap's height, the short side (the rank) at least a few pixels.
-fn adapter_size(rows: usize, cols: usize) -> Vec2 {
-    let unit = HEATMAP_HEIGHT / rows.max(cols) as f32;
-    Vec2::new((cols as f32 * unit).max(6.0), (rows as f32 * unit).max(6.0))
-}
-
 /// α/r as a label: `2`, `0.5`.
 fn trim_scale(scale: f32) -> String {
     let s = format!("{scale:.3}");
     s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
-/// The drawn size of a parameter: matrices keep their aspect within limits,
-/// vectors are thin strips.
-fn drawn_size(rows: usize, cols: usize) -> Vec2 {
-    if rows == 1 {
-        Vec2::new(VECTOR_WIDTH, VECTOR_HEIGHT)
+/// How a parameter is drawn: matrices at their shape, vectors as strips,
+/// an adapter's thin matrices at their true aspect.
+fn item_of(t: &Tensor) -> Item {
+    let (rows, cols) = heatmap::grid_of(&t.shape);
+    if lora_module(&t.name).is_some() {
+        Item::Adapter { rows, cols }
+    } else if rows == 1 {
+        Item::Strip
     } else {
-        let w = (HEATMAP_HEIGHT * cols as f32 / rows as f32)
-            .clamp(HEATMAP_HEIGHT / 3.0, HEATMAP_HEIGHT * 2.5);
-        Vec2::new(w, HEATMAP_HEIGHT)
+        Item::Matrix { rows, cols }
+    }
+}
+
+/// A column's two labels (its module, its shape).
+fn column_labels(drawn: &Drawn, layer: &str, lora_scale: f32) -> [String; 2] {
+    match drawn {
+        Drawn::Module(c) => [
+            c.module
+                .trim_start_matches("transformer.")
+                .trim_start_matches(&format!("{layer}."))
+                .to_string(),
+            c.shape.clone(),
+        ],
+        Drawn::Update(..) => [format!("+{}·B·A", trim_scale(lora_scale)), "= ΔW".to_string()],
     }
 }
 
@@ -348,6 +347,42 @@ fn want_tensors(run: Option<Res<Run>>, snapshots: Res<Snapshots>, mut wants: Res
     wants.set("model", names);
 }
 
+/// What the picture was laid out for, and a new size waiting to settle
+/// (a window being dragged relays it out once, when it stops).
+#[derive(Resource, Default)]
+struct LaidOutFor {
+    built: (Vec2, bool),
+    seen: (Vec2, bool),
+    settled_frames: u32,
+}
+
+/// Lays the picture out again when the view's size (the window, the
+/// panels) or presenter mode changed and then held for a few frames.
+fn relayout_on_resize(
+    area: Res<FitArea>,
+    ui_state: Res<UiState>,
+    mut laid: ResMut<LaidOutFor>,
+    mut rebuild: ResMut<Rebuild>,
+) {
+    let now = (area.0, ui_state.presenter);
+    let differs = |a: (Vec2, bool), b: (Vec2, bool)| {
+        a.1 != b.1 || ((a.0 - b.0).abs() / b.0.max(Vec2::ONE)).max_element() > 0.02
+    };
+    if area.0.min_element() < 1.0 || !differs(now, laid.built) {
+        laid.settled_frames = 0;
+        return;
+    }
+    if differs(now, laid.seen) {
+        laid.seen = now;
+        laid.settled_frames = 0;
+    } else {
+        laid.settled_frames += 1;
+    }
+    if laid.settled_frames >= 3 {
+        rebuild.0 = true;
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn build_scene(
     mut commands: Commands,
@@ -356,39 +391,46 @@ fn build_scene(
     layers: Query<(Entity, &Layer)>,
     tensors: Query<(Entity, &Tensor, &ChildOf)>,
     old: Query<Entity, With<SceneItem>>,
+    shown: Query<&Heatmap>,
     mut images: ResMut<Assets<Image>>,
     mut selection: ResMut<Selection>,
     mut bounds: ResMut<SceneBounds>,
+    (area, ui_state, mut laid): (Res<FitArea>, Res<UiState>, ResMut<LaidOutFor>),
 ) {
     if !rebuild.0 || run.is_none() || layers.is_empty() {
         return;
     }
     rebuild.0 = false;
+    // The selected tensor stays selected when the picture is laid out again.
+    let selected = selection
+        .0
+        .and_then(|e| shown.get(e).ok())
+        .map(|h| (h.param.clone(), selection.1));
     for e in &old {
         commands.entity(e).despawn();
     }
     *selection = Selection::default();
+    let metrics = Metrics::new(ui_state.presenter);
+    let view = if area.0.min_element() >= 1.0 {
+        area.0
+    } else {
+        // Before the first frame has a view: laid out again once it has.
+        Vec2::new(1200.0, 620.0)
+    };
+    laid.built = (area.0, ui_state.presenter);
     let mut layer_list: Vec<(Entity, &Layer)> = layers.iter().collect();
     layer_list.sort_by_key(|(_, l)| l.index);
 
-    // Each layer's parameters, in program order, with their drawn sizes.
-    let rows_of: Vec<Vec<(Entity, &Tensor, Vec2)>> = layer_list
+    // Each layer's parameters, in program order.
+    let params_of: Vec<Vec<(Entity, &Tensor)>> = layer_list
         .iter()
         .map(|(le, _)| {
-            let mut ps: Vec<(Entity, &Tensor, Vec2)> = tensors
+            let mut ps: Vec<(Entity, &Tensor)> = tensors
                 .iter()
                 .filter(|(_, t, parent)| parent.parent() == *le && t.kind == TensorKind::Param)
-                .map(|(e, t, _)| {
-                    let (r, c) = heatmap::grid_of(&t.shape);
-                    let size = if lora_module(&t.name).is_some() {
-                        adapter_size(r, c)
-                    } else {
-                        drawn_size(r, c)
-                    };
-                    (e, t, size)
-                })
+                .map(|(e, t, _)| (e, t))
                 .collect();
-            ps.sort_by_key(|(_, t, _)| t.id);
+            ps.sort_by_key(|(_, t)| t.id);
             // An adapter's B (out × r) above its A (r × in), as B·A reads.
             for i in 1..ps.len() {
                 if ps[i].1.name.ends_with(".lora_B.weight")
@@ -400,39 +442,94 @@ fn build_scene(
             ps
         })
         .collect();
-    // Parameters group into modules (`attn.c_attn`: weight and bias), one
-    // column each: the matrix on top, its vectors as strips below.
-    let columns_of: Vec<Vec<Column>> = rows_of.iter().map(|ps| columns(ps)).collect();
-    // A LoRA fine-tune: each adapter's update (α/r)·B·A, drawn after its B.
+    // Each layer's columns: its modules, and after a LoRA adapter's B the
+    // update it adds to the frozen W.
     let lora = run.as_ref().and_then(|r| r.config().lora);
-    let product_size = |c: &Column| -> Option<Vec2> {
-        lora?;
-        let (_, b, _) = c.params.first()?;
-        if !b.name.ends_with(".lora_B.weight") {
-            return None;
-        }
-        let n_in = columns_in(c, &rows_of)?;
-        Some(drawn_size(b.shape[0], n_in))
-    };
-    let content_width = columns_of
+    let drawn_of: Vec<Vec<Drawn>> = params_of
         .iter()
-        .map(|cs| {
-            cs.iter()
-                .map(|c| c.width + GAP + product_size(c).map_or(0.0, |s| s.x + GAP))
-                .sum::<f32>()
+        .map(|ps| {
+            let mut out = Vec::new();
+            for c in columns(ps) {
+                let update = lora.and_then(|_| {
+                    let (e, b) = *c.params.first()?;
+                    if !b.name.ends_with(".lora_B.weight") {
+                        return None;
+                    }
+                    Some(Drawn::Update(e, b, (b.shape[0], columns_in(&c, ps)?)))
+                });
+                out.push(Drawn::Module(c));
+                out.extend(update);
+            }
+            out
         })
-        .fold(300.0f32, f32::max);
-    let width = TITLE_WIDTH + content_width + GAP;
-    let mut y = 0.0;
+        .collect();
+    let lora_scale = lora.map_or(1.0, |l| l.scale());
+    // The blocks share one set of column labels when theirs are alike.
+    let block_labels: Vec<Vec<[String; 2]>> = layer_list
+        .iter()
+        .zip(&drawn_of)
+        .filter(|((_, l), _)| l.name.starts_with("h."))
+        .map(|((_, l), d)| d.iter().map(|d| column_labels(d, &l.name, lora_scale)).collect())
+        .collect();
+    let blocks_alike = block_labels.windows(2).all(|w| w[0] == w[1]);
+    // Every block's title column is as wide as the widest block's.
+    let block_title = layer_list
+        .iter()
+        .filter(|(_, l)| l.name.starts_with("h."))
+        .map(|(_, l)| (layer_title(&l.name, &l.title).chars().count(), l.name.len()))
+        .fold((0, 0), |a, b| (a.0.max(b.0), a.1.max(b.1)));
+    let specs: Vec<LayerSpec> = layer_list
+        .iter()
+        .zip(&drawn_of)
+        .map(|((_, layer), drawn)| LayerSpec {
+            title_chars: if layer.name.starts_with("h.") {
+                block_title.0
+            } else {
+                layer_title(&layer.name, &layer.title).chars().count()
+            },
+            title_word_chars: layer_title(&layer.name, &layer.title)
+                .split_whitespace()
+                .map(|w| w.chars().count())
+                .max()
+                .unwrap_or(0),
+            name_chars: if layer.name.starts_with("h.") {
+                block_title.1
+            } else {
+                layer.name.len()
+            },
+            inline_name: layer.name.starts_with("h."),
+            labels: !layer.name.starts_with("h.") || !blocks_alike,
+            shares_row: matches!(layer.name.as_str(), "ln_f" | "head"),
+            note_chars: if layer.name == "head" {
+                crate::t!("model-head-note").chars().count()
+            } else {
+                0
+            },
+            columns: drawn
+                .iter()
+                .map(|d| ColumnSpec {
+                    items: match d {
+                        Drawn::Module(c) => c.params.iter().map(|(_, t)| item_of(t)).collect(),
+                        Drawn::Update(_, _, (rows, cols)) => vec![Item::Matrix {
+                            rows: *rows,
+                            cols: *cols,
+                        }],
+                    },
+                    label_width: column_labels(d, &layer.name, lora_scale)
+                        .iter()
+                        .map(|s| Metrics::label_width(s, metrics.label))
+                        .fold(0.0, f32::max),
+                })
+                .collect(),
+            block: layer.name.starts_with("h."),
+        })
+        .collect();
+    let placed = layout::layout(&specs, view, &metrics);
+
     let mut first_heatmap = None;
-    for ((_, layer), cols) in layer_list.iter().zip(&columns_of) {
-        let inner = cols.iter().map(|c| c.height).fold(0.0f32, f32::max);
-        let height = if cols.is_empty() {
-            64.0
-        } else {
-            inner + 2.0 * LABEL_SIZE + 20.0
-        };
-        let rect = Rect::new(0.0, y, width, y + height);
+    let mut reselect = None;
+    for (((_, layer), drawn), place) in layer_list.iter().zip(&drawn_of).zip(&placed.layers) {
+        let rect = place.rect;
         commands.spawn((
             Sprite::from_color(layer_colour(&layer.name), rect.size()),
             Anchor::BOTTOM_LEFT,
@@ -450,147 +547,112 @@ fn build_scene(
             SceneItem,
             DespawnOnExit(Scene::Model),
         ));
-        // The title wraps inside the title column, so it never runs into the heatmaps.
+        // The title wraps inside the title column, so it never runs into
+        // the heatmaps; the layer's program name is its last line (a
+        // block's follows its title on the line), and the two stand centred
+        // in the block however many lines they take.
         commands.spawn((
             text(
                 layer_title(&layer.name, &layer.title),
-                15.0,
-                // Grows upwards from the middle when it wraps; the layer's
-                // name grows downwards from it, so the two never overlap.
-                Anchor::BOTTOM_LEFT,
-                Vec2::new(12.0, y + height / 2.0 + 1.0),
+                metrics.title,
+                Anchor::CENTER_LEFT,
+                Vec2::new(rect.min.x + 12.0, rect.center().y),
                 1.0,
             ),
-            bevy::text::TextBounds::new_horizontal(TITLE_WIDTH - 24.0),
-        ));
-        commands.spawn(text(
-            layer.name.clone(),
-            12.0,
-            Anchor::TOP_LEFT,
-            Vec2::new(12.0, y + height / 2.0 - 3.0),
-            1.0,
+            bevy::text::TextBounds::new_horizontal(place.title_width - 20.0),
+            children![(
+                TextSpan::new(if layer.name.starts_with("h.") {
+                    format!("  {}", layer.name)
+                } else {
+                    format!("\n{}", layer.name)
+                }),
+                TextFont::from_font_size(metrics.name),
+                TextColor(crate::app::canvas::LABEL_COLOUR),
+            )],
         ));
         if layer.name == "head" {
-            commands.spawn(text(
-                crate::t!("model-head-note"),
-                14.0,
-                Anchor::CENTER_LEFT,
-                Vec2::new(TITLE_WIDTH + 90.0, y + height / 2.0 - 8.0),
-                1.0,
+            commands.spawn((
+                text(
+                    crate::t!("model-head-note"),
+                    metrics.note,
+                    Anchor::CENTER_LEFT,
+                    Vec2::new(rect.min.x + place.title_width, rect.center().y),
+                    1.0,
+                ),
+                bevy::text::TextBounds::new_horizontal(
+                    rect.width() - place.title_width - metrics.gap,
+                ),
             ));
         }
-        let mut x = TITLE_WIDTH;
-        let top = y + height - 8.0;
-        for column in cols {
-            let mut cy = top;
-            for (tensor_entity, t, size) in &column.params {
-                let (rows, cols) = heatmap::grid_of(&t.shape);
+        for (d, column) in drawn.iter().zip(&place.columns) {
+            let mut spawn_heatmap = |param: String,
+                                     tensor: Entity,
+                                     (rows, cols): (usize, usize),
+                                     rect: Rect,
+                                     product: Option<LowRankProduct>| {
                 let (tr, tc) = heatmap::texture_size(rows, cols);
                 let handle =
                     crate::app::canvas::cell_texture(&mut images, tc, tr, [60, 60, 70, 255]);
-                let rect = Rect::from_corners(Vec2::new(x, cy - size.y), Vec2::new(x + size.x, cy));
-                cy -= size.y + 4.0;
+                let is_selected = selected.as_ref().filter(|(p, _)| *p == param).map(|s| s.1);
                 let e = commands
                     .spawn((
                         Sprite {
                             image: handle.clone(),
-                            custom_size: Some(*size),
+                            custom_size: Some(rect.size()),
                             ..default()
                         },
                         Transform::from_translation(rect.center().extend(1.0)),
-                        Heatmap::new(
-                            t.name.clone(),
-                            *tensor_entity,
-                            (rows, cols),
-                            handle,
-                            rect,
-                            None,
-                        ),
-                        focusable(&t.name, &layer.name, (rows, cols), rect),
+                        focusable(&param, &layer.name, (rows, cols), rect),
+                        Heatmap::new(param, tensor, (rows, cols), handle, rect, product),
                         SceneItem,
                         DespawnOnExit(Scene::Model),
                     ))
                     .id();
                 first_heatmap.get_or_insert(e);
-            }
-            let module = column
-                .module
-                .trim_start_matches("transformer.")
-                .trim_start_matches(&format!("{}.", layer.name))
-                .to_string();
-            commands.spawn(text(
-                module.clone(),
-                LABEL_SIZE,
-                Anchor::TOP_LEFT,
-                Vec2::new(x, cy),
-                1.0,
-            ));
-            commands.spawn(text(
-                column.shape.clone(),
-                LABEL_SIZE,
-                Anchor::TOP_LEFT,
-                Vec2::new(x, cy - LABEL_SIZE - 1.0),
-                1.0,
-            ));
-            x += column.width + GAP;
-            // After an adapter's B: the update it adds to the frozen W.
-            if let (Some(size), Some(lora), Some((b_entity, b, _))) =
-                (product_size(column), lora, column.params.first())
-            {
-                let n_in = columns_in(column, &rows_of).expect("product_size found A");
-                let (rows, cols) = (b.shape[0], n_in);
-                let (tr, tc) = heatmap::texture_size(rows, cols);
-                let handle =
-                    crate::app::canvas::cell_texture(&mut images, tc, tr, [60, 60, 70, 255]);
-                let rect =
-                    Rect::from_corners(Vec2::new(x, top - size.y), Vec2::new(x + size.x, top));
-                let prefix = b.name.trim_end_matches(".lora_B.weight");
-                commands.spawn((
-                    Sprite {
-                        image: handle.clone(),
-                        custom_size: Some(size),
-                        ..default()
-                    },
-                    Transform::from_translation(rect.center().extend(1.0)),
-                    focusable(&format!("{prefix}.lora_BA"), &layer.name, (rows, cols), rect),
-                    Heatmap::new(
+                if let Some(open) = is_selected {
+                    reselect = Some(Selection(Some(e), open));
+                }
+            };
+            match d {
+                Drawn::Module(c) => {
+                    for ((tensor, t), rect) in c.params.iter().zip(&column.items) {
+                        let shape = heatmap::grid_of(&t.shape);
+                        spawn_heatmap(t.name.clone(), *tensor, shape, *rect, None);
+                    }
+                }
+                Drawn::Update(b_entity, b, shape) => {
+                    let lora = lora.expect("an update is drawn only in a fine-tune");
+                    let prefix = b.name.trim_end_matches(".lora_B.weight");
+                    spawn_heatmap(
                         format!("{prefix}.lora_BA"),
                         *b_entity,
-                        (rows, cols),
-                        handle,
-                        rect,
+                        *shape,
+                        column.items[0],
                         Some(LowRankProduct {
                             a: format!("{prefix}.lora_A.weight"),
                             b: b.name.clone(),
                             rank: lora.rank,
                             scale: lora.scale(),
                         }),
-                    ),
-                    SceneItem,
-                    DespawnOnExit(Scene::Model),
-                ));
-                let label_y = top - size.y - 4.0;
+                    );
+                }
+            }
+            if !place.labelled {
+                continue;
+            }
+            for (k, line) in column_labels(d, &layer.name, lora_scale).into_iter().enumerate() {
                 commands.spawn(text(
-                    format!("+{}·B·A", trim_scale(lora.scale())),
-                    LABEL_SIZE,
+                    line,
+                    metrics.label,
                     Anchor::TOP_LEFT,
-                    Vec2::new(x, label_y),
+                    column.label_at - Vec2::Y * k as f32 * metrics.label_line(),
                     1.0,
                 ));
-                commands.spawn(text(
-                    "= ΔW".to_string(),
-                    LABEL_SIZE,
-                    Anchor::TOP_LEFT,
-                    Vec2::new(x, label_y - LABEL_SIZE - 1.0),
-                    1.0,
-                ));
-                x += size.x + GAP;
             }
         }
-        y += height + 10.0;
     }
     // Colour bar, right of the stack.
-    let bar = Rect::new(width + 40.0, y * 0.5 - 110.0, width + 64.0, y * 0.5 + 110.0);
+    let bar = placed.bar;
     let pixels: Vec<u8> = (0..256)
         .rev()
         .flat_map(|i| heatmap::diverging((i as f32 - 127.5) / 127.5, 1.0))
@@ -620,7 +682,7 @@ fn build_scene(
         commands.spawn((
             text(
                 "",
-                13.0,
+                metrics.note,
                 Anchor::CENTER_LEFT,
                 Vec2::new(bar.max.x + 6.0, yy),
                 1.0,
@@ -628,14 +690,19 @@ fn build_scene(
             ColorBarLabel(k),
         ));
     }
+    // What the bar describes, above it, wrapped inside the bar's room.
+    let room = placed.bounds.max.x - bar.min.x;
     commands.spawn((
         text(
             "",
-            13.0,
-            Anchor::BOTTOM_CENTER,
-            Vec2::new(bar.center().x, bar.max.y + 10.0),
+            metrics.note,
+            Anchor::BOTTOM_LEFT,
+            // Clear of the scale's top value, centred on the bar's top.
+            Vec2::new(bar.min.x, bar.max.y + 0.75 * metrics.note + 4.0),
             1.0,
         ),
+        bevy::text::TextBounds::new_horizontal(room),
+        bevy::text::TextLayout::linebreak(bevy::text::LineBreak::WordOrCharacter),
         ColorBarLabel(2),
     ));
     commands.spawn((
@@ -646,8 +713,8 @@ fn build_scene(
         SceneItem,
         DespawnOnExit(Scene::Model),
     ));
-    selection.0 = first_heatmap;
-    bounds.0 = Rect::new(-10.0, -10.0, bar.max.x + 110.0, y + 10.0);
+    *selection = reselect.unwrap_or(Selection(first_heatmap, false));
+    bounds.0 = placed.bounds;
 }
 
 /// Writes the latest snapshot into heatmap textures, a frame's budget at a time.

@@ -18,6 +18,7 @@ pub fn register(app: &mut App) {
         .scene_data(Scene::Model, data)
         .report_field(Report::Headless, "blocks", blocks)
         .report_field(Report::Headless, "lora_updates", lora_updates)
+        .report_field(Report::Headless, "model", labels)
         .report_field(
             Report::Headless,
             "heatmap_snapshots",
@@ -68,6 +69,58 @@ fn blocks(
             })
             .collect(),
     )
+}
+
+/// The view the picture is fitted to (physical pixels), and every label of
+/// the picture: its text, where it is drawn and the size its type lands at
+/// on screen (the tests check that none is cut off, overlaps another or is
+/// too small to read).
+fn labels(
+    scene: Res<State<Scene>>,
+    ui_state: Res<crate::app::ui::UiState>,
+    texts: Query<
+        (
+            &Text2d,
+            &TextFont,
+            &GlobalTransform,
+            &bevy::sprite::Anchor,
+            &bevy::text::TextLayoutInfo,
+            &InheritedVisibility,
+        ),
+        With<super::SceneItem>,
+    >,
+    cameras: Query<(&Camera, &GlobalTransform, &Projection), With<SceneCamera>>,
+) -> Value {
+    if *scene.get() != Scene::Model {
+        return Value::Null;
+    }
+    let Ok((camera, camera_at, projection)) = cameras.single() else {
+        return Value::Null;
+    };
+    let Projection::Orthographic(ortho) = projection else {
+        return Value::Null;
+    };
+    let px_per_unit = camera.target_scaling_factor().unwrap_or(1.0) / ortho.scale;
+    let labels: Vec<Value> = texts
+            .iter()
+            .filter(|(text, .., info, visible)| visible.get() && !text.0.is_empty() && info.size.x > 0.0)
+            .filter_map(|(text, font, at, anchor, info, _)| {
+                let centre = at.translation().truncate() - anchor.as_vec() * info.size;
+                let rect = Rect::from_center_size(centre, info.size);
+                let bevy::text::FontSize::Px(size) = font.font_size else {
+                    return None;
+                };
+                Some(json!({
+                    "text": text.0,
+                    "rect": world_rect_to_px(camera, camera_at, rect)?,
+                    "px": size * px_per_unit,
+                }))
+            })
+            .collect();
+    json!({
+        "view": ui_state.central.map(|(x, y, w, h)| [x, y, x + w, y + h]),
+        "labels": labels,
+    })
 }
 
 /// A fine-tune's update heatmaps, (α/r)·B·A: where each is on screen and
