@@ -126,7 +126,7 @@ impl Metrics {
 
 /// One drawn tensor of a column, top to bottom.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Item {
+pub enum StackItem {
     /// A matrix, `rows`×`cols`: drawn `h` tall.
     Matrix { rows: usize, cols: usize },
     /// A vector: a thin strip as wide as the column's matrix.
@@ -138,7 +138,7 @@ pub enum Item {
 /// A column: one module's tensors, and its labels' width.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ColumnSpec {
-    pub items: Vec<Item>,
+    pub items: Vec<StackItem>,
     /// The wider of its two labels, in pixels.
     pub label_width: f32,
 }
@@ -175,7 +175,7 @@ impl LayerSpec {
         self.columns
             .iter()
             .flat_map(|c| &c.items)
-            .any(|i| !matches!(i, Item::Strip))
+            .any(|i| !matches!(i, StackItem::Strip))
     }
 
     /// Its title column's width: the common one, or for a layer without
@@ -234,7 +234,7 @@ pub struct PlacedLayer {
 
 /// The whole picture.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Layout {
+pub struct StackLayout {
     pub layers: Vec<PlacedLayer>,
     /// The colour bar.
     pub bar: Rect,
@@ -248,14 +248,14 @@ pub struct Layout {
 
 /// An item's natural size at matrix height `h`; a strip's width is the
 /// column's (decided later), here the least it takes.
-fn item_size(item: Item, h: f32, m: &Metrics) -> Vec2 {
+fn item_size(item: StackItem, h: f32, m: &Metrics) -> Vec2 {
     match item {
-        Item::Matrix { rows, cols } => {
+        StackItem::Matrix { rows, cols } => {
             let w = (h * cols as f32 / rows.max(1) as f32).clamp(h / 3.0, h * 2.5);
             Vec2::new(w, h)
         }
-        Item::Strip => Vec2::new((0.9 * h).clamp(32.0, 160.0), m.strip),
-        Item::Adapter { rows, cols } => {
+        StackItem::Strip => Vec2::new((0.9 * h).clamp(32.0, 160.0), m.strip),
+        StackItem::Adapter { rows, cols } => {
             let unit = h / rows.max(cols).max(1) as f32;
             Vec2::new((cols as f32 * unit).max(6.0), (rows as f32 * unit).max(6.0))
         }
@@ -268,10 +268,10 @@ fn column_width(c: &ColumnSpec, h: f32, stretch: f32, m: &Metrics) -> (f32, f32)
     let widest_matrix = c
         .items
         .iter()
-        .filter(|i| !matches!(i, Item::Strip))
+        .filter(|i| !matches!(i, StackItem::Strip))
         .map(|&i| {
             let w = item_size(i, h, m).x;
-            if matches!(i, Item::Matrix { .. }) { w * stretch } else { w }
+            if matches!(i, StackItem::Matrix { .. }) { w * stretch } else { w }
         })
         .fold(0.0f32, f32::max);
     let tensors = if widest_matrix > 0.0 {
@@ -430,7 +430,7 @@ fn fitting_h(layers: &[LayerSpec], area: Vec2, a: Arrangement, m: &Metrics) -> O
 
 /// Lays the stack out to fill `area` (logical pixels, the view under the
 /// scene's toolbar).
-pub fn layout(layers: &[LayerSpec], area: Vec2, m: &Metrics) -> Layout {
+pub fn layout(layers: &[LayerSpec], area: Vec2, m: &Metrics) -> StackLayout {
     let area = area.max(Vec2::new(320.0, 200.0));
     let blocks = layers.iter().filter(|l| l.block).count().max(1);
     // The arrangement that lets the matrices be tallest: a single column
@@ -502,7 +502,7 @@ pub fn layout(layers: &[LayerSpec], area: Vec2, m: &Metrics) -> Layout {
         bar_x + 18.0,
         0.5 * (height + bar_height),
     );
-    Layout {
+    StackLayout {
         layers: placed.into_iter().map(|p| p.expect("every layer is in a row")).collect(),
         bar,
         bounds: Rect::new(0.0, 0.0, width + m.bar_room, height),
@@ -549,9 +549,9 @@ fn place_layer(l: &LayerSpec, rect: Rect, title: f32, h: f32, m: &Metrics) -> Pl
                 .iter()
                 .map(|&i| {
                     let size = match i {
-                        Item::Matrix { .. } => item_size(i, h, m) * Vec2::new(stretch, 1.0),
-                        Item::Strip => Vec2::new(tensors, m.strip),
-                        Item::Adapter { .. } => item_size(i, h, m),
+                        StackItem::Matrix { .. } => item_size(i, h, m) * Vec2::new(stretch, 1.0),
+                        StackItem::Strip => Vec2::new(tensors, m.strip),
+                        StackItem::Adapter { .. } => item_size(i, h, m),
                     };
                     let r = Rect::new(x, cy - size.y, x + size.x, cy);
                     cy -= size.y + 4.0;
@@ -582,12 +582,12 @@ mod tests {
     /// A GPT's layers as the scene describes them: `n` blocks of `c` wide.
     /// The model's layers with labels sized for `m`.
     fn gpt(n: usize, c: usize, vocab: usize, ctx: usize, m: &Metrics) -> Vec<LayerSpec> {
-        let col = |items: Vec<Item>, label: &str| ColumnSpec {
+        let col = |items: Vec<StackItem>, label: &str| ColumnSpec {
             items,
             label_width: Metrics::label_width(label, m.label),
         };
-        let ln = || col(vec![Item::Strip, Item::Strip], "ln_1");
-        let linear = |rows, cols, label| col(vec![Item::Matrix { rows, cols }, Item::Strip], label);
+        let ln = || col(vec![StackItem::Strip, StackItem::Strip], "ln_1");
+        let linear = |rows, cols, label| col(vec![StackItem::Matrix { rows, cols }, StackItem::Strip], label);
         let spec = |columns, block, title_chars, labels, shares_row| LayerSpec {
             columns,
             block,
@@ -601,8 +601,8 @@ mod tests {
         };
         let mut layers = vec![spec(
             vec![
-                col(vec![Item::Matrix { rows: vocab, cols: c }], "wte"),
-                col(vec![Item::Matrix { rows: ctx, cols: c }], "wpe"),
+                col(vec![StackItem::Matrix { rows: vocab, cols: c }], "wte"),
+                col(vec![StackItem::Matrix { rows: ctx, cols: c }], "wpe"),
             ],
             false,
             "Token + position embeddings".len(),
@@ -636,7 +636,7 @@ mod tests {
         layers
     }
 
-    fn check(layers: &[LayerSpec], area: Vec2, m: &Metrics) -> Layout {
+    fn check(layers: &[LayerSpec], area: Vec2, m: &Metrics) -> StackLayout {
         let l = layout(layers, area, m);
         let b = l.bounds.inflate(0.5);
         for (i, layer) in l.layers.iter().enumerate() {

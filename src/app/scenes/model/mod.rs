@@ -24,7 +24,7 @@ use bevy::prelude::*;
 use bevy::render::render_resource::{Extent3d, TextureDimension, TextureFormat};
 use bevy::sprite::Anchor;
 use bevy_egui::{EguiContexts, EguiPrimaryContextPass, egui};
-use layout::{ColumnSpec, Item, LayerSpec, Metrics};
+use layout::{ColumnSpec, StackItem, LayerSpec, Metrics};
 
 /// Elements of pooled values written to textures per frame, at most: the
 /// rest waits for the next frame, so a big model never stalls one.
@@ -280,14 +280,14 @@ fn trim_scale(scale: f32) -> String {
 
 /// How a parameter is drawn: matrices at their shape, vectors as strips,
 /// an adapter's thin matrices at their true aspect.
-fn item_of(t: &Tensor) -> Item {
+fn item_of(t: &Tensor) -> StackItem {
     let (rows, cols) = heatmap::grid_of(&t.shape);
     if lora_module(&t.name).is_some() {
-        Item::Adapter { rows, cols }
+        StackItem::Adapter { rows, cols }
     } else if rows == 1 {
-        Item::Strip
+        StackItem::Strip
     } else {
-        Item::Matrix { rows, cols }
+        StackItem::Matrix { rows, cols }
     }
 }
 
@@ -510,7 +510,7 @@ fn build_scene(
                 .map(|d| ColumnSpec {
                     items: match d {
                         Drawn::Module(c) => c.params.iter().map(|(_, t)| item_of(t)).collect(),
-                        Drawn::Update(_, _, (rows, cols)) => vec![Item::Matrix {
+                        Drawn::Update(_, _, (rows, cols)) => vec![StackItem::Matrix {
                             rows: *rows,
                             cols: *cols,
                         }],
