@@ -3211,3 +3211,92 @@ fn the_numbers_behind_the_view_read_as_a_table() {
     }
     assert!(rows >= 1, "no plain value in the view's data: {view:?}");
 }
+
+/// WCAG's contrast ratio of two luminances, as shown by a projector whose
+/// black is lifted by `ambient` (the share of its white the room's light
+/// adds to every pixel: 0 on a monitor).
+fn projected_contrast(a: f64, b: f64, ambient: f64) -> f64 {
+    let shown = |l: f64| l * (1.0 - ambient) + ambient;
+    let (hi, lo) = (shown(a).max(shown(b)), shown(a).min(shown(b)));
+    (hi + 0.05) / (lo + 0.05)
+}
+
+/// The contrast of a label in a screenshot: the luminance of its ink (the
+/// pixels farthest from the label's background, the median) against the
+/// background's.
+fn label_contrast(pixels: &[[u8; 4]], w: usize, [x0, y0, x1, y1]: [f64; 4], ambient: f64) -> f64 {
+    let mut l: Vec<f64> = Vec::new();
+    for y in y0.max(0.0) as usize..(y1 as usize).min(pixels.len() / w) {
+        for x in x0.max(0.0) as usize..(x1 as usize).min(w) {
+            l.push(luminance(pixels[y * w + x]));
+        }
+    }
+    l.sort_by(f64::total_cmp);
+    let bg = l[l.len() / 2];
+    // The ink: the 3% of pixels farthest from the background, on its side.
+    let far = |v: &f64| (v - bg).abs();
+    let mut by_distance = l.clone();
+    by_distance.sort_by(|a, b| far(b).total_cmp(&far(a)));
+    let ink = by_distance[(by_distance.len() / 33).max(1) - 1];
+    projected_contrast(ink, bg, ambient)
+}
+
+/// *Inside the model* on its dark and its light canvas (`--theme`), in
+/// presenter mode at 1280×720, at the attention beat: every tensor label
+/// holds WCAG's 4.5:1 against what is behind it on a monitor, and the
+/// tensors' frames 3:1 against the canvas. The ratios under a projector in a
+/// lit room (its black lifted by 15% of its white) are printed: they are
+/// how docs/guide/scenes.md chose the canvas.
+#[test]
+fn the_walk_canvas_keeps_its_contrast_dark_and_light() {
+    let dir = common::scratch_dir("app-walk-theme");
+    for theme in ["dark", "light"] {
+        let shot = dir.join(format!("walk-{theme}.png"));
+        let r = run_headless(
+            &["app", "--headless", "--scene", "flow", "--checkpoint", "small", "--presenter", "--theme", theme, "--frames", "60", "--width", "1280", "--height", "720", "--walk-beat", "4"],
+            &shot,
+        );
+        let line = r.to_string();
+        assert_eq!(r["walk"]["theme"], theme, "{line}");
+        let (w, _, pixels) = decode(&shot);
+        let bg: Vec<f64> = r["background"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        let canvas = luminance([bg[0] as u8, bg[1] as u8, bg[2] as u8, 255]);
+        assert_eq!(canvas > 0.5, theme == "light", "the canvas is {theme}: {bg:?}");
+        let labels = r["walk"]["labels"].as_array().unwrap();
+        assert!(labels.len() >= 3, "{line}");
+        let (mut monitor, mut projector) = (f64::INFINITY, f64::INFINITY);
+        for l in labels {
+            let v: Vec<f64> = l["px"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+            let rect = [v[0], v[1], v[2], v[3]];
+            let c = label_contrast(&pixels, w, rect, 0.0);
+            assert!(c >= 4.5, "{theme}: `{}` at {c:.2}:1 ({line})", l["text"]);
+            monitor = monitor.min(c);
+            projector = projector.min(label_contrast(&pixels, w, rect, 0.15));
+        }
+        // The focused tensors' frames against the canvas: along each
+        // one's top edge (a band of 5 rows), the pixel farthest from the
+        // canvas in each column, the median over the columns.
+        let h = pixels.len() / w;
+        let mut frames = f64::INFINITY;
+        for s in r["walk"]["slabs"].as_array().unwrap().iter().filter(|s| s["focused"] == true && s["px"].is_array()) {
+            let v: Vec<f64> = s["px"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+            let (x0, x1, y) = (v[0].max(0.0) as usize, (v[2] as usize).min(w), v[1] as usize);
+            if x1 < x0 + 8 || y < 3 || y + 3 >= h {
+                continue;
+            }
+            let mut edge: Vec<f64> = (x0..x1)
+                .map(|x| {
+                    (y - 2..=y + 2)
+                        .map(|yy| luminance(pixels[yy * w + x]))
+                        .fold(canvas, |a, b| if (b - canvas).abs() > (a - canvas).abs() { b } else { a })
+                })
+                .map(|l| projected_contrast(l, canvas, 0.0))
+                .collect();
+            edge.sort_by(f64::total_cmp);
+            frames = frames.min(edge[edge.len() / 2]);
+        }
+        assert!(frames >= 3.0, "{theme}: a tensor's frame at {frames:.2}:1 against the canvas");
+        println!("{theme} canvas: labels at least {monitor:.2}:1 on a monitor, {projector:.2}:1 projected in a lit room; frames at least {frames:.2}:1");
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -410,7 +410,12 @@ fn count_frames(
             "tokens": r.tokens,
         })
     });
-    let bg = BACKGROUND.to_srgba();
+    // The scene camera's clear colour (the walk-through's light canvas has
+    // its own), else the app's background.
+    let bg = match cameras.single().map(|(c, _)| c.clear_color) {
+        Ok(bevy::camera::ClearColorConfig::Custom(c)) => c.to_srgba(),
+        _ => BACKGROUND.to_srgba(),
+    };
     let (steps, ms_per_step) = run.as_ref().map_or((0, None), |r| {
         let e = &r.engine;
         let ms = e.started.zip(e.last_step_at).map(|(t0, t1)| {

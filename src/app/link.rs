@@ -34,6 +34,8 @@ pub struct Link {
     /// A live class to join (`class=CODE`, with `teacher=TOKEN` for the
     /// teacher, or a student's `name=` and `seat=`): [`super::class`].
     pub class: Option<ClassLink>,
+    /// The 3D walk-through's canvas (`theme=light`).
+    pub theme: Option<crate::app::canvas::CanvasTheme>,
 }
 
 /// A live class in a link: its code, and the teacher's token or a
@@ -83,7 +85,11 @@ impl Link {
     /// A link that asks for nothing (the page's plain address): the page
     /// then opens as the native app does, on a trained model predicting.
     pub fn is_bare(&self) -> bool {
-        *self == Link::default()
+        // The canvas's theme changes how it looks, not what opens.
+        Link {
+            theme: None,
+            ..self.clone()
+        } == Link::default()
     }
 
     /// Reads a fragment (with or without its `#`). What it cannot use is
@@ -123,6 +129,12 @@ impl Link {
                     None => problems.push(format!(
                         "the link's scene `{value}` does not exist; the scenes are: {}",
                         Scene::keys()
+                    )),
+                },
+                "theme" => match crate::app::canvas::CanvasTheme::from_key(value) {
+                    Some(t) => link.theme = Some(t),
+                    None => problems.push(format!(
+                        "the link's theme `{value}` does not exist; use dark or light"
                     )),
                 },
                 "view" => match HeatmapView::ALL.into_iter().find(|v| view_key(*v) == value) {
@@ -273,6 +285,11 @@ impl Link {
         if let Some(class) = &self.class {
             parts.push(class.fragment());
         }
+        if let Some(theme) = self.theme
+            && theme != crate::app::canvas::CanvasTheme::Dark
+        {
+            parts.push(format!("theme={}", theme.key()));
+        }
         parts.join("&")
     }
 }
@@ -319,6 +336,7 @@ mod tests {
                         }),
                         _ => None,
                     },
+                    theme: (backend == BackendChoice::Gpu).then_some(crate::app::canvas::CanvasTheme::Light),
                 };
                 let (back, problems) = Link::parse(&format!("#{}", link.fragment()));
                 assert!(problems.is_empty(), "{problems:?}");
@@ -326,6 +344,9 @@ mod tests {
             }
         }
         assert_eq!(Link::parse(""), (Link::default(), vec![]));
+        // The theme alone still opens as the bare address does.
+        assert!(Link::parse("theme=light").0.is_bare());
+        assert!(!Link::parse("theme=blue").1.is_empty());
         // Every scene round-trips, attention included.
         for scene in Scene::ALL {
             let (back, problems) = Link::parse(&format!("scene={}", scene.key()));

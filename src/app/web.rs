@@ -77,6 +77,9 @@ pub fn main() {
     if let Some(view) = link.view {
         app.world_mut().resource_mut::<Snapshots>().set_view(view);
     }
+    if let Some(theme) = link.theme {
+        app.world_mut().insert_resource(theme);
+    }
     app.world_mut()
         .resource_mut::<AppStatus>()
         .errors
@@ -149,6 +152,7 @@ fn keep_link(
     workshop: Res<super::workshop::Workshop>,
     language: Res<super::language::AppLanguage>,
     class: Res<super::class::ClassClient>,
+    theme: Res<super::canvas::CanvasTheme>,
 ) {
     let link = Link {
         // A preset loaded from a file cannot travel in a link.
@@ -172,6 +176,7 @@ fn keep_link(
         lang: Some(language.current),
         // In a class, its code and the seat: a reload rejoins in it.
         class: class.link.clone(),
+        theme: Some(*theme),
     };
     let fragment = link.fragment();
     if fragment != page.fragment {

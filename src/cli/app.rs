@@ -154,6 +154,10 @@ pub struct AppArgs {
     /// Heatmaps in a colour-blind-safe diverging palette (orange/purple).
     #[arg(long)]
     colour_blind: bool,
+    /// The canvas of *Inside the model*: dark, or light (paper) for a
+    /// projector in a lit room.
+    #[arg(long, value_parser = parse_theme)]
+    theme: Option<tinygpt::app::canvas::CanvasTheme>,
     /// Play a lesson: a built-in name (tokens, attention, why-gpus-win) or a
     /// lesson file (`my-lesson.ron`, the format of scenes/*.ron).
     #[arg(long, value_name = "NAME|FILE.ron")]
@@ -243,6 +247,11 @@ fn walk_zoom(s: &str) -> std::result::Result<f32, String> {
     } else {
         Err(format!("{s} is not a zoom from 0.5 to 80"))
     }
+}
+
+fn parse_theme(s: &str) -> std::result::Result<tinygpt::app::canvas::CanvasTheme, String> {
+    tinygpt::app::canvas::CanvasTheme::from_key(s)
+        .ok_or_else(|| format!("`{s}` is not a theme; the themes are dark, light"))
 }
 
 fn parse_scene(s: &str) -> std::result::Result<Scene, String> {
@@ -448,6 +457,9 @@ pub fn run_app(mut args: AppArgs) -> Result<()> {
         app.world_mut()
             .resource_mut::<tinygpt::app::ui::UiState>()
             .reduced_motion = true;
+    }
+    if let Some(theme) = args.theme {
+        app.world_mut().insert_resource(theme);
     }
     if args.colour_blind {
         tinygpt::app::heatmap::set_palette(tinygpt::app::heatmap::Palette::OrangePurple);

@@ -14,6 +14,37 @@ use bevy::prelude::*;
 pub const BACKGROUND: Color = Color::srgb(0.05, 0.055, 0.07);
 /// Labels in the scenes.
 pub const LABEL_COLOUR: Color = Color::srgb(0.85, 0.87, 0.9);
+/// The light canvas of *Inside the model* (`--theme light`): paper, and
+/// its text.
+pub const LIGHT_BACKGROUND: Color = Color::srgb(0.965, 0.965, 0.957);
+pub const LIGHT_INK: Color = Color::srgb(0.10, 0.11, 0.13);
+
+/// The canvas of *Inside the model*: dark, as every scene's, or light
+/// (paper), for a projector in a lit room (`--theme light`, `theme=light`
+/// in a link, the scene toolbar's ☀ / ☾). docs/guide/scenes.md says which
+/// projects better, and how that was measured.
+#[derive(Resource, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CanvasTheme {
+    #[default]
+    Dark,
+    Light,
+}
+
+impl CanvasTheme {
+    pub const ALL: [CanvasTheme; 2] = [CanvasTheme::Dark, CanvasTheme::Light];
+
+    /// Its name on the command line and in a link.
+    pub fn key(self) -> &'static str {
+        match self {
+            CanvasTheme::Dark => "dark",
+            CanvasTheme::Light => "light",
+        }
+    }
+
+    pub fn from_key(key: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.key() == key)
+    }
+}
 
 /// DejaVu Sans: every glyph the labels use (× · ᵀ √ ␣ ↵), cut to Latin,
 /// Greek and the signs by `scripts/make-ui-fonts.sh` (a third of the whole
@@ -182,6 +213,7 @@ impl Plugin for CanvasPlugin {
             .init_resource::<parts::PictureFocus>()
             .init_resource::<parts::VirtualPointer>()
             .init_resource::<parts::KeyActivate>()
+            .init_resource::<CanvasTheme>()
             .insert_resource(ClearColor(BACKGROUND))
             .add_systems(PreStartup, use_label_font);
     }

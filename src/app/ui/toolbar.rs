@@ -69,10 +69,10 @@ pub fn scene_status(
         .interactable(false)
         .show(ctx, |ui| {
             ui.set_max_width(view.width() - 20.0);
-            // On a backing, so a picture scrolled under it does not show
-            // through the letters.
+            // On an opaque backing, so neither a picture scrolled under it
+            // nor the walk-through's light canvas shows through the letters.
             egui::Frame::new()
-                .fill(ui.visuals().panel_fill.gamma_multiply(0.85))
+                .fill(ui.visuals().panel_fill)
                 .inner_margin(egui::Margin::symmetric(4, 1))
                 .corner_radius(3.0)
                 .show(ui, |ui| {

@@ -6,16 +6,66 @@
 //! projector), each tensor's scale its own 99th percentile of |v|; the
 //! attention weights and probabilities on the app's sequential map; and
 //! the signed-max aggregate that keeps a tensor larger than its texture
-//! legible.
+//! legible. Two canvases: dark (the app's) and light (paper, zero a light
+//! grey and the families' darker ends, after ColorBrewer's PuOr, PuGn and
+//! PiYG), chosen with [`set_light`].
 
 use super::layout::TensorFamily;
+use bevy::color::Color;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-/// Zero, on every diverging scale (lighter than the background, so a
+/// Whether the canvas is light (read where textures are coloured, which
+/// may be the scene's worker thread).
+static LIGHT: AtomicBool = AtomicBool::new(false);
+
+/// Colours the walk-through for a light canvas (or the dark one).
+pub fn set_light(light: bool) {
+    LIGHT.store(light, Ordering::Relaxed);
+}
+
+pub fn light() -> bool {
+    LIGHT.load(Ordering::Relaxed)
+}
+
+/// The canvas behind the tensors.
+pub fn background() -> Color {
+    if light() {
+        crate::app::canvas::LIGHT_BACKGROUND
+    } else {
+        crate::app::canvas::BACKGROUND
+    }
+}
+
+/// Text on the canvas.
+pub fn ink() -> Color {
+    if light() {
+        crate::app::canvas::LIGHT_INK
+    } else {
+        crate::app::canvas::LABEL_COLOUR
+    }
+}
+
+/// The worked example's outlines and the sweep's cursor: gold and white
+/// on the dark canvas, deep orange and near-black on the light one.
+pub fn mark() -> Color {
+    if light() { Color::srgba(0.80, 0.40, 0.0, 0.95) } else { Color::srgba(1.0, 0.93, 0.35, 0.9) }
+}
+
+pub fn cursor() -> Color {
+    if light() { Color::srgba(0.05, 0.05, 0.07, 0.8) } else { Color::srgba(1.0, 1.0, 1.0, 0.8) }
+}
+
+/// Zero, on every diverging scale (a step off the background, so a
 /// tensor of zeros still shows its shape).
-pub const ZERO: [f32; 3] = [0.20, 0.21, 0.24];
+pub fn zero() -> [f32; 3] {
+    if light() { [0.84, 0.84, 0.83] } else { [0.20, 0.21, 0.24] }
+}
+
 /// A cell with nothing in it (the causal mask's upper triangle, a position
-/// with no loss).
-pub const MASKED: [u8; 4] = [26, 28, 34, 255];
+/// with no loss): nearer the background than zero.
+pub fn masked() -> [u8; 4] {
+    if light() { [236, 236, 233, 255] } else { [26, 28, 34, 255] }
+}
 /// The most texels a side of a tensor's texture has; larger tensors are
 /// aggregated.
 pub const MAX_SIDE: usize = 1024;
@@ -32,6 +82,16 @@ pub enum CellLens {
 /// The two ends of a family's diverging scale (negative, positive), linear
 /// RGB-ish sRGB triples.
 fn ends(family: TensorFamily, lens: CellLens) -> ([f32; 3], [f32; 3]) {
+    if light() {
+        // Dark enough to hold against white: #c51b7d/#01665e, #d6604d/
+        // #8c6600, #b35806/#2166ac, #762a83/#1b7837.
+        return match (lens, family) {
+            (CellLens::Gradient, _) => ([0.77, 0.11, 0.49], [0.0, 0.40, 0.37]),
+            (CellLens::Update, _) => ([0.84, 0.38, 0.30], [0.55, 0.40, 0.0]),
+            (CellLens::Value, TensorFamily::Weight) => ([0.70, 0.35, 0.02], [0.13, 0.40, 0.67]),
+            _ => ([0.46, 0.16, 0.51], [0.11, 0.47, 0.22]),
+        };
+    }
     match (lens, family) {
         (CellLens::Gradient, _) => ([0.93, 0.35, 0.72], [0.25, 0.82, 0.76]),
         (CellLens::Update, _) => ([0.96, 0.42, 0.36], [0.97, 0.87, 0.30]),
@@ -42,9 +102,11 @@ fn ends(family: TensorFamily, lens: CellLens) -> ([f32; 3], [f32; 3]) {
 
 /// The frame's colour of a family (the positive end).
 pub fn frame(family: TensorFamily, lens: CellLens) -> [f32; 3] {
-    match family {
-        TensorFamily::Probability => [0.98, 0.75, 0.25],
-        TensorFamily::Loss => [0.95, 0.45, 0.35],
+    match (family, light()) {
+        (TensorFamily::Probability, false) => [0.98, 0.75, 0.25],
+        (TensorFamily::Probability, true) => [0.62, 0.32, 0.0],
+        (TensorFamily::Loss, false) => [0.95, 0.45, 0.35],
+        (TensorFamily::Loss, true) => [0.75, 0.20, 0.15],
         _ => ends(family, lens).1,
     }
 }
@@ -52,7 +114,7 @@ pub fn frame(family: TensorFamily, lens: CellLens) -> [f32; 3] {
 /// The colour of `v` on `family`'s scale of half-width `scale`.
 pub fn colour(v: f32, scale: f32, family: TensorFamily, lens: CellLens) -> [u8; 4] {
     if v.is_nan() {
-        return MASKED;
+        return masked();
     }
     match (family, lens) {
         (TensorFamily::Probability, CellLens::Value) => {
@@ -60,7 +122,7 @@ pub fn colour(v: f32, scale: f32, family: TensorFamily, lens: CellLens) -> [u8; 
         }
         (TensorFamily::Loss, CellLens::Value) => {
             let f = (v / scale.max(1e-12)).clamp(0.0, 1.0);
-            mix(ZERO, frame(TensorFamily::Loss, lens), f)
+            mix(zero(), frame(TensorFamily::Loss, lens), f)
         }
         _ => {
             let (neg, pos) = ends(family, lens);
@@ -69,7 +131,7 @@ pub fn colour(v: f32, scale: f32, family: TensorFamily, lens: CellLens) -> [u8; 
             } else {
                 0.0
             };
-            mix(ZERO, if v < 0.0 { neg } else { pos }, f)
+            mix(zero(), if v < 0.0 { neg } else { pos }, f)
         }
     }
 }

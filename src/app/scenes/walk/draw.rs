@@ -320,7 +320,7 @@ pub fn spawn(
         commands.spawn((
             Text2d::new(title),
             TextFont::from_font_size(LABEL_FONT_PX),
-            TextColor(crate::app::canvas::LABEL_COLOUR),
+            TextColor(colour::ink()),
             Anchor::BOTTOM_LEFT,
             Transform::from_translation(at),
             Visibility::Hidden,
@@ -427,7 +427,7 @@ pub fn spawn(
                     Text2d::new(text),
                     TextFont::from_font_size(LABEL_FONT_PX),
                     TextColor(Color::srgb(r, g, b)),
-                    bevy::text::TextBackgroundColor(crate::app::canvas::BACKGROUND.with_alpha(0.85)),
+                    bevy::text::TextBackgroundColor(colour::background().with_alpha(0.85)),
                     anchor,
                     Transform::from_translation(at),
                     Visibility::Hidden,
@@ -450,7 +450,7 @@ pub fn spawn(
                 commands.spawn((
                     Text2d::new(crate::app::canvas::chip_text(byte)),
                     TextFont::from_font_size(LABEL_FONT_PX),
-                    TextColor(Color::srgb(0.92, 0.93, 0.95)),
+                    TextColor(colour::ink()),
                     Anchor::BOTTOM_CENTER,
                     Transform::from_translation(at),
                     Visibility::Hidden,

@@ -21,8 +21,6 @@ pub struct Mark;
 #[derive(Resource, Default, PartialEq)]
 pub struct Marked(Option<(usize, u64)>);
 
-/// The colour of the marks (bright on every family's colours).
-const MARK: Color = Color::srgba(1.0, 0.93, 0.35, 0.9);
 
 /// The rectangles to outline for beat `beat`: (slab, row range, column
 /// range) in cells.
@@ -118,7 +116,7 @@ pub fn draw(
             (centre - Vec2::X * (size.x + t) * 0.5, Vec2::new(t, size.y)),
         ] {
             commands.spawn((
-                Sprite::from_color(MARK, bar),
+                Sprite::from_color(super::colour::mark(), bar),
                 Transform::from_translation(at.extend(slab.corner.z + 0.1)),
                 Mark,
                 DespawnOnExit(Scene::Walk),

@@ -152,6 +152,7 @@ impl Plugin for ScenePlugin {
                     enter,
                     new_run,
                     ask,
+                    apply_theme,
                     rebuild,
                     lesson::apply_wanted,
                     keys,
@@ -205,10 +206,33 @@ fn enter(
     }
 }
 
+/// The canvas's theme: the camera clears to its background, and on a
+/// change the textures are coloured again (the pass is asked again) and
+/// the labels spawned again in its colours.
+fn apply_theme(
+    theme: Res<crate::app::canvas::CanvasTheme>,
+    mut compute: ResMut<WalkCompute>,
+    mut shown: ResMut<Shown>,
+    mut cameras: Query<&mut Camera, With<SceneCamera>>,
+) {
+    let light = *theme == crate::app::canvas::CanvasTheme::Light;
+    if colour::light() != light {
+        colour::set_light(light);
+        compute.reset();
+        shown.generation = u64::MAX;
+    }
+    let clear = colour::background();
+    for mut camera in &mut cameras {
+        if !matches!(camera.clear_color, bevy::camera::ClearColorConfig::Custom(c) if c == clear) {
+            camera.clear_color = bevy::camera::ClearColorConfig::Custom(clear);
+        }
+    }
+}
+
 /// Leaving: the camera back as the other scenes had it; stop asking for
 /// the weights.
 fn leave(
-    mut cameras: Query<(&mut Transform, &mut Projection), With<SceneCamera>>,
+    mut cameras: Query<(&mut Transform, &mut Projection, &mut Camera), With<SceneCamera>>,
     mut before: ResMut<Before>,
     mut wants: ResMut<TensorWants>,
     mut marked: ResMut<marks::Marked>,
@@ -217,8 +241,11 @@ fn leave(
     wants.set("walk", Vec::new());
     *marked = marks::Marked::default();
     *sweep = sweep::Sweep::default();
+    for (.., mut camera) in &mut cameras {
+        camera.clear_color = bevy::camera::ClearColorConfig::Default;
+    }
     if let Some((t, p)) = before.0.take() {
-        for (mut transform, mut projection) in &mut cameras {
+        for (mut transform, mut projection, _) in &mut cameras {
             *transform = t;
             *projection = p.clone();
         }
@@ -504,10 +531,12 @@ fn shade(
         if sprite.image != image {
             sprite.image = image;
         }
-        let tint = if focused[quad.slab] {
-            Color::WHITE
-        } else {
-            Color::srgb(0.32, 0.32, 0.34)
+        // Out of the beat: darkened on the dark canvas, faded towards
+        // the paper on the light one.
+        let tint = match (focused[quad.slab], colour::light()) {
+            (true, _) => Color::WHITE,
+            (false, false) => Color::srgb(0.32, 0.32, 0.34),
+            (false, true) => Color::srgba(1.0, 1.0, 1.0, 0.3),
         };
         if sprite.color != tint {
             sprite.color = tint;

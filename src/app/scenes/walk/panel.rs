@@ -89,12 +89,13 @@ pub fn panels(
     quads: Query<&super::draw::SlabQuad>,
     mut narration_height: ResMut<NarrationHeight>,
     mut knockouts: ResMut<Knockouts>,
-    (mut next_scene, mut pending, sweep, lesson, mut details): (
+    (mut next_scene, mut pending, sweep, lesson, mut details, mut theme): (
         ResMut<NextState<Scene>>,
         ResMut<PendingFocus>,
         Res<super::sweep::Sweep>,
         Res<crate::app::lesson::LessonPlayer>,
         Local<Option<bool>>,
+        ResMut<crate::app::canvas::CanvasTheme>,
     ),
 ) -> Result {
     let ctx = contexts.ctx_mut()?;
@@ -149,6 +150,18 @@ pub fn panels(
             egui::WidgetType::Slider,
             crate::t!("walk-speed"),
         );
+        // The canvas: dark, or paper for a lit room.
+        use crate::app::canvas::CanvasTheme;
+        let (icon, other, tip) = match *theme {
+            CanvasTheme::Dark => ("☀", CanvasTheme::Light, crate::t!("walk-theme-light")),
+            CanvasTheme::Light => ("☾", CanvasTheme::Dark, crate::t!("walk-theme-dark")),
+        };
+        if crate::app::canvas::parts::named(ui.button(icon), egui::WidgetType::Button, tip.clone())
+            .on_hover_text(tip)
+            .clicked()
+        {
+            *theme = other;
+        }
         // In a block's beats, its heads and MLP can be knocked out: the
         // pass is computed again without them.
         if let Some(layer) = shown.walk.as_ref().and_then(|w| w.beats[k].layer) {

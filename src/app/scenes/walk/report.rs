@@ -151,6 +151,7 @@ fn headless(
         "slabs": slabs,
         "labels": labels,
         "zoom": view.look.zoom,
+        "theme": if super::colour::light() { "light" } else { "dark" },
         "numbers": numbers.count,
         "numbered": numbers.first.iter().map(|(slab, row, col, gradient, text)| {
             json!({ "slab": slab, "row": row, "col": col, "gradient": gradient, "text": text })

@@ -230,8 +230,6 @@ impl Sweep {
 #[derive(Component)]
 pub struct SweepCursor;
 
-/// The cursor's colour: white, over the gold outlines.
-const CURSOR: Color = Color::srgba(1.0, 1.0, 1.0, 0.8);
 
 /// Moves the sweep on and its cursor with it.
 #[allow(clippy::too_many_arguments)]
@@ -319,7 +317,7 @@ pub fn sweep(
             }
             None => {
                 commands.spawn((
-                    Sprite::from_color(CURSOR, size),
+                    Sprite::from_color(super::colour::cursor(), size),
                     at,
                     SweepCursor,
                     DespawnOnExit(Scene::Walk),
