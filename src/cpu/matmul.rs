@@ -1,11 +1,14 @@
 //! Matrix multiplication for the CPU backend: a rayon-parallel driver over the
 //! `matrixmultiply` SIMD GEMM, and the plain triple loop it is tested against.
 //!
-//! The work is split into row blocks (or column blocks when there are few
-//! rows). Every element of C is computed by the same sequence of operations
-//! whatever the split (the GEMM walks K in the same blocks for every tile), so
-//! results are bit-identical however many threads run them (a test checks).
-//! `docs/performance.md` records the measurement that chose this GEMM.
+//! The work is split into tiles of C, up to twice as many as there are
+//! threads, in the grid that packs least ([`tiles`]): on 16 threads each
+//! task packs a part of A and a part of B (row blocks each packed all of B,
+//! which kept the linears of large and xl at a fraction of their speed). Every element of C is computed
+//! by the same sequence of operations whatever the tile (the GEMM walks K
+//! in the same blocks for every tile), so results are bit-identical however
+//! many threads run them (a test checks). `docs/performance.md` records
+//! the measurements that chose this GEMM and this split.
 
 use super::float::Float;
 use rayon::prelude::*;
@@ -37,7 +40,7 @@ impl<'a, F> View<'a, F> {
     }
 }
 
-/// Minimum output elements per parallel task: below this a task costs more
+/// Minimum multiply-adds per parallel task: below this a task costs more
 /// to schedule than to compute.
 const MIN_TASK_WORK: usize = 64 * 1024;
 
@@ -60,49 +63,50 @@ pub fn gemm<F: Float>(
     check_view(a, m, k, "a");
     check_view(b, k, n, "b");
     assert!(c.len() >= (m - 1) * ldc + n, "gemm: c too small");
-    let work = m * n * k.max(1);
-    // Enough tasks to balance the threads, few enough that each task's
-    // packing of the shared operand stays small next to its arithmetic.
-    let tasks = (work / MIN_TASK_WORK).clamp(1, 2 * rayon::current_num_threads());
-    if tasks == 1 {
+    let (rows_per, cols_per) = tiles(m, k, n);
+    if rows_per >= m && cols_per >= n {
         unsafe { serial(m, k, n, alpha, a, b, beta, c.as_mut_ptr(), ldc) };
         return;
     }
-    if m >= tasks * 16 || m >= n {
-        // Split rows.
-        let rows_per = m.div_ceil(tasks).next_multiple_of(8);
-        c.par_chunks_mut(rows_per * ldc)
-            .enumerate()
-            .for_each(|(i, chunk)| {
-                let r0 = i * rows_per;
-                if r0 >= m {
-                    return;
-                }
-                let rows = rows_per.min(m - r0);
-                let a_off = View {
-                    data: &a.data[r0 * a.rs..],
-                    rs: a.rs,
-                    cs: a.cs,
-                };
-                unsafe { serial(rows, k, n, alpha, a_off, b, beta, chunk.as_mut_ptr(), ldc) };
-            });
-    } else {
-        // Split columns: each task owns a column block of every row of c.
-        let cols_per = n.div_ceil(tasks).next_multiple_of(8);
-        let blocks = n.div_ceil(cols_per);
-        let c_ptr = SendPtr(c.as_mut_ptr());
-        (0..blocks).into_par_iter().for_each(|j| {
-            let c0 = j * cols_per;
-            let cols = cols_per.min(n - c0);
-            let b_off = View {
-                data: &b.data[c0 * b.cs..],
-                rs: b.rs,
-                cs: b.cs,
-            };
-            // SAFETY: column blocks are disjoint, so tasks never write the same element.
-            unsafe { serial(m, k, cols, alpha, a, b_off, beta, c_ptr.get().add(c0), ldc) };
-        });
+    let (row_blocks, col_blocks) = (m.div_ceil(rows_per), n.div_ceil(cols_per));
+    let c_ptr = SendPtr(c.as_mut_ptr());
+    (0..row_blocks * col_blocks).into_par_iter().for_each(|t| {
+        let (r0, c0) = ((t / col_blocks) * rows_per, (t % col_blocks) * cols_per);
+        let (rows, cols) = (rows_per.min(m - r0), cols_per.min(n - c0));
+        let a_tile = View {
+            data: &a.data[r0 * a.rs..],
+            rs: a.rs,
+            cs: a.cs,
+        };
+        let b_tile = View {
+            data: &b.data[c0 * b.cs..],
+            rs: b.rs,
+            cs: b.cs,
+        };
+        // SAFETY: the tiles are disjoint, so tasks never write the same element.
+        unsafe { serial(rows, k, cols, alpha, a_tile, b_tile, beta, c_ptr.get().add(r0 * ldc + c0), ldc) };
+    });
+}
+
+/// The tile of C (rows, columns) one task computes. As many tasks as the
+/// work allows (at least [`MIN_TASK_WORK`] each), at most twice the threads
+/// (so they balance), laid out as the grid of row and column blocks whose
+/// tasks pack the least: a task packs its rows of A and its columns of B,
+/// so an r × c grid packs c copies of A and r of B. Few tasks make row
+/// blocks (as many tasks as rows of blocks: B packed by each); 32 tasks at
+/// large's shapes make an 8 × 4 grid, half the packing of 32 row blocks.
+fn tiles(m: usize, k: usize, n: usize) -> (usize, usize) {
+    let tasks = (m * n * k.max(1) / MIN_TASK_WORK).clamp(1, 2 * rayon::current_num_threads());
+    if tasks == 1 {
+        return (m, n);
     }
+    // Ties go to more row blocks (rows of C are contiguous).
+    let (r, c) = (1..=tasks)
+        .rev()
+        .map(|r| (r, tasks.div_ceil(r)))
+        .min_by_key(|&(r, c)| c * m + r * n)
+        .unwrap();
+    (m.div_ceil(r).next_multiple_of(16).min(m), n.div_ceil(c).next_multiple_of(16).min(n))
 }
 
 #[derive(Clone, Copy)]
@@ -320,6 +324,21 @@ mod tests {
                 "{threads} threads differ"
             );
         }
+    }
+
+    #[test]
+    fn few_threads_split_rows_and_many_split_both_ways() {
+        let on = |threads: usize| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+            pool.install(|| tiles(1536, 192, 768))
+        };
+        // large's MLP (B·T × C → 4C): 4 tasks on 2 threads are row blocks;
+        // 32 on 16 threads an 8 × 4 grid (B packed 8 times, not 32).
+        assert_eq!(on(2), (384, 768));
+        assert_eq!(on(16), (192, 192));
+        // Too little work for a second task: one tile.
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(16).build().unwrap();
+        assert_eq!(pool.install(|| tiles(64, 32, 32)), (64, 32));
     }
 
     #[test]
