@@ -16,11 +16,9 @@ use crate::train::Trainer;
 use crate::train::timelapse::{frame_from, heads_from, norm_names, norms_from, probe_requests};
 use std::collections::VecDeque;
 
-/// Whether a GPU run records its frames here: natively. In the browser
-/// (WebGPU) not yet: it is switched off there until the browser test
-/// covers it (a failure first blamed on it was the test's button clicks,
-/// moved by the tenth scene; the browser run with it on was not repeated).
-const RECORDS: bool = cfg!(not(target_arch = "wasm32"));
+/// Whether a GPU run records its frames here: natively and in the browser
+/// (WebGPU; the browser test's WebGPU run checks its frames).
+const RECORDS: bool = true;
 
 /// A read on its way, or its values.
 enum Read {

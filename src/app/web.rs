@@ -221,6 +221,8 @@ fn report_to_page(
         "loss_finite": last.map(|m| m.loss.is_finite()),
         "val_loss": last.and_then(|m| m.val_loss),
         "ms_per_step": last.map(|m| m.ms),
+        // The run's time-lapse: how many frames it has recorded so far.
+        "timelapse_frames": run.engine.timelapse().map_or(0, |t| t.frames.len()),
         "corpus": run.corpus_name,
         "gallery": run.gallery,
         "ui": shown.to_json(*workshop),

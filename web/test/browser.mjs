@@ -296,6 +296,7 @@ async function runOnce(base, run) {
       steps: status.step,
       loss: status.loss,
       loss_finite: status.loss_finite,
+      timelapse_frames: status.timelapse_frames,
       first_frame_ms: status.firstFrameMs,
       first_step_ms: status.firstStepMs,
       steps_per_s: stepsPerS,
@@ -312,6 +313,9 @@ async function runOnce(base, run) {
     check(status.step >= STEPS, `only ${status.step} of ${STEPS} steps in ${TIMEOUT_S} s`);
     check(status.loss_finite === true && Number.isFinite(status.loss), `the last loss is not finite: ${status.loss}`);
     check((status.errors || []).length === 0, `the app reported errors: ${JSON.stringify(status.errors)}`);
+    // Every run records its time-lapse, on WebGPU too (frames at steps
+    // spaced in log(step): every one of the first few).
+    check(status.timelapse_frames >= 3, `the run recorded ${status.timelapse_frames} time-lapse frames in ${status.step} steps`);
     check(fragment.includes("preset=tiny") && fragment.includes("seed=1337") && fragment.includes("scene=model"),
       `the URL fragment does not hold the view: ${fragment}`);
     check(picture.colours > 100 && picture.nonBackground > 0.2,
