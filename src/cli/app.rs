@@ -154,8 +154,9 @@ pub struct AppArgs {
     /// Heatmaps in a colour-blind-safe diverging palette (orange/purple).
     #[arg(long)]
     colour_blind: bool,
-    /// The canvas of *Inside the model*: dark, or light (paper) for a
-    /// projector in a lit room.
+    /// The canvas of *Inside the model*: dark (the default), or light
+    /// (paper: for white slides and handouts, or a projector that turns
+    /// dark greys to mud).
     #[arg(long, value_parser = parse_theme)]
     theme: Option<tinygpt::app::canvas::CanvasTheme>,
     /// Play a lesson: a built-in name (tokens, attention, why-gpus-win) or a

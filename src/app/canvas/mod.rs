@@ -19,10 +19,11 @@ pub const LABEL_COLOUR: Color = Color::srgb(0.85, 0.87, 0.9);
 pub const LIGHT_BACKGROUND: Color = Color::srgb(0.965, 0.965, 0.957);
 pub const LIGHT_INK: Color = Color::srgb(0.10, 0.11, 0.13);
 
-/// The canvas of *Inside the model*: dark, as every scene's, or light
-/// (paper), for a projector in a lit room (`--theme light`, `theme=light`
-/// in a link, the scene toolbar's ☀ / ☾). docs/guide/scenes.md says which
-/// projects better, and how that was measured.
+/// The canvas of *Inside the model*: dark, as every scene's (the default),
+/// or light (paper: for white slides and handouts, or a projector that
+/// turns dark greys to mud) (`--theme light`, `theme=light` in a link, the
+/// scene toolbar's ☀ / ☾). docs/guide/scenes.md says why dark stays the
+/// default, from the contrast measured on both.
 #[derive(Resource, Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum CanvasTheme {
     #[default]

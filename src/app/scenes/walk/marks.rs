@@ -21,7 +21,6 @@ pub struct Mark;
 #[derive(Resource, Default, PartialEq)]
 pub struct Marked(Option<(usize, u64)>);
 
-
 /// The rectangles to outline for beat `beat`: (slab, row range, column
 /// range) in cells.
 pub fn marks_of(walk: &WalkLayout, computed: &Computed, beat: usize) -> Vec<(usize, (usize, usize), (usize, usize))> {
