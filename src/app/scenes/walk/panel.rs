@@ -150,7 +150,7 @@ pub fn panels(
             egui::WidgetType::Slider,
             crate::t!("walk-speed"),
         );
-        // The canvas: dark, or paper for a lit room.
+        // The canvas: dark (the default), or paper (CanvasTheme says when).
         use crate::app::canvas::CanvasTheme;
         let (icon, other, tip) = match *theme {
             CanvasTheme::Dark => ("☀", CanvasTheme::Light, crate::t!("walk-theme-light")),

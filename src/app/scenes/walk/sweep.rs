@@ -230,7 +230,6 @@ impl Sweep {
 #[derive(Component)]
 pub struct SweepCursor;
 
-
 /// Moves the sweep on and its cursor with it.
 #[allow(clippy::too_many_arguments)]
 pub fn sweep(
