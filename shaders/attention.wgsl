@@ -28,7 +28,12 @@
 //   attention_forward_rows   group (64 queries, b·H + h): training's forward; a thread
 //                            owns a query row (see the kernel); same out and lse
 //   attention_backward_dq_rows  group (64 queries, b·H + h): training's dQ, likewise
-// (The 16×16-tile forward and dQ stay for the trace, which replays them.)
+//   attention_backward_dkdv_blocks  group (32 keys, b·H + h), 256 threads: training's
+//                            dK and dV where the device's workgroup memory holds the
+//                            blocks (see the kernel); attention_backward_dkdv elsewhere
+//   attention_backward_dq_blocks    group (32 queries, b·H + h), 256 threads: training's
+//                            dQ likewise; attention_backward_dq_rows elsewhere
+// (The 16×16-tile forward, dK/dV and dQ stay for the trace, which replays them.)
 // dQ and dK/dV come from two kernels so that no two workgroups write one element
 // (no float atomics; deterministic). DPL = dims per lane = ceil(D / TILE), templated
 // in when the pipeline is built; D ≤ TILE·DPL ≤ 128.
@@ -587,6 +592,256 @@ fn attention_backward_dq_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(loc
             if (d + 1u < at.d) { dqkv[base + d + 1u] += v.y; }
             if (d + 2u < at.d) { dqkv[base + d + 2u] += v.z; }
             if (d + 3u < at.d) { dqkv[base + d + 3u] += v.w; }
+        }
+    }
+}
+
+// --- attention_backward_dkdv_blocks: training's dK and dV, FlashAttention-2's
+// Algorithm 2 outer loop (a block of keys per workgroup, walking the query
+// blocks from the diagonal down) with every operand in workgroup memory.
+// Group (ceil(T / KEYS_B), b·H + h), 256 threads. The block's K and V rows are
+// loaded once; each step loads QUERIES_B rows of Q and dO, then
+//   scores:     thread t takes query t % QUERIES_B against keys 2·(t / QUERIES_B)
+//               and the next: S = q·k·scale, dP = dO·v, then
+//               P = exp(S − lse) ∘ mask, dS = exp(S − lse) ∘ (dP ∘ mask − delta)
+//               into P_blk, dS_blk (KEYS_B × QUERIES_B, key-major);
+//   accumulate: thread t owns the (key, 4-column) pairs t, t + 256, … of
+//               the block: dV += Σ_i P_ji dO_i, dK += Σ_i dS_ji q_i, in registers.
+// Needs kernels::attention_dkdv_blocks_bytes of workgroup memory (30 KiB at
+// D = 64); where the device has less, attention_backward_dkdv (the 16×16-tile
+// kernel above, the one the trace replays) computes the same function.
+const KEYS_B: u32 = 32u;
+const QUERIES_B: u32 = 16u;
+// Row stride of the blocks in vec4s: one vec4 of padding, so rows read
+// side by side by a warp's lanes start on different banks.
+const ROW4: u32 = DV4 + 1u;
+// (key, 4-column) pairs of the block per thread in the accumulate phase.
+const PAIRS: u32 = (KEYS_B * DV4 + 255u) / 256u;
+
+var<workgroup> k_blk: array<vec4<f32>, KEYS_B * ROW4>;
+var<workgroup> v_blk: array<vec4<f32>, KEYS_B * ROW4>;
+var<workgroup> q_blk: array<vec4<f32>, QUERIES_B * ROW4>;
+var<workgroup> do_blk: array<vec4<f32>, QUERIES_B * ROW4>;
+var<workgroup> p_blk: array<f32, KEYS_B * QUERIES_B>;
+var<workgroup> ds_blk: array<f32, KEYS_B * QUERIES_B>;
+
+// P_ij (with the dropout mask) and dS_ij of query i, key j from the score
+// s = q·k (unscaled) and dp = dO·v; zero where i does not see j.
+fn p_and_ds(bh: u32, i: u32, j: u32, s: f32, dp: f32, lse_i: f32, delta_i: f32) -> vec2<f32> {
+    if (i >= at.t || !sees(i, j)) { return vec2<f32>(0.0); }
+    let p = exp(s * at.scale - lse_i);
+    let mk = mask(bh, i, j);
+    return vec2<f32>(p * mk, p * (dp * mk - delta_i));
+}
+
+@compute @workgroup_size(256, 1, 1)
+fn attention_backward_dkdv_blocks(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let bh = wg.y;
+    let b = bh / at.h;
+    let h = bh % at.h;
+    let j0 = wg.x * KEYS_B;
+    for (var e = tid; e < KEYS_B * DV4; e += 256u) {
+        let r = e / DV4;
+        let c = e % DV4;
+        let j = j0 + r;
+        var kv = vec4<f32>(0.0);
+        var vv = vec4<f32>(0.0);
+        if (j < at.t) {
+            kv = qkv_vec4(b, j, 1u, h, c);
+            vv = qkv_vec4(b, j, 2u, h, c);
+        }
+        k_blk[r * ROW4 + c] = kv;
+        v_blk[r * ROW4 + c] = vv;
+    }
+    // Scores: this thread's query row in the block and its two keys.
+    let sq = tid % QUERIES_B;
+    let sk = 2u * (tid / QUERIES_B);
+    var dk: array<vec4<f32>, PAIRS>;
+    var dv: array<vec4<f32>, PAIRS>;
+    for (var u = 0u; u < PAIRS; u++) {
+        dk[u] = vec4<f32>(0.0);
+        dv[u] = vec4<f32>(0.0);
+    }
+    // The query blocks before the diagonal: causality skips them whole.
+    let first = select(0u, j0, CAUSAL);
+    for (var i0 = first; i0 < at.t; i0 += QUERIES_B) {
+        workgroupBarrier();
+        for (var e = tid; e < QUERIES_B * DV4; e += 256u) {
+            let r = e / DV4;
+            let c = e % DV4;
+            let i = i0 + r;
+            var qv = vec4<f32>(0.0);
+            var ov = vec4<f32>(0.0);
+            if (i < at.t) {
+                qv = qkv_vec4(b, i, 0u, h, c);
+                ov = dout_vec4(y_at(b, i, h), c);
+            }
+            q_blk[r * ROW4 + c] = qv;
+            do_blk[r * ROW4 + c] = ov;
+        }
+        workgroupBarrier();
+        var s0 = 0.0;
+        var s1 = 0.0;
+        var dp0 = 0.0;
+        var dp1 = 0.0;
+        for (var c = 0u; c < DV4; c++) {
+            let q = q_blk[sq * ROW4 + c];
+            let o = do_blk[sq * ROW4 + c];
+            s0 += dot(q, k_blk[sk * ROW4 + c]);
+            s1 += dot(q, k_blk[(sk + 1u) * ROW4 + c]);
+            dp0 += dot(o, v_blk[sk * ROW4 + c]);
+            dp1 += dot(o, v_blk[(sk + 1u) * ROW4 + c]);
+        }
+        let i = i0 + sq;
+        let ic = min(i, at.t - 1u);
+        let lse_i = lse[bh * at.t + ic];
+        let delta_i = delta[bh * at.t + ic];
+        let a = p_and_ds(bh, i, j0 + sk, s0, dp0, lse_i, delta_i);
+        let a1 = p_and_ds(bh, i, j0 + sk + 1u, s1, dp1, lse_i, delta_i);
+        p_blk[sk * QUERIES_B + sq] = a.x;
+        ds_blk[sk * QUERIES_B + sq] = a.y;
+        p_blk[(sk + 1u) * QUERIES_B + sq] = a1.x;
+        ds_blk[(sk + 1u) * QUERIES_B + sq] = a1.y;
+        workgroupBarrier();
+        for (var ii = 0u; ii < QUERIES_B; ii++) {
+            for (var u = 0u; u < PAIRS; u++) {
+                let e = tid + 256u * u;
+                if (e < KEYS_B * DV4) {
+                    let r = e / DV4;
+                    let c = e % DV4;
+                    dv[u] += p_blk[r * QUERIES_B + ii] * do_blk[ii * ROW4 + c];
+                    dk[u] += ds_blk[r * QUERIES_B + ii] * q_blk[ii * ROW4 + c];
+                }
+            }
+        }
+    }
+    for (var u = 0u; u < PAIRS; u++) {
+        let e = tid + 256u * u;
+        let j = j0 + e / DV4;
+        if (e < KEYS_B * DV4 && j < at.t) {
+            let d = 4u * (e % DV4);
+            let kbase = qkv_at(b, j, 1u, h) + d;
+            let vbase = qkv_at(b, j, 2u, h) + d;
+            let gk = at.scale * dk[u];
+            let gv = dv[u];
+            for (var x = 0u; x < 4u; x++) {
+                if (d + x < at.d) {
+                    dqkv[kbase + x] += gk[x];
+                    dqkv[vbase + x] += gv[x];
+                }
+            }
+        }
+    }
+}
+
+// --- attention_backward_dq_blocks: training's dQ, the mirror of
+// attention_backward_dkdv_blocks (Algorithm 2's dQ by a loop of its own, so
+// no two workgroups write one element): a block of QUERIES_Q queries per
+// workgroup, walking the key blocks up to the diagonal. Group
+// (ceil(T / QUERIES_Q), b·H + h), 256 threads. The block's Q and dO rows are
+// loaded once; each step loads KEYS_Q rows of K and V, then
+//   scores:     thread t takes key t % KEYS_Q against queries 2·(t / KEYS_Q) and
+//               the next: dS = exp(q·k·scale − lse) ∘ (dO·v ∘ mask − delta)
+//               into dS_blk (QUERIES_Q × KEYS_Q, query-major);
+//   accumulate: thread t owns the (query, 4-column) pairs t, t + 256, … of
+//               the block: dQ += Σ_j dS_ij k_j, in registers.
+// Needs kernels::attention_dq_blocks_bytes of workgroup memory; where the
+// device has less, attention_backward_dq_rows computes the same function.
+const QUERIES_Q: u32 = 32u;
+const KEYS_Q: u32 = 16u;
+const PAIRS_Q: u32 = (QUERIES_Q * DV4 + 255u) / 256u;
+
+var<workgroup> qrows_blk: array<vec4<f32>, QUERIES_Q * ROW4>;
+var<workgroup> dorows_blk: array<vec4<f32>, QUERIES_Q * ROW4>;
+var<workgroup> krows_blk: array<vec4<f32>, KEYS_Q * ROW4>;
+var<workgroup> vrows_blk: array<vec4<f32>, KEYS_Q * ROW4>;
+var<workgroup> dsq_blk: array<f32, QUERIES_Q * KEYS_Q>;
+
+@compute @workgroup_size(256, 1, 1)
+fn attention_backward_dq_blocks(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let bh = wg.y;
+    let b = bh / at.h;
+    let h = bh % at.h;
+    let q0 = wg.x * QUERIES_Q;
+    for (var e = tid; e < QUERIES_Q * DV4; e += 256u) {
+        let r = e / DV4;
+        let c = e % DV4;
+        let i = q0 + r;
+        var qv = vec4<f32>(0.0);
+        var ov = vec4<f32>(0.0);
+        if (i < at.t) {
+            qv = qkv_vec4(b, i, 0u, h, c);
+            ov = dout_vec4(y_at(b, i, h), c);
+        }
+        qrows_blk[r * ROW4 + c] = qv;
+        dorows_blk[r * ROW4 + c] = ov;
+    }
+    // Scores: this thread's key row in the step and its two queries.
+    let sk = tid % KEYS_Q;
+    let sq = 2u * (tid / KEYS_Q);
+    let i_a = q0 + sq;
+    let i_b = i_a + 1u;
+    let lse_a = lse[bh * at.t + min(i_a, at.t - 1u)];
+    let lse_b = lse[bh * at.t + min(i_b, at.t - 1u)];
+    let delta_a = delta[bh * at.t + min(i_a, at.t - 1u)];
+    let delta_b = delta[bh * at.t + min(i_b, at.t - 1u)];
+    var dq: array<vec4<f32>, PAIRS_Q>;
+    for (var u = 0u; u < PAIRS_Q; u++) { dq[u] = vec4<f32>(0.0); }
+    // The key blocks past the block's last query: causality skips them.
+    let last = select(at.t, min(q0 + QUERIES_Q, at.t), CAUSAL);
+    for (var j0 = 0u; j0 < last; j0 += KEYS_Q) {
+        workgroupBarrier();
+        for (var e = tid; e < KEYS_Q * DV4; e += 256u) {
+            let r = e / DV4;
+            let c = e % DV4;
+            let j = j0 + r;
+            var kv = vec4<f32>(0.0);
+            var vv = vec4<f32>(0.0);
+            if (j < at.t) {
+                kv = qkv_vec4(b, j, 1u, h, c);
+                vv = qkv_vec4(b, j, 2u, h, c);
+            }
+            krows_blk[r * ROW4 + c] = kv;
+            vrows_blk[r * ROW4 + c] = vv;
+        }
+        workgroupBarrier();
+        var s0 = 0.0;
+        var s1 = 0.0;
+        var dp0 = 0.0;
+        var dp1 = 0.0;
+        for (var c = 0u; c < DV4; c++) {
+            let k = krows_blk[sk * ROW4 + c];
+            let v = vrows_blk[sk * ROW4 + c];
+            s0 += dot(qrows_blk[sq * ROW4 + c], k);
+            s1 += dot(qrows_blk[(sq + 1u) * ROW4 + c], k);
+            dp0 += dot(dorows_blk[sq * ROW4 + c], v);
+            dp1 += dot(dorows_blk[(sq + 1u) * ROW4 + c], v);
+        }
+        let j = j0 + sk;
+        dsq_blk[sq * KEYS_Q + sk] = p_and_ds(bh, i_a, j, s0, dp0, lse_a, delta_a).y;
+        dsq_blk[(sq + 1u) * KEYS_Q + sk] = p_and_ds(bh, i_b, j, s1, dp1, lse_b, delta_b).y;
+        workgroupBarrier();
+        for (var jj = 0u; jj < KEYS_Q; jj++) {
+            for (var u = 0u; u < PAIRS_Q; u++) {
+                let e = tid + 256u * u;
+                if (e < QUERIES_Q * DV4) {
+                    let r = e / DV4;
+                    let c = e % DV4;
+                    dq[u] += dsq_blk[r * KEYS_Q + jj] * krows_blk[jj * ROW4 + c];
+                }
+            }
+        }
+    }
+    for (var u = 0u; u < PAIRS_Q; u++) {
+        let e = tid + 256u * u;
+        let i = q0 + e / DV4;
+        if (e < QUERIES_Q * DV4 && i < at.t) {
+            let d = 4u * (e % DV4);
+            let base = qkv_at(b, i, 0u, h) + d;
+            let g = at.scale * dq[u];
+            for (var x = 0u; x < 4u; x++) {
+                if (d + x < at.d) { dqkv[base + x] += g[x]; }
+            }
         }
     }
 }

@@ -2728,6 +2728,13 @@ fn a_class_puts_its_students_on_the_teachers_step_and_counts_their_answers() {
         .unwrap();
     runtime.spawn(serving);
     let q = class.lesson.steps.iter().position(|(_, q)| q.is_some()).unwrap();
+    let (layers, heads, _) = class.lesson.model.unwrap();
+    let shared = tinygpt::class::protocol::SharedView {
+        scene: "attention".into(),
+        prompt: Some("the cat sat on the mat".into()),
+        head: Some((layers - 1, heads - 1)),
+        position: Some(5),
+    };
     let url = format!("ws://{}/class/ws", class.addr);
     // The teacher goes to the question; two students answer it.
     let _pages = runtime.block_on(async {
@@ -2735,6 +2742,9 @@ fn a_class_puts_its_students_on_the_teachers_step_and_counts_their_answers() {
         let (mut teacher, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
         teacher.send(Message::text(ToServer::Teach { token: class.token.clone() }.to_text())).await.unwrap();
         teacher.send(Message::text(ToServer::Goto { step: q }.to_text())).await.unwrap();
+        // "Send my view": the Attention scene on a prompt of the teacher's,
+        // a head and a position (a student who joins on this step gets it).
+        teacher.send(Message::text(ToServer::View { view: shared.clone() }.to_text())).await.unwrap();
         pages.push(teacher);
         for choice in [0, 1] {
             let (mut s, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
@@ -2765,6 +2775,13 @@ fn a_class_puts_its_students_on_the_teachers_step_and_counts_their_answers() {
     assert_eq!(student["lesson"]["step"], q + 1, "the student is on the teacher's step: {line}");
     assert_eq!(student["ui"]["locked"], true, "{line}");
     assert_eq!(student["ui"]["scene_tabs"], false, "{line}");
+    // The teacher's view, as the student's Attention scene shows it.
+    assert_eq!(student["scene"], "attention", "{line}");
+    let shown = &student["class"]["shown"];
+    assert_eq!(shown["scene"], "attention", "{line}");
+    assert_eq!(shown["prompt"], shared.prompt.as_deref().unwrap(), "{line}");
+    assert_eq!(shown["head"], serde_json::json!([layers - 1, heads - 1]), "{line}");
+    assert_eq!(shown["position"], 5, "{line}");
     let teacher = run_headless(
         &["app", "--headless", "--frames", "240", "--width", "1920", "--height", "1080", "--join", &format!("{page}#class={}&teacher={}", class.code, class.token)],
         &dir.join("teacher.png"),

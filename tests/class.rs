@@ -7,7 +7,7 @@ use futures_util::{SinkExt, StreamExt};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use tinygpt::class::protocol::{MAX_MESSAGE_BYTES, Role, Seat, ToClient, ToServer};
+use tinygpt::class::protocol::{MAX_MESSAGE_BYTES, Role, Seat, SharedView, ToClient, ToServer};
 use tinygpt::class::server::{Class, ClassOptions, start};
 use tinygpt::class::session::LessonShape;
 use tokio_tungstenite::tungstenite::Message;
@@ -271,6 +271,52 @@ async fn a_student_rejoins_in_their_seat_and_strangers_are_refused() {
             matches!(m, ToClient::Dashboard { board } if board.students.len() == 2 && board.students[0].online)
         })
         .await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// "Send my view": the teacher's scene, prompt, head and position reach
+/// every student; one the lesson's model does not have is refused with the
+/// reason; a student who joins on that step gets the view too, one who
+/// joins after the teacher moved on does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_teachers_view_reaches_every_student_and_latecomers_on_that_step() {
+    let dir = temp_dir("view");
+    let (class, _server) = serve(&dir, "attention").await;
+    let (layers, heads, ctx) = class.lesson.model.expect("the lesson's model");
+    let mut teacher = Page::teacher(class.addr, &class.token).await;
+    let (mut a, _) = Page::student(class.addr, &class.code, None).await;
+    let (mut b, _) = Page::student(class.addr, &class.code, None).await;
+    let view = SharedView {
+        scene: "attention".into(),
+        prompt: Some("abcabcabc".into()),
+        head: Some((layers - 1, heads - 1)),
+        position: Some(ctx.min(9) - 1),
+    };
+    // Out of the model first: refused, with the reason, and sent to nobody.
+    let bad = SharedView { head: Some((layers, 0)), ..view.clone() };
+    teacher.send(&ToServer::View { view: bad }).await;
+    let ToClient::Refused { reason } = teacher.until("the refusal", |m| matches!(m, ToClient::Refused { .. })).await else {
+        unreachable!()
+    };
+    assert!(reason.contains("head"), "{reason}");
+    teacher.send(&ToServer::View { view: view.clone() }).await;
+    for page in [&mut a, &mut b] {
+        let got = page.until("the view", |m| matches!(m, ToClient::View { .. })).await;
+        assert_eq!(got, ToClient::View { view: view.clone() }, "the first view a student gets is the good one");
+    }
+    let (mut late, _) = Page::student(class.addr, &class.code, None).await;
+    let got = late.until("the view", |m| matches!(m, ToClient::View { .. })).await;
+    assert_eq!(got, ToClient::View { view: view.clone() });
+    // The teacher moves on: the view stays with its step.
+    teacher.send(&ToServer::Goto { step: 1 }).await;
+    late.until("the next step", |m| matches!(m, ToClient::Class { state } if state.step == 1)).await;
+    let mut later = Page::open(class.addr).await;
+    later.send(&ToServer::Join { code: class.code.clone(), nickname: None, seat: None }).await;
+    later.until("the class", |m| matches!(m, ToClient::Class { .. })).await;
+    // The next thing it is sent is the teacher's pause, not the old view.
+    teacher.send(&ToServer::Pause { paused: true }).await;
+    let next = later.until("the pause", |m| !matches!(m, ToClient::Dashboard { .. })).await;
+    assert!(matches!(next, ToClient::Class { ref state } if state.paused), "no stale view before the pause: {next:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

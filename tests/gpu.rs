@@ -13,7 +13,7 @@ use tinygpt::cpu::CpuBackend;
 use tinygpt::data::rng::Rng;
 use tinygpt::data::{Batch, Corpus};
 use tinygpt::gpu::matmul_tiles::{MatmulChoice, TILES, TileConfig};
-use tinygpt::gpu::{GpuBackend, GpuContext};
+use tinygpt::gpu::{GpuBackend, GpuContext, kernels};
 use tinygpt::model::config::Config;
 use tinygpt::program::{Op, Program, Step, TensorKind};
 use tinygpt::train::Trainer;
@@ -273,7 +273,14 @@ fn twenty_lora_steps_match_the_cpu() {
 
 #[test]
 fn every_kernel_matches_the_cpu_with_dropout() {
-    per_op_parity(&config(1, 2, 20, 13, 3, 0.25));
+    let cfg = config(1, 2, 20, 37, 3, 0.25);
+    per_op_parity(&cfg);
+    // And with the 16×16-tile dK/dV and the row dQ kernels, which devices
+    // with less workgroup memory run (kernels::attention_dkdv_entry,
+    // attention_dq_entry).
+    let old = without_attention_blocks(cfg.head_dim());
+    assert_eq!(backward_kernels(&old, cfg.head_dim()), ["attention_backward_dkdv", "attention_backward_dq_rows"]);
+    per_op_parity_on(old, &cfg);
 }
 
 #[test]
@@ -292,9 +299,60 @@ fn every_kernel_matches_the_cpu_in_the_labs() {
     }
 }
 
+/// A context whose planner sees only the workgroup memory that the 16×16-tile
+/// dK/dV and the row kernels need at head size `d`: it runs those, as a
+/// device with less memory than the blocked kernels need would.
+fn without_attention_blocks(d: usize) -> GpuContext {
+    let mut ctx = context();
+    ctx.limits.max_compute_workgroup_storage_size =
+        kernels::attention_workgroup_bytes(d).max(kernels::attention_rows_workgroup_bytes(d)) as u32;
+    ctx
+}
+
+/// Training's dK/dV and dQ kernels on this context at head size `d` (for
+/// the tests' few query rows).
+fn backward_kernels(ctx: &GpuContext, d: usize) -> [&'static str; 2] {
+    let bytes = ctx.limits.max_compute_workgroup_storage_size;
+    [kernels::attention_dkdv_entry(d, bytes).0, kernels::attention_dq_entry(d, bytes, 1024).0]
+}
+
+#[test]
+fn attentions_backward_kernels_are_chosen_by_workgroup_memory_and_rows() {
+    // (No GPU needed.) The blocked kernels where their blocks fit, the
+    // 16×16-tile dK/dV and the row dQ where they do not; dQ in rows, too,
+    // from ATTENTION_DQ_ROWS_FROM query rows (the row kernel fills a large
+    // GPU there).
+    for d in [6, 16, 20, 32, 64, 128] {
+        let (dkdv, dq) = (kernels::attention_dkdv_blocks_bytes(d), kernels::attention_dq_blocks_bytes(d));
+        assert!(dkdv > kernels::attention_workgroup_bytes(d) && dq > kernels::attention_rows_workgroup_bytes(d));
+        assert_eq!(kernels::attention_dkdv_entry(d, dkdv as u32).0, "attention_backward_dkdv_blocks");
+        assert_eq!(kernels::attention_dkdv_entry(d, dkdv as u32 - 1).0, "attention_backward_dkdv");
+        assert_eq!(kernels::attention_dq_entry(d, dq as u32, 1).0, "attention_backward_dq_blocks");
+        assert_eq!(kernels::attention_dq_entry(d, dq as u32 - 1, 1).0, "attention_backward_dq_rows");
+        let rows = kernels::ATTENTION_DQ_ROWS_FROM;
+        assert_eq!(kernels::attention_dq_entry(d, u32::MAX, rows - 1).0, "attention_backward_dq_blocks");
+        assert_eq!(kernels::attention_dq_entry(d, u32::MAX, rows).0, "attention_backward_dq_rows");
+    }
+    // D = 64 fits the 32 KiB browsers and lavapipe give.
+    assert!(kernels::attention_dkdv_blocks_bytes(64).max(kernels::attention_dq_blocks_bytes(64)) <= 32768);
+}
+
 #[test]
 fn flash_attention_matches_naive_attention() {
-    // (T, head_dim): T = 1, T below / at / above a 16-row tile, D up to 128.
+    // Training's backward kernels are the blocked ones where the adapter's
+    // workgroup memory holds their blocks, the 16×16-tile dK/dV and the row
+    // dQ elsewhere: both, at every shape.
+    const BLOCKED: [&str; 2] = ["attention_backward_dkdv_blocks", "attention_backward_dq_blocks"];
+    const OLD: [&str; 2] = ["attention_backward_dkdv", "attention_backward_dq_rows"];
+    let full = context();
+    assert_eq!(
+        backward_kernels(&full, 64),
+        BLOCKED,
+        "this adapter ({} bytes of workgroup memory) should run the blocked backward kernels up to D = 64",
+        full.limits.max_compute_workgroup_storage_size
+    );
+    // (T, head_dim): T = 1, T below / at / above a 16-row tile and a 32-key
+    // block, D up to 128 and not a multiple of 4.
     for (t, d, h) in [
         (1, 8, 2),
         (15, 16, 1),
@@ -302,7 +360,19 @@ fn flash_attention_matches_naive_attention() {
         (17, 24, 2),
         (33, 64, 1),
         (40, 128, 1),
+        (71, 20, 2),
+        (50, 6, 3),
     ] {
+        let old = without_attention_blocks(d);
+        assert_eq!(backward_kernels(&old, d), OLD);
+        for ctx in [context(), old] {
+            flash_attention_matches_naive_attention_at(&ctx, t, d, h);
+        }
+    }
+}
+
+fn flash_attention_matches_naive_attention_at(ctx: &GpuContext, t: usize, d: usize, h: usize) {
+    {
         let cfg = config(1, h, d * h, t, 2, 0.0);
         let program = Program::new(&cfg);
         let attn = program
@@ -311,7 +381,7 @@ fn flash_attention_matches_naive_attention() {
             .position(|n| matches!(n.op, Op::Attention { .. }))
             .unwrap();
         let mut cpu = CpuBackend::<f32>::new(program.clone());
-        let mut gpu = GpuBackend::new(context(), program.clone()).unwrap();
+        let mut gpu = GpuBackend::new(ctx.clone(), program.clone()).unwrap();
         let Op::Attention { qkv, out, lse, .. } = program.ops[attn].op else {
             unreachable!()
         };
@@ -334,7 +404,8 @@ fn flash_attention_matches_naive_attention() {
         for id in [out, lse, program.tensors[qkv].grad.unwrap()] {
             let name = &program.tensors[id].name;
             let e = rel_err(&gpu.read(name).unwrap(), &cpu.read(name).unwrap());
-            assert!(e <= 1e-5, "T={t} D={d}: `{name}` relative error {e:e}");
+            let kernels = backward_kernels(ctx, d);
+            assert!(e <= 1e-5, "T={t} D={d} ({kernels:?}): `{name}` relative error {e:e}");
         }
     }
 }

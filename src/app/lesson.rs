@@ -28,32 +28,83 @@ pub struct LessonFocus {
     pub preset: String,
 }
 
-/// The focus waiting for its scene to show (see [`LessonFocus`]).
+/// The focuses waiting for their scene to show (see [`LessonFocus`]), in
+/// the order they are to apply.
 #[derive(Resource, Default, Debug)]
-pub struct PendingFocus(Option<LessonFocus>);
+pub struct PendingFocus(Vec<LessonFocus>);
 
 impl PendingFocus {
     /// Points `focus.scene` at `focus` once it shows (the caller switches
-    /// to it).
+    /// to it), in place of any focus still waiting.
     pub fn set(&mut self, focus: LessonFocus) {
-        self.0 = Some(focus);
+        self.0 = vec![focus];
+    }
+
+    /// Points `focus.scene` at `focus` too, after those waiting (a shared
+    /// view's head, then its position).
+    pub fn add(&mut self, focus: LessonFocus) {
+        self.0.push(focus);
     }
 
     /// The focus found nothing to point at yet (its scene's entities come a
     /// frame later): deliver it again next frame.
     pub fn retry(&mut self, focus: &LessonFocus) {
-        self.0 = Some(focus.clone());
+        self.0.push(focus.clone());
     }
 }
 
-/// Delivers the pending focus once its scene shows.
+/// Delivers the pending focuses once their scene shows.
 fn deliver_focus(
     mut pending: ResMut<PendingFocus>,
     scene: Res<State<Scene>>,
     mut triggers: Commands,
 ) {
-    if pending.0.as_ref().is_some_and(|f| f.scene == *scene.get()) {
-        triggers.trigger(pending.0.take().expect("checked"));
+    if pending.0.iter().any(|f| f.scene == *scene.get()) {
+        let (now, later) = std::mem::take(&mut pending.0)
+            .into_iter()
+            .partition(|f| f.scene == *scene.get());
+        pending.0 = later;
+        for focus in now {
+            triggers.trigger(focus);
+        }
+    }
+}
+
+/// What the scene on screen shows, in a lesson's terms: its prompt, the
+/// attention head and the position it points at, where it has them. Each
+/// scene that has any writes it while it shows; a class's teacher sends it
+/// to every student ("send my view"), whose scene gets it back as a lesson
+/// step's prompt and focus would.
+#[derive(Resource, Default, Clone, Debug, PartialEq)]
+pub struct ShownView {
+    /// The scene that wrote it (the rest is stale once another shows).
+    pub scene: Option<Scene>,
+    pub prompt: Option<String>,
+    pub head: Option<(usize, usize)>,
+    pub position: Option<usize>,
+}
+
+impl ShownView {
+    /// Writes `scene`'s view, touching the resource only when it changed.
+    pub fn publish(
+        this: &mut ResMut<ShownView>,
+        scene: Scene,
+        prompt: Option<&str>,
+        head: Option<(usize, usize)>,
+        position: Option<usize>,
+    ) {
+        let same = this.scene == Some(scene)
+            && this.prompt.as_deref() == prompt
+            && this.head == head
+            && this.position == position;
+        if !same {
+            **this = ShownView {
+                scene: Some(scene),
+                prompt: prompt.map(str::to_string),
+                head,
+                position,
+            };
+        }
     }
 }
 
@@ -102,6 +153,12 @@ impl LessonPlayer {
         self.go(step);
     }
 
+    /// Whether the step shown has had its scene, focus and action applied
+    /// (a class's shared view waits for it, so the step does not undo it).
+    pub fn step_applied(&self) -> bool {
+        self.applied == Some(self.step)
+    }
+
     fn go(&mut self, step: usize) {
         if let Some((_, l)) = &self.lesson
             && step < l.steps.len()
@@ -119,6 +176,7 @@ impl Plugin for LessonPlugin {
     fn build(&self, app: &mut App) {
         app.init_resource::<LessonPlayer>()
             .init_resource::<PendingFocus>()
+            .init_resource::<ShownView>()
             .add_systems(
                 Update,
                 (keys, apply_step, deliver_focus)

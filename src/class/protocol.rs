@@ -32,6 +32,24 @@ pub struct Seat {
     pub key: String,
 }
 
+/// The teacher's "send my view": the scene, and where the scene has them
+/// the prompt, the attention head (0-based layer and head) and the
+/// position it points at. Checked against the class's lesson by the server
+/// ([`crate::class::session::Session::check_view`]) and again by each page
+/// against its own model before it is shown.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SharedView {
+    /// A scene's key (`attention`, `walk`, …).
+    pub scene: String,
+    #[serde(default)]
+    pub prompt: Option<String>,
+    #[serde(default)]
+    pub head: Option<(usize, usize)>,
+    #[serde(default)]
+    pub position: Option<usize>,
+}
+
 /// Who a page is in the class.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -68,12 +86,8 @@ pub enum ToServer {
     Pause { paused: bool },
     /// Teacher: show the class the answers to this step's question.
     ShowAnswers { step: usize },
-    /// Teacher: every student's scene (and prompt) becomes the teacher's.
-    View {
-        scene: String,
-        #[serde(default)]
-        prompt: Option<String>,
-    },
+    /// Teacher: every student's view becomes the teacher's.
+    View { view: SharedView },
     /// Teacher: the anonymous answers as CSV.
     Csv,
     /// Teacher: end the class (its file is deleted).
@@ -157,11 +171,7 @@ pub enum ToClient {
     /// Teacher: the students and the answers so far.
     Dashboard { board: Dashboard },
     /// The teacher's view, to show.
-    View {
-        scene: String,
-        #[serde(default)]
-        prompt: Option<String>,
-    },
+    View { view: SharedView },
     /// Teacher: the answers as CSV.
     Csv { text: String },
     /// A message was refused: why (the page stays connected).
@@ -280,6 +290,22 @@ mod tests {
         assert!(ToServer::parse(r#"{"type":"choose","step":3,"choice":1,"extra":0}"#).is_err());
         assert!(ToServer::parse(r#"{"type":"launch"}"#).is_err());
         assert!(ToServer::parse(&"x".repeat(MAX_MESSAGE_BYTES + 1)).is_err());
+        let view = SharedView {
+            scene: "attention".into(),
+            prompt: Some("to be or not".into()),
+            head: Some((1, 2)),
+            position: Some(4),
+        };
+        let m = ToServer::View { view: view.clone() };
+        assert_eq!(ToServer::parse(&m.to_text()), Ok(m));
+        let m = ToClient::View { view };
+        assert_eq!(ToClient::parse(&m.to_text()), Ok(m));
+        // The scene alone (the other parts default), and nothing unknown.
+        assert_eq!(
+            ToServer::parse(r#"{"type":"view","view":{"scene":"walk"}}"#),
+            Ok(ToServer::View { view: SharedView { scene: "walk".into(), ..Default::default() } })
+        );
+        assert!(ToServer::parse(r#"{"type":"view","view":{"scene":"walk","layer":1}}"#).is_err());
     }
 
     #[test]

@@ -19,7 +19,7 @@
 
 use super::log::SessionLog;
 use super::protocol::{
-    self, CODE_LEN, MAX_MESSAGE_BYTES, Role, Seat, StudentId, ToClient, ToServer,
+    self, CODE_LEN, MAX_MESSAGE_BYTES, Role, Seat, SharedView, StudentId, ToClient, ToServer,
 };
 use super::session::{LessonShape, Record, Session};
 use axum::Router;
@@ -112,6 +112,9 @@ struct Hub {
     log: std::sync::mpsc::Sender<LogJob>,
     dashboard_dirty: bool,
     ended: bool,
+    /// The teacher's last "send my view" and the step it was sent at: a
+    /// student who joins (or rejoins) on that step gets it too.
+    shared_view: Option<(usize, SharedView)>,
 }
 
 struct Shared {
@@ -334,7 +337,9 @@ impl Hub {
                 // Welcomed once on disk (a seat handed out is never lost),
                 // then told where the class is.
                 let state = ToClient::Class { state: self.session.state() };
-                self.record(vec![r], vec![(conn, welcome), (conn, state)]);
+                let mut replies = vec![(conn, welcome), (conn, state)];
+                replies.extend(self.view_for_joiner().map(|v| (conn, v)));
+                self.record(vec![r], replies);
                 self.admit(conn, id);
                 return Flow::Go;
             }
@@ -342,7 +347,16 @@ impl Hub {
         self.admit(conn, id);
         let state = ToClient::Class { state: self.session.state() };
         self.send(conn, text(&state));
+        if let Some(view) = self.view_for_joiner() {
+            self.send(conn, text(&view));
+        }
         Flow::Go
+    }
+
+    /// The teacher's shared view, where it was sent at the class's step.
+    fn view_for_joiner(&self) -> Option<ToClient> {
+        let (step, view) = self.shared_view.as_ref()?;
+        (*step == self.session.step).then(|| ToClient::View { view: view.clone() })
     }
 
     fn admit(&mut self, conn: ConnId, id: StudentId) {
@@ -359,10 +373,11 @@ impl Hub {
             ToServer::Pace { locked } => Ok(Record::Paced { locked }),
             ToServer::Pause { paused } => Ok(Record::Paused { paused }),
             ToServer::ShowAnswers { step } => self.session.reveal(step),
-            ToServer::View { scene, prompt } => {
-                return match Session::check_view(&scene, prompt.as_deref()) {
+            ToServer::View { view } => {
+                return match self.session.check_view(&view) {
                     Ok(()) => {
-                        self.broadcast(&ToClient::View { scene, prompt }, |c| c.role == Some(Role::Student));
+                        self.shared_view = Some((self.session.step, view.clone()));
+                        self.broadcast(&ToClient::View { view }, |c| c.role == Some(Role::Student));
                         Flow::Go
                     }
                     Err(e) => self.refuse(conn, e),
@@ -494,6 +509,7 @@ pub async fn start(
             log: log_tx,
             dashboard_dirty: false,
             ended: false,
+            shared_view: None,
         }),
         ended: Notify::new(),
         web: web_found.then(|| options.web.clone()),

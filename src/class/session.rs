@@ -7,7 +7,7 @@
 //! again when it reconnects: where a student is, who is online.
 
 use super::protocol::{
-    ClassState, Dashboard, MAX_PROMPT_BYTES, Reveal, Seat, StudentId, StudentRow, Tally,
+    ClassState, Dashboard, MAX_PROMPT_BYTES, Reveal, Seat, SharedView, StudentId, StudentRow, Tally,
 };
 use crate::lesson::Lesson;
 use serde::{Deserialize, Serialize};
@@ -24,6 +24,9 @@ pub struct LessonShape {
     pub title: String,
     /// Per step: its title and its question, if it has one.
     pub steps: Vec<(String, Option<QuestionShape>)>,
+    /// The lesson's model: blocks, heads per block, context (what a shared
+    /// view may point at); None where its preset does not load.
+    pub model: Option<(usize, usize, usize)>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -64,6 +67,9 @@ impl LessonShape {
                     (s.title.clone(), q)
                 })
                 .collect(),
+            model: crate::model::config::Config::load(&lesson.preset)
+                .ok()
+                .map(|c| (c.n_layer, c.n_head, c.ctx)),
         }
     }
 
@@ -339,13 +345,28 @@ impl Session {
         }
     }
 
-    /// A "send my view" checked: a scene the lessons know, a short prompt.
-    pub fn check_view(scene: &str, prompt: Option<&str>) -> Result<(), String> {
+    /// A "send my view" checked: a scene the lessons know, a short prompt,
+    /// a head and a position the lesson's model has.
+    pub fn check_view(&self, view: &SharedView) -> Result<(), String> {
+        let scene = view.scene.as_str();
         if !crate::lesson::SCENES.contains(&scene) {
             return Err(format!("`{scene}` is not a scene"));
         }
-        if prompt.is_some_and(|p| p.len() > MAX_PROMPT_BYTES) {
+        if view.prompt.as_ref().is_some_and(|p| p.len() > MAX_PROMPT_BYTES) {
             return Err(format!("a shared prompt has at most {MAX_PROMPT_BYTES} bytes"));
+        }
+        let (layers, heads, ctx) = self.lesson.model.unwrap_or((0, 0, 0));
+        if let Some((layer, head)) = view.head
+            && (layer >= layers || head >= heads)
+        {
+            return Err(format!(
+                "no head ({layer}, {head}) in the lesson's model: {layers} blocks of {heads} heads (0-based)"
+            ));
+        }
+        if let Some(p) = view.position
+            && p >= ctx
+        {
+            return Err(format!("no position {p} in the lesson's model: its context is {ctx} bytes (0-based)"));
         }
         Ok(())
     }
@@ -441,6 +462,29 @@ mod tests {
 
     fn class() -> Session {
         Session::open(LessonShape::builtin("attention").unwrap(), "ABCDEF".into(), "t".repeat(32)).0
+    }
+
+    #[test]
+    fn a_shared_view_points_only_at_what_the_lessons_model_has() {
+        let s = class();
+        let (layers, heads, ctx) = s.lesson.model.expect("the attention lesson's preset loads");
+        let view = |head: Option<(usize, usize)>, position: Option<usize>| SharedView {
+            scene: "attention".into(),
+            prompt: Some("abcabc".into()),
+            head,
+            position,
+        };
+        assert_eq!(s.check_view(&view(Some((layers - 1, heads - 1)), Some(ctx - 1))), Ok(()));
+        for bad in [
+            view(Some((layers, 0)), None),
+            view(Some((0, heads)), None),
+            view(None, Some(ctx)),
+            SharedView { scene: "nowhere".into(), ..Default::default() },
+            SharedView { scene: "flow".into(), prompt: Some("x".repeat(MAX_PROMPT_BYTES + 1)), ..Default::default() },
+        ] {
+            let why = s.check_view(&bad).expect_err("refused");
+            assert!(!why.is_empty() && !why.contains('\n'), "{why:?}");
+        }
     }
 
     fn question_step(s: &Session) -> usize {

@@ -119,6 +119,8 @@ pub const SHADERS: &[ShaderFile] = &[
             "attention_backward_dkdv",
             "attention_backward_dq",
             "attention_backward_dq_rows",
+            "attention_backward_dkdv_blocks",
+            "attention_backward_dq_blocks",
         ],
     },
     ShaderFile {
@@ -162,6 +164,65 @@ pub fn attention_workgroup_bytes(head_dim: usize) -> u64 {
 /// Workgroup memory of `attention_forward_rows`: a block of K and of V rows.
 pub fn attention_rows_workgroup_bytes(head_dim: usize) -> u64 {
     (2 * attention_rows_keys(head_dim) * head_dim.div_ceil(4).max(1) * 16) as u64
+}
+
+/// Keys per workgroup of `attention_backward_dkdv_blocks` (`KEYS_B`).
+pub const ATTENTION_DKDV_KEYS: usize = 32;
+
+/// Workgroup memory of `attention_backward_dkdv_blocks` for a head size, in
+/// bytes: KEYS_B rows of K and of V, QUERIES_B (16) rows of Q and of dO, each
+/// row ceil(D / 4) + 1 vec4s; and the block's P and dS (KEYS_B × 16 floats).
+/// 30 208 at D = 64: more than WebGPU's guaranteed 16 KiB, so
+/// [`attention_dkdv_entry`] picks the 16×16-tile kernel where it does not fit.
+pub fn attention_dkdv_blocks_bytes(head_dim: usize) -> u64 {
+    let row4 = head_dim.div_ceil(4).max(1) + 1;
+    let (keys, queries) = (ATTENTION_DKDV_KEYS, 16);
+    ((2 * keys + 2 * queries) * row4 * 16 + 2 * keys * queries * 4) as u64
+}
+
+/// Training's dK/dV kernel on a device with this much workgroup memory, and
+/// the keys each of its workgroups takes: `attention_backward_dkdv_blocks`
+/// where its blocks fit, else `attention_backward_dkdv` (the 16×16-tile
+/// kernel, the one the FlashAttention trace replays). The same function.
+pub fn attention_dkdv_entry(head_dim: usize, workgroup_bytes: u32) -> (&'static str, usize) {
+    if attention_dkdv_blocks_bytes(head_dim) <= workgroup_bytes as u64 {
+        ("attention_backward_dkdv_blocks", ATTENTION_DKDV_KEYS)
+    } else {
+        ("attention_backward_dkdv", ATTENTION_TILE)
+    }
+}
+
+/// Queries per workgroup of `attention_backward_dq_blocks` (`QUERIES_Q`).
+pub const ATTENTION_DQ_QUERIES: usize = 32;
+
+/// Workgroup memory of `attention_backward_dq_blocks` for a head size, in
+/// bytes: QUERIES_Q rows of Q and of dO, KEYS_Q (16) rows of K and of V, each
+/// row ceil(D / 4) + 1 vec4s; and the block's dS (QUERIES_Q × 16 floats).
+pub fn attention_dq_blocks_bytes(head_dim: usize) -> u64 {
+    let row4 = head_dim.div_ceil(4).max(1) + 1;
+    let (queries, keys) = (ATTENTION_DQ_QUERIES, 16);
+    ((2 * queries + 2 * keys) * row4 * 16 + queries * keys * 4) as u64
+}
+
+/// Query rows (B·H·T) from which `attention_backward_dq_rows` beats the
+/// blocked dQ: measured on the H200 host (bench/attention-h200.sh), the
+/// blocked kernel took 0.040 against 0.078 ms at small (3 072 rows) and
+/// 0.21 against 0.32 at xl (8 192), the row kernel 3.18 against 4.01 at
+/// nanogpt-char (98 304), whose 1 536 workgroups of 64 threads fill the GPU.
+/// The line sits between the last two, not measured closer.
+pub const ATTENTION_DQ_ROWS_FROM: usize = 32_768;
+
+/// Training's dQ kernel on a device with this much workgroup memory, for
+/// `query_rows` (B·H·T) rows, and the queries each of its workgroups takes:
+/// `attention_backward_dq_blocks` where its blocks fit and the rows are
+/// fewer than [`ATTENTION_DQ_ROWS_FROM`], else `attention_backward_dq_rows`.
+/// The same function.
+pub fn attention_dq_entry(head_dim: usize, workgroup_bytes: u32, query_rows: usize) -> (&'static str, usize) {
+    if attention_dq_blocks_bytes(head_dim) <= workgroup_bytes as u64 && query_rows < ATTENTION_DQ_ROWS_FROM {
+        ("attention_backward_dq_blocks", ATTENTION_DQ_QUERIES)
+    } else {
+        ("attention_backward_dq_rows", ATTENTION_ROWS)
+    }
 }
 
 /// The full WGSL source of a file as compiled for a model with this head

@@ -3,7 +3,7 @@
 //! workgroup counts. [`super::GpuBackend::new`] turns the plan into bind
 //! groups once; nothing here touches the device.
 
-use super::kernels::{ATTENTION_ROWS, ATTENTION_TILE};
+use super::kernels::{self, ATTENTION_ROWS};
 use super::matmul_tiles::{Layout, MatmulChoice, TileConfig, split_k_for, tile_dims, tile_for};
 use super::params::{
     AttnParams, CeParams, EmbParams, EwParams, LnParams, MatmulParams, OptParams, WgslMirror,
@@ -866,15 +866,6 @@ impl<'a> Planner<'a> {
     // --- attention (causal or not is built into the kernels: `Kernels::new`
     // templates CAUSAL from the same `Config::lab`) ---------------------------
 
-    fn attention_tiles(&self, n_head: usize) -> [u32; 3] {
-        let cfg = self.cfg();
-        [
-            cfg.ctx.div_ceil(ATTENTION_TILE) as u32,
-            (cfg.batch * n_head) as u32,
-            1,
-        ]
-    }
-
     fn attention_forward(
         &self,
         qkv: TensorId,
@@ -928,7 +919,23 @@ impl<'a> Planner<'a> {
             Src::DummyRw, // trace: only traced pipelines write it
         ];
         let params = attn_params(cfg, cfg.batch, n_head, stream, dropout);
-        let tiles = self.attention_tiles(n_head);
+        // The blocked kernels where the device's workgroup memory holds
+        // them. `TINYGPT_DKDV_TILES=1` keeps the 16×16-tile dK/dV kernel and
+        // `TINYGPT_DQ_ROWS=1` the row dQ kernel: each side by side with its
+        // replacement in one benchmark (bench/attention-h200.sh).
+        let bytes = |knob: &str| {
+            if std::env::var(knob).is_ok_and(|v| v == "1") {
+                0
+            } else {
+                self.limits.max_compute_workgroup_storage_size
+            }
+        };
+        let (dkdv, keys) = kernels::attention_dkdv_entry(cfg.head_dim(), bytes("TINYGPT_DKDV_TILES"));
+        let (dq, queries) = kernels::attention_dq_entry(
+            cfg.head_dim(),
+            bytes("TINYGPT_DQ_ROWS"),
+            cfg.batch * n_head * cfg.ctx,
+        );
         vec![
             Planned {
                 entry: "attention_backward_delta",
@@ -937,17 +944,21 @@ impl<'a> Planner<'a> {
                 groups: grid(cfg.batch * n_head * cfg.ctx),
             },
             Planned {
-                entry: "attention_backward_dkdv",
+                entry: dkdv,
                 bindings: binds.clone(),
                 params: params.clone(),
-                groups: tiles,
+                groups: [
+                    cfg.ctx.div_ceil(keys) as u32,
+                    (cfg.batch * n_head) as u32,
+                    1,
+                ],
             },
             Planned {
-                entry: "attention_backward_dq_rows",
+                entry: dq,
                 bindings: binds,
                 params,
                 groups: [
-                    cfg.ctx.div_ceil(ATTENTION_ROWS) as u32,
+                    cfg.ctx.div_ceil(queries) as u32,
                     (cfg.batch * n_head) as u32,
                     1,
                 ],

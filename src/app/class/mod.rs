@@ -18,10 +18,10 @@
 
 pub mod panel;
 
-use super::lesson::{LessonAction, LessonPlayer};
+use super::lesson::{LessonAction, LessonFocus, LessonPlayer, PendingFocus, ShownView};
 use super::link::ClassLink;
 use super::scenes::Scene;
-use crate::class::protocol::{ClassState, Dashboard, Role, ToClient, ToServer};
+use crate::class::protocol::{ClassState, Dashboard, Role, SharedView, ToClient, ToServer};
 use bevy::prelude::*;
 use std::collections::BTreeMap;
 use web_time::{Duration, Instant};
@@ -67,7 +67,11 @@ pub struct ClassClient {
     /// The class's step this page last moved to.
     followed: Option<usize>,
     /// The teacher's view to show (a student).
-    view: Option<(String, Option<String>)>,
+    view: Option<SharedView>,
+    /// What the scene shows ([`ShownView`], copied for the class panel:
+    /// the teacher's "send my view"; and for the report: a student's shows
+    /// the teacher's view arrived).
+    pub shown: ShownView,
     /// The last refusal's reason, shown until the next change.
     pub refusal: Option<String>,
     retry_at: Option<Instant>,
@@ -179,7 +183,7 @@ impl ClassClient {
                 self.pending.remove(&step);
             }
             ToClient::Dashboard { board } => self.board = board,
-            ToClient::View { scene, prompt } => self.view = Some((scene, prompt)),
+            ToClient::View { view } => self.view = Some(view),
             ToClient::Csv { text } => {
                 let code = self.link.as_ref().map_or("", |l| l.code.as_str());
                 files.write(super::export::ExportFile::new(format!("class-{code}-answers"), "csv", text));
@@ -316,10 +320,16 @@ fn follow(
     mut ui_state: ResMut<super::ui::state::UiState>,
     language: Res<super::language::AppLanguage>,
     mut next_scene: ResMut<NextState<Scene>>,
+    mut pending: ResMut<PendingFocus>,
+    run: Option<Res<super::training::Run>>,
+    shown: Res<ShownView>,
     mut triggers: Commands,
 ) {
     if class.status != Status::In {
         return;
+    }
+    if class.shown != *shown {
+        class.shown = shown.clone();
     }
     let (Some(lesson), Some(state)) = (class.lesson.clone(), class.state.clone()) else {
         return;
@@ -370,12 +380,34 @@ fn follow(
             }
             _ => {}
         }
-        if let Some((key, prompt)) = class.view.take()
-            && let Some(scene) = Scene::from_key(&key)
+        // The teacher's view, once the step's own scene and focus are
+        // applied (so the step does not undo it).
+        if player.step_applied()
+            && let Some(view) = class.view.take()
+            && let Some(scene) = Scene::from_key(&view.scene)
         {
             next_scene.set(scene);
-            if let Some(prompt) = prompt {
+            if let Some(prompt) = view.prompt {
                 triggers.trigger(LessonAction(crate::lesson::Action::Prompt(prompt), scene));
+            }
+            // The server checked the head and position against the lesson's
+            // model; this page checks them against its own.
+            let shape = run.as_ref().map(|r| {
+                let c = r.config();
+                (c.n_layer, c.n_head, c.ctx)
+            });
+            let preset = player.lesson.as_ref().map_or(String::new(), |(_, l)| l.preset.clone());
+            let focus = |focus| LessonFocus { scene, focus, preset: preset.clone() };
+            if let (Some((layer, head)), Some((layers, heads, _))) = (view.head, shape)
+                && layer < layers
+                && head < heads
+            {
+                pending.add(focus(crate::lesson::Focus::Head { layer, head }));
+            }
+            if let (Some(p), Some((_, _, ctx))) = (view.position, shape)
+                && p < ctx
+            {
+                pending.add(focus(crate::lesson::Focus::Position(p)));
             }
         }
     } else if class.reported != Some(player.step) {
@@ -437,6 +469,12 @@ pub fn report(class: &ClassClient) -> serde_json::Value {
         "reveal_button": class.reveal_rect.map(|r| [r.min.x, r.min.y, r.max.x, r.max.y]),
         "goto_sent_ms": class.goto_sent,
         "step_arrived_ms": class.step_arrived,
+        "shown": {
+            "scene": class.shown.scene.map(|s| s.key()),
+            "prompt": class.shown.prompt,
+            "head": class.shown.head,
+            "position": class.shown.position,
+        },
     })
 }
 

@@ -4,13 +4,38 @@
 //! question, and what covers a student's screen (joining, paused, ended).
 
 use super::{ClassClient, Status};
-use crate::app::lesson::LessonPlayer;
+use crate::app::lesson::{LessonPlayer, ShownView};
 use crate::app::scenes::Scene;
-use crate::class::protocol::{Role, ToServer};
+use crate::class::protocol::{MAX_PROMPT_BYTES, Role, SharedView, ToServer};
 use bevy_egui::egui;
 
 const GOLD: egui::Color32 = egui::Color32::from_rgb(240, 200, 90);
 const MUTED: egui::Color32 = egui::Color32::from_rgb(170, 178, 196);
+
+/// The teacher's view to send: the scene, with its prompt, head and
+/// position where the scene showing wrote them ([`ShownView`]).
+pub fn shared_view(shown: &ShownView, scene: Scene) -> SharedView {
+    let mut view = SharedView { scene: scene.key().to_string(), ..Default::default() };
+    if shown.scene == Some(scene) {
+        view.prompt = shown.prompt.clone().map(|p| clip_prompt(p, MAX_PROMPT_BYTES));
+        view.head = shown.head;
+        view.position = shown.position;
+    }
+    view
+}
+
+/// A prompt cut to at most `max` bytes, on a character boundary (the last
+/// bytes kept: the model reads the end of a long prompt).
+fn clip_prompt(prompt: String, max: usize) -> String {
+    if prompt.len() <= max {
+        return prompt;
+    }
+    let mut start = prompt.len() - max;
+    while !prompt.is_char_boundary(start) {
+        start += 1;
+    }
+    prompt[start..].to_string()
+}
 
 /// The teacher's class panel, on the right.
 pub fn teacher_panel(root: &mut egui::Ui, class: &mut ClassClient, player: &LessonPlayer, scene: Scene) {
@@ -111,7 +136,7 @@ pub fn teacher_panel(root: &mut egui::Ui, class: &mut ClassClient, player: &Less
                     .on_hover_text(crate::t!("class-send-view-hover", scene = scene.title()))
                     .clicked()
                 {
-                    class.send(ToServer::View { scene: scene.key().to_string(), prompt: None });
+                    class.send(ToServer::View { view: shared_view(&class.shown, scene) });
                 }
             });
             ui.horizontal_wrapped(|ui| {
@@ -216,4 +241,27 @@ pub fn student_cover(ctx: &egui::Context, class: &ClassClient) {
                 });
             });
         });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shared_view_carries_the_scene_showing_and_a_prompt_that_fits() {
+        let shown = ShownView {
+            scene: Some(Scene::Attention),
+            prompt: Some(format!("{}é.", "a".repeat(MAX_PROMPT_BYTES))),
+            head: Some((1, 2)),
+            position: Some(3),
+        };
+        let view = shared_view(&shown, Scene::Attention);
+        assert_eq!(view.scene, "attention");
+        let prompt = view.prompt.unwrap();
+        assert!(prompt.len() <= MAX_PROMPT_BYTES && prompt.ends_with("é."), "{prompt:?}");
+        assert_eq!((view.head, view.position), (Some((1, 2)), Some(3)));
+        // Written by another scene: the scene alone.
+        let view = shared_view(&shown, Scene::Walk);
+        assert_eq!(view, SharedView { scene: Scene::Walk.key().into(), ..Default::default() });
+    }
 }

@@ -16,7 +16,7 @@ mod report;
 
 use super::Scene;
 use crate::app::canvas::{Hover, SceneBounds, SceneCursor, label};
-use crate::app::lesson::{LessonAction, LessonFocus};
+use crate::app::lesson::{LessonAction, LessonFocus, ShownView};
 use crate::app::training::{Probes, Run, RunSettings, RunState};
 use crate::app::ui::UiState;
 use crate::lesson::{Action, Focus};
@@ -116,7 +116,7 @@ impl Plugin for ScenePlugin {
             .add_systems(OnExit(Scene::Attention), leave)
             .add_systems(
                 Update,
-                (request_probe, layout, paint, click, hover)
+                (request_probe, layout, paint, click, hover, publish_view)
                     .chain()
                     .in_set(crate::app::schedule::AppSystems::Scene)
                     .run_if(in_state(Scene::Attention)),
@@ -603,6 +603,13 @@ fn lesson_focus(event: On<LessonFocus>, mut view: ResMut<AttentionView>) {
         Focus::Position(p) => view.position = Some(*p),
         _ => {}
     }
+}
+
+/// What the scene shows, for a class's "send my view": the prompt typed
+/// (not a batch row's), the enlarged head, the position.
+fn publish_view(view: Res<AttentionView>, mut shown: ResMut<ShownView>) {
+    let prompt = (view.source == SourceKind::Prompt).then_some(view.prompt.as_str());
+    ShownView::publish(&mut shown, Scene::Attention, prompt, view.focus, view.position);
 }
 
 /// A lesson step's prompt becomes this scene's.

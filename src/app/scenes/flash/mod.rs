@@ -19,7 +19,7 @@ mod panels;
 mod report;
 
 use super::Scene;
-use crate::app::lesson::{LessonAction, LessonFocus};
+use crate::app::lesson::{LessonAction, LessonFocus, ShownView};
 use crate::app::training::{FlashTraces, Run};
 use crate::app::ui::UiState;
 use crate::flash::{FlashTrace, FlashWant, Pass, TraceSource, Visit};
@@ -122,6 +122,7 @@ pub struct ScenePlugin;
 impl Plugin for ScenePlugin {
     fn build(&self, app: &mut App) {
         report::register(app);
+        app.add_systems(Update, publish_view.run_if(in_state(Scene::Flash)));
         let start = app
             .world()
             .get_resource::<super::SceneStart>()
@@ -634,4 +635,9 @@ fn lesson_action(event: On<LessonAction>, mut view: ResMut<FlashView>) {
         }
         _ => {}
     }
+}
+
+/// What the scene shows, for a class's "send my view": the prompt and the head replayed.
+fn publish_view(view: Res<FlashView>, mut shown: ResMut<ShownView>) {
+    ShownView::publish(&mut shown, Scene::Flash, Some(view.prompt.as_str()), Some((view.layer, view.head)), None);
 }

@@ -29,7 +29,7 @@ mod toolbar;
 
 use super::Scene;
 use crate::app::canvas::{Hover, SceneBounds, SceneCursor};
-use crate::app::lesson::{LessonAction, LessonFocus, PendingFocus};
+use crate::app::lesson::{LessonAction, LessonFocus, PendingFocus, ShownView};
 use crate::app::training::{
     GpuDevice, Knockouts, Run, RunCreated, RunSettings, Snapshots, TensorWants, moment_names,
     param_names, question_weights,
@@ -123,6 +123,7 @@ pub struct ScenePlugin;
 impl Plugin for ScenePlugin {
     fn build(&self, app: &mut App) {
         report::register(app);
+        app.add_systems(Update, publish_view.run_if(in_state(Scene::Path)));
         app.init_resource::<FlowView>()
             .init_resource::<FlowCompute>()
             .init_resource::<Built>()
@@ -604,4 +605,9 @@ fn lesson_action(event: On<LessonAction>, mut view: ResMut<FlowView>) {
         Action::PlayBackward => view.play(FlowPass::Backward),
         _ => {}
     }
+}
+
+/// What the scene shows, for a class's "send my view": the prompt and the position read.
+fn publish_view(view: Res<FlowView>, mut shown: ResMut<ShownView>) {
+    ShownView::publish(&mut shown, Scene::Path, Some(view.prompt.as_str()), None, view.position);
 }

@@ -20,7 +20,7 @@ mod toolbar;
 
 use super::Scene;
 use crate::app::canvas::{Hover, SceneBounds, SceneCursor};
-use crate::app::lesson::{LessonAction, LessonFocus};
+use crate::app::lesson::{LessonAction, LessonFocus, ShownView};
 use crate::app::training::{
     GpuDevice, Knockouts, Run, RunCreated, Snapshots, TensorWants, param_names,
 };
@@ -99,6 +99,7 @@ pub struct ScenePlugin;
 impl Plugin for ScenePlugin {
     fn build(&self, app: &mut App) {
         report::register(app);
+        app.add_systems(Update, publish_view.run_if(in_state(Scene::Probe)));
         app.init_resource::<ProbeView>()
             .init_resource::<ProbeCompute>()
             .init_resource::<Built>()
@@ -294,4 +295,9 @@ fn lesson_action(event: On<LessonAction>, mut view: ResMut<ProbeView>) {
         }
         _ => {}
     }
+}
+
+/// What the scene shows, for a class's "send my view": the prompt.
+fn publish_view(view: Res<ProbeView>, mut shown: ResMut<ShownView>) {
+    ShownView::publish(&mut shown, Scene::Probe, Some(view.prompt.as_str()), None, None);
 }

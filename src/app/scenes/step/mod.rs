@@ -15,7 +15,7 @@ mod report;
 use super::Scene;
 use crate::app::engine::Stepping;
 use crate::app::heatmap;
-use crate::app::lesson::{LessonAction, LessonFocus};
+use crate::app::lesson::{LessonAction, LessonFocus, ShownView};
 use crate::app::training::{AppStatus, Run, RunState};
 use crate::app::ui::UiState;
 use crate::lesson::{Action, Focus};
@@ -92,6 +92,7 @@ pub struct ScenePlugin;
 impl Plugin for ScenePlugin {
     fn build(&self, app: &mut App) {
         report::register(app);
+        app.add_systems(Update, publish_view.run_if(in_state(Scene::Step)));
         let start = app
             .world()
             .get_resource::<super::SceneStart>()
@@ -906,4 +907,9 @@ fn role_label(role: crate::stepthrough::Role) -> String {
         Role::Variance => "step-role-v",
         Role::Update => "step-role-update",
     })
+}
+
+/// What the scene shows, for a class's "send my view": the prompt.
+fn publish_view(view: Res<StepView>, mut shown: ResMut<ShownView>) {
+    ShownView::publish(&mut shown, Scene::Step, Some(view.prompt.as_str()), None, None);
 }

@@ -33,6 +33,7 @@ mod tour;
 
 use super::Scene;
 use crate::app::canvas::{Hover, SceneCamera};
+use crate::app::lesson::ShownView;
 use crate::app::training::{
     GpuDevice, Knockouts, Run, RunCreated, RunSettings, Snapshots, TensorWants, moment_names,
     param_names, question_weights,
@@ -125,6 +126,7 @@ pub struct ScenePlugin;
 impl Plugin for ScenePlugin {
     fn build(&self, app: &mut App) {
         report::register(app);
+        app.add_systems(Update, publish_view.run_if(in_state(Scene::Walk)));
         lesson::register(app);
         let (start, zoom) = app
             .world()
@@ -829,4 +831,9 @@ fn follow_focus(
             fly_to_slab(walk, &mut view, i);
         }
     }
+}
+
+/// What the scene shows, for a class's "send my view": the prompt.
+fn publish_view(view: Res<WalkView>, mut shown: ResMut<ShownView>) {
+    ShownView::publish(&mut shown, Scene::Walk, Some(view.prompt.as_str()), None, None);
 }
