@@ -2802,6 +2802,34 @@ fn a_class_puts_its_students_on_the_teachers_step_and_counts_their_answers() {
     assert!(status.starts_with("refused") && status.contains("code"), "{status}");
 }
 
+/// A phone-sized page (issue 57): a scene's toolbar folds behind one
+/// button, 44 points square or more, so the narration and the picture have
+/// the screen; a laptop's page shows the toolbar itself.
+#[test]
+fn a_phones_page_folds_the_scenes_toolbar_behind_one_button() {
+    let dir = common::scratch_dir("app-phone");
+    let open_label = tinygpt::i18n::tr_in(tinygpt::i18n::Language::English, "toolbar-open", &[]);
+    for (w, h) in [(412, 860), (1280, 720)] {
+        let shot = dir.join(format!("phone-{w}.png"));
+        let r = run_headless(
+            &["app", "--headless", "--lesson", "attention", "--locked", "--lesson-step", "3", "--frames", "60", "--width", &w.to_string(), "--height", &h.to_string()],
+            &shot,
+        );
+        let nodes = access_nodes(&r);
+        let button = nodes.iter().find(|n| n["name"] == open_label.as_str());
+        let forward = nodes.iter().any(|n| n["role"] == "Button" && n["name"].as_str().unwrap().contains("forward"));
+        if w < 600 {
+            let rect = node_rect(button.unwrap_or_else(|| panic!("no {open_label:?} button at {w}×{h}: {r}"))).unwrap();
+            assert!(rect[2] - rect[0] >= 44.0 && rect[3] - rect[1] >= 44.0, "{rect:?}");
+            assert!(rect[2] <= w as f64 && rect[3] <= h as f64, "{rect:?}");
+            assert!(!forward, "the folded toolbar's controls are hidden: {r}");
+        } else {
+            assert!(button.is_none(), "no fold on a laptop: {r}");
+            assert!(forward, "the toolbar's own controls on a laptop: {r}");
+        }
+    }
+}
+
 // ---- Accessibility (issue 53): the keyboard, the tree, target sizes ----
 
 /// The roles of panel controls a person presses or types into.

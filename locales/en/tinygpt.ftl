@@ -790,3 +790,5 @@ access-table-empty = This view has no numbers of its own yet.
 access-table-numbers = { $name }: { $count } numbers
 access-table-records = { $name }: { $count } entries
 access-table-more = … and { $count } more
+toolbar-open = Controls ▾
+toolbar-close = Controls ▴

@@ -789,3 +789,5 @@ access-table-empty = Esta vista aún no tiene números propios.
 access-table-numbers = { $name }: { $count } números
 access-table-records = { $name }: { $count } entradas
 access-table-more = … y { $count } más
+toolbar-open = Controles ▾
+toolbar-close = Controles ▴

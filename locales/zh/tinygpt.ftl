@@ -789,3 +789,5 @@ access-table-empty = 这个视图还没有自己的数字。
 access-table-numbers = { $name }：{ $count } 个数字
 access-table-records = { $name }：{ $count } 项
 access-table-more = …… 还有 { $count } 个
+toolbar-open = 工具栏 ▾
+toolbar-close = 工具栏 ▴

@@ -368,7 +368,7 @@ pub fn narration_panel(
     };
     let ppp = root.ctx().pixels_per_point();
     // A phone-sized page (a student's in a class).
-    let narrow = root.ctx().content_rect().width() < 600.0;
+    let narrow = super::ui::toolbar::is_phone(root.ctx());
     let target = if narrow { 44.0 } else { 32.0 };
     let (k, n) = (player.step, lesson.steps.len());
     let step = &lesson.steps[k];

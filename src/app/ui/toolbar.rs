@@ -2,15 +2,30 @@
 
 use bevy_egui::egui;
 
+/// Below this window width (logical pixels) the page is a phone's: the
+/// narration's choices go one a row with 44-point targets, and a scene's
+/// toolbar folds behind one button.
+pub const PHONE_WIDTH: f32 = 600.0;
+
+/// Whether the window is a phone's ([`PHONE_WIDTH`]).
+pub fn is_phone(ctx: &egui::Context) -> bool {
+    ctx.content_rect().width() < PHONE_WIDTH
+}
+
 /// A scene's toolbar: a row of controls floating over the top-left of the
 /// main view, on a panel-coloured strip (the camera leaves room for it),
 /// wrapping inside the main view's width so it never covers a side panel.
+/// On a phone ([`is_phone`]) it is one button, 44 points tall, that opens
+/// and closes it: closed, the lesson and the picture have the screen.
 pub fn scene_toolbar(
     ctx: &egui::Context,
     id: &'static str,
     view: egui::Rect,
     add_contents: impl FnOnce(&mut egui::Ui),
 ) {
+    let phone = is_phone(ctx);
+    let open_id = egui::Id::new(id).with("open");
+    let mut open = !phone || ctx.data(|d| d.get_temp::<bool>(open_id).unwrap_or(false));
     let shown = egui::Area::new(egui::Id::new(id))
         .fixed_pos(view.min + egui::vec2(6.0, 6.0))
         .order(egui::Order::Middle)
@@ -18,10 +33,22 @@ pub fn scene_toolbar(
             ui.set_max_width(view.width() - 30.0);
             egui::Frame::popup(ui.style()).show(ui, |ui| {
                 ui.set_max_width(view.width() - 30.0);
-                // The picture's controls 24 points tall (WCAG 2.2's target
-                // size: a wrapped row packs tight under the one above).
-                ui.spacing_mut().interact_size.y = 24.0;
-                ui.horizontal_wrapped(add_contents);
+                if phone {
+                    let label = crate::t!(if open { "toolbar-close" } else { "toolbar-open" });
+                    if ui.add(egui::Button::new(label).min_size(egui::vec2(44.0, 44.0))).clicked() {
+                        open = !open;
+                        ui.ctx().data_mut(|d| d.insert_temp(open_id, open));
+                    }
+                    // The phone's targets: 44 points tall.
+                    ui.spacing_mut().interact_size.y = 44.0;
+                } else {
+                    // The picture's controls 24 points tall (WCAG 2.2's target
+                    // size: a wrapped row packs tight under the one above).
+                    ui.spacing_mut().interact_size.y = 24.0;
+                }
+                if open {
+                    ui.horizontal_wrapped(add_contents);
+                }
             });
         });
     let inset = shown.response.rect.max.y - view.min.y;
