@@ -372,41 +372,39 @@ fn flash_attention_matches_naive_attention() {
 }
 
 fn flash_attention_matches_naive_attention_at(ctx: &GpuContext, t: usize, d: usize, h: usize) {
-    {
-        let cfg = config(1, h, d * h, t, 2, 0.0);
-        let program = Program::new(&cfg);
-        let attn = program
-            .ops
-            .iter()
-            .position(|n| matches!(n.op, Op::Attention { .. }))
-            .unwrap();
-        let mut cpu = CpuBackend::<f32>::new(program.clone());
-        let mut gpu = GpuBackend::new(ctx.clone(), program.clone()).unwrap();
-        let Op::Attention { qkv, out, lse, .. } = program.ops[attn].op else {
-            unreachable!()
-        };
-        let mut rng = Rng::new(t as u64 * 131 + d as u64);
-        let mut set = |id: usize| {
-            let name = &program.tensors[id].name;
-            let v: Vec<f32> = (0..program.tensors[id].numel())
-                .map(|_| rng.normal() as f32)
-                .collect();
-            cpu.write(name, &v).unwrap();
-            gpu.write(name, &v).unwrap();
-        };
-        set(qkv);
-        set(program.tensors[out].grad.unwrap());
-        set(program.tensors[qkv].grad.unwrap());
-        cpu.set_mode(true, 0);
-        cpu.run(Step::Forward(attn), None);
-        cpu.run(Step::Backward(attn), None);
-        gpu.run_steps(&[Step::Forward(attn), Step::Backward(attn)], None);
-        for id in [out, lse, program.tensors[qkv].grad.unwrap()] {
-            let name = &program.tensors[id].name;
-            let e = rel_err(&gpu.read(name).unwrap(), &cpu.read(name).unwrap());
-            let kernels = backward_kernels(ctx, d);
-            assert!(e <= 1e-5, "T={t} D={d} ({kernels:?}): `{name}` relative error {e:e}");
-        }
+    let cfg = config(1, h, d * h, t, 2, 0.0);
+    let program = Program::new(&cfg);
+    let attn = program
+        .ops
+        .iter()
+        .position(|n| matches!(n.op, Op::Attention { .. }))
+        .unwrap();
+    let mut cpu = CpuBackend::<f32>::new(program.clone());
+    let mut gpu = GpuBackend::new(ctx.clone(), program.clone()).unwrap();
+    let Op::Attention { qkv, out, lse, .. } = program.ops[attn].op else {
+        unreachable!()
+    };
+    let mut rng = Rng::new(t as u64 * 131 + d as u64);
+    let mut set = |id: usize| {
+        let name = &program.tensors[id].name;
+        let v: Vec<f32> = (0..program.tensors[id].numel())
+            .map(|_| rng.normal() as f32)
+            .collect();
+        cpu.write(name, &v).unwrap();
+        gpu.write(name, &v).unwrap();
+    };
+    set(qkv);
+    set(program.tensors[out].grad.unwrap());
+    set(program.tensors[qkv].grad.unwrap());
+    cpu.set_mode(true, 0);
+    cpu.run(Step::Forward(attn), None);
+    cpu.run(Step::Backward(attn), None);
+    gpu.run_steps(&[Step::Forward(attn), Step::Backward(attn)], None);
+    for id in [out, lse, program.tensors[qkv].grad.unwrap()] {
+        let name = &program.tensors[id].name;
+        let e = rel_err(&gpu.read(name).unwrap(), &cpu.read(name).unwrap());
+        let kernels = backward_kernels(ctx, d);
+        assert!(e <= 1e-5, "T={t} D={d} ({kernels:?}): `{name}` relative error {e:e}");
     }
 }
 
