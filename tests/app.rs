@@ -2724,6 +2724,7 @@ fn a_class_puts_its_students_on_the_teachers_step_and_counts_their_answers() {
             session: dir.join("class.jsonl"),
             lesson: Some("attention".into()),
             web: dir.join("no-web"),
+            tls: None,
         }))
         .unwrap();
     runtime.spawn(serving);

@@ -113,6 +113,7 @@ async fn serve(dir: &Path, lesson: &str) -> (Class, tokio::task::JoinHandle<std:
         session: dir.join("class.jsonl"),
         lesson: Some(lesson.into()),
         web: dir.join("no-web-build"),
+        tls: None,
     })
     .await
     .expect("the class starts");
@@ -467,5 +468,283 @@ fn a_file_that_is_not_a_class_is_never_taken_over() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("attention"), "the refusal lists the lessons");
     assert!(!dir.join("new.jsonl").exists(), "nothing is left behind");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Accepts the server's certificate whatever it is, and keeps it: the test
+/// checks the server presented the one it was given.
+#[derive(Debug)]
+struct KeepCertificate {
+    seen: std::sync::Mutex<Vec<Vec<u8>>>,
+    provider: std::sync::Arc<rustls::crypto::CryptoProvider>,
+}
+
+use tokio_rustls::rustls;
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+
+impl ServerCertVerifier for KeepCertificate {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        _: &[CertificateDer<'_>],
+        _: &ServerName<'_>,
+        _: &[u8],
+        _: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        self.seen.lock().unwrap().push(end_entity.to_vec());
+        Ok(ServerCertVerified::assertion())
+    }
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.provider.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// A page over wss: the TLS handshake, then the WebSocket's.
+async fn open_wss(
+    addr: SocketAddr,
+    verifier: std::sync::Arc<KeepCertificate>,
+) -> tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let config = rustls::ClientConfig::builder_with_provider(verifier.provider.clone())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .expect("the TLS handshake");
+    let (ws, _) = tokio_tungstenite::client_async(format!("wss://localhost:{}/class/ws", addr.port()), tls)
+        .await
+        .expect("the WebSocket handshake over TLS");
+    ws
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_class_served_with_tls_speaks_wss_with_its_certificate_and_refuses_plain_http() {
+    use rustls::pki_types::pem::PemObject;
+    let dir = temp_dir("tls");
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/class-tls");
+    let (cert, key) = (fixtures.join("cert.pem"), fixtures.join("key.pem"));
+    let (class, serving) = start(ClassOptions {
+        bind: "127.0.0.1".parse().unwrap(),
+        port: 0,
+        session: dir.join("class.jsonl"),
+        lesson: Some("next-byte".into()),
+        web: dir.join("no-web-build"),
+        tls: Some((cert.clone(), key.clone())),
+    })
+    .await
+    .expect("the class starts with the certificate");
+    let serving = tokio::spawn(serving);
+    assert_eq!(class.scheme(), "https");
+
+    // A student and the teacher over wss; the teacher's step reaches the
+    // student.
+    let verifier = std::sync::Arc::new(KeepCertificate {
+        seen: Default::default(),
+        provider: std::sync::Arc::new(rustls::crypto::ring::default_provider()),
+    });
+    let mut student = open_wss(class.addr, verifier.clone()).await;
+    student
+        .send(Message::text(ToServer::Join { code: class.code.clone(), nickname: None, seat: None }.to_text()))
+        .await
+        .unwrap();
+    let mut teacher = open_wss(class.addr, verifier.clone()).await;
+    teacher.send(Message::text(ToServer::Teach { token: class.token.clone() }.to_text())).await.unwrap();
+    async fn until(
+        ws: &mut tokio_tungstenite::WebSocketStream<tokio_rustls::client::TlsStream<tokio::net::TcpStream>>,
+        want: impl Fn(&ToClient) -> bool,
+    ) -> ToClient {
+        loop {
+            let m = tokio::time::timeout(Duration::from_secs(10), ws.next())
+                .await
+                .expect("a message within 10 s")
+                .expect("the socket is open")
+                .expect("a frame");
+            if let Message::Text(t) = m {
+                let m = ToClient::parse(t.as_str()).unwrap();
+                if want(&m) {
+                    return m;
+                }
+            }
+        }
+    }
+    until(&mut student, |m| matches!(m, ToClient::Welcome { role: Role::Student, .. })).await;
+    until(&mut teacher, |m| matches!(m, ToClient::Welcome { role: Role::Teacher, .. })).await;
+    teacher.send(Message::text(ToServer::Goto { step: 1 }.to_text())).await.unwrap();
+    until(&mut student, |m| matches!(m, ToClient::Class { state } if state.step == 1)).await;
+    let served = CertificateDer::from_pem_file(&cert).unwrap().to_vec();
+    let seen = verifier.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2);
+    assert!(seen.iter().all(|c| *c == served), "the server presents the certificate it was given");
+
+    // Plain http to the same port gets no page: the bytes are not a TLS
+    // handshake, and the connection closes.
+    let mut plain = tokio::net::TcpStream::connect(class.addr).await.unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    plain.write_all(b"GET /join HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let mut reply = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(15), plain.read_to_end(&mut reply)).await;
+    assert!(!String::from_utf8_lossy(&reply).contains("HTTP/1.1 200"), "no page over plain http");
+    serving.abort();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_certificate_that_cannot_be_used_is_named_and_no_class_file_is_made() {
+    let dir = temp_dir("tls-bad");
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/class-tls");
+    let other_key = dir.join("other-key.pem");
+    // A valid key of another pair (PKCS#8 P-256, from the same fixture's
+    // format): the certificate's and this key do not match.
+    let out = std::process::Command::new("openssl")
+        .args(["genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out"])
+        .arg(&other_key)
+        .output();
+    let session = dir.join("class.jsonl");
+    let mut cases: Vec<(PathBuf, PathBuf, &str)> = vec![
+        (dir.join("missing.pem"), fixtures.join("key.pem"), "missing.pem"),
+        (fixtures.join("key.pem"), fixtures.join("key.pem"), "no certificate"),
+        (fixtures.join("cert.pem"), fixtures.join("cert.pem"), "no private key"),
+    ];
+    if out.is_ok_and(|o| o.status.success()) {
+        cases.push((fixtures.join("cert.pem"), other_key.clone(), "do not make a certificate and its key"));
+    }
+    for (cert, key, says) in cases {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+            .args(["class", "--port", "0", "--session"])
+            .arg(&session)
+            .arg("--tls")
+            .args([&cert, &key])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says) && err.contains("openssl req"), "{says}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(!session.exists(), "no class file is made");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_class_experiment_assigns_values_takes_predictions_first_and_overlays_the_curves() {
+    use tinygpt::class::experiment::{Knob, Sweep};
+    let dir = temp_dir("experiment");
+    let (class, _server) = serve(&dir, "next-byte").await;
+    let mut teacher = Page::teacher(class.addr, &class.token).await;
+    let (mut ana, _) = Page::student(class.addr, &class.code, Some("Ana")).await;
+    let (mut ben, _) = Page::student(class.addr, &class.code, None).await;
+    let sweep = Sweep { knob: Knob::LrScale, values: vec![0.1, 1.0, 10.0, 100.0], steps: 100 };
+    // A student cannot start one; a sweep that does not fit is refused.
+    ana.send(&ToServer::Experiment { sweep: Some(sweep.clone()) }).await;
+    ana.until("the refusal", |m| matches!(m, ToClient::Refused { .. })).await;
+    teacher.send(&ToServer::Experiment { sweep: Some(Sweep { values: vec![1.0], ..sweep.clone() }) }).await;
+    teacher.until("the refusal", |m| matches!(m, ToClient::Refused { .. })).await;
+    teacher.send(&ToServer::Experiment { sweep: Some(sweep.clone()) }).await;
+    // Join numbers go round the values.
+    for (page, value) in [(&mut ana, 0), (&mut ben, 1)] {
+        let ToClient::Assigned { assignment: Some(a) } =
+            page.until("the assignment", |m| matches!(m, ToClient::Assigned { .. })).await
+        else {
+            panic!("an assignment")
+        };
+        assert_eq!((a.value, a.predicted, a.reported_to, a.sweep), (value, None, None, sweep.clone()));
+    }
+    // Predictions: one per value, once, before the run.
+    ana.send(&ToServer::Predict { diverges: vec![false, false, true, true] }).await;
+    let m = ana.until("the acknowledgement", |m| matches!(m, ToClient::Assigned { .. } | ToClient::Refused { .. })).await;
+    assert!(matches!(m, ToClient::Assigned { assignment: Some(ref a) } if a.predicted == Some(vec![false, false, true, true])), "{m:?}");
+    ana.send(&ToServer::Predict { diverges: vec![true, true, true, true] }).await;
+    ana.until("the refusal", |m| matches!(m, ToClient::Refused { .. })).await;
+    ben.send(&ToServer::Predict { diverges: vec![true] }).await;
+    ben.until("the refusal", |m| matches!(m, ToClient::Refused { .. })).await;
+    // Curves: Ana's trains, Ben's goes non-finite; the teacher gets both.
+    ana.send(&ToServer::Curve { points: vec![(1, Some(5.5)), (2, Some(5.0)), (4, Some(4.2))] }).await;
+    ben.send(&ToServer::Curve { points: vec![(1, Some(5.5)), (2, None)] }).await;
+    ben.send(&ToServer::Predict { diverges: vec![false; 4] }).await;
+    let ToClient::Refused { reason } = ben.until("the refusal", |m| matches!(m, ToClient::Refused { .. })).await else {
+        unreachable!()
+    };
+    assert!(reason.contains("before"), "a prediction after the run: {reason}");
+    // Steps out of order, past the run, or too many are refused.
+    ana.send(&ToServer::Curve { points: vec![(9, Some(4.0)), (8, Some(4.0))] }).await;
+    ana.until("the refusal", |m| matches!(m, ToClient::Refused { .. })).await;
+    ana.send(&ToServer::Curve { points: vec![(101, Some(4.0))] }).await;
+    ana.until("the refusal", |m| matches!(m, ToClient::Refused { .. })).await;
+    let mut got = std::collections::BTreeMap::new();
+    while got.len() < 2 {
+        if let ToClient::Curve { round, id, value, points, .. } =
+            teacher.until("a curve", |m| matches!(m, ToClient::Curve { .. })).await
+        {
+            assert_eq!(round, 1);
+            got.insert(id, (value, points));
+        }
+    }
+    assert_eq!(got[&1], (0, vec![(1, Some(5.5)), (2, Some(5.0)), (4, Some(4.2))]));
+    assert_eq!(got[&2], (1, vec![(1, Some(5.5)), (2, None)]));
+    // The dashboard sets the predictions beside what happened.
+    let ToClient::Dashboard { board } = teacher
+        .until("the board", |m| {
+            matches!(m, ToClient::Dashboard { board } if board.experiment.as_ref().is_some_and(|e| e.rows[1].reporting == 1 && e.rows[0].reporting == 1))
+        })
+        .await
+    else {
+        unreachable!()
+    };
+    let rows = board.experiment.unwrap().rows;
+    assert_eq!((rows[0].students, rows[0].diverged, rows[0].median_loss), (1, 0, Some(4.2)));
+    assert_eq!((rows[1].students, rows[1].diverged, rows[1].median_loss), (1, 1, None));
+    assert_eq!(
+        rows.iter().map(|r| (r.predicted_diverge, r.predictions)).collect::<Vec<_>>(),
+        vec![(0, 1), (0, 1), (1, 1), (1, 1)]
+    );
+    // A late student gets the next value; a teacher's page that reloads
+    // gets every curve so far.
+    let (mut late, _) = Page::student(class.addr, &class.code, None).await;
+    let m = late.until("the assignment", |m| matches!(m, ToClient::Assigned { .. })).await;
+    assert!(matches!(m, ToClient::Assigned { assignment: Some(ref a) } if a.value == 2), "{m:?}");
+    let mut again = Page::teacher(class.addr, &class.token).await;
+    let mut ids = Vec::new();
+    while ids.len() < 2 {
+        if let ToClient::Curve { id, restart: true, .. } = again.until("a curve", |m| matches!(m, ToClient::Curve { .. })).await {
+            ids.push(id);
+        }
+    }
+    ids.sort();
+    assert_eq!(ids, vec![1, 2]);
+    // The class's file holds it all: replayed, the same experiment.
+    teacher.send(&ToServer::Csv).await;
+    let ToClient::Csv { text } = teacher.until("the CSV", |m| matches!(m, ToClient::Csv { .. })).await else {
+        unreachable!()
+    };
+    assert_eq!(text.lines().filter(|l| l.contains(",experiment,")).count(), 4, "{text}");
+    assert!(text.contains("\"Will the run with ×100 diverge?\",1,\"diverges\","), "{text}");
+    let records = tinygpt::class::log::SessionLog::records(&dir.join("class.jsonl")).unwrap();
+    let replayed = tinygpt::class::session::Session::replay(&records).unwrap();
+    let e = replayed.experiment.expect("the experiment is on file");
+    assert_eq!((e.sweep, e.predictions.len(), e.curves.len()), (sweep, 1, 2));
+    // Ended: every student hears it.
+    teacher.send(&ToServer::Experiment { sweep: None }).await;
+    ana.until("the end of the experiment", |m| matches!(m, ToClient::Assigned { assignment: None })).await;
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -97,17 +97,7 @@ impl SessionLog {
                 .and_then(|_| file.seek(SeekFrom::End(0)).map(|_| ()))
                 .map_err(|e| format!("cannot repair the class file {}: {e}", path.display()))?;
         }
-        let mut records = Vec::new();
-        for (i, line) in text[..whole].lines().enumerate().skip(1) {
-            let record: Record = serde_json::from_str(line).map_err(|e| {
-                format!(
-                    "{} line {} is not a class record ({e}); start a new class with another --session",
-                    path.display(),
-                    i + 1
-                )
-            })?;
-            records.push(record);
-        }
+        let records = parse(&text[..whole], path)?;
         Ok((
             SessionLog {
                 file,
@@ -115,6 +105,18 @@ impl SessionLog {
             },
             records,
         ))
+    }
+
+    /// A log's records as they are on disk now (its whole lines), read
+    /// without opening it for writing: what a restart would resume.
+    pub fn records(path: &Path) -> Result<Vec<Record>, String> {
+        if !is_class_log(path) {
+            return Err(format!("{} is not a class file of tinygpt's", path.display()));
+        }
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read the class file {}: {e}", path.display()))?;
+        let whole = text.rfind('\n').map_or(0, |i| i + 1);
+        parse(&text[..whole], path)
     }
 
     /// Appends records and waits until they are on disk.
@@ -152,4 +154,20 @@ impl SessionLog {
         }
         std::fs::remove_file(&self.path)
     }
+}
+
+/// The records of a log's whole lines (after its header).
+fn parse(text: &str, path: &Path) -> Result<Vec<Record>, String> {
+    let mut records = Vec::new();
+    for (i, line) in text.lines().enumerate().skip(1) {
+        let record: Record = serde_json::from_str(line).map_err(|e| {
+            format!(
+                "{} line {} is not a class record ({e}); start a new class with another --session",
+                path.display(),
+                i + 1
+            )
+        })?;
+        records.push(record);
+    }
+    Ok(records)
 }

@@ -5,6 +5,7 @@
 //! characters, a join code [`CODE_LEN`] letters of [`CODE_ALPHABET`]; the
 //! server refuses anything else with the reason, and never panics on it.
 
+use super::experiment::{ExperimentBoard, Point, Sweep};
 use serde::{Deserialize, Serialize};
 
 /// The most bytes one message from a page may have.
@@ -90,6 +91,15 @@ pub enum ToServer {
     View { view: SharedView },
     /// Teacher: the anonymous answers as CSV.
     Csv,
+    /// Teacher: start the class experiment with this sweep (a new sweep
+    /// starts it again), or end it.
+    Experiment { sweep: Option<Sweep> },
+    /// A student's prediction, before their run: per value of the sweep,
+    /// whether its run will diverge.
+    Predict { diverges: Vec<bool> },
+    /// Points of a student's loss curve (rising steps; the first at or
+    /// before the last sent starts the curve again).
+    Curve { points: Vec<Point> },
     /// Teacher: end the class (its file is deleted).
     End,
 }
@@ -140,6 +150,22 @@ pub struct Tally {
 pub struct Dashboard {
     pub students: Vec<StudentRow>,
     pub tallies: Vec<Tally>,
+    /// The class experiment, while there is one.
+    #[serde(default)]
+    pub experiment: Option<ExperimentBoard>,
+}
+
+/// A student's part in the class experiment.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Assignment {
+    pub sweep: Sweep,
+    /// The value (an index into the sweep's values) this student trains with.
+    pub value: usize,
+    /// Their prediction on record, if they made it.
+    pub predicted: Option<Vec<bool>>,
+    /// The last step of their curve on record (a page back after a reload
+    /// starts its run again).
+    pub reported_to: Option<u32>,
 }
 
 impl Dashboard {
@@ -174,6 +200,19 @@ pub enum ToClient {
     View { view: SharedView },
     /// Teacher: the answers as CSV.
     Csv { text: String },
+    /// A student: their part in the class experiment (None: there is none
+    /// now).
+    Assigned { assignment: Option<Assignment> },
+    /// Teacher: points of a student's curve, with the value they train
+    /// with; `restart`: the curve starts again with these.
+    Curve {
+        /// The experiment's round ([`ExperimentBoard::round`]).
+        round: u32,
+        id: StudentId,
+        value: usize,
+        points: Vec<Point>,
+        restart: bool,
+    },
     /// A message was refused: why (the page stays connected).
     Refused { reason: String },
     /// The server is closing this page's connection: why, and whether
@@ -210,6 +249,7 @@ impl ToServer {
                 | ToServer::ShowAnswers { .. }
                 | ToServer::View { .. }
                 | ToServer::Csv
+                | ToServer::Experiment { .. }
                 | ToServer::End
         )
     }

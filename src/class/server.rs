@@ -19,6 +19,7 @@
 
 use super::log::SessionLog;
 use super::protocol::{
+    Assignment,
     self, CODE_LEN, MAX_MESSAGE_BYTES, Role, Seat, SharedView, StudentId, ToClient, ToServer,
 };
 use super::session::{LessonShape, Record, Session};
@@ -61,6 +62,8 @@ pub struct ClassOptions {
     pub lesson: Option<String>,
     /// The web build to serve.
     pub web: PathBuf,
+    /// Serve https and wss with this certificate (PEM) and its key.
+    pub tls: Option<(PathBuf, PathBuf)>,
 }
 
 /// A class being served.
@@ -75,6 +78,15 @@ pub struct Class {
     /// The web build is there.
     pub web_found: bool,
     pub session: PathBuf,
+    /// Served over https (`--tls`).
+    pub https: bool,
+}
+
+impl Class {
+    /// The scheme of the class's pages: `https` with `--tls`, else `http`.
+    pub fn scheme(&self) -> &'static str {
+        if self.https { "https" } else { "http" }
+    }
 }
 
 type ConnId = u64;
@@ -257,6 +269,9 @@ impl Hub {
                 self.send(conn, text(&state));
                 let board = ToClient::Dashboard { board: self.session.dashboard() };
                 self.send(conn, text(&board));
+                for curve in self.curves() {
+                    self.send(conn, text(&curve));
+                }
                 Flow::Go
             }
             (None, ToServer::Join { code, nickname, seat }) => {
@@ -290,6 +305,38 @@ impl Hub {
                 match self.session.answer(id, step, choice) {
                     Ok(r) => {
                         self.record(vec![r], vec![(conn, ToClient::Accepted { step, choice })]);
+                        Flow::Go
+                    }
+                    Err(e) => self.refuse(conn, e),
+                }
+            }
+            (Some(Role::Student), ToServer::Predict { diverges }) => {
+                let id = student.expect("a student has an id");
+                match self.session.checked(Record::Predicted { id, diverges: diverges.clone() }) {
+                    Ok(r) => {
+                        let assignment = self.session.assignment(id).map(|a| Assignment {
+                            predicted: Some(diverges),
+                            ..a
+                        });
+                        self.record(vec![r], vec![(conn, ToClient::Assigned { assignment })]);
+                        Flow::Go
+                    }
+                    Err(e) => self.refuse(conn, e),
+                }
+            }
+            (Some(Role::Student), ToServer::Curve { points }) => {
+                let id = student.expect("a student has an id");
+                let Some(e) = self.session.experiment.as_ref() else {
+                    return self.refuse(conn, "the class has no experiment now".into());
+                };
+                let (value, round) = (e.sweep.value_of(id), e.round);
+                let last = e.curves.get(&id).and_then(|c| c.last()).map(|(s, _)| *s);
+                match self.session.checked(Record::Reported { id, points: points.clone() }) {
+                    Ok(r) => {
+                        let restart = last.is_some_and(|l| points.first().is_some_and(|(s, _)| *s <= l));
+                        self.record(vec![r], Vec::new());
+                        let curve = ToClient::Curve { round, id, value, points, restart };
+                        self.broadcast(&curve, |c| c.role == Some(Role::Teacher));
                         Flow::Go
                     }
                     Err(e) => self.refuse(conn, e),
@@ -339,6 +386,9 @@ impl Hub {
                 let state = ToClient::Class { state: self.session.state() };
                 let mut replies = vec![(conn, welcome), (conn, state)];
                 replies.extend(self.view_for_joiner().map(|v| (conn, v)));
+                if self.session.experiment.is_some() {
+                    replies.push((conn, ToClient::Assigned { assignment: self.session.assignment(id) }));
+                }
                 self.record(vec![r], replies);
                 self.admit(conn, id);
                 return Flow::Go;
@@ -350,7 +400,37 @@ impl Hub {
         if let Some(view) = self.view_for_joiner() {
             self.send(conn, text(&view));
         }
+        if self.session.experiment.is_some() {
+            let assigned = ToClient::Assigned { assignment: self.session.assignment(id) };
+            self.send(conn, text(&assigned));
+        }
         Flow::Go
+    }
+
+    /// Every curve of the experiment, for a teacher's page that (re)joins.
+    fn curves(&self) -> Vec<ToClient> {
+        let Some(e) = &self.session.experiment else { return Vec::new() };
+        e.curves
+            .iter()
+            .map(|(id, points)| ToClient::Curve {
+                round: e.round,
+                id: *id,
+                value: e.sweep.value_of(*id),
+                points: points.clone(),
+                restart: true,
+            })
+            .collect()
+    }
+
+    /// Each student online gets their part in the experiment (or hears it
+    /// ended).
+    fn send_assignments(&mut self) {
+        let students: Vec<(ConnId, StudentId)> =
+            self.clients.iter().filter_map(|(conn, c)| Some((*conn, c.student?))).collect();
+        for (conn, id) in students {
+            let assigned = ToClient::Assigned { assignment: self.session.assignment(id) };
+            self.send(conn, text(&assigned));
+        }
     }
 
     /// The teacher's shared view, where it was sent at the class's step.
@@ -378,6 +458,16 @@ impl Hub {
                     Ok(()) => {
                         self.shared_view = Some((self.session.step, view.clone()));
                         self.broadcast(&ToClient::View { view }, |c| c.role == Some(Role::Student));
+                        Flow::Go
+                    }
+                    Err(e) => self.refuse(conn, e),
+                };
+            }
+            ToServer::Experiment { sweep } => {
+                return match self.session.checked(Record::Experimented { sweep }) {
+                    Ok(r) => {
+                        self.record(vec![r], Vec::new());
+                        self.send_assignments();
                         Flow::Go
                     }
                     Err(e) => self.refuse(conn, e),
@@ -440,12 +530,24 @@ impl Bucket {
     }
 }
 
+/// The port, listened on with or without TLS.
+enum Bound {
+    Plain(tokio::net::TcpListener),
+    Tls(super::tls::TlsListener),
+}
+
 /// Opens (or resumes) the class and binds its port; the future serves it
 /// until the teacher ends the class.
 pub async fn start(
     options: ClassOptions,
 ) -> Result<(Class, impl Future<Output = std::io::Result<()>> + Send + 'static), String> {
     let path = options.session.clone();
+    // A certificate that cannot be used stops the class before its file
+    // is made.
+    let tls = match &options.tls {
+        Some((cert, key)) => Some(super::tls::server_config(cert, key)?),
+        None => None,
+    };
     // Another tinygpt serving the same file is refused (a lock beside it).
     let claim = crate::output::claim(&path, "--session", &[], true)?;
     let exists = std::fs::symlink_metadata(&path).is_ok();
@@ -486,6 +588,13 @@ pub async fn start(
             }
         })?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let listener = match &tls {
+        Some(config) => Bound::Tls(
+            super::tls::TlsListener::new(listener, config.clone())
+                .map_err(|e| format!("cannot listen on {addr}: {e}"))?,
+        ),
+        None => Bound::Plain(listener),
+    };
     let web_found = options.web.join("index.html").is_file();
     let class = Class {
         addr,
@@ -495,6 +604,7 @@ pub async fn start(
         resumed,
         web_found,
         session: path.clone(),
+        https: tls.is_some(),
     };
     let (log_tx, log_rx) = std::sync::mpsc::channel();
     let writer = std::thread::Builder::new()
@@ -521,7 +631,10 @@ pub async fn start(
             let shared = shared.clone();
             async move { shared.ended.notified().await }
         };
-        let result = axum::serve(listener, router).with_graceful_shutdown(ended).await;
+        let result = match listener {
+            Bound::Plain(listener) => axum::serve(listener, router).with_graceful_shutdown(ended).await,
+            Bound::Tls(listener) => axum::serve(listener, router).with_graceful_shutdown(ended).await,
+        };
         dashboard.abort();
         // Closing the log's channel ends its thread once it has written all.
         drop(shared);

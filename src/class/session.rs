@@ -6,8 +6,10 @@
 //! resumes where it stopped. What is not recorded is what a page says
 //! again when it reconnects: where a student is, who is online.
 
+use super::experiment::{self, ExperimentBoard, Point, Sweep, SweepRow};
 use super::protocol::{
-    ClassState, Dashboard, MAX_PROMPT_BYTES, Reveal, Seat, SharedView, StudentId, StudentRow, Tally,
+    Assignment, ClassState, Dashboard, MAX_PROMPT_BYTES, Reveal, Seat, SharedView, StudentId, StudentRow,
+    Tally,
 };
 use crate::lesson::Lesson;
 use serde::{Deserialize, Serialize};
@@ -103,6 +105,24 @@ pub enum Record {
     Paced { locked: bool },
     Paused { paused: bool },
     Revealed { step: usize },
+    /// The teacher started the class experiment with a sweep (or ended it).
+    Experimented { sweep: Option<Sweep> },
+    /// A student's prediction: per value, whether its run diverges.
+    Predicted { id: StudentId, diverges: Vec<bool> },
+    /// Points of a student's loss curve.
+    Reported { id: StudentId, points: Vec<Point> },
+}
+
+/// The class experiment as it stands.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Experiment {
+    /// Which experiment of the class (1, 2, …).
+    pub round: u32,
+    pub sweep: Sweep,
+    /// Each student's prediction (the first stands).
+    pub predictions: BTreeMap<StudentId, Vec<bool>>,
+    /// Each student's loss curve.
+    pub curves: BTreeMap<StudentId, Vec<Point>>,
 }
 
 /// A student of the class.
@@ -129,6 +149,9 @@ pub struct Session {
     pub students: BTreeMap<StudentId, Student>,
     /// Per step with a question: each student's choice (the first stands).
     pub answers: BTreeMap<usize, BTreeMap<StudentId, usize>>,
+    pub experiment: Option<Experiment>,
+    /// Experiments started in this class.
+    rounds: u32,
 }
 
 /// Compares two secrets in time that does not depend on where they differ.
@@ -156,6 +179,8 @@ impl Session {
             revealed: BTreeSet::new(),
             students: BTreeMap::new(),
             answers: BTreeMap::new(),
+            experiment: None,
+            rounds: 0,
         };
         (session, record)
     }
@@ -212,7 +237,37 @@ impl Session {
                 Some(_) => Ok(()),
             },
             Record::Paced { .. } | Record::Paused { .. } => Ok(()),
+            Record::Experimented { sweep } => sweep.as_ref().map_or(Ok(()), Sweep::check),
+            Record::Predicted { id, diverges } => {
+                let e = self.experiment_of(*id)?;
+                if diverges.len() != e.sweep.values.len() {
+                    return Err(format!(
+                        "a prediction says, for each of the sweep's {} values, whether its run diverges",
+                        e.sweep.values.len()
+                    ));
+                }
+                if e.predictions.contains_key(id) {
+                    return Err("you predicted already".into());
+                }
+                if e.curves.contains_key(id) {
+                    return Err("predictions are made before your run starts".into());
+                }
+                Ok(())
+            }
+            Record::Reported { id, points } => {
+                let e = self.experiment_of(*id)?;
+                let curve = e.curves.get(id).map_or(&[][..], Vec::as_slice);
+                experiment::check_points(curve, points, e.sweep.steps).map(|_| ())
+            }
         }
+    }
+
+    /// The experiment, for a student of the class.
+    fn experiment_of(&self, id: StudentId) -> Result<&Experiment, String> {
+        if !self.students.contains_key(&id) {
+            return Err(format!("there is no student {id} in this class"));
+        }
+        self.experiment.as_ref().ok_or_else(|| "the class has no experiment now".to_string())
     }
 
     fn step_fits(&self, step: usize) -> Result<(), String> {
@@ -272,7 +327,75 @@ impl Session {
             Record::Revealed { step } => {
                 self.revealed.insert(*step);
             }
+            Record::Experimented { sweep } => {
+                self.rounds += u32::from(sweep.is_some());
+                let round = self.rounds;
+                self.experiment = sweep.clone().map(|sweep| Experiment {
+                    round,
+                    sweep,
+                    predictions: BTreeMap::new(),
+                    curves: BTreeMap::new(),
+                });
+            }
+            Record::Predicted { id, diverges } => {
+                if let Some(e) = self.experiment.as_mut() {
+                    e.predictions.entry(*id).or_insert_with(|| diverges.clone());
+                }
+            }
+            Record::Reported { id, points } => {
+                if let Some(e) = self.experiment.as_mut() {
+                    let curve = e.curves.entry(*id).or_default();
+                    if curve.last().is_some_and(|(last, _)| points.first().is_some_and(|(s, _)| s <= last)) {
+                        curve.clear();
+                    }
+                    curve.extend_from_slice(points);
+                }
+            }
         }
+    }
+
+    /// A record for a request, if it fits the class now.
+    pub fn checked(&self, r: Record) -> Result<Record, String> {
+        self.check(&r)?;
+        Ok(r)
+    }
+
+    /// A student's part in the experiment, if there is one.
+    pub fn assignment(&self, id: StudentId) -> Option<Assignment> {
+        let e = self.experiment.as_ref()?;
+        Some(Assignment {
+            sweep: e.sweep.clone(),
+            value: e.sweep.value_of(id),
+            predicted: e.predictions.get(&id).cloned(),
+            reported_to: e.curves.get(&id).and_then(|c| c.last()).map(|(s, _)| *s),
+        })
+    }
+
+    /// The experiment on the dashboard: per value, the students given it,
+    /// their runs and the class's predictions.
+    fn experiment_board(&self) -> Option<ExperimentBoard> {
+        let e = self.experiment.as_ref()?;
+        let mut rows = vec![SweepRow::default(); e.sweep.values.len()];
+        let mut latest: Vec<Vec<f32>> = vec![Vec::new(); rows.len()];
+        for id in self.students.keys() {
+            let v = e.sweep.value_of(*id);
+            rows[v].students += 1;
+            if let Some(curve) = e.curves.get(id).filter(|c| !c.is_empty()) {
+                rows[v].reporting += 1;
+                rows[v].diverged += u32::from(experiment::diverged(curve));
+                latest[v].extend(curve.last().and_then(|(_, l)| *l));
+            }
+        }
+        for prediction in e.predictions.values() {
+            for (row, says) in rows.iter_mut().zip(prediction) {
+                row.predictions += 1;
+                row.predicted_diverge += u32::from(*says);
+            }
+        }
+        for (row, losses) in rows.iter_mut().zip(latest) {
+            row.median_loss = experiment::median(losses);
+        }
+        Some(ExperimentBoard { round: e.round, sweep: e.sweep.clone(), rows })
     }
 
     /// A new student (the key from the caller's random source).
@@ -420,6 +543,7 @@ impl Session {
                     counts: self.counts(step),
                 })
                 .collect(),
+            experiment: self.experiment_board(),
         }
     }
 
@@ -445,6 +569,27 @@ impl Session {
                     csv_field(&q.choices[*choice]),
                     *choice == q.answer
                 ));
+            }
+        }
+        // The experiment's predictions, one row per value: what the
+        // student said, and whether it came true (the majority of that
+        // value's runs, once one reported; empty before).
+        if let Some(e) = &self.experiment {
+            let board = self.experiment_board();
+            for (id, prediction) in &e.predictions {
+                for (v, says) in prediction.iter().enumerate() {
+                    let said = if *says { "diverges" } else { "trains" };
+                    let happened = board.as_ref().and_then(|b| b.rows.get(v)).filter(|r| r.reporting > 0).map(
+                        |r| if 2 * r.diverged > r.reporting { "diverges" } else { "trains" },
+                    );
+                    out.push_str(&format!(
+                        "{id},experiment,{},{},{},{}\n",
+                        csv_field(&format!("Will the run with {} diverge?", e.sweep.label(v))),
+                        u8::from(!*says) + 1,
+                        csv_field(said),
+                        happened.map_or(String::new(), |h| (h == said).to_string()),
+                    ));
+                }
             }
         }
         out
@@ -522,6 +667,56 @@ mod tests {
         assert_eq!(replayed.csv(), s.csv());
         assert_eq!(replayed.answers_of(2), vec![(q, 1)]);
         assert_eq!(s.state().reveals[0].counts.iter().sum::<u32>(), 2);
+    }
+
+    #[test]
+    fn an_experiment_replays_from_its_records_and_a_new_one_starts_afresh() {
+        use crate::class::experiment::Knob;
+        let mut s = class();
+        let (_, opened) = Session::open(s.lesson.clone(), s.code.clone(), s.token.clone());
+        let mut log = vec![opened];
+        let mut push = |s: &mut Session, r: Record| {
+            s.apply(&r);
+            log.push(r);
+        };
+        for key in ["k1", "k2", "k3"] {
+            let r = s.join(key.into(), None).unwrap();
+            push(&mut s, r);
+        }
+        let sweep = Sweep { knob: Knob::Seed, values: vec![1.0, 2.0], steps: 50 };
+        let r = s.checked(Record::Experimented { sweep: Some(sweep.clone()) }).unwrap();
+        push(&mut s, r);
+        assert!(s.checked(Record::Predicted { id: 9, diverges: vec![true, false] }).is_err(), "no such student");
+        let r = s.checked(Record::Predicted { id: 1, diverges: vec![true, false] }).unwrap();
+        push(&mut s, r);
+        for (id, points) in [
+            (1, vec![(1, Some(5.0)), (10, Some(4.0))]),
+            (3, vec![(1, Some(5.0)), (10, Some(6.0))]),
+            (1, vec![(20, Some(3.5))]),
+            // Student 2 trained, then reloaded and trained again.
+            (2, vec![(1, Some(5.0)), (30, Some(3.0))]),
+            (2, vec![(1, Some(5.1))]),
+        ] {
+            let r = s.checked(Record::Reported { id, points }).unwrap();
+            push(&mut s, r);
+        }
+        let replayed = Session::replay(&log).unwrap();
+        assert_eq!(replayed.experiment, s.experiment);
+        assert_eq!(replayed.dashboard(), s.dashboard());
+        let board = s.dashboard().experiment.unwrap();
+        // Students 1 and 3 have seed 1; 2 has seed 2, whose curve restarted.
+        assert_eq!((board.rows[0].students, board.rows[0].reporting, board.rows[0].diverged), (2, 2, 1));
+        assert_eq!(board.rows[0].median_loss, Some(4.75));
+        assert_eq!(s.experiment.as_ref().unwrap().curves[&2], vec![(1, Some(5.1))]);
+        assert_eq!(s.assignment(2).unwrap().reported_to, Some(1));
+        assert_eq!(s.assignment(1).unwrap().predicted, Some(vec![true, false]));
+        // A new sweep: round 2, nothing carried over; ended: none.
+        let r = s.checked(Record::Experimented { sweep: Some(sweep) }).unwrap();
+        s.apply(&r);
+        let e = s.experiment.as_ref().unwrap();
+        assert_eq!((e.round, e.predictions.len(), e.curves.len()), (2, 0, 0));
+        s.apply(&Record::Experimented { sweep: None });
+        assert!(s.assignment(1).is_none() && s.dashboard().experiment.is_none());
     }
 
     #[test]

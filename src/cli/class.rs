@@ -29,6 +29,11 @@ pub struct ClassArgs {
     /// The web build to serve (made by `bash web/build.sh`).
     #[arg(long, default_value = "web/dist")]
     web: PathBuf,
+    /// Serve https (and wss) with this certificate and its private key,
+    /// both PEM files, so that students' browsers give the page WebGPU
+    /// (docs/guide/class.md says how to make a self-signed one).
+    #[arg(long, num_args = 2, value_names = ["CERT", "KEY"])]
+    tls: Option<Vec<PathBuf>>,
 }
 
 pub fn run(args: ClassArgs) -> Result<()> {
@@ -44,6 +49,7 @@ pub fn run(args: ClassArgs) -> Result<()> {
             session: args.session.clone(),
             lesson: args.lesson.clone(),
             web: args.web.clone(),
+            tls: args.tls.as_deref().map(|pair| (pair[0].clone(), pair[1].clone())),
         };
         let (class, serve) = start(options).await.map_err(|e| anyhow!(e))?;
         print_banner(&class, args.bind, &args.web);
@@ -89,8 +95,9 @@ fn reachable_host(bind: IpAddr) -> String {
 fn print_banner(class: &Class, bind: IpAddr, web: &std::path::Path) {
     let host = reachable_host(bind);
     let port = class.addr.port();
-    let join = format!("http://{host}:{port}/join");
-    let teacher = format!("http://127.0.0.1:{port}/#class={}&teacher={}", class.code, class.token);
+    let scheme = class.scheme();
+    let join = format!("{scheme}://{host}:{port}/join");
+    let teacher = format!("{scheme}://127.0.0.1:{port}/#class={}&teacher={}", class.code, class.token);
     println!(
         "TinyGPT class: {} ({} steps, lesson `{}`)",
         class.lesson.title,
@@ -122,15 +129,22 @@ fn print_banner(class: &Class, bind: IpAddr, web: &std::path::Path) {
     }
     println!("  Your link, the teacher's (keep it to yourself):");
     println!("    {teacher}");
-    println!("  or natively:  tinygpt app --join '{teacher}'");
+    if !class.https {
+        println!("  or natively:  tinygpt app --join '{teacher}'");
+    }
     println!();
     if bind.is_loopback() {
         println!(
             "Only this machine can join: start with --bind 0.0.0.0 to let the classroom's network in."
         );
-    } else {
+    }
+    if class.https {
         println!(
-            "Over plain http, students' browsers give the page no WebGPU: it trains on their CPU (docs/guide/class.md)."
+            "Served over https: with a self-signed certificate each browser warns once (Advanced → Proceed), then the page has WebGPU (docs/guide/class.md)."
+        );
+    } else if !bind.is_loopback() {
+        println!(
+            "Over plain http, students' browsers give the page no WebGPU: it trains on their CPU; --tls CERT KEY serves https (docs/guide/class.md)."
         );
     }
     if !class.web_found {

@@ -16,6 +16,7 @@
 //! into their seat: the link keeps it, so a reload rejoins too) and sends
 //! again an answer the server had not acknowledged.
 
+pub mod experiment;
 pub mod panel;
 
 use super::lesson::{LessonAction, LessonFocus, LessonPlayer, PendingFocus, ShownView};
@@ -62,6 +63,8 @@ pub struct ClassClient {
     /// … and sent, not yet acknowledged.
     pending: BTreeMap<usize, usize>,
     outbox: Vec<ToServer>,
+    /// The class experiment: a student's part and run, the teacher's curves.
+    pub experiment: experiment::ExperimentPage,
     /// The step last reported (a student's `at`) or sent (the teacher's `goto`).
     reported: Option<usize>,
     /// The class's step this page last moved to.
@@ -182,7 +185,14 @@ impl ClassClient {
                 self.accepted.insert(step, choice);
                 self.pending.remove(&step);
             }
-            ToClient::Dashboard { board } => self.board = board,
+            ToClient::Dashboard { board } => {
+                self.experiment.board_round(board.experiment.as_ref().map(|e| e.round));
+                self.board = board;
+            }
+            ToClient::Assigned { assignment } => self.experiment.assigned(assignment),
+            ToClient::Curve { round, id, value, points, restart } => {
+                self.experiment.curve(round, id, value, points, restart)
+            }
             ToClient::View { view } => self.view = Some(view),
             ToClient::Csv { text } => {
                 let code = self.link.as_ref().map_or("", |l| l.code.as_str());
@@ -226,7 +236,7 @@ impl Plugin for ClassPlugin {
             .init_non_send::<ClassSocket>()
             .add_systems(
                 Update,
-                (pump, follow, teacher_keys)
+                (pump, follow, teacher_keys, experiment::track_run)
                     .chain()
                     .in_set(super::schedule::AppSystems::Input),
             );
@@ -475,6 +485,12 @@ pub fn report(class: &ClassClient) -> serde_json::Value {
             "head": class.shown.head,
             "position": class.shown.position,
         },
+        "experiment": {
+            "value": class.experiment.assignment.as_ref().map(|a| a.value),
+            "predicted": class.experiment.assignment.as_ref().and_then(|a| a.predicted.clone()),
+            "points": class.experiment.points,
+            "curves": class.experiment.curves.len(),
+        },
     })
 }
 
@@ -501,6 +517,12 @@ pub fn socket_url(page: &str) -> Result<String, String> {
 /// `tinygpt app --join URL`: the class a link joins, and its socket.
 pub fn from_join_url(url: &str) -> Result<(ClassLink, String), String> {
     let socket = socket_url(url)?;
+    if socket.starts_with("wss://") {
+        // The native client (ewebsock on tungstenite) is built without TLS.
+        return Err(format!(
+            "`{url}` is a class served over https (--tls): the native app joins over http only, so open the link in a browser"
+        ));
+    }
     let fragment = url.split_once('#').map_or("", |(_, f)| f);
     let (link, problems) = super::link::Link::parse(fragment);
     match link.class {
@@ -522,6 +544,7 @@ mod tests {
         assert_eq!(link.code, "K7Q2XM");
         assert!(link.teacher.is_some());
         assert!(from_join_url("ftp://x/#class=K7Q2XM").is_err());
+        assert!(from_join_url("https://x:1/#class=K7Q2XM").unwrap_err().contains("browser"));
         assert!(from_join_url("http://x:1/").is_err());
         assert!(from_join_url("http://x:1/#class=OOOOOO").is_err());
     }

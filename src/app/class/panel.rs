@@ -9,8 +9,8 @@ use crate::app::scenes::Scene;
 use crate::class::protocol::{MAX_PROMPT_BYTES, Role, SharedView, ToServer};
 use bevy_egui::egui;
 
-const GOLD: egui::Color32 = egui::Color32::from_rgb(240, 200, 90);
-const MUTED: egui::Color32 = egui::Color32::from_rgb(170, 178, 196);
+pub(super) const GOLD: egui::Color32 = egui::Color32::from_rgb(240, 200, 90);
+pub(super) const MUTED: egui::Color32 = egui::Color32::from_rgb(170, 178, 196);
 
 /// The teacher's view to send: the scene, with its prompt, head and
 /// position where the scene showing wrote them ([`ShownView`]).
@@ -168,6 +168,8 @@ pub fn teacher_panel(root: &mut egui::Ui, class: &mut ClassClient, player: &Less
             if let Some(reason) = &class.refusal {
                 ui.colored_label(GOLD, reason);
             }
+            ui.separator();
+            super::experiment::teacher_section(ui, class);
             ui.separator();
             // The students: join number, nickname, where they are.
             egui::ScrollArea::vertical().show(ui, |ui| {

@@ -66,6 +66,15 @@ pub enum RunCommand {
         lab: Lab,
         lr_scale: f32,
     },
+    /// A class experiment's run (a student's): the preset with its
+    /// learning rate times `lr_scale`, this seed and step count; it trains
+    /// at once.
+    NewClassRun {
+        preset: String,
+        lr_scale: f32,
+        seed: Option<u64>,
+        steps: u64,
+    },
     /// The GPU was lost (the reason): the run goes on on the CPU from its
     /// last host copy ([`Run::recovery`]), training if it was.
     FallBackToCpu(String),
@@ -198,6 +207,26 @@ pub(super) fn handle_commands(
                         lab = lab.describe(),
                         lr = format!("{:.1e}", settings.lr),
                     ));
+                    rebuild = Some(None);
+                }
+            },
+            RunCommand::NewClassRun {
+                preset,
+                lr_scale,
+                seed,
+                steps,
+            } => match Config::load(&preset) {
+                Err(e) => status.error(crate::t!("lab-could-not-start", error = e.to_string())),
+                Ok(config) => {
+                    *settings = RunSettings {
+                        corpus: settings.corpus.clone(),
+                        seed: seed.unwrap_or(settings.seed),
+                        backend: settings.backend,
+                        lr: config.lr * lr_scale,
+                        steps,
+                        ..RunSettings::from_preset(&preset, config)
+                    };
+                    train_on = true;
                     rebuild = Some(None);
                 }
             },
