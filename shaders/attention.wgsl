@@ -634,6 +634,26 @@ fn p_and_ds(bh: u32, i: u32, j: u32, s: f32, dp: f32, lse_i: f32, delta_i: f32) 
     return vec2<f32>(p * mk, p * (dp * mk - delta_i));
 }
 
+// Query i's q and dO, 4 columns from 4·c (zero past the sequence's end).
+fn q_and_do(b: u32, i: u32, h: u32, c: u32) -> array<vec4<f32>, 2> {
+    if (i >= at.t) { return array<vec4<f32>, 2>(vec4<f32>(0.0), vec4<f32>(0.0)); }
+    return array<vec4<f32>, 2>(qkv_vec4(b, i, 0u, h, c), dout_vec4(y_at(b, i, h), c));
+}
+
+// Key j's k and v, 4 columns from 4·c (zero past the sequence's end).
+fn k_and_v(b: u32, j: u32, h: u32, c: u32) -> array<vec4<f32>, 2> {
+    if (j >= at.t) { return array<vec4<f32>, 2>(vec4<f32>(0.0), vec4<f32>(0.0)); }
+    return array<vec4<f32>, 2>(qkv_vec4(b, j, 1u, h, c), qkv_vec4(b, j, 2u, h, c));
+}
+
+// dqkv[base + x] += g[x], x = 0..3, for the columns d + x the head has
+// (base: the row's element of column d).
+fn add_columns(base: u32, d: u32, g: vec4<f32>) {
+    for (var x = 0u; x < 4u; x++) {
+        if (d + x < at.d) { dqkv[base + x] += g[x]; }
+    }
+}
+
 @compute @workgroup_size(256, 1, 1)
 fn attention_backward_dkdv_blocks(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let bh = wg.y;
@@ -643,15 +663,9 @@ fn attention_backward_dkdv_blocks(@builtin(workgroup_id) wg: vec3<u32>, @builtin
     for (var e = tid; e < KEYS_B * DV4; e += 256u) {
         let r = e / DV4;
         let c = e % DV4;
-        let j = j0 + r;
-        var kv = vec4<f32>(0.0);
-        var vv = vec4<f32>(0.0);
-        if (j < at.t) {
-            kv = qkv_vec4(b, j, 1u, h, c);
-            vv = qkv_vec4(b, j, 2u, h, c);
-        }
-        k_blk[r * ROW4 + c] = kv;
-        v_blk[r * ROW4 + c] = vv;
+        let kv = k_and_v(b, j0 + r, h, c);
+        k_blk[r * ROW4 + c] = kv[0];
+        v_blk[r * ROW4 + c] = kv[1];
     }
     // Scores: this thread's query row in the block and its two keys.
     let sq = tid % QUERIES_B;
@@ -669,15 +683,9 @@ fn attention_backward_dkdv_blocks(@builtin(workgroup_id) wg: vec3<u32>, @builtin
         for (var e = tid; e < QUERIES_B * DV4; e += 256u) {
             let r = e / DV4;
             let c = e % DV4;
-            let i = i0 + r;
-            var qv = vec4<f32>(0.0);
-            var ov = vec4<f32>(0.0);
-            if (i < at.t) {
-                qv = qkv_vec4(b, i, 0u, h, c);
-                ov = dout_vec4(y_at(b, i, h), c);
-            }
-            q_blk[r * ROW4 + c] = qv;
-            do_blk[r * ROW4 + c] = ov;
+            let qo = q_and_do(b, i0 + r, h, c);
+            q_blk[r * ROW4 + c] = qo[0];
+            do_blk[r * ROW4 + c] = qo[1];
         }
         workgroupBarrier();
         var s0 = 0.0;
@@ -720,16 +728,8 @@ fn attention_backward_dkdv_blocks(@builtin(workgroup_id) wg: vec3<u32>, @builtin
         let j = j0 + e / DV4;
         if (e < KEYS_B * DV4 && j < at.t) {
             let d = 4u * (e % DV4);
-            let kbase = qkv_at(b, j, 1u, h) + d;
-            let vbase = qkv_at(b, j, 2u, h) + d;
-            let gk = at.scale * dk[u];
-            let gv = dv[u];
-            for (var x = 0u; x < 4u; x++) {
-                if (d + x < at.d) {
-                    dqkv[kbase + x] += gk[x];
-                    dqkv[vbase + x] += gv[x];
-                }
-            }
+            add_columns(qkv_at(b, j, 1u, h) + d, d, at.scale * dk[u]);
+            add_columns(qkv_at(b, j, 2u, h) + d, d, dv[u]);
         }
     }
 }
@@ -766,15 +766,9 @@ fn attention_backward_dq_blocks(@builtin(workgroup_id) wg: vec3<u32>, @builtin(l
     for (var e = tid; e < QUERIES_Q * DV4; e += 256u) {
         let r = e / DV4;
         let c = e % DV4;
-        let i = q0 + r;
-        var qv = vec4<f32>(0.0);
-        var ov = vec4<f32>(0.0);
-        if (i < at.t) {
-            qv = qkv_vec4(b, i, 0u, h, c);
-            ov = dout_vec4(y_at(b, i, h), c);
-        }
-        qrows_blk[r * ROW4 + c] = qv;
-        dorows_blk[r * ROW4 + c] = ov;
+        let qo = q_and_do(b, q0 + r, h, c);
+        qrows_blk[r * ROW4 + c] = qo[0];
+        dorows_blk[r * ROW4 + c] = qo[1];
     }
     // Scores: this thread's key row in the step and its two queries.
     let sk = tid % KEYS_Q;
@@ -794,15 +788,9 @@ fn attention_backward_dq_blocks(@builtin(workgroup_id) wg: vec3<u32>, @builtin(l
         for (var e = tid; e < KEYS_Q * DV4; e += 256u) {
             let r = e / DV4;
             let c = e % DV4;
-            let j = j0 + r;
-            var kv = vec4<f32>(0.0);
-            var vv = vec4<f32>(0.0);
-            if (j < at.t) {
-                kv = qkv_vec4(b, j, 1u, h, c);
-                vv = qkv_vec4(b, j, 2u, h, c);
-            }
-            krows_blk[r * ROW4 + c] = kv;
-            vrows_blk[r * ROW4 + c] = vv;
+            let kv = k_and_v(b, j0 + r, h, c);
+            krows_blk[r * ROW4 + c] = kv[0];
+            vrows_blk[r * ROW4 + c] = kv[1];
         }
         workgroupBarrier();
         var s0 = 0.0;
@@ -837,11 +825,7 @@ fn attention_backward_dq_blocks(@builtin(workgroup_id) wg: vec3<u32>, @builtin(l
         let i = q0 + e / DV4;
         if (e < QUERIES_Q * DV4 && i < at.t) {
             let d = 4u * (e % DV4);
-            let base = qkv_at(b, i, 0u, h) + d;
-            let g = at.scale * dq[u];
-            for (var x = 0u; x < 4u; x++) {
-                if (d + x < at.d) { dqkv[base + x] += g[x]; }
-            }
+            add_columns(qkv_at(b, i, 0u, h) + d, d, at.scale * dq[u]);
         }
     }
 }

@@ -2737,6 +2737,11 @@ fn a_class_puts_its_students_on_the_teachers_step_and_counts_their_answers() {
         position: Some(5),
     };
     let url = format!("ws://{}/class/ws", class.addr);
+    let sweep = tinygpt::class::experiment::ClassSweep {
+        knob: tinygpt::class::experiment::Knob::LrScale,
+        values: vec![0.1, 1.0, 10.0, 100.0],
+        steps: 100,
+    };
     // The teacher goes to the question; two students answer it.
     let _pages = runtime.block_on(async {
         let mut pages = Vec::new();
@@ -2746,6 +2751,8 @@ fn a_class_puts_its_students_on_the_teachers_step_and_counts_their_answers() {
         // "Send my view": the Attention scene on a prompt of the teacher's,
         // a head and a position (a student who joins on this step gets it).
         teacher.send(Message::text(ToServer::View { view: shared.clone() }.to_text())).await.unwrap();
+        // A class experiment: a sweep of four learning rates.
+        teacher.send(Message::text(ToServer::Experiment { sweep: Some(sweep.clone()) }.to_text())).await.unwrap();
         pages.push(teacher);
         for choice in [0, 1] {
             let (mut s, _) = tokio_tungstenite::connect_async(&url).await.unwrap();
@@ -2753,11 +2760,23 @@ fn a_class_puts_its_students_on_the_teachers_step_and_counts_their_answers() {
                 .await
                 .unwrap();
             s.send(Message::text(ToServer::Choose { step: q, choice }.to_text())).await.unwrap();
+            // Each predicts, then reports a run: one trains, one diverges.
+            s.send(Message::text(ToServer::Predict { diverges: vec![false, false, true, true] }.to_text())).await.unwrap();
+            let curve = if choice == 0 {
+                vec![(1, Some(5.5)), (50, Some(3.1)), (100, Some(2.6))]
+            } else {
+                vec![(1, Some(5.5)), (20, Some(4.8)), (21, None)]
+            };
+            s.send(Message::text(ToServer::Curve { points: curve }.to_text())).await.unwrap();
+            let mut acknowledged = 0;
             while let Some(Ok(m)) = s.next().await {
                 if let Message::Text(t) = m
-                    && matches!(ToClient::parse(t.as_str()), Ok(ToClient::Accepted { .. }))
+                    && matches!(ToClient::parse(t.as_str()), Ok(ToClient::Accepted { .. } | ToClient::Assigned { assignment: Some(tinygpt::class::protocol::Assignment { predicted: Some(_), .. }) }))
                 {
-                    break;
+                    acknowledged += 1;
+                    if acknowledged == 2 {
+                        break;
+                    }
                 }
             }
             pages.push(s);
@@ -2783,6 +2802,15 @@ fn a_class_puts_its_students_on_the_teachers_step_and_counts_their_answers() {
     assert_eq!(shown["prompt"], shared.prompt.as_deref().unwrap(), "{line}");
     assert_eq!(shown["head"], serde_json::json!([layers - 1, heads - 1]), "{line}");
     assert_eq!(shown["position"], 5, "{line}");
+    // Ada, the third to join, trains the third learning rate; her card
+    // asks for her prediction first, with a button a finger can hit.
+    assert_eq!(student["class"]["experiment"]["value"], 2, "{line}");
+    assert_eq!(student["class"]["experiment"]["predicted"], serde_json::Value::Null, "{line}");
+    let send = tinygpt::i18n::tr_in(tinygpt::i18n::Language::English, "exp-send-prediction", &[]);
+    let nodes = access_nodes(&student);
+    let button = nodes.iter().find(|n| n["name"] == send.as_str()).unwrap_or_else(|| panic!("no {send:?} button: {line}"));
+    let rect = node_rect(button).unwrap();
+    assert!(rect[3] - rect[1] >= 44.0 && rect[2] <= 1280.0 && rect[3] <= 720.0, "{rect:?}");
     let teacher = run_headless(
         &["app", "--headless", "--frames", "240", "--width", "1920", "--height", "1080", "--join", &format!("{page}#class={}&teacher={}", class.code, class.token)],
         &dir.join("teacher.png"),
@@ -2794,6 +2822,8 @@ fn a_class_puts_its_students_on_the_teachers_step_and_counts_their_answers() {
     assert_eq!(tally["counts"][0], 1, "{line}");
     assert_eq!(tally["counts"][1], 1, "{line}");
     assert_eq!(teacher["lesson"]["step"], q + 1, "the teacher's app opens where the class is: {line}");
+    // The class's two curves overlaid on the teacher's panel.
+    assert_eq!(teacher["class"]["experiment"]["curves"], 2, "{line}");
     // A wrong code: refused with the reason, no retrying.
     let refused = run_headless(
         &["app", "--headless", "--frames", "120", "--width", "1280", "--height", "720", "--join", &format!("{page}#class=ZZZZZZ")],
@@ -3387,4 +3417,55 @@ fn the_scenes_own_labels_stand_out_from_the_picture() {
         println!("{scene}: {checked} labels, the lowest at {lowest:.2}:1");
     }
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The shared timeline (issue 52) in the Attention scene: a gallery model
+/// that ships its time-lapse opens on a step of it, and the maps drawn are
+/// the frame's own (the last at or before the step that kept its maps).
+#[test]
+fn the_attention_scene_shows_the_model_as_it_was_at_a_step_of_its_time_lapse() {
+    let dir = common::scratch_dir("app-timeline");
+    let entry = tinygpt::model::gallery::entries()
+        .into_iter()
+        .find(|e| e.id == "repeat")
+        .expect("the gallery's repeat model");
+    let ck = entry.checkpoint().unwrap();
+    let lapse = ck.timelapse.expect("the repeat model ships its time-lapse");
+    let with_maps: Vec<&tinygpt::model::timelapse::Frame> =
+        lapse.frames.iter().filter(|f| f.attention.is_some()).collect();
+    assert!(with_maps.len() >= 3, "{} frames keep maps", with_maps.len());
+    // A step between two frames that kept their maps: the earlier is shown.
+    let frame = with_maps[with_maps.len() / 2];
+    let step = frame.step + 1;
+    let shot = dir.join("timeline.png");
+    let r = run_headless_in(
+        &dir,
+        &[
+            "app", "--headless", "--checkpoint", "gallery:repeat", "--scene", "attention", "--timeline-step",
+            &step.to_string(), "--frames", "45", "--width", "1280", "--height", "720", "--export", "data",
+        ],
+        &shot,
+    );
+    let line = r.to_string();
+    assert_eq!(r["errors"].as_array().map_or(0, |e| e.len()), 0, "{line}");
+    let export = r["exports"][0]["path"].as_str().unwrap();
+    let data: serde_json::Value = serde_json::from_slice(&std::fs::read(export).unwrap()).unwrap();
+    let view = &data["view"];
+    assert_eq!(view["timeline"], true, "{view}");
+    assert_eq!(view["step"], frame.step, "the frame at or before step {step}");
+    let rows = view["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), lapse.n_layer * lapse.n_head);
+    for row in rows {
+        let (layer, head) = (row["layer"].as_u64().unwrap() as usize, row["head"].as_u64().unwrap() as usize);
+        let want = lapse.map(frame, layer, head).unwrap();
+        let got: Vec<f32> = row["p"].as_array().unwrap().iter().flat_map(|r| r.as_array().unwrap().clone()).map(|v| v.as_f64().unwrap() as f32).collect();
+        assert_eq!(got, want, "layer {layer} head {head}: the frame's own map");
+        let tokens: Vec<u8> = serde_json::from_value(row["tokens"].clone()).unwrap();
+        assert_eq!(tokens, lapse.probe[0], "the time-lapse's probe string");
+    }
+    let names: Vec<String> = (0..lapse.n_layer)
+        .flat_map(|l| (0..lapse.n_head).map(move |h| format!("h.{l}.head{h}")))
+        .collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    assert_regions_drawn(&r, &shot, &names, (8, 8), 0.9);
 }

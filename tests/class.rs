@@ -648,17 +648,17 @@ fn a_certificate_that_cannot_be_used_is_named_and_no_class_file_is_made() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_class_experiment_assigns_values_takes_predictions_first_and_overlays_the_curves() {
-    use tinygpt::class::experiment::{Knob, Sweep};
+    use tinygpt::class::experiment::{Knob, ClassSweep};
     let dir = temp_dir("experiment");
     let (class, _server) = serve(&dir, "next-byte").await;
     let mut teacher = Page::teacher(class.addr, &class.token).await;
     let (mut ana, _) = Page::student(class.addr, &class.code, Some("Ana")).await;
     let (mut ben, _) = Page::student(class.addr, &class.code, None).await;
-    let sweep = Sweep { knob: Knob::LrScale, values: vec![0.1, 1.0, 10.0, 100.0], steps: 100 };
+    let sweep = ClassSweep { knob: Knob::LrScale, values: vec![0.1, 1.0, 10.0, 100.0], steps: 100 };
     // A student cannot start one; a sweep that does not fit is refused.
     ana.send(&ToServer::Experiment { sweep: Some(sweep.clone()) }).await;
     ana.until("the refusal", |m| matches!(m, ToClient::Refused { .. })).await;
-    teacher.send(&ToServer::Experiment { sweep: Some(Sweep { values: vec![1.0], ..sweep.clone() }) }).await;
+    teacher.send(&ToServer::Experiment { sweep: Some(ClassSweep { values: vec![1.0], ..sweep.clone() }) }).await;
     teacher.until("the refusal", |m| matches!(m, ToClient::Refused { .. })).await;
     teacher.send(&ToServer::Experiment { sweep: Some(sweep.clone()) }).await;
     // Join numbers go round the values.

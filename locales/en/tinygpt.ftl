@@ -303,6 +303,14 @@ attention-focus-hint = layer { $layer }, head { $head } · click a row: the next
 attention-click-map = click a map to enlarge it
 attention-cannot = cannot compute attention: { $error }
 attention-status = P = softmax(QKᵀ/√D{ $mask }), { $bytes } bytes, from the run's weights after step { $step } on { $backend }, recomputed from Q, K and the saved log-sum-exp
+attention-timeline = as it was
+attention-timeline-hover = the shared timeline: the probe string's attention at a step of the run's time-lapse (recorded as it trained), the same step in every scene that shows one
+attention-timeline-status = P of the time-lapse's probe string (random letters written twice), { $bytes } bytes, as the model had it after step { $step }: kept while it trained; rows hold no next-byte distribution
+timeline-empty = this run's time-lapse has no frames to show yet
+timeline-back = one frame back
+timeline-forward = one frame on
+timeline-hover = drag through the run's training: the frames are many early, fewer late
+timeline-step = step { $step }
 attention-mask = {" "}+ causal mask
 attention-no-mask = ; lab: no causal mask, so every query also sees the keys after it
 attention-refreshing = ; refreshing while training
@@ -773,7 +781,14 @@ exp-values = Values
 exp-steps = Steps per run
 exp-start = Start the experiment
 exp-end = End the experiment
-exp-row = { $students } students · { $diverged } of { $reporting } runs diverged · { $predicted } of { $predictions } predicted it · median loss { $loss }
+exp-row = diverged: { $diverged } of { $reporting } { $reporting ->
+        [one] run
+       *[other] runs
+    } · predicted by { $predicted } of { $predictions }
+exp-row-students = { $students ->
+        [one] 1 student
+       *[other] { $students } students
+    } · median loss { $loss }
 exp-row-hover = A run diverged if its loss stopped being a number, or ended above where it started.
 exp-axis-step = step
 exp-axis-loss = loss

@@ -302,6 +302,14 @@ attention-focus-hint = capa { $layer }, cabeza { $head } · haz clic en una fila
 attention-click-map = haz clic en un mapa para ampliarlo
 attention-cannot = no se puede calcular la atención: { $error }
 attention-status = P = softmax(QKᵀ/√D{ $mask }), { $bytes } bytes, con los pesos de la ejecución tras el paso { $step } en { $backend }, recalculado a partir de Q, K y el log-sum-exp guardado
+attention-timeline = como era
+attention-timeline-hover = la línea de tiempo compartida: la atención de la cadena de sondeo en un paso del time-lapse de la ejecución (grabado mientras entrenaba), el mismo paso en cada escena que lo muestra
+attention-timeline-status = P de la cadena de sondeo del time-lapse (letras al azar escritas dos veces), { $bytes } bytes, como la tenía el modelo tras el paso { $step }: guardada mientras entrenaba; las filas no tienen distribución del siguiente byte
+timeline-empty = el time-lapse de esta ejecución aún no tiene fotogramas
+timeline-back = un fotograma atrás
+timeline-forward = un fotograma adelante
+timeline-hover = recorre el entrenamiento de la ejecución: muchos fotogramas al principio, menos al final
+timeline-step = paso { $step }
 attention-mask = {" "}+ máscara causal
 attention-no-mask = ; laboratorio: sin máscara causal, así que cada consulta ve también las claves posteriores
 attention-refreshing = ; se actualiza mientras entrena
@@ -772,7 +780,14 @@ exp-values = Valores
 exp-steps = Pasos por ejecución
 exp-start = Empezar el experimento
 exp-end = Terminar el experimento
-exp-row = { $students } estudiantes · { $diverged } de { $reporting } ejecuciones divergieron · { $predicted } de { $predictions } lo predijeron · pérdida mediana { $loss }
+exp-row = divergieron: { $diverged } de { $reporting } { $reporting ->
+        [one] ejecución
+       *[other] ejecuciones
+    } · lo predijeron { $predicted } de { $predictions }
+exp-row-students = { $students ->
+        [one] 1 estudiante
+       *[other] { $students } estudiantes
+    } · pérdida mediana { $loss }
 exp-row-hover = Una ejecución diverge si su pérdida deja de ser un número o termina por encima de donde empezó.
 exp-axis-step = paso
 exp-axis-loss = pérdida

@@ -40,6 +40,7 @@ pub mod registry;
 pub mod sample;
 pub mod scenes;
 pub mod schedule;
+pub mod timeline;
 pub mod training;
 pub mod ui;
 #[cfg(target_arch = "wasm32")]
@@ -75,6 +76,8 @@ pub struct AppOptions {
     pub walk_beat: Option<usize>,
     /// Its zoom on that beat's framing (1: the tour's).
     pub walk_zoom: Option<f32>,
+    /// The Attention scene opens on the run's time-lapse at this step.
+    pub timeline_step: Option<u64>,
     /// Start training at once (otherwise the user presses Train).
     pub train: bool,
     /// Open in the wide view: no side panels, the scene fills the window
@@ -207,6 +210,7 @@ pub fn build(options: AppOptions) -> App {
             kernels: options.kernels,
             walk_beat: options.walk_beat,
             walk_zoom: options.walk_zoom,
+            timeline_step: options.timeline_step,
         })
         .add_plugins((canvas::CanvasPlugin, canvas::camera::CameraPlugin));
     add_scene_plugins(&mut app);

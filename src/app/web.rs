@@ -56,6 +56,7 @@ pub fn main() {
         kernels: None,
         walk_beat: None,
         walk_zoom: None,
+        timeline_step: None,
         train: link.train,
         wide: false,
         lesson: link.lesson.as_ref().and_then(|(name, step)| {

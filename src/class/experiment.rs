@@ -6,8 +6,8 @@
 //! curves and sets the predictions beside what happened.
 //!
 //! The rules live here, shared by the server, its log's replay and the
-//! pages: what a sweep may be ([`Sweep::check`]), who gets which value
-//! ([`Sweep::value_of`]), what a curve may hold ([`check_points`]) and
+//! pages: what a sweep may be ([`ClassSweep::check`]), who gets which value
+//! ([`ClassSweep::value_of`]), what a curve may hold ([`check_points`]) and
 //! when a run counts as diverged ([`diverged`]).
 
 use super::protocol::StudentId;
@@ -19,7 +19,7 @@ pub const MAX_SWEEP_VALUES: usize = 8;
 pub const MIN_RUN_STEPS: u32 = 20;
 pub const MAX_RUN_STEPS: u32 = 5000;
 /// Points one student's curve keeps (a page sends one every
-/// [`Sweep::every`] steps, so a whole run fits).
+/// [`ClassSweep::every`] steps, so a whole run fits).
 pub const MAX_CURVE_POINTS: usize = 128;
 /// Points in one message (it stays well under the message size limit).
 pub const MAX_POINTS_PER_MESSAGE: usize = 64;
@@ -40,7 +40,7 @@ pub enum Knob {
 /// student's run trains.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Sweep {
+pub struct ClassSweep {
     pub knob: Knob,
     pub values: Vec<f64>,
     pub steps: u32,
@@ -50,7 +50,7 @@ pub struct Sweep {
 /// (None where it was not finite: the run diverged).
 pub type Point = (u32, Option<f32>);
 
-impl Sweep {
+impl ClassSweep {
     /// Whether the sweep can be run: 2 to [`MAX_SWEEP_VALUES`] distinct
     /// values (learning-rate multiples in (0, [`MAX_LR_SCALE`]], seeds
     /// whole numbers below 2³²), and a run length in range.
@@ -191,7 +191,7 @@ pub struct ExperimentBoard {
     /// Which experiment of the class this is (1, 2, …): a page drops the
     /// curves of an earlier one.
     pub round: u32,
-    pub sweep: Sweep,
+    pub sweep: ClassSweep,
     pub rows: Vec<SweepRow>,
 }
 
@@ -209,31 +209,31 @@ pub fn median(mut values: Vec<f32>) -> Option<f32> {
 mod tests {
     use super::*;
 
-    fn sweep() -> Sweep {
-        Sweep { knob: Knob::LrScale, values: vec![0.1, 1.0, 10.0, 100.0], steps: 200 }
+    fn sweep() -> ClassSweep {
+        ClassSweep { knob: Knob::LrScale, values: vec![0.1, 1.0, 10.0, 100.0], steps: 200 }
     }
 
     #[test]
     fn sweeps_are_checked() {
         assert_eq!(sweep().check(), Ok(()));
         for bad in [
-            Sweep { values: vec![1.0], ..sweep() },
-            Sweep { values: vec![1.0; 9], ..sweep() },
-            Sweep { values: vec![1.0, 1.0], ..sweep() },
-            Sweep { values: vec![0.0, 1.0], ..sweep() },
-            Sweep { values: vec![f64::NAN, 1.0], ..sweep() },
-            Sweep { values: vec![2000.0, 1.0], ..sweep() },
-            Sweep { steps: 5, ..sweep() },
-            Sweep { steps: 50_000, ..sweep() },
-            Sweep { knob: Knob::Seed, values: vec![1.5, 2.0], steps: 100 },
-            Sweep { knob: Knob::Seed, values: vec![-1.0, 2.0], steps: 100 },
+            ClassSweep { values: vec![1.0], ..sweep() },
+            ClassSweep { values: vec![1.0; 9], ..sweep() },
+            ClassSweep { values: vec![1.0, 1.0], ..sweep() },
+            ClassSweep { values: vec![0.0, 1.0], ..sweep() },
+            ClassSweep { values: vec![f64::NAN, 1.0], ..sweep() },
+            ClassSweep { values: vec![2000.0, 1.0], ..sweep() },
+            ClassSweep { steps: 5, ..sweep() },
+            ClassSweep { steps: 50_000, ..sweep() },
+            ClassSweep { knob: Knob::Seed, values: vec![1.5, 2.0], steps: 100 },
+            ClassSweep { knob: Knob::Seed, values: vec![-1.0, 2.0], steps: 100 },
         ] {
             let why = bad.check().expect_err("refused");
             assert!(!why.contains('\n'), "{why}");
         }
-        assert_eq!(Sweep { knob: Knob::Seed, values: vec![0.0, 4294967295.0], steps: 100 }.check(), Ok(()));
-        assert_eq!(Sweep::parse_values("0.1, 1 ×10;x100"), Ok(vec![0.1, 1.0, 10.0, 100.0]));
-        assert!(Sweep::parse_values("1, ten").unwrap_err().contains("ten"));
+        assert_eq!(ClassSweep { knob: Knob::Seed, values: vec![0.0, 4294967295.0], steps: 100 }.check(), Ok(()));
+        assert_eq!(ClassSweep::parse_values("0.1, 1 ×10;x100"), Ok(vec![0.1, 1.0, 10.0, 100.0]));
+        assert!(ClassSweep::parse_values("1, ten").unwrap_err().contains("ten"));
     }
 
     #[test]
@@ -242,7 +242,7 @@ mod tests {
         let given: Vec<usize> = (1..=9).map(|id| s.value_of(id)).collect();
         assert_eq!(given, vec![0, 1, 2, 3, 0, 1, 2, 3, 0]);
         for steps in [MIN_RUN_STEPS, 127, 200, 1000, 4999, MAX_RUN_STEPS] {
-            let s = Sweep { steps, ..sweep() };
+            let s = ClassSweep { steps, ..sweep() };
             // Every step kept, and one more where it diverged.
             let points = (1..=steps).filter(|&k| s.keeps(k)).count() + 1;
             assert!(points <= MAX_CURVE_POINTS, "{steps} steps: {points} points");

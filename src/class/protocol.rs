@@ -5,7 +5,7 @@
 //! characters, a join code [`CODE_LEN`] letters of [`CODE_ALPHABET`]; the
 //! server refuses anything else with the reason, and never panics on it.
 
-use super::experiment::{ExperimentBoard, Point, Sweep};
+use super::experiment::{ExperimentBoard, Point, ClassSweep};
 use serde::{Deserialize, Serialize};
 
 /// The most bytes one message from a page may have.
@@ -93,7 +93,7 @@ pub enum ToServer {
     Csv,
     /// Teacher: start the class experiment with this sweep (a new sweep
     /// starts it again), or end it.
-    Experiment { sweep: Option<Sweep> },
+    Experiment { sweep: Option<ClassSweep> },
     /// A student's prediction, before their run: per value of the sweep,
     /// whether its run will diverge.
     Predict { diverges: Vec<bool> },
@@ -158,7 +158,7 @@ pub struct Dashboard {
 /// A student's part in the class experiment.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Assignment {
-    pub sweep: Sweep,
+    pub sweep: ClassSweep,
     /// The value (an index into the sweep's values) this student trains with.
     pub value: usize,
     /// Their prediction on record, if they made it.

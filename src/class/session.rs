@@ -6,7 +6,7 @@
 //! resumes where it stopped. What is not recorded is what a page says
 //! again when it reconnects: where a student is, who is online.
 
-use super::experiment::{self, ExperimentBoard, Point, Sweep, SweepRow};
+use super::experiment::{self, ExperimentBoard, Point, ClassSweep, SweepRow};
 use super::protocol::{
     Assignment, ClassState, Dashboard, MAX_PROMPT_BYTES, Reveal, Seat, SharedView, StudentId, StudentRow,
     Tally,
@@ -106,7 +106,7 @@ pub enum Record {
     Paused { paused: bool },
     Revealed { step: usize },
     /// The teacher started the class experiment with a sweep (or ended it).
-    Experimented { sweep: Option<Sweep> },
+    Experimented { sweep: Option<ClassSweep> },
     /// A student's prediction: per value, whether its run diverges.
     Predicted { id: StudentId, diverges: Vec<bool> },
     /// Points of a student's loss curve.
@@ -118,7 +118,7 @@ pub enum Record {
 pub struct Experiment {
     /// Which experiment of the class (1, 2, …).
     pub round: u32,
-    pub sweep: Sweep,
+    pub sweep: ClassSweep,
     /// Each student's prediction (the first stands).
     pub predictions: BTreeMap<StudentId, Vec<bool>>,
     /// Each student's loss curve.
@@ -237,7 +237,7 @@ impl Session {
                 Some(_) => Ok(()),
             },
             Record::Paced { .. } | Record::Paused { .. } => Ok(()),
-            Record::Experimented { sweep } => sweep.as_ref().map_or(Ok(()), Sweep::check),
+            Record::Experimented { sweep } => sweep.as_ref().map_or(Ok(()), ClassSweep::check),
             Record::Predicted { id, diverges } => {
                 let e = self.experiment_of(*id)?;
                 if diverges.len() != e.sweep.values.len() {
@@ -683,7 +683,7 @@ mod tests {
             let r = s.join(key.into(), None).unwrap();
             push(&mut s, r);
         }
-        let sweep = Sweep { knob: Knob::Seed, values: vec![1.0, 2.0], steps: 50 };
+        let sweep = ClassSweep { knob: Knob::Seed, values: vec![1.0, 2.0], steps: 50 };
         let r = s.checked(Record::Experimented { sweep: Some(sweep.clone()) }).unwrap();
         push(&mut s, r);
         assert!(s.checked(Record::Predicted { id: 9, diverges: vec![true, false] }).is_err(), "no such student");

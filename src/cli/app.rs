@@ -91,6 +91,11 @@ pub struct AppArgs {
     /// on the beat's output; cells wide enough on screen show their numbers.
     #[arg(long, value_name = "Z", requires = "walk_beat", value_parser = walk_zoom)]
     walk_zoom: Option<f32>,
+    /// The Attention scene (`--scene attention`) opens on the run's
+    /// time-lapse at this step: the probe string's attention as the model
+    /// had it then (the frame at or before it that kept its maps).
+    #[arg(long, value_name = "STEP")]
+    timeline_step: Option<u64>,
     /// Start training at once instead of waiting for Train.
     #[arg(long)]
     train: bool,
@@ -433,6 +438,7 @@ pub fn run_app(mut args: AppArgs) -> Result<()> {
         kernels: args.kernels.clone(),
         walk_beat: args.walk_beat,
         walk_zoom: args.walk_zoom,
+        timeline_step: args.timeline_step,
         train: args.train,
         wide: args.wide,
         lesson,

@@ -236,7 +236,7 @@ impl Plugin for ClassPlugin {
             .init_non_send::<ClassSocket>()
             .add_systems(
                 Update,
-                (pump, follow, teacher_keys, experiment::track_run)
+                (pump, follow, teacher_keys, track_run)
                     .chain()
                     .in_set(super::schedule::AppSystems::Input),
             );
@@ -424,6 +424,37 @@ fn follow(
         class.reported = Some(player.step);
         let step = player.step;
         class.send(ToServer::Goto { step });
+    }
+}
+
+/// A student's experiment run: notes which run it is, grows its curve
+/// ([`experiment::extend_curve`]) and sends it.
+fn track_run(
+    class: ResMut<ClassClient>,
+    mut created: MessageReader<super::training::RunCreated>,
+    added: Query<&super::training::StepRecord, Added<super::training::StepRecord>>,
+    run: Option<Res<super::training::Run>>,
+) {
+    let class = class.into_inner();
+    for c in created.read() {
+        class.experiment.run_created(c.generation);
+    }
+    let page = &mut class.experiment;
+    let (Some(run), Some(generation), Some(a)) = (run, page.generation, page.assignment.as_ref()) else {
+        return;
+    };
+    if run.generation != generation {
+        return;
+    }
+    let sweep = a.sweep.clone();
+    let state = run.state;
+    let diverged_at = (state == super::training::RunState::Diverged).then(|| run.step() + 1);
+    experiment::extend_curve(&mut page.points, &sweep, added.iter().map(|r| (r.step, r.loss)), diverged_at);
+    let ended = matches!(state, super::training::RunState::Diverged | super::training::RunState::Finished);
+    if class.status == Status::In
+        && let Some(points) = class.experiment.due(ended)
+    {
+        class.send(ToServer::Curve { points });
     }
 }
 

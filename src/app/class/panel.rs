@@ -1,12 +1,16 @@
 //! What a class adds to the screen: the teacher's class panel (the code,
 //! the students, the answers as bars filling live, and the controls:
-//! reveal, pace, pause, send my view, CSV, end), the bars under a
-//! question, and what covers a student's screen (joining, paused, ended).
+//! reveal, pace, pause, send my view, CSV, end; the class experiment's
+//! set-up and curves), the bars under a question, a student's experiment
+//! card, and what covers a student's screen (joining, paused, ended).
 
 use super::{ClassClient, Status};
 use crate::app::lesson::{LessonPlayer, ShownView};
 use crate::app::scenes::Scene;
+use crate::app::training::RunCommand;
+use crate::class::experiment::{ClassSweep, Knob};
 use crate::class::protocol::{MAX_PROMPT_BYTES, Role, SharedView, ToServer};
+use bevy::prelude::MessageWriter;
 use bevy_egui::egui;
 
 pub(super) const GOLD: egui::Color32 = egui::Color32::from_rgb(240, 200, 90);
@@ -169,10 +173,11 @@ pub fn teacher_panel(root: &mut egui::Ui, class: &mut ClassClient, player: &Less
                 ui.colored_label(GOLD, reason);
             }
             ui.separator();
-            super::experiment::teacher_section(ui, class);
-            ui.separator();
-            // The students: join number, nickname, where they are.
+            // The experiment, then the students (join number, nickname,
+            // where they are), scrolling under the controls.
             egui::ScrollArea::vertical().show(ui, |ui| {
+                teacher_section(ui, class);
+                ui.separator();
                 for s in &class.board.students {
                     let dot = if s.online { "●" } else { "○" };
                     // A nickname after the number, if the student gave one.
@@ -243,6 +248,212 @@ pub fn student_cover(ctx: &egui::Context, class: &ClassClient) {
                 });
             });
         });
+}
+
+/// A student's card: their value, the prediction, their run.
+pub fn student_card(
+    root: &mut egui::Ui,
+    class: &mut ClassClient,
+    run: &crate::app::training::Run,
+    preset: Option<&str>,
+    commands: &mut MessageWriter<RunCommand>,
+) {
+    if !class.is_student() || class.status != Status::In {
+        return;
+    }
+    let Some(a) = class.experiment.assignment.clone() else { return };
+    // 44 points: a finger's target (Chromebooks and phones have touch).
+    let big = |text: String| egui::Button::new(egui::RichText::new(text).size(18.0)).min_size(egui::vec2(0.0, 44.0));
+    let mut send = None;
+    egui::Panel::bottom("class-experiment")
+        .frame(
+            egui::Frame::new()
+                .fill(egui::Color32::from_rgb(22, 26, 36))
+                .stroke(egui::Stroke::new(1.5, GOLD))
+                .inner_margin(egui::Margin::symmetric(14, 6)),
+        )
+        .show(root, |ui| {
+            let value = a.sweep.label(a.value);
+            let yours = match a.sweep.knob {
+                Knob::LrScale => crate::t!("exp-yours-lr", value = value.as_str(), steps = a.sweep.steps),
+                Knob::Seed => crate::t!("exp-yours-seed", value = value.as_str(), steps = a.sweep.steps),
+            };
+            ui.horizontal_wrapped(|ui| {
+                ui.label(egui::RichText::new(crate::t!("exp-title")).size(18.0).strong().color(GOLD));
+                ui.label(egui::RichText::new(yours).size(18.0));
+            });
+            let page = &mut class.experiment;
+            match &a.predicted {
+                None => {
+                    ui.label(egui::RichText::new(crate::t!("exp-predict")).size(18.0));
+                    page.ticking.resize(a.sweep.values.len(), false);
+                    ui.horizontal_wrapped(|ui| {
+                        // Toggles as tall as the buttons: a finger's target.
+                        for (i, tick) in page.ticking.iter_mut().enumerate() {
+                            let mark = if *tick { "☑" } else { "☐" };
+                            let text = format!("{mark} {}", a.sweep.label(i));
+                            if ui
+                                .add(big(text).selected(*tick))
+                                .on_hover_text(crate::t!("exp-tick-hover"))
+                                .clicked()
+                            {
+                                *tick = !*tick;
+                            }
+                        }
+                        ui.add_space(12.0);
+                        if ui.add(big(crate::t!("exp-send-prediction"))).clicked() {
+                            send = Some(ToServer::Predict { diverges: page.ticking.clone() });
+                        }
+                    });
+                }
+                Some(said) => {
+                    let said: Vec<String> = said
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, d)| **d)
+                        .map(|(i, _)| a.sweep.label(i))
+                        .collect();
+                    let said = if said.is_empty() { crate::t!("exp-predicted-none") } else { said.join(", ") };
+                    ui.label(egui::RichText::new(crate::t!("exp-predicted", said = said.as_str())).size(16.0));
+                    let mine = page.generation.is_some_and(|g| g == run.generation);
+                    let last = page.points.last().copied();
+                    let line = match (mine, last) {
+                        (true, Some((step, None))) => Some(crate::t!("exp-diverged", step = step)),
+                        (true, Some((step, Some(loss)))) if step >= a.sweep.steps => {
+                            Some(crate::t!("exp-done", loss = format!("{loss:.3}"), steps = step))
+                        }
+                        (true, Some((step, Some(loss)))) => Some(crate::t!(
+                            "exp-training",
+                            step = step,
+                            steps = a.sweep.steps,
+                            loss = format!("{loss:.3}")
+                        )),
+                        (true, None) => Some(crate::t!("exp-starting")),
+                        (false, _) => None,
+                    };
+                    if let Some(line) = line {
+                        ui.label(egui::RichText::new(line).size(18.0).color(GOLD));
+                    }
+                    let label = if mine { crate::t!("exp-train-again") } else { crate::t!("exp-train") };
+                    if ui.add_enabled(preset.is_some() && !page.requested(), big(label)).clicked()
+                        && let Some(preset) = preset
+                    {
+                        page.request();
+                        let (lr_scale, seed) = match a.sweep.knob {
+                            Knob::LrScale => (a.sweep.values[a.value] as f32, None),
+                            Knob::Seed => (1.0, Some(a.sweep.values[a.value] as u64)),
+                        };
+                        commands.write(RunCommand::NewClassRun {
+                            preset: preset.to_string(),
+                            lr_scale,
+                            seed,
+                            steps: u64::from(a.sweep.steps),
+                        });
+                    }
+                }
+            }
+        });
+    if let Some(msg) = send {
+        class.send(msg);
+    }
+}
+
+/// The teacher's part of the class panel: set a sweep up, or watch it.
+pub fn teacher_section(ui: &mut egui::Ui, class: &mut ClassClient) {
+    ui.label(egui::RichText::new(crate::t!("exp-title")).size(18.0).color(GOLD));
+    let board = class.board.experiment.clone();
+    class.experiment.board_round(board.as_ref().map(|b| b.round));
+    let big = |text: String| egui::Button::new(egui::RichText::new(text).size(16.0)).min_size(egui::vec2(0.0, 32.0));
+    let Some(board) = board else {
+        ui.label(egui::RichText::new(crate::t!("exp-about")).size(15.0).color(MUTED));
+        let (mut knob, mut values, mut steps) =
+            class.experiment.setup.clone().unwrap_or((Knob::LrScale, "0.1, 1, 10, 100".into(), 300));
+        ui.horizontal_wrapped(|ui| {
+            let was = knob;
+            ui.radio_value(&mut knob, Knob::LrScale, egui::RichText::new(crate::t!("exp-knob-lr")).size(15.0));
+            ui.radio_value(&mut knob, Knob::Seed, egui::RichText::new(crate::t!("exp-knob-seed")).size(15.0));
+            if knob != was {
+                values = match knob {
+                    Knob::LrScale => "0.1, 1, 10, 100".into(),
+                    Knob::Seed => "1, 2, 3, 4".into(),
+                };
+            }
+        });
+        ui.horizontal(|ui| {
+            ui.label(egui::RichText::new(crate::t!("exp-values")).size(15.0));
+            ui.add(egui::TextEdit::singleline(&mut values).desired_width(150.0));
+        });
+        ui.horizontal(|ui| {
+            ui.label(egui::RichText::new(crate::t!("exp-steps")).size(15.0));
+            ui.add(egui::DragValue::new(&mut steps).range(
+                crate::class::experiment::MIN_RUN_STEPS..=crate::class::experiment::MAX_RUN_STEPS,
+            ));
+        });
+        if ui.add(big(crate::t!("exp-start"))).clicked() {
+            let sweep = ClassSweep::parse_values(&values).map(|values| ClassSweep { knob, values, steps });
+            match sweep.and_then(|s| s.check().map(|()| s)) {
+                Ok(sweep) => {
+                    class.experiment.setup_error = None;
+                    class.send(ToServer::Experiment { sweep: Some(sweep) });
+                }
+                Err(e) => class.experiment.setup_error = Some(e),
+            }
+        }
+        if let Some(e) = &class.experiment.setup_error {
+            ui.colored_label(GOLD, e);
+        }
+        class.experiment.setup = Some((knob, values, steps));
+        return;
+    };
+    // One row per value: its colour, students, runs that diverged, what
+    // the class predicted.
+    for (i, row) in board.rows.iter().enumerate() {
+        let colour = super::experiment::VALUE_COLOURS[i % super::experiment::VALUE_COLOURS.len()];
+        let loss = row.median_loss.map_or("–".to_string(), |l| format!("{l:.2}"));
+        ui.horizontal_wrapped(|ui| {
+            ui.label(egui::RichText::new(format!("■ {}", board.sweep.label(i))).size(16.0).strong().color(colour));
+            ui.label(egui::RichText::new(crate::t!("exp-row-students", students = row.students, loss = loss.as_str())).size(15.0));
+        });
+        ui.label(
+            egui::RichText::new(crate::t!(
+                "exp-row",
+                reporting = row.reporting,
+                diverged = row.diverged,
+                predicted = row.predicted_diverge,
+                predictions = row.predictions,
+            ))
+            .size(15.0),
+        )
+        .on_hover_text(crate::t!("exp-row-hover"));
+    }
+    let lines: Vec<(usize, Vec<[f64; 2]>)> = class
+        .experiment
+        .curves
+        .values()
+        .map(|(v, pts)| {
+            let finite = pts.iter().filter_map(|(s, l)| l.map(|l| [f64::from(*s), f64::from(l)])).collect();
+            (*v, finite)
+        })
+        .collect();
+    egui_plot::Plot::new("class-experiment-curves")
+        .height(160.0)
+        .allow_drag(false)
+        .allow_zoom(false)
+        .allow_scroll(false)
+        .x_axis_label(crate::t!("exp-axis-step"))
+        .y_axis_label(crate::t!("exp-axis-loss"))
+        .include_x(0.0)
+        .include_x(f64::from(board.sweep.steps))
+        .include_y(0.0)
+        .show(ui, |plot| {
+            for (v, points) in lines {
+                let colour = super::experiment::VALUE_COLOURS[v % super::experiment::VALUE_COLOURS.len()];
+                plot.line(egui_plot::Line::new(board.sweep.label(v), egui_plot::PlotPoints::from(points)).color(colour).width(1.5));
+            }
+        });
+    if ui.add(big(crate::t!("exp-end"))).clicked() {
+        class.send(ToServer::Experiment { sweep: None });
+    }
 }
 
 #[cfg(test)]

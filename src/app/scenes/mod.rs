@@ -130,6 +130,9 @@ pub struct SceneStart {
     pub walk_beat: Option<usize>,
     /// Its zoom on that beat's framing.
     pub walk_zoom: Option<f32>,
+    /// The shared timeline's step: the Attention scene opens on the run's
+    /// time-lapse at it.
+    pub timeline_step: Option<u64>,
 }
 
 impl Default for SceneStart {
@@ -142,6 +145,7 @@ impl Default for SceneStart {
             kernels: None,
             walk_beat: None,
             walk_zoom: None,
+            timeline_step: None,
         }
     }
 }

@@ -227,7 +227,7 @@ pub fn draw_ui(
     // ---- bottom, above the narration: a student's part in the class
     // experiment
     let preset = lesson.lesson.as_ref().map(|(_, l)| l.preset.clone());
-    crate::app::class::experiment::student_card(&mut root, &mut class, &run, preset.as_deref(), &mut commands);
+    crate::app::class::panel::student_card(&mut root, &mut class, &run, preset.as_deref(), &mut commands);
     // ---- right: a live class's panel (the teacher's)
     crate::app::class::panel::teacher_panel(&mut root, &mut class, &lesson, *scene.get());
     crate::app::class::panel::student_cover(ctx, &class);

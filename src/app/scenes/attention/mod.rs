@@ -11,13 +11,17 @@
 //! recomputes it from q, k and the saved log-sum-exp (a kernel of its own on
 //! the GPU, the same function as the backward's on the CPU). While training
 //! runs, the probe repeats a few times a second from the current weights.
+//!
+//! Or, on the shared timeline ([`crate::app::timeline`]), the model as it
+//! was: the probe string's attention at a step of the run's time-lapse (the
+//! maps its frames kept while it trained, or a gallery model shipped).
 
 mod report;
 
 use super::Scene;
 use crate::app::canvas::{Hover, SceneBounds, SceneCursor, label};
 use crate::app::lesson::{LessonAction, LessonFocus, ShownView};
-use crate::app::training::{Probes, Run, RunSettings, RunState};
+use crate::app::training::{Probes, Run, RunSettings, RunState, ShownStep};
 use crate::app::ui::UiState;
 use crate::lesson::{Action, Focus};
 use crate::probe::{ProbeResult, ProbeSource, byte_label};
@@ -25,6 +29,8 @@ use crate::sample::{SampleOptions, next_byte_distribution};
 use bevy::prelude::*;
 use bevy::sprite::Anchor;
 use bevy_egui::{EguiContexts, EguiPrimaryContextPass, egui};
+use crate::app::timeline::Timeline;
+use crate::model::timelapse::{Frame, TimeLapse};
 
 /// World size of one map in the grid, and the gaps.
 const CELL: f32 = 100.0;
@@ -80,6 +86,41 @@ impl Default for AttentionView {
 pub enum SourceKind {
     Prompt,
     BatchRow,
+    /// The time-lapse's probe string at the timeline's step.
+    Timeline,
+}
+
+/// A time-lapse frame's maps as a probe's result, while the view's source
+/// is the timeline: the run (its generation) and the frame's step, and a
+/// version that changes with them.
+#[derive(Resource, Default)]
+pub struct FrameProbe {
+    key: Option<(u64, u64)>,
+    pub shown: Option<(u64, ProbeResult)>,
+    version: u64,
+}
+
+/// The probe string's attention as a time-lapse frame kept it (no logits:
+/// a frame keeps the greedy next bytes only).
+pub fn frame_result(t: &TimeLapse, frame: &Frame) -> Option<ProbeResult> {
+    let tokens = t.probe.first()?.clone();
+    let n = tokens.len();
+    let mut probs = Vec::with_capacity(t.n_layer);
+    for layer in 0..t.n_layer {
+        let mut block = Vec::with_capacity(t.n_head * n * n);
+        for head in 0..t.n_head {
+            block.extend(t.map(frame, layer, head)?);
+        }
+        probs.push(block);
+    }
+    Some(ProbeResult {
+        window: crate::probe::ProbeWindow { row: 0, n },
+        tokens,
+        n_head: t.n_head,
+        blocks: (0..t.n_layer).collect(),
+        probs,
+        logits: Vec::new(),
+    })
 }
 
 /// One attention map on screen.
@@ -92,8 +133,8 @@ pub struct AttentionCell {
     /// Where it is drawn (world units).
     pub rect: Rect,
     pub image: Handle<Image>,
-    /// The probe version it shows.
-    pub shown: (u64, bool),
+    /// The probe's and the timeline frame's versions it shows.
+    pub shown: (u64, u64, bool),
 }
 
 /// Everything the scene spawned for the current layout.
@@ -109,14 +150,22 @@ pub struct ScenePlugin;
 impl Plugin for ScenePlugin {
     fn build(&self, app: &mut App) {
         report::register(app);
-        app.init_resource::<AttentionView>()
+        let start = app.world().get_resource::<super::SceneStart>().and_then(|s| s.timeline_step);
+        let mut view = AttentionView::default();
+        if let Some(step) = start {
+            view.source = SourceKind::Timeline;
+            app.insert_resource(Timeline { step });
+        }
+        app.insert_resource(view)
+            .init_resource::<Timeline>()
+            .init_resource::<FrameProbe>()
             .init_resource::<Layout>()
             .add_observer(lesson_focus)
             .add_observer(lesson_action)
             .add_systems(OnExit(Scene::Attention), leave)
             .add_systems(
                 Update,
-                (request_probe, layout, paint, click, hover, publish_view)
+                (request_probe, frame_probe, layout, paint, click, hover, publish_view)
                     .chain()
                     .in_set(crate::app::schedule::AppSystems::Scene)
                     .run_if(in_state(Scene::Attention)),
@@ -130,10 +179,12 @@ impl Plugin for ScenePlugin {
     }
 }
 
-/// Leaving: stop asking for probes; the next visit lays out again.
-fn leave(mut probes: ResMut<Probes>, mut layout: ResMut<Layout>) {
+/// Leaving: stop asking for probes; the next visit lays out again; the
+/// loss chart no longer marks a step of the timeline.
+fn leave(mut probes: ResMut<Probes>, mut layout: ResMut<Layout>, mut marked: ResMut<ShownStep>) {
     probes.set_want(None);
     *layout = Layout::default();
+    marked.0 = None;
 }
 
 /// Keeps the probe request in step with the view.
@@ -159,12 +210,54 @@ fn request_probe(
         }
         SourceKind::Prompt => None,
         SourceKind::BatchRow => Some(ProbeSource::BatchRow(view.row.min(run.config().batch - 1))),
+        SourceKind::Timeline => None,
     };
     probes.set_want(source);
 }
 
-fn result(probes: &Probes) -> Option<(u64, &ProbeResult)> {
-    probes.latest.as_ref().map(|(s, r)| (*s, r))
+/// On the timeline: the frame at its step (among those that kept their
+/// maps) as the result shown.
+fn frame_probe(
+    run: Option<Res<Run>>,
+    view: Res<AttentionView>,
+    timeline: Res<Timeline>,
+    mut shown: ResMut<FrameProbe>,
+    mut marked: ResMut<ShownStep>,
+) {
+    // The loss chart marks the step shown.
+    let step = shown.shown.as_ref().map(|(s, _)| *s);
+    if marked.0 != step {
+        marked.0 = step;
+    }
+    let picked = (view.source == SourceKind::Timeline)
+        .then_some(run)
+        .flatten()
+        .and_then(|run| {
+            let t = run.engine.timelapse()?.clone();
+            let (_, frame) = timeline.frame(&t, |f| f.attention.is_some())?;
+            Some((run.generation, frame.step, t))
+        });
+    let Some((generation, step, t)) = picked else {
+        if shown.shown.is_some() {
+            *shown = FrameProbe { version: shown.version + 1, ..Default::default() };
+        }
+        return;
+    };
+    if shown.key == Some((generation, step)) {
+        return;
+    }
+    let result = t.at(step).and_then(|f| frame_result(&t, f));
+    shown.key = Some((generation, step));
+    shown.shown = result.map(|r| (step, r));
+    shown.version += 1;
+}
+
+/// What the maps show: the timeline's frame, or the latest probe.
+fn result<'a>(probes: &'a Probes, frame: &'a FrameProbe) -> Option<(u64, &'a ProbeResult)> {
+    match &frame.shown {
+        Some((step, r)) => Some((*step, r)),
+        None => probes.latest.as_ref().map(|(s, r)| (*s, r)),
+    }
 }
 
 /// Lays the maps out when the shape of what is shown changes: the grid of
@@ -173,13 +266,14 @@ fn result(probes: &Probes) -> Option<(u64, &ProbeResult)> {
 fn layout(
     mut commands: Commands,
     probes: Res<Probes>,
+    frame: Res<FrameProbe>,
     view: Res<AttentionView>,
     mut current: ResMut<Layout>,
     old: Query<Entity, With<AttentionItem>>,
     mut images: ResMut<Assets<Image>>,
     mut bounds: ResMut<SceneBounds>,
 ) {
-    let Some((_, r)) = result(&probes) else {
+    let Some((_, r)) = result(&probes, &frame) else {
         if current.0.is_some() {
             for e in &old {
                 commands.entity(e).despawn();
@@ -216,7 +310,7 @@ fn layout(
                     head,
                     rect,
                     image: handle,
-                    shown: (0, false),
+                    shown: (0, 0, false),
                 },
                 crate::app::canvas::SceneRegion {
                     name: format!("h.{layer}.head{head}"),
@@ -340,15 +434,16 @@ fn layout(
 /// Writes P into the maps' textures when a new probe result arrives.
 fn paint(
     probes: Res<Probes>,
+    frame: Res<FrameProbe>,
     view: Res<AttentionView>,
     run: Option<Res<Run>>,
     mut cells: Query<&mut AttentionCell>,
     mut images: ResMut<Assets<Image>>,
 ) {
-    let Some((_, r)) = result(&probes) else {
+    let Some((_, r)) = result(&probes, &frame) else {
         return;
     };
-    let want = (probes.version, view.row_normalised);
+    let want = (probes.version, frame.version, view.row_normalised);
     let n = r.n();
     for mut cell in &mut cells {
         if cell.shown == want || cell.k >= r.probs.len() {
@@ -371,6 +466,7 @@ fn click(
     cursor: Res<SceneCursor>,
     cells: Query<&AttentionCell>,
     probes: Res<Probes>,
+    frame: Res<FrameProbe>,
     mut view: ResMut<AttentionView>,
 ) {
     if !pointer.just_pressed() {
@@ -385,7 +481,7 @@ fn click(
             view.focus = Some((cell.layer, cell.head));
         }
         Some(_) => {
-            if let Some((_, r)) = result(&probes) {
+            if let Some((_, r)) = result(&probes, &frame) {
                 let n = r.n();
                 view.position = Some(crate::app::canvas::cell_at(cell.rect, world, n, n).0);
             }
@@ -398,6 +494,7 @@ fn hover(
     cursor: Res<SceneCursor>,
     cells: Query<&AttentionCell>,
     probes: Res<Probes>,
+    frame: Res<FrameProbe>,
     run: Option<Res<Run>>,
     mut hover: ResMut<Hover>,
 ) {
@@ -405,7 +502,7 @@ fn hover(
     let text = (|| {
         let world = cursor.0?;
         let cell = cells.iter().find(|c| c.rect.contains(world))?;
-        let (_, r) = result(&probes)?;
+        let (_, r) = result(&probes, &frame)?;
         let n = r.n();
         let (i, j) = crate::app::canvas::cell_at(cell.rect, world, n, n);
         let p = r.p(cell.k, cell.head)[i * n + j];
@@ -439,6 +536,8 @@ fn toolbar(
     ui_state: Res<UiState>,
     run: Option<Res<Run>>,
     probes: Res<Probes>,
+    frame: Res<FrameProbe>,
+    mut timeline: ResMut<Timeline>,
     mut view: ResMut<AttentionView>,
 ) -> Result {
     let ctx = contexts.ctx_mut()?;
@@ -464,6 +563,16 @@ fn toolbar(
         if view.source == SourceKind::BatchRow {
             ui.add(egui::DragValue::new(&mut view.row).range(0..=batch - 1));
         }
+        // The shared timeline: the model as it was, where the run's
+        // time-lapse kept the maps.
+        let lapse = run.engine.timelapse().filter(|t| t.frames.iter().any(|f| f.attention.is_some()));
+        if let Some(t) = lapse {
+            ui.selectable_value(&mut view.source, SourceKind::Timeline, crate::t!("attention-timeline"))
+                .on_hover_text(crate::t!("attention-timeline-hover"));
+            if view.source == SourceKind::Timeline {
+                crate::app::timeline::timeline_bar(ui, t, &mut timeline, |f| f.attention.is_some());
+            }
+        }
         ui.separator();
         ui.checkbox(&mut view.row_normalised, crate::t!("attention-row-max"))
             .on_hover_text(crate::t!("attention-row-max-hover"));
@@ -485,6 +594,10 @@ fn toolbar(
     });
     // Where the numbers come from, under the toolbar.
     let status = match (&probes.latest, &probes.error) {
+        _ if view.source == SourceKind::Timeline => match &frame.shown {
+            Some((step, r)) => crate::t!("attention-timeline-status", bytes = r.n(), step = *step),
+            None => crate::t!("timeline-empty"),
+        },
         (_, Some(e)) => crate::t!("attention-cannot", error = e.to_string()),
         (Some((step, r)), None) => format!(
             "{}{}{}",
@@ -522,15 +635,17 @@ fn next_byte_window(
     mut contexts: EguiContexts,
     ui_state: Res<UiState>,
     probes: Res<Probes>,
+    frame: Res<FrameProbe>,
     mut view: ResMut<AttentionView>,
 ) -> Result {
     let (Some(pos), Some(_)) = (view.position, view.focus) else {
         return Ok(());
     };
-    let Some((step, r)) = result(&probes) else {
+    let Some((step, r)) = result(&probes, &frame) else {
         return Ok(());
     };
-    if pos >= r.n() {
+    // A time-lapse frame keeps no logits (its status line says so).
+    if pos >= r.n() || r.logits.is_empty() {
         return Ok(());
     }
     let ctx = contexts.ctx_mut()?;

@@ -12,7 +12,11 @@ pub fn register(app: &mut App) {
     app.scene_data(Scene::Attention, data);
 }
 
-fn data(probes: Res<Probes>) -> Value {
+fn data(probes: Res<Probes>, frame: Res<super::FrameProbe>) -> Value {
+    // On the shared timeline: the time-lapse frame's maps, and its step.
+    if let Some((step, r)) = &frame.shown {
+        return json!({ "step": step, "timeline": true, "rows": r.to_json_objects() });
+    }
     match &probes.latest {
         Some((step, r)) => json!({ "step": step, "rows": r.to_json_objects() }),
         None => {
