@@ -23,6 +23,9 @@ pub const MAX_RUN_STEPS: u32 = 5000;
 pub const MAX_CURVE_POINTS: usize = 128;
 /// Points in one message (it stays well under the message size limit).
 pub const MAX_POINTS_PER_MESSAGE: usize = 64;
+/// Times one student's curve may start again (a page reloaded and trained
+/// anew) in one experiment: the class's file stays bounded.
+pub const MAX_RESTARTS: u32 = 20;
 /// The largest learning-rate multiple a sweep may ask for.
 pub const MAX_LR_SCALE: f64 = 1000.0;
 

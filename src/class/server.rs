@@ -19,8 +19,7 @@
 
 use super::log::SessionLog;
 use super::protocol::{
-    Assignment,
-    self, CODE_LEN, MAX_MESSAGE_BYTES, Role, Seat, SharedView, StudentId, ToClient, ToServer,
+    self, Assignment, CODE_LEN, MAX_MESSAGE_BYTES, Role, Seat, SharedView, StudentId, ToClient, ToServer,
 };
 use super::session::{LessonShape, Record, Session};
 use axum::Router;

@@ -123,6 +123,8 @@ pub struct Experiment {
     pub predictions: BTreeMap<StudentId, Vec<bool>>,
     /// Each student's loss curve.
     pub curves: BTreeMap<StudentId, Vec<Point>>,
+    /// How many times each student's curve started again.
+    pub restarts: BTreeMap<StudentId, u32>,
 }
 
 /// A student of the class.
@@ -257,7 +259,14 @@ impl Session {
             Record::Reported { id, points } => {
                 let e = self.experiment_of(*id)?;
                 let curve = e.curves.get(id).map_or(&[][..], Vec::as_slice);
-                experiment::check_points(curve, points, e.sweep.steps).map(|_| ())
+                let restart = experiment::check_points(curve, points, e.sweep.steps)?;
+                if restart && e.restarts.get(id).copied().unwrap_or(0) >= experiment::MAX_RESTARTS {
+                    return Err(format!(
+                        "your run has started again {} times in this experiment: keep the one you have",
+                        experiment::MAX_RESTARTS
+                    ));
+                }
+                Ok(())
             }
         }
     }
@@ -335,6 +344,7 @@ impl Session {
                     sweep,
                     predictions: BTreeMap::new(),
                     curves: BTreeMap::new(),
+                    restarts: BTreeMap::new(),
                 });
             }
             Record::Predicted { id, diverges } => {
@@ -347,6 +357,7 @@ impl Session {
                     let curve = e.curves.entry(*id).or_default();
                     if curve.last().is_some_and(|(last, _)| points.first().is_some_and(|(s, _)| s <= last)) {
                         curve.clear();
+                        *e.restarts.entry(*id).or_default() += 1;
                     }
                     curve.extend_from_slice(points);
                 }
@@ -710,6 +721,14 @@ mod tests {
         assert_eq!(s.experiment.as_ref().unwrap().curves[&2], vec![(1, Some(5.1))]);
         assert_eq!(s.assignment(2).unwrap().reported_to, Some(1));
         assert_eq!(s.assignment(1).unwrap().predicted, Some(vec![true, false]));
+        // A curve starts again a bounded number of times.
+        for k in 1..crate::class::experiment::MAX_RESTARTS {
+            let r = s.checked(Record::Reported { id: 2, points: vec![(1, Some(5.0))] }).unwrap();
+            s.apply(&r);
+            assert_eq!(s.experiment.as_ref().unwrap().restarts[&2], k + 1);
+        }
+        assert!(s.checked(Record::Reported { id: 2, points: vec![(1, Some(5.0))] }).is_err());
+        assert!(s.checked(Record::Reported { id: 2, points: vec![(2, Some(5.0))] }).is_ok(), "it goes on");
         // A new sweep: round 2, nothing carried over; ended: none.
         let r = s.checked(Record::Experimented { sweep: Some(sweep) }).unwrap();
         s.apply(&r);
