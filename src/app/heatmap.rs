@@ -253,6 +253,18 @@ pub fn colorize(pooled: &[f32], half_width: f32) -> Vec<u8> {
         .collect()
 }
 
+/// Okabe and Ito's colour-blind-safe palette (black left out): the
+/// time-lapse's heads, the class experiment's values.
+pub const OKABE_ITO: [bevy_egui::egui::Color32; 7] = [
+    bevy_egui::egui::Color32::from_rgb(230, 159, 0),
+    bevy_egui::egui::Color32::from_rgb(86, 180, 233),
+    bevy_egui::egui::Color32::from_rgb(0, 158, 115),
+    bevy_egui::egui::Color32::from_rgb(240, 228, 66),
+    bevy_egui::egui::Color32::from_rgb(0, 114, 178),
+    bevy_egui::egui::Color32::from_rgb(213, 94, 0),
+    bevy_egui::egui::Color32::from_rgb(204, 121, 167),
+];
+
 #[cfg(test)]
 mod tests {
     use super::*;

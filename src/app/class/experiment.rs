@@ -171,18 +171,12 @@ pub fn extend_curve(
     }
 }
 
-/// Okabe and Ito's colours (told apart with any colour vision), one per
-/// value of a sweep.
-pub const VALUE_COLOURS: [egui::Color32; 8] = [
-    egui::Color32::from_rgb(230, 159, 0),
-    egui::Color32::from_rgb(86, 180, 233),
-    egui::Color32::from_rgb(0, 158, 115),
-    egui::Color32::from_rgb(240, 228, 66),
-    egui::Color32::from_rgb(0, 114, 178),
-    egui::Color32::from_rgb(213, 94, 0),
-    egui::Color32::from_rgb(204, 121, 167),
-    egui::Color32::from_rgb(220, 220, 220),
-];
+/// One colour per value of a sweep: Okabe and Ito's, and a light grey
+/// for an eighth value.
+pub const VALUE_COLOURS: [egui::Color32; 8] = {
+    let o = crate::app::heatmap::OKABE_ITO;
+    [o[0], o[1], o[2], o[3], o[4], o[5], o[6], egui::Color32::from_rgb(220, 220, 220)]
+};
 
 #[cfg(test)]
 mod tests {

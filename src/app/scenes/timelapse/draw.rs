@@ -14,17 +14,8 @@ use bevy::prelude::*;
 use bevy_egui::{EguiContexts, egui};
 use egui_plot::{Line, LineStyle, Plot, PlotPoints, VLine};
 
-/// Okabe and Ito's colour-blind-safe palette (black left out), one colour
-/// per head.
-const HEAD_COLOURS: [egui::Color32; 7] = [
-    egui::Color32::from_rgb(230, 159, 0),
-    egui::Color32::from_rgb(86, 180, 233),
-    egui::Color32::from_rgb(0, 158, 115),
-    egui::Color32::from_rgb(240, 228, 66),
-    egui::Color32::from_rgb(0, 114, 178),
-    egui::Color32::from_rgb(213, 94, 0),
-    egui::Color32::from_rgb(204, 121, 167),
-];
+/// One colour per head: Okabe and Ito's.
+const HEAD_COLOURS: [egui::Color32; 7] = crate::app::heatmap::OKABE_ITO;
 /// The outline of the head with the highest induction score, and the
 /// formation mark on the charts.
 const GOLD: egui::Color32 = egui::Color32::from_rgb(255, 196, 0);
