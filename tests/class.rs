@@ -625,6 +625,7 @@ fn a_certificate_that_cannot_be_used_is_named_and_no_class_file_is_made() {
         (dir.join("missing.pem"), fixtures.join("key.pem"), "missing.pem"),
         (fixtures.join("key.pem"), fixtures.join("key.pem"), "no certificate"),
         (fixtures.join("cert.pem"), fixtures.join("cert.pem"), "no private key"),
+        (fixtures.clone(), fixtures.join("key.pem"), "is not a file"),
     ];
     if out.is_ok_and(|o| o.status.success()) {
         cases.push((fixtures.join("cert.pem"), other_key.clone(), "do not make a certificate and its key"));

@@ -35,6 +35,10 @@ pub const MAKE_ONE: &str = "make one with `openssl req -x509 -newkey ec -pkeyopt
 
 /// A PEM file's bytes, at most [`PEM_AT_MOST`].
 fn read_pem(path: &Path, what: &str) -> Result<Vec<u8>, String> {
+    // A FIFO or a device would block the open or never end: only a file.
+    if std::fs::metadata(path).is_ok_and(|m| !m.is_file()) {
+        return Err(format!("the --tls {what} {} is not a file; {MAKE_ONE}", path.display()));
+    }
     let file = std::fs::File::open(path)
         .map_err(|e| format!("cannot read the --tls {what} {}: {e}; {MAKE_ONE}", path.display()))?;
     let mut bytes = Vec::new();
