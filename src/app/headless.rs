@@ -33,12 +33,71 @@ pub struct HeadlessConfig {
     /// `--press`: keys pressed after `frames`, one every other frame (a
     /// keyboard-only check): names as [`key_named`] reads them.
     pub press: Vec<String>,
+    /// `--touch`: gestures of fingers on the screen after the keys, one
+    /// after another, [`TOUCH_FRAMES`] frames each.
+    pub touch: Vec<Gesture>,
+}
+
+/// A gesture `--touch` makes, in window points.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Gesture {
+    /// `tap:X,Y`: one finger down and up.
+    Tap(Vec2),
+    /// `drag:X0,Y0,X1,Y1`: one finger from one point to the other.
+    Drag(Vec2, Vec2),
+    /// `pinch:X,Y,FROM,TO`: two fingers either side of (X, Y), level,
+    /// from FROM points apart to TO.
+    Pinch(Vec2, f32, f32),
+}
+
+/// Frames a `--touch` gesture takes: down, moves, up.
+pub const TOUCH_FRAMES: u32 = 10;
+
+impl Gesture {
+    /// Reads `tap:X,Y`, `drag:X0,Y0,X1,Y1` or `pinch:X,Y,FROM,TO`.
+    pub fn parse(text: &str) -> Result<Gesture, String> {
+        let usage = || {
+            format!("{text:?} is not a gesture --touch knows; give tap:X,Y, drag:X0,Y0,X1,Y1 or pinch:X,Y,FROM,TO (window points)")
+        };
+        let (kind, numbers) = text.split_once(':').ok_or_else(usage)?;
+        let n: Vec<f32> = numbers
+            .split(',')
+            .map(|v| v.trim().parse::<f32>().ok().filter(|v| v.is_finite() && *v >= 0.0))
+            .collect::<Option<_>>()
+            .ok_or_else(usage)?;
+        match (kind, n.as_slice()) {
+            ("tap", [x, y]) => Ok(Gesture::Tap(Vec2::new(*x, *y))),
+            ("drag", [x0, y0, x1, y1]) => Ok(Gesture::Drag(Vec2::new(*x0, *y0), Vec2::new(*x1, *y1))),
+            ("pinch", [x, y, from, to]) if *from > 0.0 && *to > 0.0 => Ok(Gesture::Pinch(Vec2::new(*x, *y), *from, *to)),
+            _ => Err(usage()),
+        }
+    }
+
+    /// The fingers (id, position) at frame `f` of the gesture, from
+    /// 0 (down) to [`TOUCH_FRAMES`] - 1 (up).
+    pub fn fingers(&self, f: u32) -> Vec<(u64, Vec2)> {
+        let t = f.min(TOUCH_FRAMES - 2) as f32 / (TOUCH_FRAMES - 2) as f32;
+        match *self {
+            Gesture::Tap(at) => vec![(1, at)],
+            Gesture::Drag(from, to) => vec![(1, from.lerp(to, t))],
+            Gesture::Pinch(at, from, to) => {
+                let half = (from + (to - from) * t) / 2.0;
+                vec![(1, at - Vec2::X * half), (2, at + Vec2::X * half)]
+            }
+        }
+    }
 }
 
 impl HeadlessConfig {
     /// The frame the run ends after: `frames`, then the keys, then a few
     /// frames for what they did to settle.
     pub fn end_frame(&self) -> u32 {
+        let settle = |n: u32| if n == 0 { 0 } else { n + 4 };
+        self.touch_frame() + settle(TOUCH_FRAMES * self.touch.len() as u32)
+    }
+
+    /// The frame the first `--touch` gesture starts on: after the keys.
+    fn touch_frame(&self) -> u32 {
         if self.press.is_empty() {
             self.frames
         } else {
@@ -134,7 +193,7 @@ impl Plugin for HeadlessPlugin {
     fn build(&self, app: &mut App) {
         app.insert_resource(self.0.clone())
             .init_resource::<HeadlessState>()
-            .add_systems(First, press_keys)
+            .add_systems(First, (press_keys, touch_screen))
             .add_systems(Last, (gather_scene_parts, count_frames).chain());
     }
 }
@@ -178,6 +237,30 @@ fn press_keys(
     }
 }
 
+/// `--touch`: each gesture's fingers go down, move and lift over
+/// [`TOUCH_FRAMES`] frames, as the window's touch messages.
+fn touch_screen(
+    config: Res<HeadlessConfig>,
+    state: Res<HeadlessState>,
+    windows: Query<Entity, With<bevy::window::PrimaryWindow>>,
+    mut touches: MessageWriter<bevy::input::touch::TouchInput>,
+) {
+    use bevy::input::touch::{TouchInput, TouchPhase};
+    let Some(k) = state.frames.checked_sub(config.touch_frame()) else { return };
+    let Some(gesture) = config.touch.get((k / TOUCH_FRAMES) as usize) else { return };
+    let f = k % TOUCH_FRAMES;
+    let phase = match f {
+        0 => TouchPhase::Started,
+        f if f == TOUCH_FRAMES - 1 => TouchPhase::Ended,
+        _ if matches!(gesture, Gesture::Tap(_)) => return,
+        _ => TouchPhase::Moved,
+    };
+    let window = windows.single().unwrap_or(Entity::PLACEHOLDER);
+    for (id, position) in gesture.fingers(f) {
+        touches.write(TouchInput { phase, position, window, force: None, id });
+    }
+}
+
 /// Asks the registry for the scenes' regions and fields once the run is
 /// due to end (a region to export is looked up then, the line written after).
 fn gather_scene_parts(world: &mut World) {
@@ -193,6 +276,14 @@ fn gather_scene_parts(world: &mut World) {
     // What a screen reader has: the tree, the picture's focus, and what
     // the scene says is under the pointer (or the keyboard's focus).
     fields.push(("access", world.resource::<super::access::tree::AccessTree>().to_json()));
+    // Where the picture is drawn in the window (logical points): what the
+    // panels leave it.
+    let viewport = world
+        .query_filtered::<&Camera, With<SceneCamera>>()
+        .iter(world)
+        .find_map(|c| c.logical_viewport_rect())
+        .map(|r| [r.min.x, r.min.y, r.max.x, r.max.y]);
+    fields.push(("viewport", serde_json::json!(viewport)));
     let focus = *world.resource::<super::canvas::parts::PictureFocus>();
     fields.push((
         "picture_focus",
@@ -495,4 +586,25 @@ fn count_frames(
     } else {
         AppExit::Success
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn touch_gestures_are_read_and_played_over_their_frames() {
+        assert_eq!(Gesture::parse("tap:10,20"), Ok(Gesture::Tap(Vec2::new(10.0, 20.0))));
+        let drag = Gesture::parse("drag:300,400,100,400").unwrap();
+        assert_eq!(drag.fingers(0), vec![(1, Vec2::new(300.0, 400.0))]);
+        assert_eq!(drag.fingers(TOUCH_FRAMES - 2), vec![(1, Vec2::new(100.0, 400.0))]);
+        assert_eq!(drag.fingers(TOUCH_FRAMES - 1), drag.fingers(TOUCH_FRAMES - 2), "it lifts where it stopped");
+        let pinch = Gesture::parse("pinch:200,300,100,200").unwrap();
+        assert_eq!(pinch.fingers(0), vec![(1, Vec2::new(150.0, 300.0)), (2, Vec2::new(250.0, 300.0))]);
+        assert_eq!(pinch.fingers(TOUCH_FRAMES - 1), vec![(1, Vec2::new(100.0, 300.0)), (2, Vec2::new(300.0, 300.0))]);
+        for bad in ["tap:1", "swipe:1,2", "drag:1,2,3", "pinch:1,2,0,5", "tap:-1,2", "tap:1,NaN", "tap"] {
+            let e = Gesture::parse(bad).unwrap_err();
+            assert!(e.contains(bad) && e.contains("tap:X,Y"), "{e}");
+        }
+    }
 }

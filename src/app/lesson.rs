@@ -312,10 +312,13 @@ fn apply_step(
                 && run.config().lab == lab.switches()
                 && (run.config().lr - lr).abs() <= lr * 1e-4;
             if !is_it {
-                commands.write(RunCommand::NewLabRun {
+                commands.write(RunCommand::NewPresetRun {
                     preset: lesson.preset.clone(),
-                    lab: lab.switches(),
                     lr_scale: lab.lr_scale,
+                    lab: Some(lab.switches()),
+                    seed: None,
+                    steps: None,
+                    train: false,
                 });
             }
             if !is_it || run.step() < lab.train as u64 {

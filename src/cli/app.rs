@@ -91,9 +91,10 @@ pub struct AppArgs {
     /// on the beat's output; cells wide enough on screen show their numbers.
     #[arg(long, value_name = "Z", requires = "walk_beat", value_parser = walk_zoom)]
     walk_zoom: Option<f32>,
-    /// The Attention scene (`--scene attention`) opens on the run's
-    /// time-lapse at this step: the probe string's attention as the model
-    /// had it then (the frame at or before it that kept its maps).
+    /// The shared timeline starts at this step of the run's time-lapse: the
+    /// Attention scene (`--scene attention`) opens on it, the probe string's
+    /// attention as the model had it then (the frame at or before it that
+    /// kept its maps), and the Time-lapse scene shows the frame at or before it.
     #[arg(long, value_name = "STEP")]
     timeline_step: Option<u64>,
     /// Start training at once instead of waiting for Train.
@@ -137,6 +138,12 @@ pub struct AppArgs {
     /// `Shift+Tab`, `F6`, `Digit1`… (KeyCode names).
     #[arg(long, value_name = "KEYS", value_delimiter = ',', requires = "headless", value_parser = key_name)]
     press: Vec<String>,
+    /// Headless: fingers on the screen after the keys, each gesture over ten
+    /// frames (a touch-screen check; repeat for more): `tap:X,Y`,
+    /// `drag:X0,Y0,X1,Y1`, `pinch:X,Y,FROM,TO` (two fingers FROM points apart
+    /// moving to TO), in window points.
+    #[arg(long, value_name = "GESTURE", requires = "headless", value_parser = tinygpt::app::headless::Gesture::parse)]
+    touch: Vec<tinygpt::app::headless::Gesture>,
     /// Animations jump (the tour cuts, sweeps show their end); also on
     /// where the system asks for reduced motion.
     #[arg(long)]
@@ -409,6 +416,7 @@ pub fn run_app(mut args: AppArgs) -> Result<()> {
         export: args.export.clone(),
         force: args.force,
         press: args.press.clone(),
+        touch: args.touch.clone(),
     });
     // A bad lesson is refused with its file, step and field; the app still
     // opens, with the error in the status line.

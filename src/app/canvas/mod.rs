@@ -213,6 +213,7 @@ impl Plugin for CanvasPlugin {
             .init_resource::<parts::PictureParts>()
             .init_resource::<parts::PictureFocus>()
             .init_resource::<parts::VirtualPointer>()
+            .init_resource::<parts::PanelTouches>()
             .init_resource::<parts::KeyActivate>()
             .init_resource::<CanvasTheme>()
             .insert_resource(ClearColor(BACKGROUND))

@@ -93,14 +93,26 @@ pub struct VirtualPointer(pub Option<Vec2>);
 #[derive(Resource, Default, Debug, Clone, Copy)]
 pub struct KeyActivate(pub bool);
 
+/// Fingers that went down on a panel (egui had the pointer): they are the
+/// panel's, not the picture's (the camera's `track_cursor` keeps it).
+#[derive(Resource, Default, Debug, Clone)]
+pub struct PanelTouches(pub std::collections::HashSet<u64>);
+
+/// A finger that lifted within this many points of where it went down
+/// tapped; one that moved further panned.
+pub const TAP_SLOP: f32 = 10.0;
+
 /// The pointer as a scene reads it: the mouse's, or the keyboard focus's
-/// when it is on a cell; a click, or Enter on the focused cell.
+/// when it is on a cell, or a finger's on the picture; a click, Enter on
+/// the focused cell, or a tap.
 #[derive(SystemParam)]
 pub struct PointerInput<'w, 's> {
     windows: Query<'w, 's, &'static Window, With<bevy::window::PrimaryWindow>>,
     buttons: Res<'w, ButtonInput<MouseButton>>,
     virtual_pointer: Res<'w, VirtualPointer>,
     activate: Res<'w, KeyActivate>,
+    touches: Res<'w, Touches>,
+    panel_touches: Res<'w, PanelTouches>,
 }
 
 impl PointerInput<'_, '_> {
@@ -109,6 +121,24 @@ impl PointerInput<'_, '_> {
         self.virtual_pointer
             .0
             .or_else(|| self.windows.single().ok()?.cursor_position())
+            .or_else(|| self.finger())
+    }
+
+    /// A finger on the picture (down, or lifting this frame): where it is.
+    fn finger(&self) -> Option<Vec2> {
+        let mine = |t: &&bevy::input::touch::Touch| !self.panel_touches.0.contains(&t.id());
+        self.touches
+            .iter()
+            .find(mine)
+            .or_else(|| self.touches.iter_just_released().find(mine))
+            .map(|t| t.position())
+    }
+
+    /// A finger on the picture lifted this frame near where it went down.
+    fn tapped(&self) -> bool {
+        self.touches
+            .iter_just_released()
+            .any(|t| !self.panel_touches.0.contains(&t.id()) && t.distance().length() < TAP_SLOP)
     }
 
     /// Whether the keyboard's focus is the pointer now (egui's wish for
@@ -117,14 +147,15 @@ impl PointerInput<'_, '_> {
         self.virtual_pointer.0.is_some()
     }
 
-    /// The primary button went down this frame, or Enter on a cell.
+    /// The primary button went down this frame, Enter on a cell, or a tap
+    /// (at its end: until then it may be a pan).
     pub fn just_pressed(&self) -> bool {
-        self.buttons.just_pressed(MouseButton::Left) || self.activate.0
+        self.buttons.just_pressed(MouseButton::Left) || self.activate.0 || self.tapped()
     }
 
-    /// The primary button came up this frame, or Enter on a cell.
+    /// The primary button came up this frame, Enter on a cell, or a tap.
     pub fn just_released(&self) -> bool {
-        self.buttons.just_released(MouseButton::Left) || self.activate.0
+        self.buttons.just_released(MouseButton::Left) || self.activate.0 || self.tapped()
     }
 }
 

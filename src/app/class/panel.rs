@@ -343,11 +343,13 @@ pub fn student_card(
                             Knob::LrScale => (a.sweep.values[a.value] as f32, None),
                             Knob::Seed => (1.0, Some(a.sweep.values[a.value] as u64)),
                         };
-                        commands.write(RunCommand::NewClassRun {
+                        commands.write(RunCommand::NewPresetRun {
                             preset: preset.to_string(),
                             lr_scale,
+                            lab: None,
                             seed,
-                            steps: u64::from(a.sweep.steps),
+                            steps: Some(u64::from(a.sweep.steps)),
+                            train: true,
                         });
                     }
                 }

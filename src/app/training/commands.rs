@@ -59,21 +59,22 @@ pub enum RunCommand {
         name: String,
         bytes: Vec<u8>,
     },
-    /// A fresh run of a built-in preset with these "break it" switches and
-    /// the preset's learning rate times `lr_scale` (a lesson's lab step).
-    NewLabRun {
-        preset: String,
-        lab: Lab,
-        lr_scale: f32,
-    },
-    /// A class experiment's run (a student's): the preset with its
-    /// learning rate times `lr_scale`, this seed and step count; it trains
-    /// at once.
-    NewClassRun {
+    /// A fresh run of a built-in preset with the preset's learning rate
+    /// times `lr_scale`: a lesson's lab step (its "break it" switches,
+    /// announced in the status line) or a class experiment's run (the
+    /// intact model with the teacher's seed and step count, training at
+    /// once).
+    NewPresetRun {
         preset: String,
         lr_scale: f32,
+        /// The lab step's switches (None: the intact model, not announced).
+        lab: Option<Lab>,
+        /// The run's seed (None: the settings' own).
         seed: Option<u64>,
-        steps: u64,
+        /// How many steps it trains (None: the preset's).
+        steps: Option<u64>,
+        /// Whether it starts training at once.
+        train: bool,
     },
     /// The GPU was lost (the reason): the run goes on on the CPU from its
     /// last host copy ([`Run::recovery`]), training if it was.
@@ -186,47 +187,35 @@ pub(super) fn handle_commands(
                     }
                 }
             }
-            RunCommand::NewLabRun {
+            RunCommand::NewPresetRun {
                 preset,
+                lr_scale,
                 lab,
-                lr_scale,
-            } => match Config::load(&preset) {
-                Err(e) => status.error(crate::t!("lab-could-not-start", error = e.to_string())),
-                Ok(config) => {
-                    *settings = RunSettings {
-                        corpus: settings.corpus.clone(),
-                        seed: settings.seed,
-                        backend: settings.backend,
-                        lr: config.lr * lr_scale,
-                        lab,
-                        ..RunSettings::from_preset(&preset, config)
-                    };
-                    status.info = Some(crate::t!(
-                        "lab-started",
-                        preset = preset.as_str(),
-                        lab = lab.describe(),
-                        lr = format!("{:.1e}", settings.lr),
-                    ));
-                    rebuild = Some(None);
-                }
-            },
-            RunCommand::NewClassRun {
-                preset,
-                lr_scale,
                 seed,
                 steps,
+                train,
             } => match Config::load(&preset) {
                 Err(e) => status.error(crate::t!("lab-could-not-start", error = e.to_string())),
                 Ok(config) => {
+                    let from_preset = RunSettings::from_preset(&preset, config);
                     *settings = RunSettings {
                         corpus: settings.corpus.clone(),
                         seed: seed.unwrap_or(settings.seed),
                         backend: settings.backend,
-                        lr: config.lr * lr_scale,
-                        steps,
-                        ..RunSettings::from_preset(&preset, config)
+                        lr: from_preset.lr * lr_scale,
+                        lab: lab.unwrap_or(from_preset.lab),
+                        steps: steps.unwrap_or(from_preset.steps),
+                        ..from_preset
                     };
-                    train_on = true;
+                    if let Some(lab) = lab {
+                        status.info = Some(crate::t!(
+                            "lab-started",
+                            preset = preset.as_str(),
+                            lab = lab.describe(),
+                            lr = format!("{:.1e}", settings.lr),
+                        ));
+                    }
+                    train_on |= train;
                     rebuild = Some(None);
                 }
             },

@@ -154,7 +154,7 @@ impl Plugin for ScenePlugin {
         let mut view = AttentionView::default();
         if let Some(step) = start {
             view.source = SourceKind::Timeline;
-            app.insert_resource(Timeline { step });
+            app.insert_resource(Timeline { step: Some(step) });
         }
         app.insert_resource(view)
             .init_resource::<Timeline>()

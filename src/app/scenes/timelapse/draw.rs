@@ -6,6 +6,7 @@
 //! shows the frame nearest that step.
 
 use super::{FORMED, TimelapseShown, TimelapseView, maps_frame, timelapse};
+use crate::app::timeline::Timeline;
 use crate::app::training::{Run, RunState};
 use crate::app::ui::UiState;
 use crate::model::timelapse::{Frame, TimeLapse};
@@ -54,6 +55,7 @@ pub(super) fn draw(
     ui_state: Res<UiState>,
     run: Option<Res<Run>>,
     mut view: ResMut<TimelapseView>,
+    mut timeline: ResMut<Timeline>,
     mut shown: ResMut<TimelapseShown>,
     mut textures: Local<MapTextures>,
 ) -> Result {
@@ -70,9 +72,9 @@ pub(super) fn draw(
         crate::app::ui::scene_status(&ctx, "timelapse-status", "timelapse-toolbar", area, why);
         return Ok(());
     };
-    let index = view.index(&t).expect("frames are not empty");
-    toolbar(&ctx, area, &t, index, &mut view, run.state == RunState::Training);
-    let index = view.index(&t).expect("frames are not empty");
+    let index = timeline.index(&t).expect("frames are not empty");
+    toolbar(&ctx, area, &t, index, (&mut view, &mut timeline), run.state == RunState::Training);
+    let index = timeline.index(&t).expect("frames are not empty");
     let frame = &t.frames[index];
     let mut line = status(&t, index, &run);
     if let Some(e) = &run.engine.timelapse_error {
@@ -144,7 +146,7 @@ pub(super) fn draw(
         clicked = clicked.or(step);
     }
     if let Some(step) = clicked {
-        view.show_step(&t, step);
+        view.show_step(&mut timeline, step);
         view.moved();
     }
     shown.regions = regions;
@@ -157,7 +159,7 @@ fn toolbar(
     area: egui::Rect,
     t: &TimeLapse,
     index: usize,
-    view: &mut TimelapseView,
+    (view, timeline): (&mut TimelapseView, &mut Timeline),
     live: bool,
 ) {
     let last = t.frames.len() - 1;
@@ -171,10 +173,10 @@ fn toolbar(
             view.moved();
             if view.playing {
                 view.playing = false;
-                view.frame = Some(index);
+                timeline.show_frame(t, Some(index));
             } else {
                 // From the start when at the end.
-                view.frame = Some(if index >= last { 0 } else { index });
+                timeline.show_frame(t, Some(if index >= last { 0 } else { index }));
                 view.playing = true;
             }
         }
@@ -185,7 +187,7 @@ fn toolbar(
         {
             view.moved();
             view.playing = false;
-            view.frame = Some(index - 1);
+            timeline.show_frame(t, Some(index - 1));
         }
         if ui
             .add_enabled(index < last, egui::Button::new(">"))
@@ -194,7 +196,7 @@ fn toolbar(
         {
             view.moved();
             view.playing = false;
-            view.frame = Some(index + 1);
+            timeline.show_frame(t, Some(index + 1));
         }
         let mut i = index;
         let step = t.frames[index].step;
@@ -208,9 +210,9 @@ fn toolbar(
         if slider.changed() {
             view.moved();
             view.playing = false;
-            view.frame = Some(i);
+            timeline.show_frame(t, Some(i));
         }
-        let newest = view.frame.is_none();
+        let newest = timeline.step.is_none();
         if ui
             .selectable_label(newest, crate::t!("timelapse-newest"))
             .on_hover_text(crate::t!("timelapse-newest-hover"))
@@ -218,7 +220,7 @@ fn toolbar(
         {
             view.moved();
             view.playing = false;
-            view.frame = None;
+            timeline.show_frame(t, None);
         }
         if live {
             ui.weak(crate::t!("timelapse-recording"));

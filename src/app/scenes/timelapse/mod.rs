@@ -25,6 +25,7 @@ mod report;
 use super::Scene;
 use crate::app::lesson::LessonFocus;
 use crate::app::training::{Run, ShownStep};
+use crate::app::timeline::Timeline;
 use crate::lesson::Focus;
 use crate::model::timelapse::{Frame, TimeLapse};
 use bevy::prelude::*;
@@ -35,11 +36,11 @@ pub use crate::model::timelapse::FORMED;
 /// Seconds per frame while playing.
 const PLAY_SECONDS: f32 = 0.2;
 
-/// What the scene shows; the toolbar and lessons edit it.
+/// How the scene plays the shared [`Timeline`] (the frame shown is the
+/// timeline's: a step chosen here is where the Attention scene's "as it
+/// was" stands, and the other way round); the toolbar and lessons edit it.
 #[derive(Resource, Debug, Clone, Default)]
 pub struct TimelapseView {
-    /// The frame shown (an index into the frames); None: the newest.
-    pub frame: Option<usize>,
     /// Playing from the shown frame to the newest.
     pub playing: bool,
     /// Seconds since the last frame advanced while playing.
@@ -51,16 +52,9 @@ pub struct TimelapseView {
 }
 
 impl TimelapseView {
-    /// The index of the frame shown in `t`.
-    pub fn index(&self, t: &TimeLapse) -> Option<usize> {
-        let last = t.frames.len().checked_sub(1)?;
-        Some(self.frame.map_or(last, |i| i.min(last)))
-    }
-
-    /// Shows the frame at `step` (the last at or before it).
-    pub fn show_step(&mut self, t: &TimeLapse, step: u64) {
-        let i = t.frames.partition_point(|f| f.step <= step);
-        self.frame = Some(i.saturating_sub(1));
+    /// Shows the frame at `step` (the last at or before it), stopped.
+    pub fn show_step(&mut self, timeline: &mut Timeline, step: u64) {
+        timeline.step = Some(step);
         self.playing = false;
     }
 
@@ -97,6 +91,7 @@ impl Plugin for ScenePlugin {
     fn build(&self, app: &mut App) {
         report::register(app);
         app.init_resource::<TimelapseView>()
+            .init_resource::<Timeline>()
             .init_resource::<TimelapseShown>()
             .add_observer(lesson_focus)
             .add_systems(OnExit(Scene::Timelapse), |mut shown: ResMut<ShownStep>| {
@@ -120,7 +115,7 @@ impl Plugin for ScenePlugin {
 
 /// A lesson's step, once the run has a time-lapse to show it in (and again
 /// in a run that replaces it).
-fn apply_wanted(run: Option<Res<Run>>, mut view: ResMut<TimelapseView>) {
+fn apply_wanted(run: Option<Res<Run>>, mut view: ResMut<TimelapseView>, mut timeline: ResMut<Timeline>) {
     let Some((step, shown_in)) = view.wanted_step else {
         return;
     };
@@ -128,15 +123,15 @@ fn apply_wanted(run: Option<Res<Run>>, mut view: ResMut<TimelapseView>) {
     if shown_in == Some(run.generation) {
         return;
     }
-    let Some(t) = timelapse(&run).cloned() else {
+    if timelapse(&run).is_none() {
         return;
-    };
-    view.show_step(&t, step);
+    }
+    view.show_step(&mut timeline, step);
     view.wanted_step = Some((step, Some(run.generation)));
 }
 
 /// Advances the shown frame while playing; stops at the newest.
-fn play(time: Res<Time>, run: Option<Res<Run>>, mut view: ResMut<TimelapseView>) {
+fn play(time: Res<Time>, run: Option<Res<Run>>, mut view: ResMut<TimelapseView>, mut timeline: ResMut<Timeline>) {
     if !view.playing {
         return;
     }
@@ -149,24 +144,24 @@ fn play(time: Res<Time>, run: Option<Res<Run>>, mut view: ResMut<TimelapseView>)
         return;
     }
     view.since = 0.0;
-    let next = view.index(t).map_or(0, |i| i + 1);
+    let next = timeline.index(t).map_or(0, |i| i + 1);
     if next >= last {
-        view.frame = None;
+        timeline.show_frame(t, None);
         view.playing = false;
     } else {
-        view.frame = Some(next);
+        timeline.show_frame(t, Some(next));
     }
 }
 
 /// The loss chart marks the frame shown (none while it follows the newest).
 fn mark_on_the_loss_chart(
     run: Option<Res<Run>>,
-    view: Res<TimelapseView>,
+    timeline: Res<Timeline>,
     mut shown: ResMut<ShownStep>,
 ) {
     let step = run.as_deref().and_then(timelapse).and_then(|t| {
-        let i = view.frame?;
-        t.frames.get(i.min(t.frames.len() - 1)).map(|f| f.step)
+        timeline.step?;
+        timeline.frame(t, |_| true).map(|(_, f)| f.step)
     });
     if shown.0 != step {
         shown.0 = step;

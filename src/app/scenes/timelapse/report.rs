@@ -6,6 +6,7 @@
 use super::{FORMED, TimelapseShown, TimelapseView, timelapse};
 use crate::app::registry::{Report, SceneApp};
 use crate::app::scenes::Scene;
+use crate::app::timeline::Timeline;
 use crate::app::training::Run;
 use bevy::prelude::*;
 use serde_json::{Value, json};
@@ -25,6 +26,7 @@ pub fn register(app: &mut App) {
 fn headless(
     run: Option<Res<Run>>,
     view: Res<TimelapseView>,
+    timeline: Res<Timeline>,
     scene: Res<State<Scene>>,
 ) -> Value {
     if *scene.get() != Scene::Timelapse {
@@ -33,7 +35,7 @@ fn headless(
     let Some(t) = run.as_deref().and_then(timelapse) else {
         return json!({ "frames": 0 });
     };
-    let index = view.index(t).expect("frames are not empty");
+    let index = timeline.index(t).expect("frames are not empty");
     let f = &t.frames[index];
     let probe = &t.probe[0];
     let m = probe.len() / 2;

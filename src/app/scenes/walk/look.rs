@@ -113,6 +113,7 @@ pub(super) fn steer(
     ),
     mut travel: ResMut<PointerTravel>,
     mut view: ResMut<WalkView>,
+    fingers: Res<crate::app::canvas::camera::FingerGesture>,
 ) {
     const BUTTONS: [MouseButton; 3] = [MouseButton::Left, MouseButton::Right, MouseButton::Middle];
     if buttons.any_just_pressed(BUTTONS) {
@@ -147,6 +148,15 @@ pub(super) fn steer(
         }
         if buttons.any_pressed(BUTTONS) && travel.0 > CLICK_TRAVEL_PX && motion.delta != Vec2::ZERO {
             look.drag(&pose, motion.delta, h);
+        }
+    }
+    // Fingers: one pans the look as a drag does, two pinch it.
+    if let Some(g) = fingers.0 {
+        if g.pan != Vec2::ZERO {
+            look.drag(&pose, g.pan, h);
+        }
+        if g.spread != 1.0 {
+            look.zoom_about(&pose, g.about - rect.center(), h, g.spread);
         }
     }
     if !keys_busy {
