@@ -17,15 +17,22 @@ extern "C" {
     /// The URL fragment, without `#`.
     #[wasm_bindgen(js_namespace = tinygptHost, js_name = getFragment)]
     pub fn get_fragment() -> String;
-    /// Replaces the URL fragment (no new history entry).
+    /// Whether the page is a secure context (https or localhost): the
+    /// browser gives WebGPU to those only.
     #[wasm_bindgen(js_namespace = tinygptHost, js_name = isSecureContext)]
     pub fn is_secure_context() -> bool;
-
+    /// The class's WebSocket address, where the page was served by
+    /// `tinygpt class`.
     #[wasm_bindgen(js_namespace = tinygptHost, js_name = classSocketUrl)]
     pub fn class_socket_url() -> String;
-
+    /// Replaces the URL fragment (no new history entry).
     #[wasm_bindgen(js_namespace = tinygptHost, js_name = setFragment)]
     pub fn set_fragment(fragment: &str);
+    /// The page's size in CSS pixels.
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = pageWidth)]
+    fn page_width() -> f64;
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = pageHeight)]
+    fn page_height() -> f64;
     /// The name of the next file the user gave the page, if any…
     #[wasm_bindgen(js_namespace = tinygptHost, js_name = takeFileName)]
     pub fn take_file_name() -> Option<String>;
@@ -93,12 +100,19 @@ pub fn no_webgpu() -> String {
     }
 }
 
-/// The window: the page's canvas, sized to its parent.
+/// The window: the page's canvas, sized to its parent, and from its first
+/// frame the page's size (Bevy's default 1280×720 is 2560×1440 device
+/// pixels on a phone or HiDPI screen: more than WebGL2's 2048-pixel
+/// surfaces, and a surface that could never be configured panicked on the
+/// first frame).
 pub fn window() -> Window {
+    let (w, h) = (page_width(), page_height());
+    let size = |v: f64| if v.is_finite() && v >= 1.0 { v.round() as u32 } else { 1 };
     Window {
         title: "TinyGPT Explainer".into(),
         canvas: Some("#tinygpt".into()),
         fit_canvas_to_parent: true,
+        resolution: bevy::window::WindowResolution::new(size(w), size(h)),
         // Let the page keep its own keys (reload, zoom, tab).
         prevent_default_event_handling: false,
         ..default()
@@ -106,8 +120,11 @@ pub fn window() -> Window {
 }
 
 /// The renderer: WebGPU with the adapter's own limits (the kernels want
-/// more than WebGPU's defaults for the larger presets), or WebGL2's where
-/// the page found no WebGPU adapter.
+/// more than WebGPU's defaults for the larger presets), or WebGL2 where the
+/// page found no WebGPU adapter, also with the adapter's own limits (its
+/// largest texture, 4096 to 16384 pixels on phones and laptops, bounds the
+/// canvas: WebGL2's guaranteed 2048 is less than a phone's screen in device
+/// pixels).
 pub fn render_creation() -> RenderCreation {
     let settings = if has_webgpu() {
         WgpuSettings {
@@ -118,7 +135,7 @@ pub fn render_creation() -> RenderCreation {
     } else {
         WgpuSettings {
             backends: Some(Backends::GL),
-            priority: WgpuSettingsPriority::WebGL2,
+            priority: WgpuSettingsPriority::Functionality,
             limits: wgpu::Limits::downlevel_webgl2_defaults(),
             ..default()
         }
