@@ -7,8 +7,8 @@
 //!
 //! On a phone ([`crate::app::ui::toolbar::is_phone`]) the fit stops at
 //! [`PHONE_MAX_SCALE`], so the picture's labels stay readable: a picture
-//! wider than the screen opens at its centre and the student pans to the
-//! rest, or pinches out to see it whole.
+//! wider than the screen opens at its left edge, where its names are, and
+//! the student pans to the rest, or pinches out to see it whole.
 
 use super::{SceneBounds, SceneCamera, SceneCursor};
 use bevy::input::mouse::{AccumulatedMouseMotion, AccumulatedMouseScroll, MouseScrollUnit};
@@ -83,11 +83,11 @@ impl Plugin for CameraPlugin {
             .init_resource::<FitArea>()
             .init_resource::<FingerGesture>()
             .add_systems(
-            Update,
-            (read_fingers, track_cursor, pan_and_zoom, fit_camera)
-                .chain()
-                .in_set(crate::app::schedule::AppSystems::Camera),
-        );
+                Update,
+                (read_fingers, track_cursor, pan_and_zoom, fit_camera)
+                    .chain()
+                    .in_set(crate::app::schedule::AppSystems::Camera),
+            );
     }
 }
 

@@ -94,7 +94,7 @@ pub struct VirtualPointer(pub Option<Vec2>);
 pub struct KeyActivate(pub bool);
 
 /// Fingers that went down on a panel (egui had the pointer): they are the
-/// panel's, not the picture's (the camera's `track_cursor` keeps it).
+/// panel's, not the picture's (the camera's `read_fingers` keeps it).
 #[derive(Resource, Default, Debug, Clone)]
 pub struct PanelTouches(pub std::collections::HashSet<u64>);
 

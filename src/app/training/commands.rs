@@ -67,7 +67,8 @@ pub enum RunCommand {
     NewPresetRun {
         preset: String,
         lr_scale: f32,
-        /// The lab step's switches (None: the intact model, not announced).
+        /// The lab step's switches, announced (None: the preset's own, the
+        /// intact model in every built-in, not announced).
         lab: Option<Lab>,
         /// The run's seed (None: the settings' own).
         seed: Option<u64>,
