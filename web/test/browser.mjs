@@ -925,9 +925,10 @@ async function classRun() {
   try {
     const open = async (url, phone = false) => {
       // A phone-sized page: 412×860, one device pixel per CSS pixel (a
-      // phone's 2.625 is the hidpi-webgl2 run's: emulated here, the canvas
-      // gets CSS pixels at that scale, and the layout would be the
-      // emulation's, not a phone's).
+      // phone's 2.625 is the hidpi-webgl2 run's: Chromium's emulation here
+      // reports a ResizeObserver's device-pixel box in CSS pixels against
+      // the emulated devicePixelRatio, so the layout would be drawn twice
+      // as large: the emulation's, not a phone's).
       const context = await browser.newContext({ viewport: phone ? { width: 412, height: 860 } : { width: 1280, height: 720 } });
       const page = await context.newPage();
       page.on("console", (msg) => { if (msg.type() === "error") problems.push(`console error: ${msg.text()}`); });
