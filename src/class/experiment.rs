@@ -133,6 +133,12 @@ impl ClassSweep {
     }
 }
 
+/// Whether new points start a curve again: their first step is at or
+/// before the last recorded one (the page reloaded and trained anew).
+pub fn starts_again(existing: &[Point], new: &[Point]) -> bool {
+    existing.last().is_some_and(|(last, _)| new.first().is_some_and(|(s, _)| s <= last))
+}
+
 /// Whether new points may extend a curve: steps rising, within the run,
 /// losses positive where finite, few enough. A curve that starts again
 /// (its first new step at or before the last recorded one: the page
@@ -150,7 +156,7 @@ pub fn check_points(existing: &[Point], new: &[Point], steps: u32) -> Result<boo
     if new.iter().any(|(_, l)| l.is_some_and(|l| !l.is_finite() || l < 0.0)) {
         return Err("a loss is a number at least 0 (none where it was not finite)".into());
     }
-    let restart = existing.last().is_some_and(|(last, _)| new[0].0 <= *last);
+    let restart = starts_again(existing, new);
     let kept = if restart { 0 } else { existing.len() };
     if kept + new.len() > MAX_CURVE_POINTS {
         return Err(format!("a curve keeps at most {MAX_CURVE_POINTS} points"));

@@ -329,10 +329,9 @@ impl Hub {
                     return self.refuse(conn, "the class has no experiment now".into());
                 };
                 let (value, round) = (e.sweep.value_of(id), e.round);
-                let last = e.curves.get(&id).and_then(|c| c.last()).map(|(s, _)| *s);
+                let restart = super::experiment::starts_again(e.curves.get(&id).map_or(&[][..], Vec::as_slice), &points);
                 match self.session.checked(Record::Reported { id, points: points.clone() }) {
                     Ok(r) => {
-                        let restart = last.is_some_and(|l| points.first().is_some_and(|(s, _)| *s <= l));
                         self.record(vec![r], Vec::new());
                         let curve = ToClient::Curve { round, id, value, points, restart };
                         self.broadcast(&curve, |c| c.role == Some(Role::Teacher));

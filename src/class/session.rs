@@ -355,7 +355,7 @@ impl Session {
             Record::Reported { id, points } => {
                 if let Some(e) = self.experiment.as_mut() {
                     let curve = e.curves.entry(*id).or_default();
-                    if curve.last().is_some_and(|(last, _)| points.first().is_some_and(|(s, _)| s <= last)) {
+                    if experiment::starts_again(curve, points) {
                         curve.clear();
                         *e.restarts.entry(*id).or_default() += 1;
                     }
