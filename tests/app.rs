@@ -3559,3 +3559,97 @@ fn the_attention_scene_shows_the_model_as_it_was_at_a_step_of_its_time_lapse() {
     assert_eq!(r["timelapse"]["step"], at_or_before, "{}", r["timelapse"]);
     assert_eq!(r["timelapse"]["maps_step"], frame.step, "{}", r["timelapse"]);
 }
+
+/// The shared timeline in the scenes that recompute the model (issue 52):
+/// a run's frames keep its weights, and opened on a step of its time-lapse
+/// *Inside the model*'s pass is `tinygpt flow --all-positions --backward`
+/// of those weights (bit for bit, on the same device), Take it apart's
+/// lens is of that step, and the Model scene's heatmaps hold the frame's
+/// weights, not the run's last.
+#[test]
+fn the_scenes_that_recompute_the_model_show_it_as_it_was_at_a_step() {
+    use tinygpt::model::checkpoint::{Checkpoint, Precision};
+    let dir = common::scratch_dir("app-as-it-was");
+    let run = dir.join("run.safetensors");
+    common::tinygpt(&[
+        "train", "--preset", "repeat", "--corpus", "task:repeat", "--backend", "cpu", "--seed", "3", "--steps", "40",
+        "--json", "--out", run.to_str().unwrap(),
+    ]);
+    let ck = Checkpoint::load(&run).unwrap();
+    let lapse = ck.timelapse.clone().expect("a run records its time-lapse");
+    // The frame the timeline shows at step 20: the last at or before it
+    // that kept its weights.
+    let asked = 20;
+    let frame = lapse
+        .frames
+        .iter()
+        .rev()
+        .find(|f| f.weights.is_some() && f.step <= asked)
+        .expect("a frame kept its weights by step 20");
+    assert!(frame.step < ck.step, "a step before the run's last");
+    // The model as it was, as a checkpoint of its own.
+    let weights = frame.weights.as_ref().unwrap();
+    let mut then = ck.clone();
+    let mut at = 0;
+    for p in &mut then.params {
+        p.values = weights[at..at + p.values.len()].to_vec();
+        at += p.values.len();
+    }
+    assert_eq!(at, weights.len());
+    assert_ne!(then.params, ck.params, "the weights moved after step {}", frame.step);
+    then.step = frame.step;
+    then.optimizer = None;
+    then.timelapse = None;
+    let then_path = dir.join("then.safetensors");
+    then.save(&then_path, Precision::F32).unwrap();
+    let open = |scene: &str, frames: &str| {
+        let shot = dir.join(format!("{scene}.png"));
+        let r = run_headless_in(
+            &dir,
+            &[
+                "app", "--headless", "--checkpoint", run.to_str().unwrap(), "--scene", scene, "--timeline-step",
+                &asked.to_string(), "--frames", frames, "--width", "1280", "--height", "720", "--export", "data",
+            ],
+            &shot,
+        );
+        assert_eq!(r["errors"].as_array().map_or(0, |e| e.len()), 0, "{r}");
+        let export = r["exports"][0]["path"].as_str().unwrap().to_string();
+        let data: serde_json::Value = serde_json::from_slice(&std::fs::read(export).unwrap()).unwrap();
+        (r, data["view"].clone())
+    };
+    // Inside the model: the pass of the weights then.
+    let (r, mut view) = open("flow", "60");
+    let device = r["walk"]["device"].as_str().unwrap_or_default().to_string();
+    assert!(matches!(device.as_str(), "gpu" | "cpu"), "{r}");
+    assert_eq!(view["step"], frame.step, "{}", r["walk"]);
+    assert_eq!(view["as_it_was"], true);
+    assert_eq!(r["walk"]["as_it_was"], true);
+    let obj = view.as_object_mut().unwrap();
+    obj.remove("step");
+    obj.remove("as_it_was");
+    let tokens: Vec<u8> = view["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u8).collect();
+    let prompt = String::from_utf8(tokens).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
+        .args(["flow", "--checkpoint", then_path.to_str().unwrap(), "--prompt", &prompt, "--all-positions", "--backward", "--json", "--backend", &device])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let cli: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(view == cli, "the scene's pass differs from `tinygpt flow` of the weights after step {}", frame.step);
+    // Take it apart: its tool asked of the weights then.
+    let (_, view) = open("probe", "60");
+    assert_eq!(view["step"], frame.step, "{view}");
+    assert_eq!(view["as_it_was"], true);
+    // The Model scene: every weight's heatmap from the frame's weights.
+    let (_, view) = open("model", "30");
+    assert_eq!(view["step"], frame.step, "{view}");
+    assert_eq!(view["as_it_was"], true);
+    assert_eq!(view["showing"], "Weights");
+    for p in &then.params {
+        let t = view["tensors"].as_array().unwrap().iter().find(|t| t["name"] == p.name.as_str()).unwrap_or_else(|| panic!("{} in {view}", p.name));
+        let lo = p.values.iter().copied().fold(f32::INFINITY, f32::min);
+        let hi = p.values.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        assert_eq!((t["min"].as_f64().unwrap() as f32, t["max"].as_f64().unwrap() as f32), (lo, hi), "{}", p.name);
+    }
+    let _ = std::fs::remove_dir_all(dir);
+}

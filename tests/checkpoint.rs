@@ -80,6 +80,13 @@ fn f16_export_loads_as_weights_only() {
             );
         }
     }
+    // The frames' weights come back in f16, as the weights do.
+    let (t, kept) = (ck.timelapse.as_ref().unwrap(), back.timelapse.as_ref().unwrap());
+    assert!(kept.frames.iter().all(|f| f.weights.is_some()), "a tiny run's four frames fit an export's budget");
+    for (a, b) in kept.frames.iter().zip(&t.frames) {
+        let (a, b) = (a.weights.as_ref().unwrap(), b.weights.as_ref().unwrap());
+        assert!(a.iter().zip(b.iter()).all(|(x, y)| (x - y).abs() <= 1e-3 * y.abs().max(1e-2)));
+    }
     ck.optimizer = None;
     assert_eq!(back.params.len(), ck.params.len());
     std::fs::remove_dir_all(dir).unwrap();
@@ -256,14 +263,24 @@ fn a_bad_time_lapse_is_refused() {
         .collect();
     let n = 2 * t.letters();
     let shape = vec![t.frames.len(), t.n_layer, t.n_head, n, n];
-    let stored = |t: &tinygpt::model::timelapse::TimeLapse, map_steps: &[u64]| {
+    // The weights the frames keep, as one tensor (frames × trained values).
+    let per = t.frames[0].weights.as_ref().expect("a small model's frames keep its weights").len();
+    let weights: Vec<u8> = t
+        .frames
+        .iter()
+        .flat_map(|f| f.weights.as_ref().unwrap().iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
+        .collect();
+    let stored_with = |t: &tinygpt::model::timelapse::TimeLapse, map_steps: &[u64], weight_steps: &[u64]| {
         let mut json = serde_json::to_value(t).unwrap();
         json["map_steps"] = serde_json::json!(map_steps);
+        json["weight_steps"] = serde_json::json!(weight_steps);
         json.to_string()
     };
     let steps: Vec<u64> = t.frames.iter().map(|f| f.step).collect();
+    let stored = |t: &tinygpt::model::timelapse::TimeLapse, map_steps: &[u64]| stored_with(t, map_steps, &steps);
     let mut good_meta = meta.clone();
     good_meta.insert("timelapse".into(), stored(&t, &steps));
+    tensors.push((tinygpt::model::checkpoint::TIMELAPSE_WEIGHTS.into(), Dtype::F32, vec![t.frames.len(), per], weights.clone()));
     tensors.push((tinygpt::model::checkpoint::TIMELAPSE_MAPS.into(), Dtype::F16, shape.clone(), maps.clone()));
     let back = Checkpoint::from_bytes(&raw(&tensors, good_meta.clone()), "good").unwrap();
     assert_eq!(back.timelapse.as_ref(), Some(&t));
@@ -295,5 +312,19 @@ fn a_bad_time_lapse_is_refused() {
     refused(&raw(&short, good_meta.clone()), "needs F16");
     let mut inf = tensors.clone();
     inf[last].3[0..2].copy_from_slice(&half::f16::INFINITY.to_bits().to_le_bytes());
-    refused(&raw(&inf, good_meta), "not finite");
+    refused(&raw(&inf, good_meta.clone()), "not finite");
+    // The weights: missing, of another shape, not finite, of a step with
+    // no frame.
+    let w = last - 1;
+    let mut without = tensors.clone();
+    without.remove(w);
+    refused(&raw(&without, good_meta.clone()), "`timelapse.weights` is missing");
+    let mut short = tensors.clone();
+    short[w].2[1] -= 1;
+    short[w].3.truncate(weights.len() - 4 * t.frames.len());
+    refused(&raw(&short, good_meta.clone()), "needs F32 or F16");
+    let mut nan = tensors.clone();
+    nan[w].3[4..8].copy_from_slice(&f32::NAN.to_le_bytes());
+    refused(&raw(&nan, good_meta.clone()), "not finite");
+    refused(&with_meta(stored_with(&t, &steps, &[0, 1, 2, 9])), "keeps weights of step 9");
 }

@@ -4,14 +4,17 @@
 mod common;
 
 /// The model's tensors of a safetensors file by name, as raw bytes (not
-/// the time-lapse's maps: a run records them now, and the checkpoints
-/// shipped before it have none).
+/// the time-lapse's maps and weights: a run records them now, and the
+/// checkpoints shipped before it have none).
 fn tensors(bytes: &[u8]) -> Vec<(String, Vec<u8>)> {
     let st = safetensors::SafeTensors::deserialize(bytes).unwrap();
     let mut out: Vec<(String, Vec<u8>)> = st
         .tensors()
         .into_iter()
-        .filter(|(name, _)| name != tinygpt::model::checkpoint::TIMELAPSE_MAPS)
+        .filter(|(name, _)| {
+            ![tinygpt::model::checkpoint::TIMELAPSE_MAPS, tinygpt::model::checkpoint::TIMELAPSE_WEIGHTS]
+                .contains(&name.as_str())
+        })
         .map(|(name, view)| (name, view.data().to_vec()))
         .collect();
     out.sort_by(|a, b| a.0.cmp(&b.0));

@@ -68,6 +68,17 @@ fn a_frame_is_a_fresh_probe_of_the_checkpoint_of_its_step() {
     compare(30);
     // The maps came back from the file as they were recorded.
     assert!(t2.frames.iter().all(|f| f.attention.as_ref().is_some_and(|m| m.len() == t2.map_len())));
+    // Every frame of a model this small keeps its weights (what the scenes
+    // recompute the model as it was from), and the last frame's are the
+    // checkpoint's of its step, bit for bit, before and after the resume.
+    assert!(t2.frames.iter().all(|f| f.weights.is_some()));
+    let flat = |ck: &Checkpoint| -> Vec<f32> { ck.params.iter().flat_map(|p| p.values.iter().copied()).collect() };
+    assert_eq!(**t.frames.last().unwrap().weights.as_ref().unwrap(), flat(&first));
+    assert_eq!(**t2.frames.last().unwrap().weights.as_ref().unwrap(), flat(&resumed));
+    assert_ne!(t2.frames[0].weights, t2.frames[30].weights, "the weights moved");
+    let json = common::json_lines(&["timelapse", "--checkpoint", run, "--json"]).remove(0);
+    assert_eq!(json["weights"]["frames"].as_array().unwrap().len(), t2.frames.len());
+    assert_eq!(json["weights"]["bytes"], 4 * flat(&resumed).len() * t2.frames.len());
 }
 
 #[test]

@@ -13,7 +13,9 @@ use crate::backend::PendingRead;
 use crate::gpu::ProbeHandle;
 use crate::probe::ProbeResult;
 use crate::train::Trainer;
-use crate::train::timelapse::{frame_from, heads_from, norm_names, norms_from, probe_requests};
+use crate::train::timelapse::{
+    frame_from, heads_from, kept_weights, norm_names, norms_from, probe_requests,
+};
 use std::collections::VecDeque;
 
 /// Whether a GPU run records its frames here: natively and in the browser
@@ -215,8 +217,9 @@ impl GpuFrames {
                     before.as_deref(),
                 )
             };
+            let weights = kept_weights(trainer.backend.program(), &values);
             let (loss, val_loss) = trainer.losses_at(r.step);
-            trainer.push_frame(frame_from(r.step, loss, val_loss, probe, tensors));
+            trainer.push_frame(frame_from(r.step, loss, val_loss, probe, tensors, weights));
             added = true;
         }
         added

@@ -118,6 +118,7 @@ pub fn add_explainer_plugins(app: &mut App) {
         )
             .chain(),
     );
+    app.add_plugins(timeline::TimelinePlugin);
     app.add_plugins((
         training::TrainingPlugin,
         graph::ModelGraphPlugin,
@@ -212,6 +213,9 @@ pub fn build(options: AppOptions) -> App {
             walk_zoom: options.walk_zoom,
             timeline_step: options.timeline_step,
         })
+        // A step asked for on the command line: the scenes that recompute
+        // the model show it as it was there.
+        .insert_resource(timeline::AsItWas(options.timeline_step.is_some()))
         .add_plugins((canvas::CanvasPlugin, canvas::camera::CameraPlugin));
     add_scene_plugins(&mut app);
     app.add_plugins((

@@ -5,11 +5,16 @@
 //! [`timeline_bar`] in its toolbar; the step chosen stays when the learner
 //! moves to another such scene. The Time-lapse scene plays it (its own
 //! toolbar moves the same [`Timeline`]), and the Attention scene shows its
-//! maps "as it was" there.
+//! maps "as it was" there. The scenes that recompute the model from its
+//! weights (*Inside the model*, Take it apart, Model) show it as it was
+//! from the weights the frames kept ([`AsItWas`], [`model_weights`]).
 
+use crate::app::engine::Snapshot;
 use crate::model::timelapse::{Frame, TimeLapse};
+use crate::program::Program;
 use bevy::prelude::*;
 use bevy_egui::egui;
+use std::sync::Arc;
 
 /// The step chosen on the timeline (the frame at or before it is shown).
 #[derive(Resource, Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -38,6 +43,166 @@ impl Timeline {
     /// Shows frame `index` of `t` (None: the newest, following the run).
     pub fn show_frame(&mut self, t: &TimeLapse, index: Option<usize>) {
         self.step = index.and_then(|i| t.frames.get(i)).map(|f| f.step);
+    }
+}
+
+/// Whether the scenes that recompute the model from its weights (*Inside
+/// the model*, Take it apart, Model) show it as it was at the timeline's
+/// step, from the weights a frame kept, rather than as it is now. One
+/// switch for the three, as the step is one for every scene.
+#[derive(Resource, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AsItWas(pub bool);
+
+/// Whether a frame kept its weights (the frames those scenes can show).
+pub fn keeps_weights(f: &Frame) -> bool {
+    f.weights.is_some()
+}
+
+/// The model at the frame the timeline picks among those that kept
+/// weights: `latest`'s tensors with the trained parameters replaced by the
+/// frame's, at the frame's step, and nothing else (the gradients and
+/// AdamW's moments `latest` may hold are of now; a LoRA run's frozen base
+/// is the same at every step). None without such a frame, or when the
+/// frame's weights do not fit `program`.
+pub fn model_as_it_was(
+    timeline: &Timeline,
+    timelapse: &TimeLapse,
+    latest: &Snapshot,
+    program: &Program,
+) -> Option<Snapshot> {
+    let (_, frame) = timeline.frame(timelapse, keeps_weights)?;
+    let weights = frame.weights.as_ref()?;
+    let mut tensors = std::collections::HashMap::new();
+    let mut at = 0;
+    for id in program.params() {
+        let t = &program.tensors[id];
+        let values = if t.is_frozen() {
+            latest.tensors.get(&t.name)?.clone()
+        } else {
+            let end = at + t.numel();
+            let kept = Arc::new(weights.get(at..end)?.to_vec());
+            at = end;
+            kept
+        };
+        tensors.insert(t.name.clone(), values);
+    }
+    (at == weights.len()).then_some(Snapshot { step: frame.step, tensors })
+}
+
+/// The model as it was, built once for the step shown
+/// ([`model_as_it_was`]) and kept while the run and the step stay.
+#[derive(Resource, Default)]
+pub struct PastWeights {
+    /// The run's generation and the frame's step it was built for.
+    key: Option<(u64, u64)>,
+    snapshot: Option<Arc<Snapshot>>,
+    /// Counts the models built (a scene draws again when it changes).
+    pub version: u64,
+}
+
+impl PastWeights {
+    /// The weights the scenes that recompute the model use: `latest`, or
+    /// with [`AsItWas`] the model as it was (None until a frame kept
+    /// weights).
+    pub fn shown<'a>(&'a self, as_it_was: AsItWas, latest: Option<&'a Snapshot>) -> Option<&'a Snapshot> {
+        if as_it_was.0 { self.snapshot.as_deref() } else { latest }
+    }
+}
+
+/// Builds the model as it was when the step shown, or the run, changed.
+fn keep_past_weights(
+    run: Option<Res<crate::app::training::Run>>,
+    snapshots: Res<crate::app::training::Snapshots>,
+    as_it_was: Res<AsItWas>,
+    timeline: Res<Timeline>,
+    mut past: ResMut<PastWeights>,
+) {
+    if !as_it_was.0 {
+        return;
+    }
+    let Some(run) = run else {
+        return;
+    };
+    let Some(t) = run.engine.timelapse() else {
+        if past.snapshot.is_some() {
+            *past = PastWeights { version: past.version + 1, ..default() };
+        }
+        return;
+    };
+    let step = timeline.frame(t, keeps_weights).map(|(_, f)| f.step);
+    let key = step.map(|s| (run.generation, s));
+    if key == past.key {
+        return;
+    }
+    // A LoRA run's frozen base comes from the latest snapshot: wait for it.
+    let built = snapshots
+        .latest
+        .as_ref()
+        .and_then(|latest| model_as_it_was(&timeline, t, latest, &run.program));
+    if built.is_none() && key.is_some() && snapshots.latest.is_none() {
+        return;
+    }
+    past.key = key;
+    past.snapshot = built.map(Arc::new);
+    past.version += 1;
+}
+
+/// The shared timeline's resources, and the model as it was kept up to date.
+pub struct TimelinePlugin;
+
+impl Plugin for TimelinePlugin {
+    fn build(&self, app: &mut App) {
+        app.init_resource::<Timeline>()
+            .init_resource::<AsItWas>()
+            .init_resource::<PastWeights>()
+            .add_systems(
+                Update,
+                keep_past_weights
+                    .after(crate::app::schedule::AppSystems::Training)
+                    .before(crate::app::schedule::AppSystems::Scene),
+            );
+    }
+}
+
+/// The switch between now and as it was, and on the past the timeline
+/// over the frames that kept weights, for the three scenes' toolbars.
+/// Returns whether anything changed.
+pub fn as_it_was_bar(
+    ui: &mut egui::Ui,
+    timelapse: Option<&TimeLapse>,
+    timeline: &mut Timeline,
+    as_it_was: &mut AsItWas,
+) -> bool {
+    let kept = timelapse.filter(|t| t.frames.iter().any(keeps_weights));
+    let before = (*timeline, *as_it_was);
+    ui.add_enabled_ui(kept.is_some() || as_it_was.0, |ui| {
+        ui.selectable_value(&mut as_it_was.0, false, crate::t!("timeline-now"))
+            .on_hover_text(crate::t!("timeline-now-hover"));
+        ui.selectable_value(&mut as_it_was.0, true, crate::t!("timeline-as-it-was"))
+            .on_hover_text(crate::t!("timeline-as-it-was-hover"));
+    })
+    .response
+    .on_disabled_hover_text(crate::t!("timeline-no-weights"));
+    if as_it_was.0 {
+        match kept {
+            Some(t) => {
+                timeline_bar(ui, t, timeline, keeps_weights);
+            }
+            None => {
+                ui.weak(crate::t!("timeline-no-weights"));
+            }
+        }
+    }
+    (*timeline, *as_it_was) != before
+}
+
+/// What a status line starts with when its numbers are of the model as it
+/// was (`as_it_was`) at `step`; nothing for the model as it is now.
+pub fn as_it_was_note(as_it_was: bool, step: u64) -> String {
+    if as_it_was {
+        format!("{} · ", crate::t!("timeline-weights-status", step = step as i64))
+    } else {
+        String::new()
     }
 }
 
@@ -92,6 +257,7 @@ mod tests {
                 tensors: Vec::new(),
                 predictions: Vec::new(),
                 attention: (step % 20 == 0).then(Vec::new),
+                weights: None,
             });
         }
         t

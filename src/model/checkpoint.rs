@@ -7,7 +7,10 @@
 //! history. AdamW's moments are optional (`adam.m.<name>`, `adam.v.<name>`),
 //! and so is the run's time-lapse ([`super::timelapse`]): its frames as JSON
 //! in the metadata (`timelapse`), their attention maps as one f16 tensor
-//! (`timelapse.attention`, frames × layers × heads × n × n).
+//! (`timelapse.attention`, frames × layers × heads × n × n), and the
+//! weights the frames keep as one tensor (`timelapse.weights`, frames ×
+//! trained values, in the file's precision: f32, or in an export f16 and
+//! at most [`super::timelapse::EXPORT_WEIGHT_BUDGET`] bytes of them).
 //!
 //! Saving writes a temporary file beside the target and renames it over the
 //! target, so an interrupted save never destroys the previous checkpoint.
@@ -64,13 +67,19 @@ pub struct Checkpoint {
 /// The time-lapse's tensor of attention maps in a file.
 pub const TIMELAPSE_MAPS: &str = "timelapse.attention";
 
-/// The time-lapse in the metadata: its frames (without their maps) and the
-/// steps of the frames whose maps the tensor holds, in order.
+/// The time-lapse's tensor of the weights its frames keep.
+pub const TIMELAPSE_WEIGHTS: &str = "timelapse.weights";
+
+/// The time-lapse in the metadata: its frames (without their maps and
+/// weights) and the steps of the frames whose maps, and whose weights, the
+/// tensors hold, in order.
 #[derive(Serialize, Deserialize)]
 struct StoredTimeLapse {
     #[serde(flatten)]
     timelapse: TimeLapse,
     map_steps: Vec<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    weight_steps: Vec<u64>,
 }
 
 /// Storage precision of the parameters.
@@ -357,12 +366,26 @@ impl Checkpoint {
                 }
             }
         }
-        if let Some(t) = &self.timelapse {
+        // An export for sharing keeps fewer frames' weights.
+        let exported;
+        let timelapse = match (&self.timelapse, precision) {
+            (Some(t), Precision::F16 | Precision::Int4) => {
+                let mut t = t.clone();
+                t.thin_weights(super::timelapse::EXPORT_WEIGHT_BUDGET, 2);
+                exported = t;
+                Some(&exported)
+            }
+            (t, _) => t.as_ref(),
+        };
+        if let Some(t) = timelapse {
             let with: Vec<&super::timelapse::Frame> =
                 t.frames.iter().filter(|f| f.attention.is_some()).collect();
+            let kept: Vec<&super::timelapse::Frame> =
+                t.frames.iter().filter(|f| f.weights.is_some()).collect();
             let stored = StoredTimeLapse {
                 timelapse: t.clone(),
                 map_steps: with.iter().map(|f| f.step).collect(),
+                weight_steps: kept.iter().map(|f| f.step).collect(),
             };
             meta.insert(
                 "timelapse".to_string(),
@@ -381,6 +404,24 @@ impl Checkpoint {
                     vec![with.len(), t.n_layer, t.n_head, n, n],
                     Cow::Owned(bytes),
                 ));
+            }
+            if let Some(first) = kept.first().and_then(|f| f.weights.as_ref()) {
+                let len = first.len();
+                if kept.iter().any(|f| f.weights.as_ref().is_some_and(|w| w.len() != len)) {
+                    return Err(werr("the time-lapse's frames keep weights of different sizes".into()));
+                }
+                let values: Vec<f32> = kept
+                    .iter()
+                    .flat_map(|f| f.weights.iter().flat_map(|w| w.iter().copied()))
+                    .collect();
+                let (dtype, bytes) = match precision {
+                    Precision::F32 => (
+                        Dtype::F32,
+                        Cow::Owned(values.iter().flat_map(|x| x.to_le_bytes()).collect()),
+                    ),
+                    _ => (Dtype::F16, Cow::Owned(f16_bytes(&values).into_owned())),
+                };
+                tensors.push((TIMELAPSE_WEIGHTS.to_string(), dtype, vec![kept.len(), len], bytes));
             }
         }
         // safetensors' order: by name.
@@ -622,11 +663,12 @@ impl Checkpoint {
             );
         }
         let timelapse = match meta.get("timelapse") {
-            Some(json) => Some(read_timelapse(&st, json, &config).map_err(invalid)?),
+            Some(json) => Some(read_timelapse(&st, json, &config, &program).map_err(invalid)?),
             None => None,
         };
         if timelapse.is_some() {
             expected.push(TIMELAPSE_MAPS.to_string());
+            expected.push(TIMELAPSE_WEIGHTS.to_string());
         }
         if let Some(extra) = st
             .names()
@@ -650,9 +692,14 @@ impl Checkpoint {
     }
 }
 
-/// The time-lapse a file's metadata (`json`) and maps tensor hold, checked
-/// against its model.
-fn read_timelapse(st: &SafeTensors, json: &str, config: &Config) -> Result<TimeLapse, String> {
+/// The time-lapse a file's metadata (`json`), maps and weights tensors
+/// hold, checked against its model.
+fn read_timelapse(
+    st: &SafeTensors,
+    json: &str,
+    config: &Config,
+    program: &Program,
+) -> Result<TimeLapse, String> {
     let stored: StoredTimeLapse = serde_json::from_str(json)
         .map_err(|e| format!("metadata `timelapse` is not valid: {e}"))?;
     let mut t = stored.timelapse;
@@ -691,6 +738,47 @@ fn read_timelapse(st: &SafeTensors, json: &str, config: &Config) -> Result<TimeL
                         "metadata `timelapse` keeps maps of step {step}, which has no frame"
                     ))?;
                 frame.attention = Some(bits[k * per..(k + 1) * per].to_vec());
+            }
+        }
+    }
+    let per = super::timelapse::trained_values(program);
+    let shape = vec![stored.weight_steps.len(), per];
+    match st.tensor(TIMELAPSE_WEIGHTS) {
+        Err(_) if stored.weight_steps.is_empty() => {}
+        Err(_) => return Err(format!("tensor `{TIMELAPSE_WEIGHTS}` is missing")),
+        Ok(view) => {
+            let values: Vec<f32> = match view.dtype() {
+                Dtype::F32 => view
+                    .data()
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect(),
+                Dtype::F16 => view
+                    .data()
+                    .chunks_exact(2)
+                    .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                    .collect(),
+                _ => vec![],
+            };
+            if view.shape() != shape || values.len() != shape.iter().product::<usize>() {
+                return Err(format!(
+                    "tensor `{TIMELAPSE_WEIGHTS}` is {:?} {:?}, but its time-lapse needs F32 or F16 {shape:?}",
+                    view.dtype(),
+                    view.shape()
+                ));
+            }
+            if values.iter().any(|x| !x.is_finite()) {
+                return Err(format!("tensor `{TIMELAPSE_WEIGHTS}` holds a value that is not finite"));
+            }
+            for (k, step) in stored.weight_steps.iter().enumerate() {
+                let frame = t
+                    .frames
+                    .iter_mut()
+                    .find(|f| f.step == *step)
+                    .ok_or(format!(
+                        "metadata `timelapse` keeps weights of step {step}, which has no frame"
+                    ))?;
+                frame.weights = Some(std::sync::Arc::new(values[k * per..(k + 1) * per].to_vec()));
             }
         }
     }

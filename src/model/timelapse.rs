@@ -12,17 +12,37 @@
 //!   greedy next byte at every position of the first probe string;
 //! - each parameter's weight, gradient and update norm;
 //! - the attention maps of the first probe string, in f16, kept within
-//!   [`MAP_BUDGET`] bytes (past it, every other frame's maps are dropped).
+//!   [`MAP_BUDGET`] bytes (past it, every other frame's maps are dropped);
+//! - the trained weights themselves, kept within [`WEIGHT_BUDGET`] bytes
+//!   the same way, for the scenes that recompute the model as it was
+//!   (*Inside the model*, Take it apart, Model): only for models of at
+//!   most [`KEPT_WEIGHTS_MAX`] trained values, so that a run keeps at
+//!   least four such frames.
 //!
 //! The frames are computed by the trainer ([`crate::train::timelapse`]);
 //! this file holds what they are, the schedule and the scores' arithmetic.
 
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// How many values the trained parameters hold (a frame's kept weights).
+pub fn trained_values(program: &crate::program::Program) -> usize {
+    program.trained().map(|id| program.tensors[id].numel()).sum()
+}
 
 /// About how many frames a run records, whatever its length.
 pub const FRAMES: usize = 100;
 /// The most bytes of attention maps a time-lapse keeps (f16).
 pub const MAP_BUDGET: usize = 8 << 20;
+/// The most bytes of frames' weights a time-lapse keeps (f32).
+pub const WEIGHT_BUDGET: usize = 16 << 20;
+/// The most bytes of frames' weights an export for sharing keeps (f16;
+/// `tinygpt export`): a gallery model's file stays small.
+pub const EXPORT_WEIGHT_BUDGET: usize = 2 << 20;
+/// The most trained values a model may have for its frames to keep its
+/// weights: four frames' worth fit in [`WEIGHT_BUDGET`] (a million values,
+/// so every preset up to `small`, and the gallery's models).
+pub const KEPT_WEIGHTS_MAX: usize = WEIGHT_BUDGET / 4 / std::mem::size_of::<f32>();
 /// A head whose induction score passes this is called an induction head
 /// (where the charts and `tinygpt timelapse` mark the run's first).
 pub const FORMED: f32 = 0.5;
@@ -148,6 +168,12 @@ pub struct Frame {
     /// when this frame keeps them ([`MAP_BUDGET`]).
     #[serde(skip)]
     pub attention: Option<Vec<u16>>,
+    /// The trained parameters' values after the step, one after another in
+    /// program order (as [`crate::train::timelapse::norm_names`] lists them
+    /// without gradients), when this frame keeps them ([`WEIGHT_BUDGET`]).
+    /// Shared, so that copies of the time-lapse do not copy them.
+    #[serde(skip)]
+    pub weights: Option<Arc<Vec<f32>>>,
 }
 
 impl Frame {
@@ -212,24 +238,24 @@ impl TimeLapse {
     }
 
     /// Adds a frame (after the last), then drops every other frame's maps
-    /// (the first and the newest kept) while the maps pass [`MAP_BUDGET`].
+    /// (the first and the newest kept) while the maps pass [`MAP_BUDGET`],
+    /// and every other frame's weights while they pass [`WEIGHT_BUDGET`].
     pub fn push(&mut self, frame: Frame) {
         self.frames.push(frame);
-        while self.map_bytes() > MAP_BUDGET {
-            let with: Vec<usize> = (0..self.frames.len())
-                .filter(|&i| self.frames[i].attention.is_some())
-                .collect();
-            if with.len() <= 2 {
-                // Not even two frames fit: keep the newest only.
-                for &i in &with[..with.len() - 1] {
-                    self.frames[i].attention = None;
-                }
-                break;
-            }
-            for &i in with[1..with.len() - 1].iter().step_by(2) {
-                self.frames[i].attention = None;
-            }
-        }
+        let map_bytes = 2 * self.map_len();
+        thin(&mut self.frames, MAP_BUDGET, |f| f.attention.as_ref().map(|_| map_bytes), |f| f.attention = None);
+        self.thin_weights(WEIGHT_BUDGET, 4);
+    }
+
+    /// Drops every other frame's weights (the first and the newest kept)
+    /// while they pass `budget` bytes at `bytes_per_value` each.
+    pub fn thin_weights(&mut self, budget: usize, bytes_per_value: usize) {
+        thin(&mut self.frames, budget, |f| f.weights.as_ref().map(|w| bytes_per_value * w.len()), |f| f.weights = None);
+    }
+
+    /// Bytes the frames' weights take.
+    pub fn weight_bytes(&self) -> usize {
+        self.frames.iter().filter_map(|f| f.weights.as_ref()).map(|w| 4 * w.len()).sum()
     }
 
     /// Bytes the attention maps take.
@@ -253,7 +279,7 @@ impl TimeLapse {
                     + f.predictions.len()
             })
             .sum();
-        scalars + self.map_bytes()
+        scalars + self.map_bytes() + self.weight_bytes()
     }
 
     /// The frame nearest `step` (the last at or before it).
@@ -287,8 +313,8 @@ impl TimeLapse {
 
     /// As `tinygpt timelapse --json` prints it (and the app's 💾 Data
     /// saves it): the probe as text, every frame without its maps, which
-    /// frames keep maps and their bytes, the memory taken, and where a head
-    /// first passed `formed`.
+    /// frames keep maps and weights and their bytes, the memory taken, and
+    /// where a head first passed `formed`.
     pub fn to_json(&self, formed: f32) -> serde_json::Value {
         let mut json = serde_json::to_value(self).expect("plain data");
         json["probe"] = self
@@ -299,6 +325,10 @@ impl TimeLapse {
         json["maps"] = serde_json::json!({
             "frames": self.frames.iter().filter(|f| f.attention.is_some()).map(|f| f.step).collect::<Vec<_>>(),
             "bytes": self.map_bytes(),
+        });
+        json["weights"] = serde_json::json!({
+            "frames": self.frames.iter().filter(|f| f.weights.is_some()).map(|f| f.step).collect::<Vec<_>>(),
+            "bytes": self.weight_bytes(),
         });
         json["memory_bytes"] = self.memory_bytes().into();
         json["induction_onset"] = match self.induction_onset(formed) {
@@ -346,6 +376,33 @@ impl TimeLapse {
             }
         }
         Ok(())
+    }
+}
+
+/// Drops every other kept payload (`size` says a frame's bytes, None for
+/// none; `drop` removes it), the first and the newest kept, while the kept
+/// pass `budget`; when not even two fit, keeps the newest only, and none
+/// when it alone passes.
+fn thin(frames: &mut [Frame], budget: usize, size: impl Fn(&Frame) -> Option<usize>, drop: impl Fn(&mut Frame)) {
+    loop {
+        let with: Vec<usize> = (0..frames.len()).filter(|&i| size(&frames[i]).is_some()).collect();
+        let bytes: usize = with.iter().filter_map(|&i| size(&frames[i])).sum();
+        if bytes <= budget {
+            return;
+        }
+        if with.len() <= 2 {
+            for &i in &with[..with.len() - 1] {
+                drop(&mut frames[i]);
+            }
+            let newest = with[with.len() - 1];
+            if size(&frames[newest]).is_some_and(|b| b > budget) {
+                drop(&mut frames[newest]);
+            }
+            return;
+        }
+        for &i in with[1..with.len() - 1].iter().step_by(2) {
+            drop(&mut frames[i]);
+        }
     }
 }
 
@@ -438,6 +495,7 @@ mod tests {
             tensors: vec![],
             predictions: vec![0; 4],
             attention: Some(vec![0; maps]),
+            weights: None,
         }
     }
 
@@ -455,5 +513,38 @@ mod tests {
         assert!(t.frames.iter().filter(|f| f.attention.is_some()).count() >= 4);
         assert_eq!(t.at(17).unwrap().step, 17);
         assert_eq!(t.induction_onset(0.3).unwrap().0.step, 31);
+    }
+
+    #[test]
+    fn weights_stay_within_their_budget_and_a_model_too_big_keeps_none() {
+        let mut t = TimeLapse::new(1, 1, 4).unwrap();
+        let per = WEIGHT_BUDGET / 4 / 6; // six frames' weights fit
+        for step in 0..40 {
+            let mut f = frame(step, t.map_len());
+            f.weights = Some(Arc::new(vec![step as f32; per]));
+            t.push(f);
+            assert!(t.weight_bytes() <= WEIGHT_BUDGET);
+            assert!(t.frames[0].weights.is_some(), "the first is kept");
+            assert!(t.frames.last().unwrap().weights.is_some(), "the newest is kept");
+        }
+        let kept: Vec<&Frame> = t.frames.iter().filter(|f| f.weights.is_some()).collect();
+        assert!((3..=6).contains(&kept.len()), "{}", kept.len());
+        // Each kept frame holds its own step's weights.
+        assert!(kept.iter().all(|f| f.weights.as_ref().unwrap()[0] == f.step as f32));
+        let json = t.to_json(FORMED);
+        assert_eq!(json["weights"]["bytes"], t.weight_bytes());
+        assert_eq!(json["weights"]["frames"].as_array().unwrap().len(), kept.len());
+        // An export's budget, at two bytes a value, keeps fewer.
+        let mut export = t.clone();
+        export.thin_weights(WEIGHT_BUDGET / 8, 2);
+        assert!(export.weight_bytes() / 2 <= WEIGHT_BUDGET / 8);
+        assert!(export.frames[0].weights.is_some() && export.frames.last().unwrap().weights.is_some());
+        // Weights larger than the whole budget are not kept at all.
+        let mut big = TimeLapse::new(1, 1, 4).unwrap();
+        let mut f = frame(0, big.map_len());
+        f.weights = Some(Arc::new(vec![0.0; WEIGHT_BUDGET / 4 + 1]));
+        big.push(f);
+        assert_eq!(big.weight_bytes(), 0);
+        assert_eq!(KEPT_WEIGHTS_MAX * 4 * 4, WEIGHT_BUDGET);
     }
 }

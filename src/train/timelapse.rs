@@ -5,10 +5,12 @@
 
 use crate::backend::{Backend, BackendError};
 use crate::model::timelapse::{
-    Frame, HeadScore, TensorNorms, induction_score, previous_token_score,
+    Frame, HeadScore, KEPT_WEIGHTS_MAX, TensorNorms, induction_score, previous_token_score,
+    trained_values,
 };
 use crate::probe::{ProbeRequest, ProbeResult};
 use crate::program::Program;
+use std::sync::Arc;
 
 /// What the probe strings give: every head's scores (the mean over the
 /// strings), the losses on the copied and the fresh letters, the greedy
@@ -226,15 +228,26 @@ pub fn norms_from(
     out
 }
 
-/// A frame of step `step` from the head probe and the norms.
+/// The weights a frame keeps from `values` (the tensors of [`norm_names`]:
+/// the trained weights first): those weights, for a model of at most
+/// [`KEPT_WEIGHTS_MAX`] trained values.
+pub fn kept_weights(program: &Program, values: &[f32]) -> Option<Arc<Vec<f32>>> {
+    let len = trained_values(program);
+    (len > 0 && len <= KEPT_WEIGHTS_MAX && values.len() >= len).then(|| Arc::new(values[..len].to_vec()))
+}
+
+/// A frame of step `step` from the head probe, the norms and the weights
+/// it keeps ([`kept_weights`]).
 pub fn frame_from(
     step: u64,
     loss: Option<f32>,
     val_loss: Option<f32>,
     probe: HeadProbe,
     tensors: Vec<TensorNorms>,
+    weights: Option<Arc<Vec<f32>>>,
 ) -> Frame {
     Frame {
+        weights,
         step,
         loss,
         val_loss,
@@ -282,8 +295,9 @@ pub fn record_frame(
     } else {
         norms_from(&program, &values, grads, before)
     };
+    let weights = kept_weights(&program, &values);
     let probe = probe_heads(backend, sequences)?;
-    Ok(frame_from(step, loss, val_loss, probe, tensors))
+    Ok(frame_from(step, loss, val_loss, probe, tensors, weights))
 }
 
 fn norm(values: &[f32]) -> f32 {

@@ -15,7 +15,9 @@ use crate::app::canvas::{ColorScale, Hover, SceneBounds, SceneCursor, label};
 use crate::app::graph::{Layer, Tensor};
 use crate::app::heatmap;
 use crate::app::lesson::{LessonFocus, PendingFocus};
-use crate::app::training::{HeatmapView, Run, RunCreated, Snapshots, TensorWants};
+use crate::app::engine::Snapshot;
+use crate::app::timeline::{AsItWas, PastWeights, Timeline};
+use crate::app::training::{HeatmapView, Run, RunCreated, ShownStep, Snapshots, TensorWants};
 use crate::app::ui::UiState;
 use crate::lesson::Focus;
 use crate::program::TensorKind;
@@ -175,6 +177,7 @@ impl Plugin for ScenePlugin {
                     relayout_on_resize,
                     want_tensors,
                     build_scene,
+                    mark_step,
                     update_heatmaps,
                     update_color_bar,
                     select_on_click,
@@ -320,9 +323,26 @@ fn rebuild_on_new_run(mut created: MessageReader<RunCreated>, mut rebuild: ResMu
 }
 
 /// Leaving the scene: nothing is selected or hovered any more.
-fn leave(mut selection: ResMut<Selection>, mut wants: ResMut<TensorWants>) {
+fn leave(mut selection: ResMut<Selection>, mut wants: ResMut<TensorWants>, mut marked: ResMut<ShownStep>) {
     *selection = Selection::default();
     wants.set("model", vec![]);
+    marked.0 = None;
+}
+
+/// The weights the heatmaps show ([`PastWeights::shown`]: the latest
+/// snapshot, or the model as it was at the timeline's step), and a version
+/// that changes with them.
+fn shown<'a>(snapshots: &'a Snapshots, as_it_was: AsItWas, past: &'a PastWeights) -> (Option<&'a Snapshot>, u64) {
+    let version = if as_it_was.0 { u64::MAX - past.version } else { snapshots.version };
+    (past.shown(as_it_was, snapshots.latest.as_ref()), version)
+}
+
+/// The loss chart marks the step of the model as it was.
+fn mark_step(as_it_was: Res<AsItWas>, past: Res<PastWeights>, mut marked: ResMut<ShownStep>) {
+    let mark = as_it_was.0.then(|| past.shown(*as_it_was, None).map(|s| s.step)).flatten();
+    if marked.0 != mark {
+        marked.0 = mark;
+    }
 }
 
 /// The tensors the heatmaps show: every parameter in the current view, and
@@ -717,17 +737,18 @@ fn build_scene(
     bounds.0 = placed.bounds;
 }
 
-/// Writes the latest snapshot into heatmap textures, a frame's budget at a time.
+/// Writes the weights shown (the latest snapshot, or the model as it was)
+/// into heatmap textures, a frame's budget at a time.
 fn update_heatmaps(
-    snapshots: Res<Snapshots>,
+    (snapshots, as_it_was, past): (Res<Snapshots>, Res<AsItWas>, Res<PastWeights>),
     scale: Res<ColorScale>,
     mut heatmaps: Query<&mut Heatmap>,
     mut images: ResMut<Assets<Image>>,
 ) {
-    let Some(snapshot) = &snapshots.latest else {
+    let (Some(snapshot), version) = shown(&snapshots, *as_it_was, &past) else {
         return;
     };
-    let want = (snapshots.version, snapshots.view, *scale);
+    let want = (version, snapshots.view, *scale);
     let mut budget = ELEMENTS_PER_FRAME;
     for mut h in &mut heatmaps {
         if h.shown == want || budget == 0 {
@@ -867,14 +888,14 @@ fn select_on_click(
 fn hover(
     cursor: Res<SceneCursor>,
     heatmaps: Query<(Entity, &Heatmap)>,
-    snapshots: Res<Snapshots>,
+    (snapshots, as_it_was, past): (Res<Snapshots>, Res<AsItWas>, Res<PastWeights>),
     mut hover: ResMut<Hover>,
 ) {
     let text = cursor.0.and_then(|world| {
         let (_, h) = heatmaps.get(heatmap_at(&heatmaps, world)?).ok()?;
         let (r, c) = crate::app::canvas::cell_at(h.rect, world, h.rows, h.cols);
         let name = snapshots.view.tensor_name(&h.param);
-        let value = snapshots.latest.as_ref().and_then(|s| match &h.product {
+        let value = shown(&snapshots, *as_it_was, &past).0.and_then(|s| match &h.product {
             Some(p) => p.at(&s.tensors, r, c),
             None => s
                 .tensors
@@ -906,16 +927,30 @@ fn toolbar(
     ui_state: Res<UiState>,
     mut snapshots: ResMut<Snapshots>,
     mut scale: ResMut<ColorScale>,
+    run: Option<Res<Run>>,
+    (mut timeline, mut as_it_was): (ResMut<Timeline>, ResMut<AsItWas>),
 ) -> Result {
     let ctx = contexts.ctx_mut()?;
     let Some(at) = ui_state.central_rect(ctx) else {
         return Ok(());
     };
     crate::app::ui::scene_toolbar(ctx, "model-toolbar", at, |ui| {
+        // The model now, or as it was at a step of the timeline (whose
+        // frames keep weights only: no gradients or moments then).
+        let lapse = run.as_ref().and_then(|r| r.engine.timelapse()).map(|t| &**t);
+        crate::app::timeline::as_it_was_bar(ui, lapse, &mut timeline, &mut as_it_was);
+        ui.separator();
         ui.label(crate::t!("model-heatmaps-show"));
         let mut view = snapshots.view;
         for v in HeatmapView::ALL {
-            ui.selectable_value(&mut view, v, v.label());
+            ui.add_enabled_ui(!as_it_was.0 || v == HeatmapView::Weights, |ui| {
+                ui.selectable_value(&mut view, v, v.label());
+            })
+            .response
+            .on_disabled_hover_text(crate::t!("model-as-it-was-weights-only"));
+        }
+        if as_it_was.0 {
+            view = HeatmapView::Weights;
         }
         snapshots.set_view(view);
         ui.separator();
@@ -938,6 +973,7 @@ fn inspector(
     mut selection: ResMut<Selection>,
     mut snapshots: ResMut<Snapshots>,
     heatmaps: Query<&Heatmap>,
+    (as_it_was, past): (Res<AsItWas>, Res<PastWeights>),
 ) -> Result {
     let ctx = contexts.ctx_mut()?;
     let ppp = ctx.pixels_per_point();
@@ -968,7 +1004,7 @@ fn inspector(
                 shape = format!("{:?}", [h.rows, h.cols]),
                 values = h.rows * h.cols,
             ));
-            let snap = snapshots.latest.as_ref();
+            let snap = shown(&snapshots, *as_it_was, &past).0;
             let stats_of = |name: &str| {
                 snap.and_then(|s| s.tensors.get(name))
                     .map(|v| heatmap::stats(v))

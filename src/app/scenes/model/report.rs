@@ -148,8 +148,13 @@ fn lora_updates(
     Value::Array(out)
 }
 
-fn data(run: Option<Res<Run>>, snapshots: Res<Snapshots>) -> Value {
-    let Some(snap) = &snapshots.latest else {
+fn data(
+    run: Option<Res<Run>>,
+    snapshots: Res<Snapshots>,
+    as_it_was: Res<crate::app::timeline::AsItWas>,
+    past: Res<crate::app::timeline::PastWeights>,
+) -> Value {
+    let Some(snap) = past.shown(*as_it_was, snapshots.latest.as_ref()) else {
         return json!({ "error": "no snapshot of the weights yet" });
     };
     let mut names: Vec<&String> = snap.tensors.keys().collect();
@@ -178,6 +183,9 @@ fn data(run: Option<Res<Run>>, snapshots: Res<Snapshots>) -> Value {
     });
     json!({
         "step": snap.step,
+        // Of the model as it was at a step of the timeline (a frame's kept
+        // weights), or as it is now.
+        "as_it_was": as_it_was.0,
         "showing": format!("{:?}", snapshots.view),
         "tensors": tensors,
         "inspected": inspected,

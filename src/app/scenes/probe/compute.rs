@@ -54,7 +54,11 @@ pub struct Question {
     /// The importance map measures the loss on the run's validation rows
     /// (else on the prompt).
     pub validation: bool,
+    /// The weights' step.
     pub step: u64,
+    /// The model as it was at `step` (a frame's kept weights), not as it
+    /// is now: a step picked on the timeline is asked at once.
+    pub as_it_was: bool,
 }
 
 /// The knockout tool's numbers: every part's importance, and the prompt's
@@ -78,10 +82,11 @@ pub enum Answer {
 
 impl crate::app::worker::ModelQuestion for Question {
     fn same_but_weights(&self, other: &Self) -> bool {
-        Question {
-            step: other.step,
-            ..self.clone()
-        } == *other
+        !self.as_it_was
+            && Question {
+                step: other.step,
+                ..self.clone()
+            } == *other
     }
 }
 

@@ -21,8 +21,9 @@ mod toolbar;
 use super::Scene;
 use crate::app::canvas::{Hover, SceneBounds, SceneCursor};
 use crate::app::lesson::{LessonAction, LessonFocus, ShownView};
+use crate::app::timeline::{AsItWas, PastWeights};
 use crate::app::training::{
-    GpuDevice, Knockouts, Run, RunCreated, Snapshots, TensorWants, param_names,
+    GpuDevice, Knockouts, Run, RunCreated, ShownStep, Snapshots, TensorWants, param_names,
 };
 use crate::app::worker::Device;
 use crate::interventions::Part;
@@ -122,8 +123,9 @@ impl Plugin for ScenePlugin {
     }
 }
 
-fn leave(mut wants: ResMut<TensorWants>, mut built: ResMut<Built>) {
+fn leave(mut wants: ResMut<TensorWants>, mut built: ResMut<Built>, mut marked: ResMut<ShownStep>) {
     wants.set("probe", Vec::new());
+    marked.0 = None;
     built.0 = None;
 }
 
@@ -148,6 +150,7 @@ fn ask(
     mut view: ResMut<ProbeView>,
     mut compute: ResMut<ProbeCompute>,
     settings: Res<crate::app::training::RunSettings>,
+    (as_it_was, past, mut marked): (Res<AsItWas>, Res<PastWeights>, ResMut<ShownStep>),
 ) {
     compute.poll();
     let Some(run) = run else { return };
@@ -162,7 +165,12 @@ fn ask(
     if view.prompt.len() < 2 {
         return;
     }
-    let Some(snapshot) = &snapshots.latest else {
+    // The loss chart marks the step of the model as it was.
+    let mark = as_it_was.0.then(|| past.shown(*as_it_was, None).map(|s| s.step)).flatten();
+    if marked.0 != mark {
+        marked.0 = mark;
+    }
+    let Some(snapshot) = past.shown(*as_it_was, snapshots.latest.as_ref()) else {
         return;
     };
     let validation = view.validation && view.tool == Tool::Knockout;
@@ -174,6 +182,7 @@ fn ask(
         knockouts: knockouts.0.clone(),
         validation,
         step: snapshot.step,
+        as_it_was: as_it_was.0,
     };
     // The weights are copied out only for a question the worker takes.
     if !compute.would_start(&question) {

@@ -56,6 +56,7 @@ fn answer_json(compute: &ProbeCompute) -> Value {
             json!({
                 "tool": q.tool.key(),
                 "step": q.step,
+                "as_it_was": q.as_it_was,
                 "knockouts": q.knockouts,
                 "backend": compute.latest.as_ref().map(|l| &l.backend),
                 "device": compute.latest.as_ref().map(|l| l.device),

@@ -15,6 +15,10 @@ pub fn toolbar(
     compute: Res<ProbeCompute>,
     mut view: ResMut<ProbeView>,
     mut knockouts: ResMut<Knockouts>,
+    (mut timeline, mut as_it_was): (
+        ResMut<crate::app::timeline::Timeline>,
+        ResMut<crate::app::timeline::AsItWas>,
+    ),
 ) -> Result {
     let ctx = contexts.ctx_mut()?;
     let (Some(at), Some(run)) = (ui_state.central_rect(ctx), run) else {
@@ -24,6 +28,10 @@ pub fn toolbar(
         for tool in Tool::ALL {
             ui.selectable_value(&mut view.tool, tool, tool.title());
         }
+        // The model now, or as it was at a step of the timeline.
+        ui.separator();
+        let lapse = run.engine.timelapse().map(|t| &**t);
+        crate::app::timeline::as_it_was_bar(ui, lapse, &mut timeline, &mut as_it_was);
         ui.separator();
         let before = view.prompt.clone();
         crate::app::canvas::parts::prompt_field(ui, &mut view.prompt, 240.0, crate::t!("probe-prompt-hint"));
@@ -70,7 +78,8 @@ pub fn toolbar(
         }
         Some((q, Ok(_))) if q.tool == view.tool => {
             format!(
-                "{}{}{}{}",
+                "{}{}{}{}{}",
+                crate::app::timeline::as_it_was_note(q.as_it_was, q.step),
                 crate::t!("probe-status", backend = backend, step = q.step),
                 if q.tool == Tool::Knockout {
                     if q.validation {

@@ -24,6 +24,9 @@ pub struct WalkRequest {
     pub prompt: Vec<u8>,
     /// The weights' step.
     pub step: u64,
+    /// The model as it was at `step` (a frame's kept weights), not as it
+    /// is now: a step picked on the timeline is asked at once.
+    pub as_it_was: bool,
     /// The parts knocked out (the pass is of the model without them).
     pub knockouts: Vec<crate::interventions::Part>,
     /// With AdamW's step on the gradient (the run's moments were read).
@@ -35,6 +38,8 @@ impl crate::app::worker::ModelQuestion for WalkRequest {
         self.prompt == other.prompt
             && self.knockouts == other.knockouts
             && self.with_optimizer == other.with_optimizer
+            && self.as_it_was == other.as_it_was
+            && (!self.as_it_was || self.step == other.step)
     }
 }
 

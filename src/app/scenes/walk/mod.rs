@@ -34,9 +34,10 @@ mod tour;
 use super::Scene;
 use crate::app::canvas::{Hover, SceneCamera};
 use crate::app::lesson::ShownView;
+use crate::app::timeline::{AsItWas, PastWeights};
 use crate::app::training::{
-    GpuDevice, Knockouts, Run, RunCreated, RunSettings, Snapshots, TensorWants, moment_names,
-    param_names, question_weights,
+    GpuDevice, Knockouts, Run, RunCreated, RunSettings, ShownStep, Snapshots, TensorWants,
+    moment_names, param_names, question_weights,
 };
 use crate::app::ui::state::UiState;
 use crate::app::worker::Device;
@@ -232,15 +233,17 @@ fn apply_theme(
 }
 
 /// Leaving: the camera back as the other scenes had it; stop asking for
-/// the weights.
+/// the weights; the loss chart no longer marks a step of the timeline.
 fn leave(
     mut cameras: Query<(&mut Transform, &mut Projection, &mut Camera), With<SceneCamera>>,
     mut before: ResMut<Before>,
     mut wants: ResMut<TensorWants>,
     mut marked: ResMut<marks::Marked>,
     mut sweep: ResMut<sweep::Sweep>,
+    mut step_marked: ResMut<ShownStep>,
 ) {
     wants.set("walk", Vec::new());
+    step_marked.0 = None;
     *marked = marks::Marked::default();
     *sweep = sweep::Sweep::default();
     for (.., mut camera) in &mut cameras {
@@ -273,6 +276,7 @@ fn ask(
     mut compute: ResMut<WalkCompute>,
     shown: Res<Shown>,
     (gpu, settings): (Res<GpuDevice>, Res<RunSettings>),
+    (as_it_was, past, mut marked): (Res<AsItWas>, Res<PastWeights>, ResMut<ShownStep>),
 ) {
     compute.poll();
     let Some(run) = run else { return };
@@ -298,12 +302,18 @@ fn ask(
     if view.prompt.is_empty() {
         return;
     }
-    let Some(snapshot) = &snapshots.latest else {
+    // The loss chart marks the step of the model as it was.
+    let mark = as_it_was.0.then(|| past.shown(*as_it_was, None).map(|s| s.step)).flatten();
+    if marked.0 != mark {
+        marked.0 = mark;
+    }
+    let Some(snapshot) = past.shown(*as_it_was, snapshots.latest.as_ref()) else {
         return;
     };
     let request = WalkRequest {
         prompt: view.prompt.clone().into_bytes(),
         step: snapshot.step,
+        as_it_was: as_it_was.0,
         knockouts: knockouts.0.clone(),
         with_optimizer: optimizer_shown && snapshot.has_moments(&run.program),
     };

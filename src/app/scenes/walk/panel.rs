@@ -97,6 +97,10 @@ pub fn panels(
         Local<Option<bool>>,
         ResMut<crate::app::canvas::CanvasTheme>,
     ),
+    (mut timeline, mut as_it_was): (
+        ResMut<crate::app::timeline::Timeline>,
+        ResMut<crate::app::timeline::AsItWas>,
+    ),
 ) -> Result {
     let ctx = contexts.ctx_mut()?;
     let (Some(at), Some(run)) = (ui_state.central_rect(ctx), run) else {
@@ -109,6 +113,11 @@ pub fn panels(
             view.prompt_set = true;
             view.prompt_corpus.clear();
         }
+        // The model now, or as it was at a step of the timeline.
+        ui.separator();
+        let lapse = run.engine.timelapse().map(|t| &**t);
+        crate::app::timeline::as_it_was_bar(ui, lapse, &mut timeline, &mut as_it_was);
+        ui.separator();
         if beats == 0 {
             return;
         }
@@ -172,7 +181,8 @@ pub fn panels(
     let status = match (compute.computed(), compute.error_message()) {
         (_, Some(e)) => e.to_string(),
         (Some(c), None) => format!(
-            "{}{}",
+            "{}{}{}",
+            crate::app::timeline::as_it_was_note(compute.latest.as_ref().is_some_and(|a| a.question.as_it_was), c.step),
             crate::t!(
                 "walk-status",
                 step = c.step as i64,

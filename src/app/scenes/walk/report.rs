@@ -28,6 +28,7 @@ fn data(compute: Res<WalkCompute>) -> Value {
         (Some(c), None) => {
             let mut v = c.flow.to_json();
             v["step"] = json!(c.step);
+            v["as_it_was"] = json!(compute.latest.as_ref().is_some_and(|a| a.question.as_it_was));
             v
         }
         (None, None) => json!({ "error": "not computed yet" }),
@@ -158,6 +159,7 @@ fn headless(
         }).collect::<Vec<_>>(),
         "device": compute.latest.as_ref().map(|a| a.device),
         "step": compute.computed().map(|c| c.step),
+        "as_it_was": compute.latest.as_ref().map(|a| a.question.as_it_was),
         // The weights AdamW's beat has an update for (0 until the moments
         // are read).
         "updates": compute.computed().map_or(0, |c| c.updates.len()),
