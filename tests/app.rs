@@ -2353,7 +2353,9 @@ fn headless_walk_scene_tours_every_tensor_where_it_says() {
         serde_json::from_slice(&std::fs::read(dir.join("tinygpt-flow-data.json")).unwrap()).unwrap();
     let mut view = data["view"].clone();
     assert_eq!(view["step"], walk["step"], "{line}");
+    assert_eq!(view["as_it_was"], false, "the model as it is now");
     view.as_object_mut().unwrap().remove("step");
+    view.as_object_mut().unwrap().remove("as_it_was");
     let tokens: Vec<u8> = view["tokens"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u8).collect();
     let prompt = String::from_utf8(tokens).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_tinygpt"))
@@ -2675,9 +2677,15 @@ fn headless_gpu_run_records_its_time_lapse() {
     assert_eq!(t["step"], 40, "{line}");
     let saved = dir.join("tinygpt-app.safetensors");
     let ck = tinygpt::model::checkpoint::Checkpoint::load(&saved).unwrap();
+    let weights: Vec<f32> = ck.params.iter().flat_map(|p| p.values.iter().copied()).collect();
     let lapse = ck.timelapse.expect("the app's GPU run recorded a time-lapse");
     let steps: Vec<u64> = lapse.frames.iter().map(|f| f.step).collect();
     assert_eq!(steps, tinygpt::model::timelapse::frame_steps(40), "{line}");
+    // Every frame kept its weights, read behind its step: the last frame's
+    // are the checkpoint's, bit for bit.
+    assert!(lapse.frames.iter().all(|f| f.weights.is_some()), "{line}");
+    assert_eq!(**lapse.frames.last().unwrap().weights.as_ref().unwrap(), weights);
+    assert_ne!(lapse.frames[0].weights, lapse.frames.last().unwrap().weights);
     assert_eq!(t["frames"], steps.len(), "{line}");
     // Weights, gradients and updates were read behind their steps.
     for f in &lapse.frames[1..] {
@@ -3651,5 +3659,68 @@ fn the_scenes_that_recompute_the_model_show_it_as_it_was_at_a_step() {
         let hi = p.values.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         assert_eq!((t["min"].as_f64().unwrap() as f32, t["max"].as_f64().unwrap() as f32), (lo, hi), "{}", p.name);
     }
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A picture drawn with egui has parts too (issue 53): in the Time-lapse
+/// scene the keyboard goes from the maps (each head's query × key cells)
+/// to the probe string, to each head's scores across the run, into its
+/// frames, each named with its step and scores; Enter on a frame shows
+/// that frame, as a click on the chart does.
+#[test]
+fn the_keyboard_steps_through_the_time_lapse_charts_and_enter_shows_a_frame() {
+    let dir = common::scratch_dir("app-access-timelapse");
+    let shot = dir.join("timelapse.png");
+    let lapse = tinygpt::model::checkpoint::Checkpoint::load(std::path::Path::new("gallery:repeat"))
+        .unwrap()
+        .timelapse
+        .expect("the repeat model ships its time-lapse");
+    let r = run_headless(
+        &[
+            "app", "--headless", "--checkpoint", "gallery:repeat", "--scene", "timelapse", "--frames", "40",
+            "--width", "1280", "--height", "720",
+            "--press", "Enter,ArrowDown,ArrowDown,Enter,ArrowRight,ArrowRight,ArrowRight",
+        ],
+        &shot,
+    );
+    let line = r.to_string();
+    let focus = &r["picture_focus"];
+    let parts = focus["parts"].as_array().unwrap();
+    let groups: Vec<&str> = parts.iter().map(|p| p["group"].as_str().unwrap_or_default()).collect();
+    let heads = lapse.n_layer * lapse.n_head;
+    let mut want = vec!["maps"; heads];
+    want.push("probe");
+    want.extend(std::iter::repeat_n("scores", heads));
+    want.push("losses");
+    assert_eq!(groups, want, "{line}");
+    // The first head's map is query × key; the probe's two rows are the
+    // bytes and the predictions.
+    let n = lapse.probe[0].len() as u64;
+    assert_eq!((parts[0]["rows"].as_u64(), parts[0]["cols"].as_u64()), (Some(n), Some(n)), "{line}");
+    assert_eq!((parts[heads]["rows"].as_u64(), parts[heads]["cols"].as_u64()), (Some(2), Some(n)), "{line}");
+    // ↓ ↓ went to head 0.0's scores, Enter into its frames, → → → to the
+    // fourth: named with that frame's step and scores, as the tree says.
+    assert_eq!(focus["active"], true, "{line}");
+    assert_eq!(focus["part"].as_u64(), Some(heads as u64 + 1), "{line}");
+    assert_eq!(focus["cell"], serde_json::json!([0, 3]), "{line}");
+    let frame = &lapse.frames[3];
+    let score = frame.head(0, 0).unwrap();
+    let said = format!(
+        "after step {}: induction score {:.2}, previous-byte score {:.2}",
+        frame.step, score.induction, score.previous_token
+    );
+    let focused = &r["access"]["focused"];
+    assert_eq!(focused["name"].as_str(), Some(said.as_str()), "{line}");
+    assert!(node_rect(focused).is_some(), "the focused frame has a place on screen: {line}");
+    // Enter there shows that frame.
+    let r = run_headless(
+        &[
+            "app", "--headless", "--checkpoint", "gallery:repeat", "--scene", "timelapse", "--frames", "40",
+            "--width", "1280", "--height", "720",
+            "--press", "Enter,ArrowDown,ArrowDown,Enter,ArrowRight,ArrowRight,ArrowRight,Enter",
+        ],
+        &dir.join("shown.png"),
+    );
+    assert_eq!(r["timelapse"]["step"], frame.step, "{}", r["timelapse"]);
     let _ = std::fs::remove_dir_all(dir);
 }

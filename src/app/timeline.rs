@@ -165,35 +165,48 @@ impl Plugin for TimelinePlugin {
 }
 
 /// The switch between now and as it was, and on the past the timeline
-/// over the frames that kept weights, for the three scenes' toolbars.
-/// Returns whether anything changed.
+/// over the frames that kept weights, for the three scenes' toolbars:
+/// shown only where the run's time-lapse kept weights (a run whose frames
+/// keep none, a model too big or a file saved before they were kept, has
+/// only now, and the toolbar no control that could not work).
 pub fn as_it_was_bar(
     ui: &mut egui::Ui,
     timelapse: Option<&TimeLapse>,
     timeline: &mut Timeline,
     as_it_was: &mut AsItWas,
-) -> bool {
-    let kept = timelapse.filter(|t| t.frames.iter().any(keeps_weights));
-    let before = (*timeline, *as_it_was);
-    ui.add_enabled_ui(kept.is_some() || as_it_was.0, |ui| {
-        ui.selectable_value(&mut as_it_was.0, false, crate::t!("timeline-now"))
-            .on_hover_text(crate::t!("timeline-now-hover"));
-        ui.selectable_value(&mut as_it_was.0, true, crate::t!("timeline-as-it-was"))
-            .on_hover_text(crate::t!("timeline-as-it-was-hover"));
-    })
-    .response
-    .on_disabled_hover_text(crate::t!("timeline-no-weights"));
+) {
+    let recorded = timelapse.filter(|t| !t.frames.is_empty());
+    let kept = recorded.filter(|t| t.frames.iter().any(keeps_weights));
+    if recorded.is_some() && kept.is_none() && as_it_was.0 {
+        as_it_was.0 = false;
+    }
+    if kept.is_none() && !as_it_was.0 {
+        return;
+    }
+    for (value, key, hover) in [
+        (false, "timeline-now", "timeline-now-hover"),
+        (true, "timeline-as-it-was", "timeline-as-it-was-hover"),
+    ] {
+        if ui
+            .add(egui::Button::selectable(as_it_was.0 == value, crate::t!(key)))
+            .on_hover_text(crate::t!(hover))
+            .clicked()
+        {
+            as_it_was.0 = value;
+        }
+    }
     if as_it_was.0 {
         match kept {
             Some(t) => {
                 timeline_bar(ui, t, timeline, keeps_weights);
             }
+            // No time-lapse yet (a run starting, or one too short to probe).
             None => {
                 ui.weak(crate::t!("timeline-no-weights"));
             }
         }
     }
-    (*timeline, *as_it_was) != before
+    ui.separator();
 }
 
 /// What a status line starts with when its numbers are of the model as it
@@ -232,7 +245,8 @@ pub fn timeline_bar(ui: &mut egui::Ui, t: &TimeLapse, timeline: &mut Timeline, k
     if ui.small_button("▶").on_hover_text(crate::t!("timeline-forward")).clicked() {
         index = (index + 1).min(last);
     }
-    ui.label(crate::t!("timeline-step", step = steps[index]));
+    // One piece: a wrapped toolbar never splits "step" from its number.
+    ui.add(egui::Label::new(crate::t!("timeline-step", step = steps[index])).wrap_mode(egui::TextWrapMode::Extend));
     if index != before {
         timeline.step = Some(steps[index]);
         return true;

@@ -11,8 +11,8 @@
 //! control (egui's own focus is hard to see).
 
 use crate::app::canvas::parts::{
-    FocusablePart, KeyActivate, Part, PictureFocus, PictureParts, RegionGrid, RegionGroup, VirtualPointer, spoken,
-    spoken_region,
+    DrawnParts, FocusablePart, KeyActivate, Part, PictureFocus, PictureParts, RegionGrid, RegionGroup, VirtualPointer,
+    spoken, spoken_region,
 };
 use crate::app::canvas::{Hover, SceneCamera, SceneRegion};
 use crate::app::scenes::Scene;
@@ -68,23 +68,32 @@ impl Plugin for PicturePlugin {
 fn clear_on_scene_change(
     scene: Res<State<Scene>>,
     mut parts: ResMut<PictureParts>,
+    mut drawn: ResMut<DrawnParts>,
     mut focus: ResMut<PictureFocus>,
 ) {
     if scene.is_changed() && !scene.is_added() {
         parts.0.clear();
+        drawn.0.clear();
         *focus = PictureFocus::default();
     }
 }
 
 /// The parts of a scene that draws named regions: each region (its cells
 /// from its [`RegionGrid`], its group from its [`RegionGroup`]) and each
-/// [`FocusablePart`], in reading order (top to bottom, then left to right).
+/// [`FocusablePart`], in reading order (top to bottom, then left to right);
+/// or of a scene that draws with egui, the [`DrawnParts`] it listed.
 fn parts_from_regions(
     regions: Query<(&SceneRegion, Option<&RegionGrid>, Option<&RegionGroup>)>,
     focusable: Query<&FocusablePart>,
+    drawn: Res<DrawnParts>,
     mut parts: ResMut<PictureParts>,
 ) {
     if regions.is_empty() && focusable.is_empty() {
+        // (A scene that lists its own world parts, the 3D walk, keeps them.)
+        let ours = !drawn.0.is_empty() || parts.0.iter().any(|p| p.drawn.is_some());
+        if ours && parts.0 != drawn.0 {
+            parts.0 = drawn.0.clone();
+        }
         return;
     }
     let mut listed: Vec<Part> = regions
@@ -96,6 +105,7 @@ fn parts_from_regions(
             cols: grid.map_or(1, |g| g.cols.max(1)),
             rect: r.rect,
             z: 0.0,
+            drawn: None,
         })
         .chain(focusable.iter().map(|p| p.0.clone()))
         .collect();
@@ -265,6 +275,10 @@ fn place_pointer(
         }
         let (row, col) = focus.cell?;
         let part = parts.0.get(focus.part)?;
+        // A drawn part's cells say themselves: no pointer stands in.
+        if part.drawn.is_some() {
+            return None;
+        }
         let (camera, transform) = cameras.single().ok()?;
         to_window(camera, transform, part.cell_centre(row, col))
     })();
@@ -283,7 +297,15 @@ pub fn describe(
     mut access: ResMut<PictureAccess>,
 ) {
     let camera = cameras.single().ok();
-    let rect_of = |part: &Part, cell| camera.and_then(|(c, t)| screen_rect(c, t, part.corners(cell)));
+    let rect_of = |part: &Part, cell: Option<(usize, usize)>| {
+        if part.drawn.is_some() {
+            return match cell {
+                None => Some(part.rect),
+                Some((r, c)) => part.drawn_cell(r, c).map(|(rect, _)| *rect),
+            };
+        }
+        camera.and_then(|(c, t)| screen_rect(c, t, part.corners(cell)))
+    };
     let listed: Vec<(String, Option<Rect>)> = parts
         .0
         .iter()
@@ -303,9 +325,10 @@ pub fn describe(
         let part = parts.0.get(focus.part)?;
         let label = match focus.cell {
             None => listed[focus.part].0.clone(),
-            Some((r, c)) => match &hover.0 {
-                Some(text) => spoken(text),
-                None => format!("{}, row {r}, column {c}", part.name),
+            Some((r, c)) => match (part.drawn_cell(r, c), &hover.0) {
+                (Some((_, words)), _) => spoken(words),
+                (None, Some(text)) if part.drawn.is_none() => spoken(text),
+                _ => format!("{}, row {r}, column {c}", part.name),
             },
         };
         Some(Focused {
@@ -359,6 +382,7 @@ mod tests {
             cols: 1,
             rect: Rect::new(0.0, 0.0, 1.0, 1.0),
             z: 0.0,
+            drawn: None,
         }
     }
 

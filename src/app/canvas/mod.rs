@@ -211,6 +211,7 @@ impl Plugin for CanvasPlugin {
             .init_resource::<Hover>()
             .init_resource::<ColorScale>()
             .init_resource::<parts::PictureParts>()
+            .init_resource::<parts::DrawnParts>()
             .init_resource::<parts::PictureFocus>()
             .init_resource::<parts::VirtualPointer>()
             .init_resource::<parts::PanelTouches>()

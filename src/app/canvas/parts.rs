@@ -19,9 +19,13 @@ pub struct Part {
     pub rows: usize,
     pub cols: usize,
     /// Its rectangle in the world, in the plane z = `z` (the scene camera
-    /// projects it, flat or in 3D).
+    /// projects it, flat or in 3D); in the window for a [`DrawnParts`] part.
     pub rect: Rect,
     pub z: f32,
+    /// A part egui draws ([`DrawnParts`]): its cells, row by row, each with
+    /// its rectangle in the window (logical pixels) and what is said for
+    /// it (no pointer names them). None for a part of the world.
+    pub drawn: Option<std::sync::Arc<[(Rect, String)]>>,
 }
 
 impl Part {
@@ -55,6 +59,35 @@ impl Part {
             r.max.extend(self.z),
             Vec2::new(r.min.x, r.max.y).extend(self.z),
         ]
+    }
+}
+
+/// The parts of a picture drawn with egui (the Time-lapse scene's maps and
+/// charts), listed by its drawing code each frame in reading order, their
+/// rectangles in the window: the keyboard visits them as it visits a
+/// world picture's parts, and each cell says what it holds.
+#[derive(Resource, Default, Debug, Clone, PartialEq)]
+pub struct DrawnParts(pub Vec<Part>);
+
+impl Part {
+    /// A part egui draws at `rect` (window logical pixels) with `cells`,
+    /// `rows` × `cols` of them row by row (none: a part without cells).
+    pub fn drawn(name: String, group: Option<String>, rect: Rect, rows: usize, cols: usize, cells: Vec<(Rect, String)>) -> Part {
+        let (rows, cols) = if cells.len() == rows * cols && !cells.is_empty() { (rows, cols) } else { (1, 1) };
+        Part {
+            name,
+            group,
+            rows,
+            cols,
+            rect,
+            z: 0.0,
+            drawn: Some(cells.into()),
+        }
+    }
+
+    /// A drawn part's cell (`row`, `col`): its rectangle and words.
+    pub fn drawn_cell(&self, row: usize, col: usize) -> Option<&(Rect, String)> {
+        self.drawn.as_ref()?.get(row * self.cols + col)
     }
 }
 

@@ -205,6 +205,7 @@ fn draw(
     mut traces: ResMut<FlashTraces>,
     mut pictures: ResMut<Pictures>,
     mut shown: ResMut<FlashShown>,
+    (mut drawn, focus): (ResMut<crate::app::canvas::parts::DrawnParts>, Res<crate::app::canvas::parts::PictureFocus>),
 ) -> Result {
     let ctx = contexts.ctx_mut()?.clone();
     let (Some(area), Some(run)) = (ui_state.central_rect(&ctx), run) else {
@@ -240,7 +241,8 @@ fn draw(
     let count = visits.len();
     // ---- time and keys
     let dt = ctx.input(|i| i.stable_dt).min(0.1);
-    if !ctx.egui_wants_keyboard_input() {
+    // (While the keyboard's focus is in the picture the arrows are its.)
+    if !ctx.egui_wants_keyboard_input() && !focus.active {
         ctx.input(|i| {
             if i.key_pressed(egui::Key::Space) {
                 view.playing = !view.playing;
@@ -312,6 +314,7 @@ fn draw(
             pass: view.pass.key().into(),
             ..FlashShown::default()
         };
+        drawn.0.clear();
         return Ok(());
     };
     let current = visits.get(view.position).copied();
@@ -410,6 +413,7 @@ fn draw(
         &mut hover,
     );
     regions.push(("shared".to_string(), shared));
+    let mut cells = Vec::new();
     panels::draw_grid(
         &painter,
         grid_rect,
@@ -420,8 +424,15 @@ fn draw(
         view.position,
         pointer,
         &mut hover,
+        &mut cells,
     );
     regions.push(("grid".to_string(), grid_rect));
+    // The grid for the keyboard (issue 53): query tiles down, key blocks
+    // across, each cell named as the pointer names it.
+    let listed = vec![grid_part(&trace, grid_rect, cells, ctx.zoom_factor())];
+    if drawn.0 != listed {
+        drawn.0 = listed;
+    }
     let mut rows_ui = ui.new_child(egui::UiBuilder::new().max_rect(rows_rect));
     rows_ui.set_clip_rect(rows_rect);
     numbers::rows_table(
@@ -489,6 +500,34 @@ fn draw(
 
 /// The scene's toolbar: source, block, head, pass, the replay's controls and
 /// speed, and *trace again* (returned: whether it was pressed).
+/// The grid of (query tile, key block) pairs as one part (window logical
+/// pixels, `zoom`: egui's zoom factor), its cells row by row.
+fn grid_part(
+    trace: &FlashTrace,
+    rect: egui::Rect,
+    mut cells: Vec<((usize, usize), egui::Rect, String)>,
+    zoom: f32,
+) -> crate::app::canvas::parts::Part {
+    let window = |r: egui::Rect| Rect::new(r.min.x * zoom, r.min.y * zoom, r.max.x * zoom, r.max.y * zoom);
+    let nt = trace.tiles;
+    cells.sort_by_key(|(at, ..)| *at);
+    cells.dedup_by_key(|(at, ..)| *at);
+    let whole = cells.len() == nt * nt && cells.iter().enumerate().all(|(i, (at, ..))| *at == (i / nt, i % nt));
+    let cells = if whole {
+        cells.into_iter().map(|(_, r, words)| (window(r), words)).collect()
+    } else {
+        vec![]
+    };
+    crate::app::canvas::parts::Part::drawn(
+        crate::t!("flash-grid-title"),
+        Some("grid".into()),
+        window(rect),
+        nt,
+        nt,
+        cells,
+    )
+}
+
 fn toolbar(
     ctx: &egui::Context,
     area: egui::Rect,

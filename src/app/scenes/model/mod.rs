@@ -858,6 +858,7 @@ fn focusable(
         cols,
         rect,
         z: 0.0,
+        drawn: None,
     })
 }
 
@@ -939,15 +940,17 @@ fn toolbar(
         // frames keep weights only: no gradients or moments then).
         let lapse = run.as_ref().and_then(|r| r.engine.timelapse()).map(|t| &**t);
         crate::app::timeline::as_it_was_bar(ui, lapse, &mut timeline, &mut as_it_was);
-        ui.separator();
         ui.label(crate::t!("model-heatmaps-show"));
         let mut view = snapshots.view;
         for v in HeatmapView::ALL {
-            ui.add_enabled_ui(!as_it_was.0 || v == HeatmapView::Weights, |ui| {
-                ui.selectable_value(&mut view, v, v.label());
-            })
-            .response
-            .on_disabled_hover_text(crate::t!("model-as-it-was-weights-only"));
+            let enabled = !as_it_was.0 || v == HeatmapView::Weights;
+            if ui
+                .add_enabled(enabled, egui::Button::selectable(view == v, v.label()))
+                .on_disabled_hover_text(crate::t!("model-as-it-was-weights-only"))
+                .clicked()
+            {
+                view = v;
+            }
         }
         if as_it_was.0 {
             view = HeatmapView::Weights;

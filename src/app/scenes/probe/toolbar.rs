@@ -28,11 +28,10 @@ pub fn toolbar(
         for tool in Tool::ALL {
             ui.selectable_value(&mut view.tool, tool, tool.title());
         }
-        // The model now, or as it was at a step of the timeline.
         ui.separator();
+        // The model now, or as it was at a step of the timeline.
         let lapse = run.engine.timelapse().map(|t| &**t);
         crate::app::timeline::as_it_was_bar(ui, lapse, &mut timeline, &mut as_it_was);
-        ui.separator();
         let before = view.prompt.clone();
         crate::app::canvas::parts::prompt_field(ui, &mut view.prompt, 240.0, crate::t!("probe-prompt-hint"));
         if view.prompt != before {

@@ -12,6 +12,7 @@ pub(super) fn draw(
     mut shown: ResMut<SpeedupShown>,
     mut export: MessageWriter<crate::app::export::ExportPng>,
     mut files: MessageWriter<crate::app::export::ExportFile>,
+    mut drawn: ResMut<crate::app::canvas::parts::DrawnParts>,
 ) -> Result {
     let ctx = contexts.ctx_mut()?.clone();
     let Some(area) = ui_state.central_rect(&ctx) else {
@@ -61,6 +62,7 @@ pub(super) fn draw(
             .into_iter()
             .map(|(n, r)| (n, r * ctx.pixels_per_point()))
             .collect();
+        drawn.0.clear();
         return Ok(());
     }
     ui.horizontal_wrapped(|ui| {
@@ -296,6 +298,10 @@ pub(super) fn draw(
             }
         });
     regions.push(("curve".to_string(), response.response.rect));
+    let listed = curve_parts(&view.results, response.response.rect, &response.transform, ctx.zoom_factor());
+    if drawn.0 != listed {
+        drawn.0 = listed;
+    }
     let r = response.response.rect * ctx.pixels_per_point();
     view.curve_px = Some([r.min.x, r.min.y, r.max.x, r.max.y]);
     // Below: the table.
@@ -358,4 +364,56 @@ pub(super) fn draw(
         .map(|(n, r)| (n, r * ctx.pixels_per_point()))
         .collect();
     Ok(())
+}
+
+/// The curve's parts for the keyboard (issue 53; window logical pixels,
+/// `zoom`: egui's zoom factor): the original TinyGPT's points, ours in f32
+/// and in mixed precision, each point a cell named with its numbers.
+fn curve_parts(
+    results: &[crate::bench::BenchResult],
+    rect: egui::Rect,
+    transform: &egui_plot::PlotTransform,
+    zoom: f32,
+) -> Vec<crate::app::canvas::parts::Part> {
+    use crate::app::canvas::parts::Part;
+    let window = |r: egui::Rect| Rect::new(r.min.x * zoom, r.min.y * zoom, r.max.x * zoom, r.max.y * zoom);
+    let at = |params: usize, ratio: f64| {
+        let p = transform.position_from_point(&egui_plot::PlotPoint::new((params as f64).log10(), ratio));
+        window(egui::Rect::from_center_size(p, egui::vec2(14.0, 14.0)))
+    };
+    let mut out = Vec::new();
+    let original: Vec<(Rect, String)> = bench_report::ORIGINAL
+        .iter()
+        .map(|&(name, params, _, speedup)| {
+            (
+                at(params, speedup),
+                format!("{name}, {params} parameters: the GPU {speedup:.1} times the CPU (the original TinyGPT, on its machine)"),
+            )
+        })
+        .collect();
+    let n = original.len();
+    out.push(Part::drawn("the original TinyGPT's speedups".into(), Some("curve".into()), window(rect), 1, n, original));
+    for (kind, name) in [("gpu", "our speedups in f32"), ("gpu-mixed", "our speedups in mixed precision")] {
+        let mut points: Vec<&crate::bench::BenchResult> =
+            results.iter().filter(|r| r.backend == kind && r.gpu_over_cpu.is_some()).collect();
+        points.sort_by_key(|r| r.params);
+        let cells: Vec<(Rect, String)> = points
+            .iter()
+            .map(|r| {
+                let ratio = r.gpu_over_cpu.unwrap_or_default();
+                (
+                    at(r.params, ratio),
+                    format!(
+                        "{}, {} parameters: the GPU {ratio:.2} times the CPU, {:.2} ms a step",
+                        r.preset, r.params, r.median_ms
+                    ),
+                )
+            })
+            .collect();
+        if !cells.is_empty() {
+            let n = cells.len();
+            out.push(Part::drawn(name.into(), Some("curve".into()), window(rect), 1, n, cells));
+        }
+    }
+    out
 }

@@ -3,9 +3,12 @@
 //! scrubber), the attention maps and predictions of the frame shown, and
 //! the two charts across the run (head scores, losses), each marking the
 //! frame shown and where an induction head formed. A click on a chart
-//! shows the frame nearest that step.
+//! shows the frame nearest that step. The keyboard visits the same things
+//! as parts ([`DrawnParts`]): each map's cells, the probe's bytes and
+//! predictions, and each chart's frames, every one named with its numbers.
 
 use super::{FORMED, TimelapseShown, TimelapseView, maps_frame, timelapse};
+use crate::app::canvas::parts::{DrawnParts, Part, spoken};
 use crate::app::timeline::Timeline;
 use crate::app::training::{Run, RunState};
 use crate::app::ui::UiState;
@@ -58,6 +61,11 @@ pub(super) fn draw(
     mut timeline: ResMut<Timeline>,
     mut shown: ResMut<TimelapseShown>,
     mut textures: Local<MapTextures>,
+    (mut drawn, focus, activate): (
+        ResMut<DrawnParts>,
+        Res<crate::app::canvas::parts::PictureFocus>,
+        Res<crate::app::canvas::parts::KeyActivate>,
+    ),
 ) -> Result {
     let ctx = contexts.ctx_mut()?.clone();
     let (Some(area), Some(run)) = (ui_state.central_rect(&ctx), run) else {
@@ -65,6 +73,7 @@ pub(super) fn draw(
     };
     let Some(t) = timelapse(&run).cloned() else {
         shown.regions.clear();
+        drawn.0.clear();
         let why = match &run.engine.timelapse_error {
             Some(e) => crate::t!("timelapse-cannot", error = e.as_str()),
             None => crate::t!("timelapse-none"),
@@ -134,16 +143,32 @@ pub(super) fn draw(
         run.generation,
     ));
     let mut clicked = None;
+    let mut transforms = Vec::new();
     for (k, rect) in [chart_a, chart_b].into_iter().enumerate() {
         let mut chart_ui = ui.new_child(egui::UiBuilder::new().max_rect(rect));
         chart_ui.set_clip_rect(rect.intersect(body));
-        let (drawn, step) = if k == 0 {
+        let (chart, step, transform) = if k == 0 {
             scores_chart(&mut chart_ui, &t, frame, rect.height())
         } else {
             losses_chart(&mut chart_ui, &t, frame, rect.height())
         };
-        regions.push((["scores", "losses"][k].to_string(), drawn));
+        regions.push((["scores", "losses"][k].to_string(), chart));
+        transforms.push(transform);
         clicked = clicked.or(step);
+    }
+    // The keyboard's parts (issue 53), and Enter on a chart's frame shows
+    // that frame as a click there does.
+    let listed = parts(&t, index, &regions, &transforms, ctx.zoom_factor());
+    if activate.0
+        && focus.active
+        && let (Some((_, col)), Some(part)) = (focus.cell, listed.get(focus.part))
+        && matches!(part.group.as_deref(), Some("scores" | "losses"))
+        && let Some(f) = t.frames.get(col)
+    {
+        clicked = Some(f.step);
+    }
+    if drawn.0 != listed {
+        drawn.0 = listed;
     }
     if let Some(step) = clicked {
         view.show_step(&mut timeline, step);
@@ -460,14 +485,146 @@ fn maps_and_predictions(
     regions
 }
 
+/// The parts the keyboard visits, in reading order (window logical
+/// pixels, `zoom`: egui's zoom factor): each head's map (its query × key
+/// cells), the probe string with the predictions under it, each head's
+/// scores across the run and the losses across the run (a cell a frame).
+fn parts(
+    t: &TimeLapse,
+    index: usize,
+    regions: &[(String, egui::Rect)],
+    transforms: &[egui_plot::PlotTransform],
+    zoom: f32,
+) -> Vec<Part> {
+    let window = |r: egui::Rect| Rect::new(r.min.x * zoom, r.min.y * zoom, r.max.x * zoom, r.max.y * zoom);
+    let region = |name: &str| regions.iter().find(|(n, _)| n == name).map(|(_, r)| *r);
+    let frame = &t.frames[index];
+    let probe = &t.probe[0];
+    let n = probe.len();
+    let byte = |b: u8| spoken(&byte_label(b));
+    let mut out = Vec::new();
+    let maps = maps_frame(t, index);
+    for layer in 0..t.n_layer {
+        for head in 0..t.n_head {
+            let Some(rect) = region(&format!("h.{layer}.head{head}")) else { continue };
+            let cell = rect.width() / n.max(1) as f32;
+            let p = maps.and_then(|m| t.map(m, layer, head));
+            let cells = match &p {
+                Some(p) => (0..n * n)
+                    .map(|k| {
+                        let (i, j) = (k / n, k % n);
+                        let at = egui::Rect::from_min_size(
+                            rect.min + egui::vec2(j as f32 * cell, i as f32 * cell),
+                            egui::vec2(cell, cell),
+                        );
+                        let words = format!(
+                            "query {} at {i}, key {} at {j}, weight {:.2}",
+                            byte(probe[i]),
+                            byte(probe[j]),
+                            p[k]
+                        );
+                        (window(at), words)
+                    })
+                    .collect(),
+                None => vec![],
+            };
+            let name = format!(
+                "block {layer} head {head}, attention on the probe string after step {}",
+                maps.map_or(frame.step, |m| m.step)
+            );
+            out.push(Part::drawn(name, Some("maps".into()), window(rect), n, n, cells));
+        }
+    }
+    if let Some(rect) = region("probe") {
+        let cell = rect.width() / n.max(1) as f32;
+        let m = n / 2;
+        let mut cells = Vec::with_capacity(2 * n);
+        for row in 0..2 {
+            for i in 0..n {
+                let at = egui::Rect::from_min_size(
+                    rect.min + egui::vec2(i as f32 * cell, row as f32 * rect.height() / 2.0),
+                    egui::vec2(cell, rect.height() / 2.0),
+                );
+                let words = if row == 0 {
+                    format!("position {i}: {}, {}", byte(probe[i]), if i < m { "fresh" } else { "the copy" })
+                } else {
+                    match frame.predictions.get(i) {
+                        Some(&guess) => format!(
+                            "after {} at {i} it predicts {}{}",
+                            byte(probe[i]),
+                            byte(guess),
+                            match probe.get(i + 1) {
+                                Some(&next) if next == guess => ", right",
+                                Some(_) => ", wrong",
+                                None => "",
+                            }
+                        ),
+                        None => format!("after {} at {i}: no prediction", byte(probe[i])),
+                    }
+                };
+                cells.push((window(at), words));
+            }
+        }
+        let name = format!("the probe string and what the model predicts after each byte, after step {}", frame.step);
+        out.push(Part::drawn(name, Some("probe".into()), window(rect), 2, n, cells));
+    }
+    let point = |transform: &egui_plot::PlotTransform, step: u64, y: f64| {
+        let at = transform.position_from_point(&egui_plot::PlotPoint::new(x_of(step), y));
+        window(egui::Rect::from_center_size(at, egui::vec2(12.0, 12.0)))
+    };
+    if let (Some(rect), Some(transform)) = (region("scores"), transforms.first()) {
+        for layer in 0..t.n_layer {
+            for head in 0..t.n_head {
+                let cells: Vec<(Rect, String)> = t
+                    .frames
+                    .iter()
+                    .map(|f| match f.head(layer, head) {
+                        Some(h) => (
+                            point(transform, f.step, h.induction as f64),
+                            format!(
+                                "after step {}: induction score {:.2}, previous-byte score {:.2}",
+                                f.step, h.induction, h.previous_token
+                            ),
+                        ),
+                        None => (point(transform, f.step, 0.0), format!("after step {}: no score", f.step)),
+                    })
+                    .collect();
+                let cols = cells.len();
+                let name = format!("head {layer}.{head}'s scores across the run");
+                out.push(Part::drawn(name, Some("scores".into()), window(rect), 1, cols, cells));
+            }
+        }
+    }
+    if let (Some(rect), Some(transform)) = (region("losses"), transforms.get(1)) {
+        let cells: Vec<(Rect, String)> = t
+            .frames
+            .iter()
+            .map(|f| {
+                let train = f.loss.map_or(String::new(), |l| format!(", training {l:.3}"));
+                (
+                    point(transform, f.step, f.copy_loss as f64),
+                    format!(
+                        "after step {}: loss on the copied letters {:.3}, on the fresh letters {:.3}{train}",
+                        f.step, f.copy_loss, f.fresh_loss
+                    ),
+                )
+            })
+            .collect();
+        let cols = cells.len();
+        out.push(Part::drawn("the losses across the run".into(), Some("losses".into()), window(rect), 1, cols, cells));
+    }
+    out
+}
+
 /// Every head's induction (solid) and previous-token (dashed) score across
-/// the run. Returns the chart's rectangle and the step clicked, if any.
+/// the run. Returns the chart's rectangle, the step clicked, if any, and
+/// where its points are.
 fn scores_chart(
     ui: &mut egui::Ui,
     t: &TimeLapse,
     frame: &Frame,
     height: f32,
-) -> (egui::Rect, Option<u64>) {
+) -> (egui::Rect, Option<u64>, egui_plot::PlotTransform) {
     ui.label(egui::RichText::new(crate::t!("timelapse-scores-title")).size(17.0).strong());
     // The key: a colour per head; solid induction, dashed previous byte.
     ui.horizontal_wrapped(|ui| {
@@ -522,18 +679,18 @@ fn scores_chart(
             marks(plot, frame.step, onset);
         });
     let clicked = clicked_step(&response);
-    (response.response.rect, clicked)
+    (response.response.rect, clicked, response.transform)
 }
 
 /// The losses across the run: training, validation, on the copied letters
-/// and on the fresh ones. Returns the chart's rectangle and the step
-/// clicked, if any.
+/// and on the fresh ones. Returns the chart's rectangle, the step clicked,
+/// if any, and where its points are.
 fn losses_chart(
     ui: &mut egui::Ui,
     t: &TimeLapse,
     frame: &Frame,
     height: f32,
-) -> (egui::Rect, Option<u64>) {
+) -> (egui::Rect, Option<u64>, egui_plot::PlotTransform) {
     ui.label(egui::RichText::new(crate::t!("timelapse-losses-title")).size(17.0).strong());
     let lines = [
         ("timelapse-train-loss", HEAD_COLOURS[4], false),
@@ -580,7 +737,7 @@ fn losses_chart(
             marks(plot, frame.step, onset);
         });
     let clicked = clicked_step(&response);
-    (response.response.rect, clicked)
+    (response.response.rect, clicked, response.transform)
 }
 
 /// A chart against the run's steps (log scale, a mark at each power of

@@ -734,6 +734,7 @@ fn list_parts(shown: Res<Shown>, mut parts: ResMut<crate::app::canvas::parts::Pi
             cols: s.cols,
             rect: s.rect(),
             z: s.corner.z,
+            drawn: None,
         })
         .collect();
     if parts.0 != listed {

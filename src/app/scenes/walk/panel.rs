@@ -114,10 +114,8 @@ pub fn panels(
             view.prompt_corpus.clear();
         }
         // The model now, or as it was at a step of the timeline.
-        ui.separator();
         let lapse = run.engine.timelapse().map(|t| &**t);
         crate::app::timeline::as_it_was_bar(ui, lapse, &mut timeline, &mut as_it_was);
-        ui.separator();
         if beats == 0 {
             return;
         }

@@ -13,6 +13,7 @@ pub(in crate::app::scenes::flash) fn draw_grid(
     position: usize,
     pointer: Option<egui::Pos2>,
     hover: &mut Option<String>,
+    cells: &mut Vec<((usize, usize), egui::Rect, String)>,
 ) {
     painter.rect_filled(rect, 6.0, PANEL);
     text(
@@ -75,20 +76,22 @@ pub(in crate::app::scenes::flash) fn draw_grid(
                 egui::StrokeKind::Inside,
             );
         }
+        let words = crate::t!(
+            "flash-grid-cell",
+            tile = v.q_tile,
+            block = v.k_block,
+            what = if v.skipped {
+                crate::t!("flash-grid-skipped")
+            } else {
+                crate::t!("flash-grid-visit", n = v.order + 1)
+            },
+        );
         if let Some(p) = pointer
             && c.contains(p)
         {
-            *hover = Some(crate::t!(
-                "flash-grid-cell",
-                tile = v.q_tile,
-                block = v.k_block,
-                what = if v.skipped {
-                    crate::t!("flash-grid-skipped")
-                } else {
-                    crate::t!("flash-grid-visit", n = v.order + 1)
-                },
-            ));
+            *hover = Some(words.clone());
         }
+        cells.push(((v.q_tile, v.k_block), c, words));
     }
     if let Some(v) = current {
         let c = egui::Rect::from_min_size(
