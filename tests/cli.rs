@@ -261,7 +261,24 @@ fn train_resume_generate_export_and_bench() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(std::fs::metadata(&half).unwrap().len() < std::fs::metadata(&ck).unwrap().len() / 4);
+    // Weights only, in half precision: no AdamW moments, every tensor f16
+    // (the time-lapse's maps and kept weights too, the weights within an
+    // export's budget), each parameter half its f32 bytes.
+    let (half_bytes, ck_bytes) = (std::fs::read(&half).unwrap(), std::fs::read(&ck).unwrap());
+    let exported = safetensors::SafeTensors::deserialize(&half_bytes).unwrap();
+    let full = safetensors::SafeTensors::deserialize(&ck_bytes).unwrap();
+    assert!(full.names().iter().any(|n| n.starts_with("adam.")), "the checkpoint resumes");
+    assert!(exported.names().iter().all(|n| !n.starts_with("adam.")));
+    for (name, view) in exported.tensors() {
+        assert_eq!(view.dtype(), safetensors::Dtype::F16, "{name}");
+        if let Ok(f32s) = full.tensor(&name)
+            && !name.starts_with("timelapse.")
+        {
+            assert_eq!(2 * view.data().len(), f32s.data().len(), "{name}");
+        }
+    }
+    let kept = exported.tensor(tinygpt::model::checkpoint::TIMELAPSE_WEIGHTS).map_or(0, |v| v.data().len());
+    assert!(kept <= tinygpt::model::timelapse::EXPORT_WEIGHT_BUDGET, "{kept} bytes of kept weights");
 
     let out = tinygpt(&[
         "bench",

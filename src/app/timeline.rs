@@ -107,6 +107,12 @@ impl PastWeights {
     pub fn shown<'a>(&'a self, as_it_was: AsItWas, latest: Option<&'a Snapshot>) -> Option<&'a Snapshot> {
         if as_it_was.0 { self.snapshot.as_deref() } else { latest }
     }
+
+    /// The step the loss chart marks while a scene shows the model as it
+    /// was ([`crate::app::training::ShownStep`]); None for now.
+    pub fn marked_step(&self, as_it_was: AsItWas) -> Option<u64> {
+        as_it_was.0.then(|| self.snapshot.as_ref().map(|s| s.step)).flatten()
+    }
 }
 
 /// Builds the model as it was when the step shown, or the run, changed.

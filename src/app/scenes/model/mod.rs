@@ -339,10 +339,7 @@ fn shown<'a>(snapshots: &'a Snapshots, as_it_was: AsItWas, past: &'a PastWeights
 
 /// The loss chart marks the step of the model as it was.
 fn mark_step(as_it_was: Res<AsItWas>, past: Res<PastWeights>, mut marked: ResMut<ShownStep>) {
-    let mark = as_it_was.0.then(|| past.shown(*as_it_was, None).map(|s| s.step)).flatten();
-    if marked.0 != mark {
-        marked.0 = mark;
-    }
+    marked.set_if_neq(ShownStep(past.marked_step(*as_it_was)));
 }
 
 /// The tensors the heatmaps show: every parameter in the current view, and

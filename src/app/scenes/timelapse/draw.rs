@@ -31,6 +31,15 @@ pub(super) struct MapTextures {
     textures: Vec<egui::TextureHandle>,
 }
 
+/// The keyboard's parts as last listed, and what for: the run, the frame
+/// shown, the frames recorded, the layout and egui's zoom (listed again
+/// only when one changes, not every frame).
+#[derive(Default)]
+pub(super) struct PartsKept {
+    key: Option<(u64, usize, usize, Vec<(String, egui::Rect)>, u32)>,
+    parts: Vec<Part>,
+}
+
 /// x on the charts: log10 of the step (step 0, the initial weights, at
 /// step 1's place), so early steps get their room.
 fn x_of(step: u64) -> f64 {
@@ -61,10 +70,11 @@ pub(super) fn draw(
     mut timeline: ResMut<Timeline>,
     mut shown: ResMut<TimelapseShown>,
     mut textures: Local<MapTextures>,
-    (mut drawn, focus, activate): (
+    (mut drawn, focus, activate, mut kept): (
         ResMut<DrawnParts>,
         Res<crate::app::canvas::parts::PictureFocus>,
         Res<crate::app::canvas::parts::KeyActivate>,
+        Local<PartsKept>,
     ),
 ) -> Result {
     let ctx = contexts.ctx_mut()?.clone();
@@ -158,7 +168,12 @@ pub(super) fn draw(
     }
     // The keyboard's parts (issue 53), and Enter on a chart's frame shows
     // that frame as a click there does.
-    let listed = parts(&t, index, &regions, &transforms, ctx.zoom_factor());
+    let key = (run.generation, index, t.frames.len(), regions.clone(), ctx.zoom_factor().to_bits());
+    if kept.key.as_ref() != Some(&key) {
+        kept.parts = parts(&t, index, &regions, &transforms, ctx.zoom_factor());
+        kept.key = Some(key);
+    }
+    let listed = &kept.parts;
     if activate.0
         && focus.active
         && let (Some((_, col)), Some(part)) = (focus.cell, listed.get(focus.part))
@@ -167,8 +182,8 @@ pub(super) fn draw(
     {
         clicked = Some(f.step);
     }
-    if drawn.0 != listed {
-        drawn.0 = listed;
+    if drawn.0 != *listed {
+        drawn.0 = listed.clone();
     }
     if let Some(step) = clicked {
         view.show_step(&mut timeline, step);

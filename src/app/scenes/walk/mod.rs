@@ -303,10 +303,7 @@ fn ask(
         return;
     }
     // The loss chart marks the step of the model as it was.
-    let mark = as_it_was.0.then(|| past.shown(*as_it_was, None).map(|s| s.step)).flatten();
-    if marked.0 != mark {
-        marked.0 = mark;
-    }
+    marked.set_if_neq(ShownStep(past.marked_step(*as_it_was)));
     let Some(snapshot) = past.shown(*as_it_was, snapshots.latest.as_ref()) else {
         return;
     };
