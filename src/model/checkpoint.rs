@@ -593,22 +593,11 @@ impl Checkpoint {
                     shape
                 )));
             }
-            let values: Vec<f32> = match view.dtype() {
-                Dtype::F32 => view
-                    .data()
-                    .chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                    .collect(),
-                Dtype::F16 => view
-                    .data()
-                    .chunks_exact(2)
-                    .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
-                    .collect(),
-                other => {
-                    return Err(invalid(format!(
-                        "tensor `{tname}` has dtype {other:?}; tinygpt reads F32 or F16"
-                    )));
-                }
+            let Some(values) = floats(&view) else {
+                return Err(invalid(format!(
+                    "tensor `{tname}` has dtype {:?}; tinygpt reads F32 or F16",
+                    view.dtype()
+                )));
             };
             if let Some(i) = values.iter().position(|x| !x.is_finite()) {
                 return Err(invalid(format!(
@@ -692,6 +681,25 @@ impl Checkpoint {
     }
 }
 
+/// A tensor's values as f32, from F32 or F16 (None for another dtype).
+fn floats(view: &safetensors::tensor::TensorView<'_>) -> Option<Vec<f32>> {
+    match view.dtype() {
+        Dtype::F32 => Some(
+            view.data()
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect(),
+        ),
+        Dtype::F16 => Some(
+            view.data()
+                .chunks_exact(2)
+                .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
+                .collect(),
+        ),
+        _ => None,
+    }
+}
+
 /// The time-lapse a file's metadata (`json`), maps and weights tensors
 /// hold, checked against its model.
 fn read_timelapse(
@@ -747,19 +755,7 @@ fn read_timelapse(
         Err(_) if stored.weight_steps.is_empty() => {}
         Err(_) => return Err(format!("tensor `{TIMELAPSE_WEIGHTS}` is missing")),
         Ok(view) => {
-            let values: Vec<f32> = match view.dtype() {
-                Dtype::F32 => view
-                    .data()
-                    .chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                    .collect(),
-                Dtype::F16 => view
-                    .data()
-                    .chunks_exact(2)
-                    .map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32())
-                    .collect(),
-                _ => vec![],
-            };
+            let values = floats(&view).unwrap_or_default();
             if view.shape() != shape || values.len() != shape.iter().product::<usize>() {
                 return Err(format!(
                     "tensor `{TIMELAPSE_WEIGHTS}` is {:?} {:?}, but its time-lapse needs F32 or F16 {shape:?}",
