@@ -3036,6 +3036,13 @@ fn every_panel_control_has_a_name_and_room_for_a_finger() {
         let focused = &r["access"]["focused"];
         let third = controls.iter().filter(|n| n["clickable"] == true).nth(2).unwrap();
         assert_eq!(focused["id"], third["id"], "{scene}: Tab ×3 focused {focused}, the third control is {third}");
+        // The picture says what it shows in words before how to explore it.
+        let line = r["describe"].as_str().unwrap_or_else(|| panic!("{scene}: no describe line: {}", r["describe"]));
+        let figure = nodes.iter().find(|n| n["role"] == "Figure").unwrap();
+        assert!(
+            figure["description"].as_str().is_some_and(|d| d.starts_with(line)),
+            "{scene}: the picture's description does not open with {line:?}: {figure}"
+        );
     }
 }
 
@@ -3129,11 +3136,22 @@ fn the_keyboard_steps_through_an_attention_map_by_query_and_key_and_backs_out() 
         &[
             "app", "--headless", "--checkpoint", SHIPPED_SMALL, "--scene", "attention", "--frames", "40",
             "--width", "1280", "--height", "720",
-            "--press", "Enter,Enter,ArrowDown,Escape,Escape",
+            "--press", "Enter,Enter,ArrowDown,Escape,Escape,Shift+Slash,F9",
         ],
         &shot,
     );
     assert_eq!(r["picture_focus"]["active"], false, "{r}");
+    // F9 says the picture in words through the live region.
+    let said = r["describe"].as_str().unwrap_or_else(|| panic!("no describe line: {r}"));
+    assert!(r["announced"].as_str().unwrap().contains(said), "F9 did not say {said:?}: {}", r["announced"]);
+    // Then ? lists the keyboard's shortcuts, each with what it does.
+    let nodes = access_nodes(&r);
+    let names: Vec<&str> = nodes.iter().map(|n| n["name"].as_str().unwrap()).collect();
+    let title = names.iter().position(|n| *n == "Keyboard shortcuts").unwrap_or_else(|| panic!("no shortcuts window: {names:?}"));
+    for (keys, what) in tinygpt::app::access::keys::SHORTCUTS {
+        let at = names[title..].iter().position(|n| *n == keys).unwrap_or_else(|| panic!("{keys:?} not listed: {names:?}"));
+        assert_eq!(names[title + at + 1], tinygpt::i18n::tr(what, &[]), "what {keys:?} does");
+    }
     assert!(r["hover"].is_null(), "{r}");
     assert!(r["access"]["focused"].is_null(), "{r}");
 }
@@ -3344,18 +3362,36 @@ fn the_numbers_behind_the_view_read_as_a_table() {
         std::path::Path::new("table.png"),
     );
     let nodes = access_nodes(&r);
+    // The picture in words opens the table: the strongest look from the
+    // last byte over every map, as the saved data has them.
+    let said = r["describe"].as_str().unwrap_or_else(|| panic!("no describe line: {r}"));
+    let saved: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("tinygpt-attention-data.json")).unwrap()).unwrap();
+    let mut best = (f64::NEG_INFINITY, 0, 0);
+    for map in saved["view"]["rows"].as_array().unwrap() {
+        let rows = map["p"].as_array().unwrap();
+        for w in rows.last().unwrap().as_array().unwrap() {
+            let w = w.as_f64().unwrap();
+            if w > best.0 {
+                best = (w, map["layer"].as_u64().unwrap(), map["head"].as_u64().unwrap());
+            }
+        }
+    }
+    let (weight, layer, head) = best;
+    for part in [format!("block {layer}, head {head}"), format!("(weight {weight:.2})")] {
+        assert!(said.contains(&part), "{part:?} not in {said:?}");
+    }
     let title = nodes
         .iter()
         .position(|n| n["name"].as_str().unwrap().starts_with("Numbers behind the view: Attention"))
         .unwrap_or_else(|| panic!("no table window in the tree: {r}"));
-    let saved: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(dir.join("tinygpt-attention-data.json")).unwrap()).unwrap();
     let view = saved["view"].as_object().unwrap();
     let labels: Vec<&str> = nodes[title..]
         .iter()
         .filter(|n| n["role"] == "Label")
         .map(|n| n["name"].as_str().unwrap())
         .collect();
+    assert_eq!(labels.first().copied(), Some(said), "the table opens with the picture in words");
     let mut rows = 0;
     for (k, v) in view {
         let said = match v {
@@ -3722,5 +3758,14 @@ fn the_keyboard_steps_through_the_time_lapse_charts_and_enter_shows_a_frame() {
         &dir.join("shown.png"),
     );
     assert_eq!(r["timelapse"]["step"], frame.step, "{}", r["timelapse"]);
+    // In words: that frame's step, and its strongest induction head.
+    let best = frame.best_induction().unwrap();
+    let said = r["describe"].as_str().unwrap_or_default();
+    for part in [
+        format!("after step {}:", frame.step),
+        format!("head is {}.{}, scoring {:.2}", best.layer, best.head, best.induction),
+    ] {
+        assert!(said.contains(&part), "{part:?} not in {said:?}");
+    }
     let _ = std::fs::remove_dir_all(dir);
 }

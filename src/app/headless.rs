@@ -130,8 +130,11 @@ pub fn key_named(name: &str) -> Option<(bool, KeyCode, bevy::input::keyboard::Ke
         "PageDown" => (KeyCode::PageDown, Key::PageDown),
         "F5" => (KeyCode::F5, Key::F5),
         "F6" => (KeyCode::F6, Key::F6),
+        "F9" => (KeyCode::F9, Key::F9),
         "F10" => (KeyCode::F10, Key::F10),
         "F11" => (KeyCode::F11, Key::F11),
+        // `Shift+Slash` on a US keyboard; what the app reads is the `?`.
+        "Slash" if shift => (KeyCode::Slash, Key::Character("?".into())),
         _ => {
             let c = name
                 .strip_prefix("Digit")
@@ -298,6 +301,7 @@ fn gather_scene_parts(world: &mut World) {
     ));
     fields.push(("hover", serde_json::json!(world.resource::<super::canvas::Hover>().0)));
     fields.push(("announced", serde_json::json!(world.resource::<super::access::announce::Announcer>().current)));
+    fields.push(("describe", serde_json::json!(world.resource::<super::access::describe::PictureDescription>().text)));
     fields.push(("reduced_motion", serde_json::json!(world.resource::<super::ui::UiState>().reduced_motion)));
     let mut state = world.resource_mut::<HeadlessState>();
     state.scene_regions = regions;

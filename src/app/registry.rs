@@ -4,7 +4,8 @@
 //! (💾 Data, `--export data`), the fields a scene adds to the headless
 //! run's JSON line or to the browser page's report, and the regions it
 //! draws with egui (headless runs list them and `--export NAME` crops to
-//! one). Each entry is a one-shot system the part runs when it needs it.
+//! one), and the picture in one line of words (the screen reader's
+//! *describe*). Each entry is a one-shot system the part runs when it needs it.
 
 use super::scenes::Scene;
 use bevy::ecs::system::SystemId;
@@ -28,6 +29,7 @@ pub struct SceneRegistry {
     data: BTreeMap<Scene, SystemId<(), Value>>,
     fields: Vec<(Report, &'static str, SystemId<(), Value>)>,
     regions: Vec<SystemId<(), Regions>>,
+    descriptions: BTreeMap<Scene, SystemId<(), Option<String>>>,
 }
 
 /// Named regions of a scene's egui drawing, in physical pixels.
@@ -38,6 +40,13 @@ impl SceneRegistry {
     pub fn data(world: &mut World, scene: Scene) -> Option<Value> {
         let id = *world.get_resource::<SceneRegistry>()?.data.get(&scene)?;
         world.run_system(id).ok()
+    }
+
+    /// `scene`'s picture in one line of words, with its numbers (None: not
+    /// computed yet, or no such line).
+    pub fn description(world: &mut World, scene: Scene) -> Option<String> {
+        let id = *world.get_resource::<SceneRegistry>()?.descriptions.get(&scene)?;
+        world.run_system(id).ok().flatten()
     }
 
     /// The fields every scene adds to `report`, in registration order.
@@ -87,6 +96,12 @@ pub trait SceneApp {
     ) -> &mut Self;
     /// The regions the scene last drew with egui.
     fn shown_regions<M>(&mut self, system: impl IntoSystem<(), Regions, M> + 'static) -> &mut Self;
+    /// `scene`'s picture in one line of words, read while it is on screen.
+    fn scene_description<M>(
+        &mut self,
+        scene: Scene,
+        system: impl IntoSystem<(), Option<String>, M> + 'static,
+    ) -> &mut Self;
 }
 
 impl SceneApp for App {
@@ -123,6 +138,19 @@ impl SceneApp for App {
             .get_resource_or_init::<SceneRegistry>()
             .regions
             .push(id);
+        self
+    }
+
+    fn scene_description<M>(
+        &mut self,
+        scene: Scene,
+        system: impl IntoSystem<(), Option<String>, M> + 'static,
+    ) -> &mut Self {
+        let id = self.world_mut().register_system(system);
+        self.world_mut()
+            .get_resource_or_init::<SceneRegistry>()
+            .descriptions
+            .insert(scene, id);
         self
     }
 }

@@ -859,6 +859,16 @@ async function accessRun(base) {
       await page.keyboard.press("Enter");
       head = await waitFor(page, (s) => s.access?.focused?.role === "Group" && /^block 0, head 0, \d+ by \d+$/.test(s.access.focused.name), 30);
       if (!head) problems.push(`Enter did not focus the first head's map: ${JSON.stringify(await page.evaluate(() => window.tinygptStatus.access?.focused))}`);
+      // The picture in words: the mirrored figure's description, and F9
+      // says it through the live region.
+      const line = (s) => (s.access?.nodes || []).find((n) => n.role === "Figure" && /^Attention over .*\(weight \d\.\d\d\)/.test(n.description || ""));
+      const described = await waitFor(page, line, 30);
+      const mirrored = await page.evaluate(() => document.querySelector("#a11y-tree [role=figure]")?.getAttribute("aria-description") || "");
+      if (!described) problems.push("the Attention picture's description does not say its strongest look");
+      else if (mirrored !== line(described).description) problems.push(`the mirrored figure says ${JSON.stringify(mirrored)}, the app ${JSON.stringify(line(described).description)}`);
+      await page.keyboard.press("F9");
+      const heard = await waitFor(page, (s) => (s.announcements || []).some((a) => a.includes("Attention over")), 20);
+      if (!heard) problems.push("F9 did not say the picture's line through the live region");
     }
     // axe-core over the page's DOM (the mirrored tree included), WCAG 2.2
     // A and AA rules: no violation.

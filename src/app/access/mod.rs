@@ -13,10 +13,15 @@
 //! - [`announce`]: status changes (a lesson step, training started or
 //!   finished, a checkpoint saved, an error) said through the live region.
 //! - [`table`]: the numbers behind the view as a table (the view menu, F10).
+//! - [`describe`]: the picture in one line of words, with its numbers (the
+//!   picture's description in the tree, the table's first line, F9).
+//! - [`keys`]: the keyboard's shortcuts, listed (`?`).
 //! - [`motion`]: reduced motion, from the system's setting, the page's
 //!   `prefers-reduced-motion`, `--reduced-motion` or the link.
 
 pub mod announce;
+pub mod describe;
+pub mod keys;
 pub mod motion;
 pub mod picture;
 pub mod table;
@@ -34,6 +39,8 @@ impl Plugin for AccessPlugin {
             announce::AnnouncePlugin,
             motion::MotionPlugin,
             table::TablePlugin,
+            describe::DescribePlugin,
+            keys::KeysPlugin,
         ));
     }
 }

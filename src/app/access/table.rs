@@ -67,7 +67,12 @@ fn read_data(world: &mut World) {
     table.read_at = Some(now);
 }
 
-fn draw_table(mut contexts: EguiContexts, mut ui_state: ResMut<UiState>, table: Res<NumbersTable>) -> Result {
+fn draw_table(
+    mut contexts: EguiContexts,
+    mut ui_state: ResMut<UiState>,
+    table: Res<NumbersTable>,
+    described: Res<super::describe::PictureDescription>,
+) -> Result {
     if !ui_state.numbers_table {
         return Ok(());
     }
@@ -82,11 +87,18 @@ fn draw_table(mut contexts: EguiContexts, mut ui_state: ResMut<UiState>, table: 
         .open(&mut open)
         .default_size([560.0, 420.0])
         .vscroll(true)
-        .show(ctx, |ui| match &table.data {
-            None | Some(Value::Null) => {
-                ui.label(crate::t!("access-table-empty"));
+        .show(ctx, |ui| {
+            // The picture in words first (F9 says it).
+            if let Some(line) = &described.text {
+                ui.label(egui::RichText::new(line).strong());
+                ui.separator();
             }
-            Some(value) => show_value(ui, "", value, 0),
+            match &table.data {
+                None | Some(Value::Null) => {
+                    ui.label(crate::t!("access-table-empty"));
+                }
+                Some(value) => show_value(ui, "", value, 0),
+            }
         });
     if !open {
         ui_state.numbers_table = false;

@@ -26,6 +26,10 @@ pub struct AccessNode {
     pub name: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<String>,
+    /// What it says beyond its name (the picture: what it shows, in words,
+    /// and how to explore it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
     /// Where it is, in egui points from the window's corner.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rect: Option<[f32; 4]>,
@@ -184,6 +188,7 @@ fn add_picture(
     mut outputs: Query<(&mut EguiOutput, &mut EguiContext)>,
     picture: Res<PictureAccess>,
     announcer: Res<Announcer>,
+    described: Res<super::describe::PictureDescription>,
     scene: Res<State<crate::app::scenes::Scene>>,
     mut tree: ResMut<AccessTree>,
 ) {
@@ -227,10 +232,15 @@ fn add_picture(
         }
         let mut node = accesskit::Node::new(Role::Figure);
         node.set_label(crate::t!("access-picture", scene = scene.get().title()));
-        node.set_description(if picture.parts.is_empty() {
+        // What it shows, then how to explore it.
+        let how = if picture.parts.is_empty() {
             crate::t!("access-picture-empty")
         } else {
             crate::t!("access-picture-keys", parts = picture.parts.len() as u64)
+        };
+        node.set_description(match &described.text {
+            Some(line) => format!("{line} {how}"),
+            None => how,
         });
         node.set_children(children);
         added.push((figure, node));
@@ -344,6 +354,7 @@ fn flatten(update: &accesskit::TreeUpdate) -> Vec<AccessNode> {
                 })
                 .unwrap_or_default(),
             value: node.value().filter(|_| node.role() != Role::Label).map(str::to_string),
+            description: node.description().map(str::to_string),
             rect: node.bounds().map(|b| [b.x0 as f32, b.y0 as f32, b.x1 as f32, b.y1 as f32]),
             clickable: node.supports_action(accesskit::Action::Click),
             checked: node.toggled().map(|t| t == accesskit::Toggled::True),

@@ -60,8 +60,8 @@ fn open_in_viewer(path: &std::path::Path) {
 #[cfg(target_arch = "wasm32")]
 fn open_in_viewer(_: &std::path::Path) {}
 
-/// The menu's contents.
-pub fn help_menu(ui: &mut egui::Ui, scene: Scene) {
+/// The menu's contents; true when its keyboard-shortcuts entry was pressed.
+pub fn help_menu(ui: &mut egui::Ui, scene: Scene) -> bool {
     ui.set_max_width(560.0);
     for (page, key) in GUIDE_PAGES {
         let shown = format!("docs/guide/{page}");
@@ -78,8 +78,10 @@ pub fn help_menu(ui: &mut egui::Ui, scene: Scene) {
         }
     }
     ui.separator();
+    let shortcuts = ui.button(crate::t!("keys-open")).clicked();
     ui.weak(crate::t!("help-where"));
     ui.weak(crate::t!("view-keys"));
+    shortcuts
 }
 
 #[cfg(test)]

@@ -297,9 +297,11 @@ pub fn draw_ui(
                 ui.menu_button(crate::t!("view-menu"), |ui| {
                     // Help first, inside this menu: a button of its own made
                     // the bar too wide for one row at 1280×720.
-                    ui.menu_button(crate::t!("help-button"), |ui| help::help_menu(ui, current))
-                        .response
-                        .on_hover_text(crate::t!("help-hover"));
+                    let help = ui.menu_button(crate::t!("help-button"), |ui| help::help_menu(ui, current));
+                    help.response.on_hover_text(crate::t!("help-hover"));
+                    if help.inner == Some(true) {
+                        ui_state.shortcuts = true;
+                    }
                     ui.separator();
                     let mut presenter = ui_state.presenter;
                     if ui

@@ -28,6 +28,8 @@ pub struct UiState {
     pub reduced_motion: bool,
     /// The numbers behind the view shown as a table (src/app/access/table.rs).
     pub numbers_table: bool,
+    /// The keyboard's shortcuts listed (`?`, src/app/access/keys.rs).
+    pub shortcuts: bool,
     /// The Fine-tune box's choices, and text pasted to fine-tune on.
     pub finetune: crate::model::lora::FinetuneOptions,
     pub finetune_text: String,
@@ -63,6 +65,7 @@ impl Default for UiState {
             presenter: false,
             reduced_motion: false,
             numbers_table: false,
+            shortcuts: false,
             finetune: Default::default(),
             finetune_text: String::new(),
         }

@@ -13,6 +13,17 @@ pub fn register(app: &mut App) {
     app.scene_data(Scene::Correctness, |view: Res<CorrectnessView>| {
         view.data_json()
     })
+    .scene_description(Scene::Correctness, |shown: Res<CorrectnessShown>| {
+        Some(match (shown.max_rel, &shown.worst_tensor) {
+            (Some(max_rel), Some(worst)) => crate::t!(
+                "describe-correctness",
+                tensors = shown.tensors as u64,
+                max_rel = format!("{max_rel:.2e}"),
+                worst = worst.as_str(),
+            ),
+            _ => crate::t!("describe-correctness-state", state = shown.state.as_str()),
+        })
+    })
     .report_field(Report::Headless, "correctness", headless)
     .report_field(
         Report::Page,

@@ -12,6 +12,17 @@ use serde_json::{Value, json};
 /// Registers the scene's data, field and regions.
 pub fn register(app: &mut App) {
     app.scene_data(Scene::Flash, data)
+        .scene_description(Scene::Flash, |shown: Res<FlashShown>| {
+            Some(crate::t!(
+                "describe-flash",
+                pass = shown.pass.as_str(),
+                step = shown.step?,
+                q_tile = shown.q_tile? as u64,
+                k_block = shown.k_block? as u64,
+                visits = shown.visits as u64,
+                diff = format!("{:.1e}", shown.max_abs_diff_vs_naive?),
+            ))
+        })
         .report_field(Report::Headless, "flash", shown)
         .shown_regions(|shown: Res<FlashShown>| shown.regions.clone());
 }

@@ -16,6 +16,7 @@ pub fn register(app: &mut App) {
     app.init_resource::<HeatmapUpdates>()
         .add_systems(Last, count_heatmap_updates)
         .scene_data(Scene::Model, data)
+        .scene_description(Scene::Model, description)
         .report_field(Report::Headless, "blocks", blocks)
         .report_field(Report::Headless, "lora_updates", lora_updates)
         .report_field(Report::Headless, "model", labels)
@@ -146,6 +147,35 @@ fn lora_updates(
         .collect();
     out.sort_by_key(|v| v["name"].as_str().unwrap_or_default().to_string());
     Value::Array(out)
+}
+
+/// The picture in words: how many tensors, at which step, and the one
+/// with the widest range of values.
+fn description(
+    snapshots: Res<Snapshots>,
+    as_it_was: Res<crate::app::timeline::AsItWas>,
+    past: Res<crate::app::timeline::PastWeights>,
+) -> Option<String> {
+    let snap = past.shown(*as_it_was, snapshots.latest.as_ref())?;
+    let (name, lo, hi) = snap
+        .tensors
+        .iter()
+        .map(|(name, v)| {
+            let (lo, hi) = v
+                .iter()
+                .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+            (name, lo, hi)
+        })
+        .filter(|(_, lo, hi)| lo.is_finite() && hi.is_finite())
+        .max_by(|a, b| (a.2 - a.1).total_cmp(&(b.2 - b.1)).then(b.0.cmp(a.0)))?;
+    Some(crate::t!(
+        "describe-model",
+        tensors = snap.tensors.len() as u64,
+        step = snap.step,
+        name = name.as_str(),
+        min = crate::app::canvas::short(lo),
+        max = crate::app::canvas::short(hi),
+    ))
 }
 
 fn data(

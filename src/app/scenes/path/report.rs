@@ -14,6 +14,15 @@ use serde_json::{Value, json};
 /// Registers the scene's data and field.
 pub fn register(app: &mut App) {
     app.scene_data(Scene::Path, data)
+        .scene_description(Scene::Path, |compute: Res<FlowCompute>| {
+            let c = compute.flow()?;
+            Some(crate::t!(
+                "describe-path",
+                text = crate::app::access::describe::prompt_text(c.flow.tokens.get(..=c.flow.position).unwrap_or(&c.flow.tokens)),
+                step = c.step,
+                guesses = crate::app::access::describe::guesses(&crate::flow::top5(&c.flow.probs), 3),
+            ))
+        })
         .report_field(Report::Headless, "path", headless)
         .report_field(Report::Page, "path", page);
 }

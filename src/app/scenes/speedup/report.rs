@@ -16,6 +16,21 @@ pub fn register(app: &mut App) {
             "kernels": view.kernels_json(),
         })
     })
+    .scene_description(Scene::Speedup, |view: Res<SpeedupView>| {
+        // The last measurement with a CPU one to compare against.
+        let shown = view.results.iter().rev().find(|r| r.gpu_over_cpu.is_some());
+        Some(match shown {
+            Some(r) => crate::t!(
+                "describe-speedup",
+                results = view.results.len() as u64,
+                preset = r.preset.as_str(),
+                ms = format!("{:.2}", r.median_ms),
+                backend = r.backend.as_str(),
+                ratio = format!("{:.1}", r.gpu_over_cpu.unwrap_or(1.0)),
+            ),
+            None => crate::t!("describe-speedup-none"),
+        })
+    })
     .report_field(Report::Headless, "speedup", headless)
     .report_field(Report::Page, "speedup", |view: Res<SpeedupView>| {
         json!({

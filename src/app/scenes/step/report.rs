@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 /// Registers the scene's data, field and regions.
 pub fn register(app: &mut App) {
     app.scene_data(Scene::Step, data)
+        .scene_description(Scene::Step, description)
         .report_field(Report::Headless, "step", shown)
         .shown_regions(|shown: Res<StepShown>| shown.regions.clone());
 }
@@ -23,6 +24,20 @@ fn data(run: Option<Res<Run>>) -> Value {
         }),
         _ => json!({ "entries": [] }),
     }
+}
+
+/// The picture in words: the entry, its op and phase, and its tensors.
+fn description(shown: Res<StepShown>, run: Option<Res<Run>>) -> Option<String> {
+    let index = shown.index?;
+    let entries = run.as_ref()?.program.steps.len();
+    Some(crate::t!(
+        "describe-step",
+        entry = (index + 1) as u64,
+        entries = entries as u64,
+        op = shown.op.as_str(),
+        phase = shown.phase.as_str(),
+        tensors = shown.tensors.join(", "),
+    ))
 }
 
 fn shown(shown: Res<StepShown>) -> Value {

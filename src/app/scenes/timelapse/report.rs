@@ -19,8 +19,36 @@ pub fn register(app: &mut App) {
             None => json!({ "error": "this run has no time-lapse yet" }),
         }
     })
+    .scene_description(Scene::Timelapse, description)
     .report_field(Report::Headless, "timelapse", headless)
     .shown_regions(|shown: Res<TimelapseShown>| shown.regions.clone());
+}
+
+/// The picture in words: the frame, its copy loss, its strongest induction
+/// head, and when one formed (or, for a run without frames, the scene's
+/// own words for that).
+fn description(run: Option<Res<Run>>, timeline: Res<Timeline>) -> Option<String> {
+    let Some(t) = run.as_deref().and_then(timelapse) else {
+        return Some(crate::t!("timelapse-none"));
+    };
+    let index = timeline.index(t)?;
+    let f = &t.frames[index];
+    let best = f.best_induction()?;
+    let onset = match t.induction_onset(FORMED) {
+        Some((at, _)) => crate::t!("describe-onset", step = at.step),
+        None => crate::t!("describe-no-onset"),
+    };
+    Some(crate::t!(
+        "describe-timelapse",
+        frame = (index + 1) as u64,
+        frames = t.frames.len() as u64,
+        step = f.step,
+        copy = crate::app::canvas::short(f.copy_loss),
+        layer = best.layer as u64,
+        head = best.head as u64,
+        score = format!("{:.2}", best.induction),
+        onset = onset,
+    ))
 }
 
 fn headless(

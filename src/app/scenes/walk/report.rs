@@ -18,6 +18,7 @@ use serde_json::{Value, json};
 /// Registers the scene's data and fields.
 pub fn register(app: &mut App) {
     app.scene_data(Scene::Walk, data)
+        .scene_description(Scene::Walk, description)
         .report_field(Report::Headless, "walk", headless)
         .report_field(Report::Page, "walk", page);
 }
@@ -33,6 +34,38 @@ fn data(compute: Res<WalkCompute>) -> Value {
         }
         (None, None) => json!({ "error": "not computed yet" }),
     }
+}
+
+/// The picture in words: the beat (its narration's title), then what the
+/// narration reads there (the logit lens, the heads' looks).
+fn description(
+    shown: Res<Shown>,
+    view: Res<WalkView>,
+    compute: Res<WalkCompute>,
+    run: Option<Res<crate::app::training::Run>>,
+) -> Option<String> {
+    let walk = shown.walk.as_ref()?;
+    let k = view.beat().min(walk.beats.len().checked_sub(1)?);
+    let (title, _) = super::panel::narration(&shown, &compute, run.as_deref()?, k)?;
+    let reads = compute
+        .computed()
+        .map(|c| {
+            let r = super::context::context(&c.flow, &walk.beats[k]);
+            [super::context::lens_line(&c.flow, &r), super::context::heads_line(&c.flow, &r)]
+                .into_iter()
+                .flatten()
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default();
+    let line = crate::t!(
+        "describe-walk",
+        beat = (k + 1) as u64,
+        beats = walk.beats.len() as u64,
+        title = title,
+        reads = reads,
+    );
+    Some(line.trim_end().to_string())
 }
 
 /// The page's field (the browser test reads it).
