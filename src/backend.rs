@@ -90,6 +90,12 @@ pub trait Backend: MaybeSend {
     /// A one-line description, e.g. `cpu (rayon, 16 threads)`.
     fn describe(&self) -> String;
     fn program(&self) -> &Program;
+    /// The kernels each entry of `program().steps` runs, by name, in the
+    /// order they are dispatched (the GPU's plan); empty where a backend
+    /// has no kernels (the CPU).
+    fn entry_kernels(&self) -> Vec<Vec<&'static str>> {
+        Vec::new()
+    }
     /// Forward, loss, backward, clipping and AdamW on one batch.
     fn train_step(&mut self, batch: &Batch, params: StepParams) -> StepOutcome;
     /// Mean loss of a batch in evaluation mode (no dropout, no update).

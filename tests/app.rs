@@ -1118,6 +1118,7 @@ fn headless_step_scene_shows_the_entry_asked_for() {
         assert_eq!(step["phase"], phase, "{line}");
         assert_eq!(step["computed"], true, "{line}");
         assert_eq!(r["steps"], 0, "stepping through does not train: {line}");
+        assert_eq!(step["kernels"], serde_json::json!([]), "the CPU runs no kernels: {line}");
         let regions = r["regions"].as_array().unwrap();
         let tensors = step["tensors"].as_array().unwrap().len();
         assert!(tensors >= 2, "{line}");
@@ -1148,6 +1149,38 @@ fn headless_step_scene_shows_the_entry_asked_for() {
         assert!(regions.iter().any(|r| r["name"] == "timeline"), "{line}");
         assert!(heatmaps >= 1, "{line}");
     }
+}
+
+/// On the GPU the Step scene names the kernels an entry runs (the plan's
+/// dispatches, the names `bench --kernels` times), and whether one ran in
+/// f16 on the tensor cores: not in an f32 run. (A mixed-precision run's
+/// are checked on the H200, docs/performance.md: lavapipe has no
+/// cooperative matrices.) On the CPU it names none.
+#[test]
+fn the_step_scene_names_the_gpu_kernels_an_entry_runs() {
+    let dir = common::scratch_dir("app-step-kernels");
+    let program = tinygpt::program::Program::new(&Config::load("tiny").unwrap());
+    let entries = tinygpt::stepthrough::entries(&program);
+    let linear = entries
+        .iter()
+        .find(|e| e.phase == tinygpt::stepthrough::Phase::Forward && e.kind == "linear")
+        .unwrap()
+        .index;
+    let r = run_headless(
+        &[
+            "app", "--headless", "--scene", "step", "--step-op", &linear.to_string(), "--frames", "40",
+            "--preset", "tiny", "--backend", "gpu", "--width", "1280", "--height", "720",
+        ],
+        &dir.join("step-gpu.png"),
+    );
+    let line = r.to_string();
+    let step = &r["step"];
+    assert_eq!(step["index"], linear, "{line}");
+    let kernels: Vec<&str> = step["kernels"].as_array().unwrap().iter().map(|k| k.as_str().unwrap()).collect();
+    assert!(kernels.iter().any(|k| k.starts_with("matmul")), "a linear runs a matmul: {kernels:?}");
+    assert!(kernels.iter().all(|k| !tinygpt::gpu::coop::on_tensor_cores(k)), "{kernels:?}");
+    assert_eq!(step["f16"], false, "{line}");
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// The Flash scene, opened paused mid-replay at visit 4 of the forward pass

@@ -380,6 +380,9 @@ step-legend-forward = forward →
 step-legend-backward = ← backward (under its forward op)
 step-legend-clip = clip
 step-not-run = {" "}· not run yet: click to run up to it
+step-kernels = on the GPU:
+step-kernels-f16 = f16 operands, f32 sums, on the tensor cores
+step-scaled-gradients = In mixed precision these gradients are multiplied by the loss scale ({ $scale } at the start, halved after an overflow, doubled after { $clean } clean steps), so that small ones survive f16; the clip divides it out.
 step-entry-of = { $kind } · entry { $entry } of { $total } · layer { $layer }
 step-stats = mean { $mean }  std { $std }
     min { $min }  max { $max }  ‖·‖ { $norm }

@@ -379,6 +379,9 @@ step-legend-forward = hacia delante →
 step-legend-backward = ← hacia atrás (bajo su operación hacia delante)
 step-legend-clip = recorte
 step-not-run = {" "}· aún sin ejecutar: haz clic para ejecutar hasta aquí
+step-kernels = en la GPU:
+step-kernels-f16 = operandos f16, sumas en f32, en los tensor cores
+step-scaled-gradients = En precisión mixta estos gradientes están multiplicados por la escala de la pérdida ({ $scale } al principio, la mitad tras un desbordamiento, el doble tras { $clean } pasos limpios), para que los pequeños sobrevivan en f16; el recorte la divide.
 step-entry-of = { $kind } · entrada { $entry } de { $total } · capa { $layer }
 step-stats = media { $mean }  desv. { $std }
     mín. { $min }  máx. { $max }  ‖·‖ { $norm }

@@ -379,6 +379,9 @@ step-legend-forward = 前向 →
 step-legend-backward = ← 反向（位于对应前向运算下方）
 step-legend-clip = 裁剪
 step-not-run = {" "}· 尚未运行：点击运行到这里
+step-kernels = GPU 上的内核：
+step-kernels-f16 = f16 操作数，f32 求和，在张量核心上
+step-scaled-gradients = 在混合精度中，这些梯度乘上了损失缩放（开始时为 { $scale }，数值过大时减半，{ $clean } 个正常步后加倍），让小的梯度在 f16 中不变为零；裁剪时再除掉它。
 step-entry-of = { $kind } · 第 { $entry } 个条目，共 { $total } 个 · 层 { $layer }
 step-stats = 均值 { $mean }  标准差 { $std }
     最小 { $min }  最大 { $max }  ‖·‖ { $norm }

@@ -26,6 +26,13 @@ pub const TRAINING_ENTRIES: [&str; 3] = ["matmul_coop_nt", "matmul_coop_nn", "ma
 /// multiples of 4: [`vec4_fits`]).
 pub const TRAINING_ENTRIES_VEC4: [&str; 3] = ["matmul_coop4_nt", "matmul_coop4_nn", "matmul_coop4_tn"];
 
+/// Whether a kernel of the step's plan runs on the tensor cores (f16
+/// operands, f32 accumulation): one of [`TRAINING_ENTRIES`] or
+/// [`TRAINING_ENTRIES_VEC4`].
+pub fn on_tensor_cores(kernel: &str) -> bool {
+    TRAINING_ENTRIES.contains(&kernel) || TRAINING_ENTRIES_VEC4.contains(&kernel)
+}
+
 /// Whether the vec4 build takes an M×K×N product in `layout`: every
 /// operand's contiguous side a multiple of 4 (A·Bᵀ: K; A·B: K and N;
 /// Aᵀ·B: M and N), so its rows start 16-byte aligned.

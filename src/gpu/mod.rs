@@ -1404,6 +1404,15 @@ impl Backend for GpuBackend {
         }
     }
 
+    fn entry_kernels(&self) -> Vec<Vec<&'static str>> {
+        // (`steps` lists the program's entries in order, then its probes.)
+        self.steps
+            .iter()
+            .take(self.program.steps.len())
+            .map(|(_, dispatches)| dispatches.iter().map(|d| d.entry).collect())
+            .collect()
+    }
+
     fn program(&self) -> &Program {
         &self.program
     }

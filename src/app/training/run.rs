@@ -45,6 +45,10 @@ pub struct Run {
     pub notice: Option<String>,
     /// The matmuls' arithmetic it trains with.
     pub precision: Precision,
+    /// The kernels each entry of the step list runs on its backend (the
+    /// GPU's plan; empty on the CPU): the Step scene names them, and which
+    /// ran in f16 on the tensor cores.
+    pub entry_kernels: Vec<Vec<&'static str>>,
     /// Steps the Step button allows to start.
     pub single_steps: u64,
     pub last: Option<StepMetrics>,
@@ -274,6 +278,7 @@ pub fn build_run(
         }
     };
     let backend_label = backend.describe();
+    let entry_kernels = backend.entry_kernels();
     let trainer = match (&settings.finetune, config.lora) {
         // A fine-tune: its frozen base, and fresh or resumed adapters.
         (Some(finetune), Some(_)) => match resume {
@@ -325,6 +330,7 @@ pub fn build_run(
         backend_label,
         notice,
         precision: settings.precision,
+        entry_kernels,
         single_steps: 0,
         last,
         generation,

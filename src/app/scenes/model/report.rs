@@ -149,32 +149,29 @@ fn lora_updates(
     Value::Array(out)
 }
 
-/// The picture in words: how many tensors, at which step, and the one
-/// with the widest range of values.
+/// The picture in words: how many heatmaps, of which step, and the one
+/// with the widest range of what it shows (the statistics the heatmaps
+/// computed when drawn: nothing is read again here, whatever the model's
+/// size).
 fn description(
+    heatmaps: Query<&Heatmap>,
     snapshots: Res<Snapshots>,
     as_it_was: Res<crate::app::timeline::AsItWas>,
     past: Res<crate::app::timeline::PastWeights>,
 ) -> Option<String> {
     let snap = past.shown(*as_it_was, snapshots.latest.as_ref())?;
-    let (name, lo, hi) = snap
-        .tensors
+    let (name, stats) = heatmaps
         .iter()
-        .map(|(name, v)| {
-            let (lo, hi) = v
-                .iter()
-                .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)));
-            (name, lo, hi)
-        })
-        .filter(|(_, lo, hi)| lo.is_finite() && hi.is_finite())
-        .max_by(|a, b| (a.2 - a.1).total_cmp(&(b.2 - b.1)).then(b.0.cmp(a.0)))?;
+        .filter_map(|h| Some((&h.param, h.stats?)))
+        .filter(|(_, s)| s.min.is_finite() && s.max.is_finite())
+        .max_by(|a, b| (a.1.max - a.1.min).total_cmp(&(b.1.max - b.1.min)).then(b.0.cmp(a.0)))?;
     Some(crate::t!(
         "describe-model",
-        tensors = snap.tensors.len() as u64,
+        tensors = heatmaps.iter().count() as u64,
         step = snap.step,
         name = name.as_str(),
-        min = crate::app::canvas::short(lo),
-        max = crate::app::canvas::short(hi),
+        min = crate::app::canvas::short(stats.min),
+        max = crate::app::canvas::short(stats.max),
     ))
 }
 

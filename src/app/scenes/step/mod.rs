@@ -71,11 +71,19 @@ pub enum SourceKind {
 #[derive(Resource, Debug, Clone, Default)]
 pub struct StepShown {
     pub index: Option<usize>,
+    /// The shown entry's number and how many the timeline lists, as its
+    /// header says them.
+    pub number: usize,
+    pub entries: usize,
     pub op: String,
     pub phase: String,
     /// Whether the entry's computed values are on screen (not "running…").
     pub computed: bool,
     pub tensors: Vec<String>,
+    /// The kernels the entry runs on the run's backend (none on the CPU),
+    /// and whether one of them ran in f16 on the tensor cores.
+    pub kernels: Vec<String>,
+    pub f16: bool,
     /// Picture rectangles (pixels) of the timeline and each heatmap.
     pub regions: Vec<(String, egui::Rect)>,
 }
@@ -395,10 +403,25 @@ fn draw(
         ui.add_space(6.0);
         let entry = &entries[position];
         let shown_view = stepping.and_then(|s| s.cursor.views.get(position));
+        let kernels = run.entry_kernels.get(entry.index).map_or(&[][..], Vec::as_slice);
         egui::ScrollArea::vertical()
             .auto_shrink([false, false])
             .show(ui, |ui| {
                 entry_header(ui, entry, entries.len());
+                kernels_line(ui, kernels);
+                // A mixed-precision run's gradients are the loss-scaled
+                // ones until the clip divides the scale out.
+                if run.precision == crate::backends::Precision::Mixed && entry.phase == Phase::Backward {
+                    ui.label(
+                        egui::RichText::new(crate::t!(
+                            "step-scaled-gradients",
+                            scale = crate::gpu::LOSS_SCALE_INIT as u64,
+                            clean = crate::gpu::LOSS_SCALE_GROWTH_INTERVAL as u64,
+                        ))
+                        .size(15.0)
+                        .color(egui::Color32::from_rgb(255, 196, 0)),
+                    );
+                }
                 match shown_view {
                     Some(v) => entry_body(ui, v, &mut pictures.textures, &mut regions),
                     None => {
@@ -426,8 +449,13 @@ fn draw(
     }
 
     let entry = &entries[position];
+    let kernels = run.entry_kernels.get(entry.index).cloned().unwrap_or_default();
     *shown = StepShown {
+        f16: kernels.iter().any(|k| crate::gpu::coop::on_tensor_cores(k)),
+        kernels: kernels.iter().map(|k| k.to_string()).collect(),
         index: Some(position),
+        number: entry.index,
+        entries: entries.len(),
         op: entry.label.clone(),
         phase: entry.phase.key().into(),
         computed: stepping.is_some_and(|s| s.cursor.views.len() > position),
@@ -639,6 +667,30 @@ fn entry_header(ui: &mut egui::Ui, entry: &Entry, total: usize) {
             .monospace()
             .color(egui::Color32::from_rgb(250, 226, 150)),
     );
+}
+
+/// The kernels the entry ran on the GPU, in order; one that ran on the
+/// tensor cores (a mixed-precision run's large products) in amber, with
+/// its arithmetic: f16 operands, f32 sums. Nothing on the CPU.
+fn kernels_line(ui: &mut egui::Ui, kernels: &[&str]) {
+    if kernels.is_empty() {
+        return;
+    }
+    ui.horizontal_wrapped(|ui| {
+        ui.label(egui::RichText::new(crate::t!("step-kernels")).size(15.0).weak());
+        for (i, kernel) in kernels.iter().enumerate() {
+            let text = if i + 1 < kernels.len() { format!("{kernel} ·") } else { kernel.to_string() };
+            if crate::gpu::coop::on_tensor_cores(kernel) {
+                let amber = egui::Color32::from_rgb(255, 196, 0);
+                ui.label(egui::RichText::new(kernel.to_string()).size(15.0).color(amber));
+                let f16 = crate::t!("step-kernels-f16");
+                let tail = if i + 1 < kernels.len() { format!("({f16}) ·") } else { format!("({f16})") };
+                ui.label(egui::RichText::new(tail).size(15.0).color(amber));
+            } else {
+                ui.label(egui::RichText::new(text).size(15.0).weak());
+            }
+        }
+    });
 }
 
 fn fmt(x: f64) -> String {

@@ -27,13 +27,12 @@ fn data(run: Option<Res<Run>>) -> Value {
 }
 
 /// The picture in words: the entry, its op and phase, and its tensors.
-fn description(shown: Res<StepShown>, run: Option<Res<Run>>) -> Option<String> {
-    let index = shown.index?;
-    let entries = run.as_ref()?.program.steps.len();
+fn description(shown: Res<StepShown>) -> Option<String> {
+    shown.index?;
     Some(crate::t!(
         "describe-step",
-        entry = (index + 1) as u64,
-        entries = entries as u64,
+        entry = shown.number as u64,
+        entries = shown.entries as u64,
         op = shown.op.as_str(),
         phase = shown.phase.as_str(),
         tensors = shown.tensors.join(", "),
@@ -48,6 +47,8 @@ fn shown(shown: Res<StepShown>) -> Value {
             "phase": shown.phase,
             "computed": shown.computed,
             "tensors": shown.tensors,
+            "kernels": shown.kernels,
+            "f16": shown.f16,
         })
     }))
 }
