@@ -81,6 +81,16 @@ pub fn prompt_text(bytes: &[u8]) -> String {
         .collect()
 }
 
+/// Where a logit-lens point is, as the narration names it: `block 2`, or
+/// `out` for the last (the stream leaving the last block).
+pub fn lens_place(point: usize, last: usize) -> String {
+    if point == last {
+        crate::t!("walk-lens-out")
+    } else {
+        crate::t!("walk-where-block", layer = point as i64)
+    }
+}
+
 /// The first `n` guesses as the narration writes them: `“e” 42% · “a” 13%`.
 pub fn guesses(guesses: &[crate::flow::Guess], n: usize) -> String {
     guesses

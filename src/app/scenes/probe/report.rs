@@ -21,7 +21,7 @@ pub fn register(app: &mut App) {
 
 /// The picture in words: the tool, and its headline numbers.
 fn description(compute: &ProbeCompute) -> Option<String> {
-    use crate::app::access::describe::guesses;
+    use crate::app::access::describe::{guesses, lens_place};
     use crate::app::canvas::{chip_text, short};
     let (q, Ok(a)) = compute.last()? else { return None };
     let numbers = match a {
@@ -32,12 +32,7 @@ fn description(compute: &ProbeCompute) -> Option<String> {
                 .iter()
                 .enumerate()
                 .map(|(point, at)| {
-                    let place = if point == last {
-                        crate::t!("walk-lens-out")
-                    } else {
-                        crate::t!("walk-where-block", layer = point as i64)
-                    };
-                    format!("{place}: {}", at.last().map(|g| guesses(g, 1)).unwrap_or_default())
+                    format!("{}: {}", lens_place(point, last), at.last().map(|g| guesses(g, 1)).unwrap_or_default())
                 })
                 .collect();
             crate::t!("describe-probe-lens", points = points.join(" → "))

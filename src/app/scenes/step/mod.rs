@@ -80,10 +80,8 @@ pub struct StepShown {
     /// Whether the entry's computed values are on screen (not "running…").
     pub computed: bool,
     pub tensors: Vec<String>,
-    /// The kernels the entry runs on the run's backend (none on the CPU),
-    /// and whether one of them ran in f16 on the tensor cores.
+    /// The kernels the entry runs on the run's backend (none on the CPU).
     pub kernels: Vec<String>,
-    pub f16: bool,
     /// Picture rectangles (pixels) of the timeline and each heatmap.
     pub regions: Vec<(String, egui::Rect)>,
 }
@@ -374,6 +372,8 @@ fn draw(
     let body = egui::Rect::from_min_max(top, area.max);
     let mut regions = Vec::new();
     let position = view.position.min(entries.len() - 1);
+    // The kernels the entry runs on the run's backend (none on the CPU).
+    let kernels: &[&str] = run.entry_kernels.get(entries[position].index).map_or(&[], Vec::as_slice);
     let jump;
     let mut ui = egui::Ui::new(
         ctx.clone(),
@@ -403,7 +403,6 @@ fn draw(
         ui.add_space(6.0);
         let entry = &entries[position];
         let shown_view = stepping.and_then(|s| s.cursor.views.get(position));
-        let kernels = run.entry_kernels.get(entry.index).map_or(&[][..], Vec::as_slice);
         egui::ScrollArea::vertical()
             .auto_shrink([false, false])
             .show(ui, |ui| {
@@ -419,7 +418,7 @@ fn draw(
                             clean = crate::gpu::LOSS_SCALE_GROWTH_INTERVAL as u64,
                         ))
                         .size(15.0)
-                        .color(egui::Color32::from_rgb(255, 196, 0)),
+                        .color(TENSOR_CORES),
                     );
                 }
                 match shown_view {
@@ -449,9 +448,7 @@ fn draw(
     }
 
     let entry = &entries[position];
-    let kernels = run.entry_kernels.get(entry.index).cloned().unwrap_or_default();
     *shown = StepShown {
-        f16: kernels.iter().any(|k| crate::gpu::coop::on_tensor_cores(k)),
         kernels: kernels.iter().map(|k| k.to_string()).collect(),
         index: Some(position),
         number: entry.index,
@@ -669,6 +666,9 @@ fn entry_header(ui: &mut egui::Ui, entry: &Entry, total: usize) {
     );
 }
 
+/// What ran on the tensor cores, and what it says: the focus ring's amber.
+const TENSOR_CORES: egui::Color32 = crate::app::access::picture::RING;
+
 /// The kernels the entry ran on the GPU, in order; one that ran on the
 /// tensor cores (a mixed-precision run's large products) in amber, with
 /// its arithmetic: f16 operands, f32 sums. Nothing on the CPU.
@@ -679,15 +679,13 @@ fn kernels_line(ui: &mut egui::Ui, kernels: &[&str]) {
     ui.horizontal_wrapped(|ui| {
         ui.label(egui::RichText::new(crate::t!("step-kernels")).size(15.0).weak());
         for (i, kernel) in kernels.iter().enumerate() {
-            let text = if i + 1 < kernels.len() { format!("{kernel} ·") } else { kernel.to_string() };
+            let sep = if i + 1 < kernels.len() { " ·" } else { "" };
             if crate::gpu::coop::on_tensor_cores(kernel) {
-                let amber = egui::Color32::from_rgb(255, 196, 0);
-                ui.label(egui::RichText::new(kernel.to_string()).size(15.0).color(amber));
+                ui.label(egui::RichText::new(*kernel).size(15.0).color(TENSOR_CORES));
                 let f16 = crate::t!("step-kernels-f16");
-                let tail = if i + 1 < kernels.len() { format!("({f16}) ·") } else { format!("({f16})") };
-                ui.label(egui::RichText::new(tail).size(15.0).color(amber));
+                ui.label(egui::RichText::new(format!("({f16}){sep}")).size(15.0).color(TENSOR_CORES));
             } else {
-                ui.label(egui::RichText::new(text).size(15.0).weak());
+                ui.label(egui::RichText::new(format!("{kernel}{sep}")).size(15.0).weak());
             }
         }
     });

@@ -48,7 +48,7 @@ fn shown(shown: Res<StepShown>) -> Value {
             "computed": shown.computed,
             "tensors": shown.tensors,
             "kernels": shown.kernels,
-            "f16": shown.f16,
+            "f16": shown.kernels.iter().any(|k| crate::gpu::coop::on_tensor_cores(k)),
         })
     }))
 }

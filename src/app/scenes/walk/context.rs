@@ -105,7 +105,7 @@ pub fn context(flow: &FlowAll, beat: &Beat) -> BeatReads {
 
 /// A guess as the narration writes it: the byte and its probability.
 fn guess(g: &Guess) -> String {
-    format!("“{}” {:.0}%", crate::app::canvas::chip_text(g.byte), g.p * 100.0)
+    crate::app::access::describe::guesses(std::slice::from_ref(g), 1)
 }
 
 /// The lens line of the narration (None: nothing read).
@@ -127,11 +127,7 @@ pub fn lens_line(flow: &FlowAll, c: &BeatReads) -> Option<String> {
             let points = all
                 .iter()
                 .map(|p| {
-                    let place = if p.point == last {
-                        crate::t!("walk-lens-out")
-                    } else {
-                        crate::t!("walk-where-block", layer = p.point as i64)
-                    };
+                    let place = crate::app::access::describe::lens_place(p.point, last);
                     format!("{place}: {}", p.guesses.first().map(guess).unwrap_or_default())
                 })
                 .collect::<Vec<_>>()
