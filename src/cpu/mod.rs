@@ -6,6 +6,7 @@ pub mod float;
 pub mod generate;
 pub mod matmul;
 pub mod ops;
+pub mod sgemm;
 
 use crate::backend::{Backend, BackendError, PendingRead, StepOutcome, StepParams};
 use crate::data::Batch;
@@ -180,16 +181,18 @@ impl<F: Float> CpuBackend<F> {
     pub fn run(&mut self, step: Step, adam: Option<ops::AdamW>) {
         match step {
             Step::ZeroGrads => {
-                // One parallel pass over all gradient tensors (many are small).
+                // One parallel pass over every gradient in runs of equal
+                // size (a task per tensor left 16 threads waiting on the
+                // few large ones).
                 let tensors = &self.program.tensors;
-                self.data
-                    .par_iter_mut()
-                    .zip(tensors.par_iter())
-                    .for_each(|(d, t)| {
-                        if t.kind == TensorKind::Grad {
-                            d.fill(F::zero());
-                        }
-                    });
+                let mut runs: Vec<&mut [F]> = self
+                    .data
+                    .iter_mut()
+                    .zip(tensors)
+                    .filter(|(_, t)| t.kind == TensorKind::Grad)
+                    .flat_map(|(d, _)| d.chunks_mut(4 * ops::ADAMW_CHUNK))
+                    .collect();
+                runs.par_iter_mut().for_each(|d| d.fill(F::zero()));
             }
             Step::Forward(i) => self.forward_op(i),
             Step::Backward(i) => self.backward_op(i),
@@ -263,12 +266,31 @@ impl<F: Float> CpuBackend<F> {
                 let h = adam
                     .or_else(|| self.adam_hyper())
                     .expect("AdamW needs its hyperparameters (load_step with StepParams)");
+                // Every parameter's runs in one parallel pass (a pass per
+                // tensor paid rayon's start for each small bias); each
+                // element's arithmetic is adamw_update's.
+                let mut taken = Vec::new();
                 for p in self.program.trained().collect::<Vec<_>>() {
                     let info = &self.program.tensors[p];
                     let (g, (m, v)) = (info.grad.unwrap(), info.adam.unwrap());
                     let decay = self.program.decays(p);
-                    let (mut pm, mut mm, mut vm) = (self.take(p), self.take(m), self.take(v));
-                    ops::adamw_update(&mut pm, &mut mm, &mut vm, &self.data[g], h, decay);
+                    taken.push((p, m, v, g, decay, self.take(p), self.take(m), self.take(v)));
+                }
+                {
+                    let data = &self.data;
+                    let mut runs = Vec::new();
+                    for (_, _, _, g, decay, pm, mm, vm) in taken.iter_mut() {
+                        let chunks = pm
+                            .chunks_mut(ops::ADAMW_CHUNK)
+                            .zip(mm.chunks_mut(ops::ADAMW_CHUNK))
+                            .zip(vm.chunks_mut(ops::ADAMW_CHUNK))
+                            .zip(data[*g].chunks(ops::ADAMW_CHUNK));
+                        runs.extend(chunks.map(|(((p, m), v), g)| (p, m, v, g, *decay)));
+                    }
+                    runs.into_par_iter()
+                        .for_each(|(p, m, v, g, decay)| ops::adamw_chunk(p, m, v, g, h, decay));
+                }
+                for (p, m, v, _, _, pm, mm, vm) in taken {
                     self.data[p] = pm;
                     self.data[m] = mm;
                     self.data[v] = vm;

@@ -932,6 +932,27 @@ pub fn adamw_update<F: Float>(
     h: AdamW,
     decay: bool,
 ) {
+    param
+        .par_chunks_mut(ADAMW_CHUNK)
+        .zip(m.par_chunks_mut(ADAMW_CHUNK))
+        .zip(v.par_chunks_mut(ADAMW_CHUNK))
+        .zip(grad.par_chunks(ADAMW_CHUNK))
+        .for_each(|(((p, m), v), g)| adamw_chunk(p, m, v, g, h, decay));
+}
+
+/// Elements per parallel task of AdamW (and of zeroing the gradients).
+pub const ADAMW_CHUNK: usize = 16 * 1024;
+
+/// [`adamw_update`] on one run of elements, serially: the CPU backend runs
+/// every parameter's runs in one parallel pass.
+pub fn adamw_chunk<F: Float>(
+    p: &mut [F],
+    m: &mut [F],
+    v: &mut [F],
+    g: &[F],
+    h: AdamW,
+    decay: bool,
+) {
     let (b1, b2) = (F::c(h.beta1 as f64), F::c(h.beta2 as f64));
     let bc1 = F::one() - F::c((h.beta1 as f64).powi(h.t as i32));
     let bc2 = F::one() - F::c((h.beta2 as f64).powi(h.t as i32));
@@ -942,18 +963,11 @@ pub fn adamw_update<F: Float>(
     } else {
         F::one()
     };
-    param
-        .par_chunks_mut(16 * 1024)
-        .zip(m.par_chunks_mut(16 * 1024))
-        .zip(v.par_chunks_mut(16 * 1024))
-        .zip(grad.par_chunks(16 * 1024))
-        .for_each(|(((p, m), v), g)| {
-            for i in 0..p.len() {
-                m[i] = b1 * m[i] + (F::one() - b1) * g[i];
-                v[i] = b2 * v[i] + (F::one() - b2) * g[i] * g[i];
-                let mhat = m[i] / bc1;
-                let vhat = v[i] / bc2;
-                p[i] = p[i] * shrink - lr * mhat / (vhat.sqrt() + eps);
-            }
-        });
+    for i in 0..p.len() {
+        m[i] = b1 * m[i] + (F::one() - b1) * g[i];
+        v[i] = b2 * v[i] + (F::one() - b2) * g[i] * g[i];
+        let mhat = m[i] / bc1;
+        let vhat = v[i] / bc2;
+        p[i] = p[i] * shrink - lr * mhat / (vhat.sqrt() + eps);
+    }
 }
