@@ -343,27 +343,9 @@ pub struct GemmResult {
 }
 
 /// The three matmul layouts a linear layer needs, at the shapes of `config`
-/// (N = B·T rows), timed for our GEMM (where this CPU runs it),
-/// matrixmultiply's in tiles, and the hand-written loop.
+/// (N = B·T rows), timed for the GEMM crate driver and the hand-written loop.
 pub fn gemm_contest(config: &Config) -> Vec<GemmResult> {
-    use crate::cpu::matmul::{View, gemm, gemm_matrixmultiply, handwritten_ikj};
-    let own = crate::cpu::sgemm::path();
-    // Ours where this CPU has it (crate::cpu::sgemm), and matrixmultiply
-    // in tiles beside it.
-    let drivers: Vec<(
-        &'static str,
-        fn(usize, usize, usize, f32, View<f32>, View<f32>, f32, &mut [f32], usize),
-    )> = if own == crate::cpu::sgemm::Path::MatrixMultiply {
-        vec![(own.name(), gemm_matrixmultiply::<f32>)]
-    } else {
-        vec![
-            (own.name(), gemm::<f32>),
-            (
-                crate::cpu::sgemm::Path::MatrixMultiply.name(),
-                gemm_matrixmultiply::<f32>,
-            ),
-        ]
-    };
+    use crate::cpu::matmul::{View, gemm, handwritten_ikj};
     let n_rows = config.batch * config.ctx;
     let c = config.d_model;
     let mut rng = crate::data::rng::Rng::new(1);
@@ -386,29 +368,27 @@ pub fn gemm_contest(config: &Config) -> Vec<GemmResult> {
         let flops = 2.0 * (n_rows * i * o) as f64;
         // forward: y (N,O) = x (N,I) · wᵀ
         let mut y = vec![0.0f32; n_rows * o];
-        for &(contender, gemm) in &drivers {
-            let s = time(&mut || {
-                gemm(
-                    n_rows,
-                    i,
-                    o,
-                    1.0,
-                    View::rows(&x, i),
-                    View::transposed(&w, i),
-                    0.0,
-                    &mut y,
-                    o,
-                )
-            });
-            out.push(GemmResult {
-                layout: "A·Bᵀ (forward)",
-                m: n_rows,
-                k: i,
-                n: o,
-                contender,
-                gflops: flops / s / 1e9,
-            });
-        }
+        let s = time(&mut || {
+            gemm(
+                n_rows,
+                i,
+                o,
+                1.0,
+                View::rows(&x, i),
+                View::transposed(&w, i),
+                0.0,
+                &mut y,
+                o,
+            )
+        });
+        out.push(GemmResult {
+            layout: "A·Bᵀ (forward)",
+            m: n_rows,
+            k: i,
+            n: o,
+            contender: "matrixmultiply + rayon",
+            gflops: flops / s / 1e9,
+        });
         let wt: Vec<f32> = (0..i * o).map(|j| w[(j % o) * i + j / o]).collect(); // (I, O) row-major
         let s = time(&mut || handwritten_ikj(n_rows, i, o, &x, &wt, &mut y));
         out.push(GemmResult {
@@ -421,29 +401,27 @@ pub fn gemm_contest(config: &Config) -> Vec<GemmResult> {
         });
         // dx (N,I) = dy (N,O) · w (O,I)
         let mut dx = vec![0.0f32; n_rows * i];
-        for &(contender, gemm) in &drivers {
-            let s = time(&mut || {
-                gemm(
-                    n_rows,
-                    o,
-                    i,
-                    1.0,
-                    View::rows(&dy, o),
-                    View::rows(&w, i),
-                    0.0,
-                    &mut dx,
-                    i,
-                )
-            });
-            out.push(GemmResult {
-                layout: "A·B (dinp)",
-                m: n_rows,
-                k: o,
-                n: i,
-                contender,
-                gflops: flops / s / 1e9,
-            });
-        }
+        let s = time(&mut || {
+            gemm(
+                n_rows,
+                o,
+                i,
+                1.0,
+                View::rows(&dy, o),
+                View::rows(&w, i),
+                0.0,
+                &mut dx,
+                i,
+            )
+        });
+        out.push(GemmResult {
+            layout: "A·B (dinp)",
+            m: n_rows,
+            k: o,
+            n: i,
+            contender: "matrixmultiply + rayon",
+            gflops: flops / s / 1e9,
+        });
         let s = time(&mut || handwritten_ikj(n_rows, o, i, &dy, &w, &mut dx));
         out.push(GemmResult {
             layout: "A·B (dinp)",
@@ -455,29 +433,27 @@ pub fn gemm_contest(config: &Config) -> Vec<GemmResult> {
         });
         // dw (O,I) = dyᵀ (O,N) · x (N,I)
         let mut dw = vec![0.0f32; o * i];
-        for &(contender, gemm) in &drivers {
-            let s = time(&mut || {
-                gemm(
-                    o,
-                    n_rows,
-                    i,
-                    1.0,
-                    View::transposed(&dy, o),
-                    View::rows(&x, i),
-                    0.0,
-                    &mut dw,
-                    i,
-                )
-            });
-            out.push(GemmResult {
-                layout: "Aᵀ·B (dweight)",
-                m: o,
-                k: n_rows,
-                n: i,
-                contender,
-                gflops: flops / s / 1e9,
-            });
-        }
+        let s = time(&mut || {
+            gemm(
+                o,
+                n_rows,
+                i,
+                1.0,
+                View::transposed(&dy, o),
+                View::rows(&x, i),
+                0.0,
+                &mut dw,
+                i,
+            )
+        });
+        out.push(GemmResult {
+            layout: "Aᵀ·B (dweight)",
+            m: o,
+            k: n_rows,
+            n: i,
+            contender: "matrixmultiply + rayon",
+            gflops: flops / s / 1e9,
+        });
         let dyt: Vec<f32> = (0..o * n_rows)
             .map(|j| dy[(j % n_rows) * o + j / n_rows])
             .collect();
@@ -552,8 +528,7 @@ pub fn gpu_matmul_sweep(
         let picked = tile_for(m, k, n, layout, MatmulChoice::ByShape, &ctx.limits);
         // The tensor cores' kernel (its build for the shape), marked picked
         // where a mixed step runs it rather than f32's.
-        let coop =
-            cores.then(|| tile_for(m, k, n, layout, MatmulChoice::CoopEverywhere, &ctx.limits));
+        let coop = cores.then(|| tile_for(m, k, n, layout, MatmulChoice::CoopEverywhere, &ctx.limits));
         let mixed = cores.then(|| tile_for(m, k, n, layout, MatmulChoice::Coop, &ctx.limits));
         for &tile in tiles.iter().chain(coop.iter()) {
             out.push(MatmulTiming {

@@ -1,7 +1,7 @@
 //! `tinygpt bench`: training speed per preset, as a table or JSON lines.
 
-use super::backend::BackendChoice;
 use super::backend::{Precision, Resolved, build, resolve, resolve_for};
+use super::backend::BackendChoice;
 use anyhow::{Context, Result};
 use tinygpt::bench::{BenchOptions, Machine, bench};
 use tinygpt::gpu::matmul_tiles::Layout;
@@ -61,7 +61,7 @@ pub struct BenchArgs {
     /// the GPU has none). The CPU runs f32 only.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "f32")]
     precision: Vec<super::backend::Precision>,
-    /// Compare the CPU matmul contenders (our packed GEMM where the CPU has AVX2 or AVX-512, matrixmultiply, a hand-written loop) at each preset's layer shapes.
+    /// Compare the CPU matmul contenders (GEMM crate vs hand-written loop) at each preset's layer shapes.
     #[arg(long)]
     gemm: bool,
 }
@@ -170,13 +170,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
         for shape in shapes {
             let coop = match (&cores, shape.0) {
-                (Ok(c), tinygpt::gpu::matmul_tiles::Layout::Nn) => {
-                    Some(tinygpt::bench::coop_matmul_timing(c, shape.1, 5))
-                }
+                (Ok(c), tinygpt::gpu::matmul_tiles::Layout::Nn) => Some(tinygpt::bench::coop_matmul_timing(c, shape.1, 5)),
                 _ => None,
             };
-            let rows =
-                tinygpt::bench::gpu_matmul_sweep(cores.as_ref().unwrap_or(&ctx), &[shape], 5);
+            let rows = tinygpt::bench::gpu_matmul_sweep(cores.as_ref().unwrap_or(&ctx), &[shape], 5);
             for r in &rows {
                 if args.json {
                     println!("{}", serde_json::to_string(r)?);
@@ -218,11 +215,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     }
     if args.kernels {
         // --precision mixed (alone or in the list): the mixed step's kernels.
-        let precision = if args.precision.contains(&Precision::Mixed) {
-            Precision::Mixed
-        } else {
-            Precision::F32
-        };
+        let precision = if args.precision.contains(&Precision::Mixed) { Precision::Mixed } else { Precision::F32 };
         let Resolved::Gpu(ctx) = resolve_for(BackendChoice::Gpu, precision)? else {
             unreachable!()
         };
@@ -266,16 +259,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             }
             println!(
                 "  {:<20} {:>5} {:>9} {:>6} {:>9} {:>10} {:>9} {:>8} {:>8} {:>7}",
-                "family",
-                "n",
-                "ms",
-                "%",
-                "FLOP/B",
-                "GFLOP/s",
-                "GB/s",
-                "of roof",
-                "of peak",
-                "bound"
+                "family", "n", "ms", "%", "FLOP/B", "GFLOP/s", "GB/s", "of roof", "of peak", "bound"
             );
             for f in &k.families {
                 println!(
@@ -304,7 +288,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     println!("{}", serde_json::to_string(&r)?);
                 } else {
                     println!(
-                        "{name:<12} {:<30} {:>6}x{:<5}x{:>5} {:<30} {:>8.1} GFLOP/s",
+                        "{name:<12} {:<30} {:>6}x{:<5}x{:>5} {:<28} {:>8.1} GFLOP/s",
                         r.layout, r.m, r.k, r.n, r.contender, r.gflops
                     );
                 }
@@ -361,9 +345,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 }
             }
             BackendChoice::Cpu => backends.push((BackendChoice::Cpu, Resolved::Cpu)),
-            BackendChoice::Gpu if f32_too => {
-                backends.push((BackendChoice::Gpu, resolve(BackendChoice::Gpu)?))
-            }
+            BackendChoice::Gpu if f32_too => backends.push((BackendChoice::Gpu, resolve(BackendChoice::Gpu)?)),
             BackendChoice::Gpu => {}
         }
         if choice != BackendChoice::Cpu && args.precision.contains(&Precision::Mixed) {

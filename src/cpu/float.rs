@@ -1,7 +1,6 @@
 //! The scalar types the CPU backend runs in: f32 for training, f64 for the
 //! finite-difference gradient checks (tight tolerances need the precision).
 
-use super::sgemm;
 use std::fmt::Debug;
 use std::iter::Sum;
 use std::ops::{AddAssign, DivAssign, MulAssign, SubAssign};
@@ -48,54 +47,6 @@ pub trait Float:
         rsc: isize,
         csc: isize,
     );
-
-    /// [`Float::gemm`] on `matrixmultiply` whatever this type's own GEMM
-    /// (the benchmark's comparison).
-    ///
-    /// # Safety
-    /// As [`Float::gemm`].
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn gemm_matrixmultiply(
-        m: usize,
-        k: usize,
-        n: usize,
-        alpha: Self,
-        a: *const Self,
-        rsa: isize,
-        csa: isize,
-        b: *const Self,
-        rsb: isize,
-        csb: isize,
-        beta: Self,
-        c: *mut Self,
-        rsc: isize,
-        csc: isize,
-    );
-
-    /// `C (row stride ldc) = alpha·A·B + beta·C` over rayon's threads on
-    /// this type's own GEMM where it has one (f32 on x86-64 with FMA,
-    /// [`super::sgemm`]); returns false, having done nothing, where not.
-    ///
-    /// # Safety
-    /// As [`Float::gemm`], with C's columns contiguous.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn gemm_parallel_own(
-        _m: usize,
-        _k: usize,
-        _n: usize,
-        _alpha: Self,
-        _a: *const Self,
-        _rsa: isize,
-        _csa: isize,
-        _b: *const Self,
-        _rsb: isize,
-        _csb: isize,
-        _beta: Self,
-        _c: *mut Self,
-        _ldc: usize,
-    ) -> bool {
-        false
-    }
 }
 
 impl Float for f32 {
@@ -131,82 +82,9 @@ impl Float for f32 {
         rsc: isize,
         csc: isize,
     ) {
-        let path = sgemm::path();
-        if path != sgemm::Path::MatrixMultiply && csc == 1 && rsc >= 0 {
-            let (a, b) = (
-                sgemm::Mat {
-                    ptr: a,
-                    rs: rsa,
-                    cs: csa,
-                },
-                sgemm::Mat {
-                    ptr: b,
-                    rs: rsb,
-                    cs: csb,
-                },
-            );
-            unsafe { sgemm::sgemm(path, false, m, k, n, alpha, a, b, beta, c, rsc as usize) }
-        } else {
-            unsafe {
-                Self::gemm_matrixmultiply(
-                    m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc,
-                )
-            }
-        }
-    }
-    unsafe fn gemm_matrixmultiply(
-        m: usize,
-        k: usize,
-        n: usize,
-        alpha: f32,
-        a: *const f32,
-        rsa: isize,
-        csa: isize,
-        b: *const f32,
-        rsb: isize,
-        csb: isize,
-        beta: f32,
-        c: *mut f32,
-        rsc: isize,
-        csc: isize,
-    ) {
         unsafe {
             matrixmultiply::sgemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
         }
-    }
-    unsafe fn gemm_parallel_own(
-        m: usize,
-        k: usize,
-        n: usize,
-        alpha: f32,
-        a: *const f32,
-        rsa: isize,
-        csa: isize,
-        b: *const f32,
-        rsb: isize,
-        csb: isize,
-        beta: f32,
-        c: *mut f32,
-        ldc: usize,
-    ) -> bool {
-        let path = sgemm::path();
-        if path == sgemm::Path::MatrixMultiply {
-            return false;
-        }
-        let (a, b) = (
-            sgemm::Mat {
-                ptr: a,
-                rs: rsa,
-                cs: csa,
-            },
-            sgemm::Mat {
-                ptr: b,
-                rs: rsb,
-                cs: csb,
-            },
-        );
-        unsafe { sgemm::sgemm(path, true, m, k, n, alpha, a, b, beta, c, ldc) };
-        true
     }
 }
 
@@ -242,24 +120,6 @@ impl Float for f64 {
         unsafe {
             matrixmultiply::dgemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc)
         }
-    }
-    unsafe fn gemm_matrixmultiply(
-        m: usize,
-        k: usize,
-        n: usize,
-        alpha: f64,
-        a: *const f64,
-        rsa: isize,
-        csa: isize,
-        b: *const f64,
-        rsb: isize,
-        csb: isize,
-        beta: f64,
-        c: *mut f64,
-        rsc: isize,
-        csc: isize,
-    ) {
-        unsafe { Self::gemm(m, k, n, alpha, a, rsa, csa, b, rsb, csb, beta, c, rsc, csc) }
     }
 }
 

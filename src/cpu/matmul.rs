@@ -63,105 +63,9 @@ pub fn gemm<F: Float>(
     check_view(a, m, k, "a");
     check_view(b, k, n, "b");
     assert!(c.len() >= (m - 1) * ldc + n, "gemm: c too small");
-    // SAFETY: the views and C were checked above.
-    let own = unsafe {
-        F::gemm_parallel_own(
-            m,
-            k,
-            n,
-            alpha,
-            a.data.as_ptr(),
-            a.rs as isize,
-            a.cs as isize,
-            b.data.as_ptr(),
-            b.rs as isize,
-            b.cs as isize,
-            beta,
-            c.as_mut_ptr(),
-            ldc,
-        )
-    };
-    if !own {
-        tiled(m, k, n, alpha, a, b, beta, c, ldc, F::gemm);
-    }
-}
-
-/// [`gemm`] on `matrixmultiply` in tiles over rayon, whatever the type's
-/// own GEMM: the benchmark's comparison.
-#[allow(clippy::too_many_arguments)]
-pub fn gemm_matrixmultiply<F: Float>(
-    m: usize,
-    k: usize,
-    n: usize,
-    alpha: F,
-    a: View<F>,
-    b: View<F>,
-    beta: F,
-    c: &mut [F],
-    ldc: usize,
-) {
-    if m == 0 || n == 0 {
-        return;
-    }
-    check_view(a, m, k, "a");
-    check_view(b, k, n, "b");
-    assert!(c.len() >= (m - 1) * ldc + n, "gemm: c too small");
-    tiled(m, k, n, alpha, a, b, beta, c, ldc, F::gemm_matrixmultiply);
-}
-
-/// A serial GEMM as [`Float::gemm`] takes its arguments.
-type SerialGemm<F> = unsafe fn(
-    usize,
-    usize,
-    usize,
-    F,
-    *const F,
-    isize,
-    isize,
-    *const F,
-    isize,
-    isize,
-    F,
-    *mut F,
-    isize,
-    isize,
-);
-
-/// The product in the tiles of [`tiles`], each on `serial_gemm`.
-#[allow(clippy::too_many_arguments)]
-fn tiled<F: Float>(
-    m: usize,
-    k: usize,
-    n: usize,
-    alpha: F,
-    a: View<F>,
-    b: View<F>,
-    beta: F,
-    c: &mut [F],
-    ldc: usize,
-    serial_gemm: SerialGemm<F>,
-) {
-    let run = |rows: usize, cols: usize, a: View<F>, b: View<F>, c: *mut F| unsafe {
-        serial_gemm(
-            rows,
-            k,
-            cols,
-            alpha,
-            a.data.as_ptr(),
-            a.rs as isize,
-            a.cs as isize,
-            b.data.as_ptr(),
-            b.rs as isize,
-            b.cs as isize,
-            beta,
-            c,
-            ldc as isize,
-            1,
-        )
-    };
     let (rows_per, cols_per) = tiles(m, k, n);
     if rows_per >= m && cols_per >= n {
-        run(m, n, a, b, c.as_mut_ptr());
+        unsafe { serial(m, k, n, alpha, a, b, beta, c.as_mut_ptr(), ldc) };
         return;
     }
     let (row_blocks, col_blocks) = (m.div_ceil(rows_per), n.div_ceil(cols_per));
@@ -180,9 +84,7 @@ fn tiled<F: Float>(
             cs: b.cs,
         };
         // SAFETY: the tiles are disjoint, so tasks never write the same element.
-        run(rows, cols, a_tile, b_tile, unsafe {
-            c_ptr.get().add(r0 * ldc + c0)
-        });
+        unsafe { serial(rows, k, cols, alpha, a_tile, b_tile, beta, c_ptr.get().add(r0 * ldc + c0), ldc) };
     });
 }
 
@@ -204,10 +106,7 @@ fn tiles(m: usize, k: usize, n: usize) -> (usize, usize) {
         .map(|r| (r, tasks.div_ceil(r)))
         .min_by_key(|&(r, c)| c * m + r * n)
         .unwrap();
-    (
-        m.div_ceil(r).next_multiple_of(16).min(m),
-        n.div_ceil(c).next_multiple_of(16).min(n),
-    )
+    (m.div_ceil(r).next_multiple_of(16).min(m), n.div_ceil(c).next_multiple_of(16).min(n))
 }
 
 #[derive(Clone, Copy)]
@@ -430,10 +329,7 @@ mod tests {
     #[test]
     fn few_threads_split_rows_and_many_split_both_ways() {
         let on = |threads: usize| {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .unwrap();
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
             pool.install(|| tiles(1536, 192, 768))
         };
         // large's MLP (B·T × C → 4C): 4 tasks on 2 threads are row blocks;
@@ -441,10 +337,7 @@ mod tests {
         assert_eq!(on(2), (384, 768));
         assert_eq!(on(16), (192, 192));
         // Too little work for a second task: one tile.
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(16)
-            .build()
-            .unwrap();
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(16).build().unwrap();
         assert_eq!(pool.install(|| tiles(64, 32, 32)), (64, 32));
     }
 

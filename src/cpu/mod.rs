@@ -6,7 +6,6 @@ pub mod float;
 pub mod generate;
 pub mod matmul;
 pub mod ops;
-pub mod sgemm;
 
 use crate::backend::{Backend, BackendError, PendingRead, StepOutcome, StepParams};
 use crate::data::Batch;

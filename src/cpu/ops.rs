@@ -940,19 +940,13 @@ pub fn adamw_update<F: Float>(
         .for_each(|(((p, m), v), g)| adamw_chunk(p, m, v, g, h, decay));
 }
 
-/// Elements per parallel task of AdamW (and of zeroing the gradients).
+/// Elements per parallel task of AdamW (and, four times it, of zeroing the
+/// gradients).
 pub const ADAMW_CHUNK: usize = 16 * 1024;
 
 /// [`adamw_update`] on one run of elements, serially: the CPU backend runs
 /// every parameter's runs in one parallel pass.
-pub fn adamw_chunk<F: Float>(
-    p: &mut [F],
-    m: &mut [F],
-    v: &mut [F],
-    g: &[F],
-    h: AdamW,
-    decay: bool,
-) {
+pub fn adamw_chunk<F: Float>(p: &mut [F], m: &mut [F], v: &mut [F], g: &[F], h: AdamW, decay: bool) {
     let (b1, b2) = (F::c(h.beta1 as f64), F::c(h.beta2 as f64));
     let bc1 = F::one() - F::c((h.beta1 as f64).powi(h.t as i32));
     let bc2 = F::one() - F::c((h.beta2 as f64).powi(h.t as i32));
