@@ -2416,6 +2416,16 @@ fn headless_walk_scene_tours_every_tensor_where_it_says() {
     // It ends on AdamW's step: every weight, nothing else.
     let update = beats.len() - 1;
     assert_eq!((&beats[update]["pass"], &beats[update]["kind"]), (&serde_json::json!("update"), &serde_json::json!("optimizer")), "{line}");
+    // What the run's training step ran each op on: the GPU's kernels (none
+    // on the tensor cores in an f32 run, so the narration says nothing of
+    // them), none on the CPU.
+    let on_gpu = r["backend"].as_str().unwrap_or_default().starts_with("gpu");
+    for b in beats.iter().filter(|b| b["node"].is_string()) {
+        let kernels = b["training_kernels"].as_array().unwrap();
+        assert_eq!(!kernels.is_empty(), on_gpu, "{b}");
+        assert!(kernels.iter().all(|k| !tinygpt::gpu::coop::on_tensor_cores(k.as_str().unwrap())), "{b}");
+    }
+    assert!(walk["precision_line"].is_null(), "{line}");
     check_walk_picture(&r, &shot, (1280.0, 720.0), false);
     // Each phase of the tour, at both sizes (presenter mode at 1920×1080):
     // a matmul, attention's deck, the loss's gradient, a residual add's

@@ -691,6 +691,18 @@ walk-scale-gradient = colours: dL/d { $name } from −{ $scale } to +{ $scale } 
 walk-pass-update = Update
 walk-update-optimizer = AdamW ends the training step: each weight moves by −lr · m / (√v + ε), m and v being the run's own running averages of its gradient and of its square (bias-corrected), and the matrices also shrink by lr × the weight decay. This is the run's step { $adam_step }, at learning rate { $lr }. Each weight now shows its update Δw, yellow up and coral down: against its gradient, by about the learning rate wherever the gradient has been steady.
 walk-update-optimizer-waiting = AdamW ends the training step. Reading the run's moments (its running averages of each gradient and of its square) to work out each weight's update…
+walk-mixed-f16 = In training (mixed precision), { $pass ->
+        [backward] this op's backward
+       *[forward] this op
+    } runs its products on the tensor cores: f16 operands, f32 sums ({ $kernels }). The numbers shown here are recomputed in f32.
+walk-mixed-f16-and-f32 = In training (mixed precision), { $pass ->
+        [backward] this op's backward
+       *[forward] this op
+    } runs its products on the tensor cores in { $kernels } (f16 operands, f32 sums) and the rest in f32 ({ $rest }). The numbers shown here are recomputed in f32.
+walk-mixed-f32 = In training (mixed precision), { $pass ->
+        [backward] this op's backward
+       *[forward] this op
+    } stays in f32 ({ $kernels }).
 walk-scale-update = colours: AdamW's Δ { $name } from −{ $scale } to +{ $scale } (its 99th percentile), grey at 0
 walk-lens = logit lens at “{ $byte }”: entering block { $layer } { $before }  →  leaving it { $after }
 walk-lens-start = logit lens at “{ $byte }”, on the stream's start: { $guesses }

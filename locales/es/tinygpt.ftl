@@ -690,6 +690,18 @@ walk-scale-gradient = colores: dL/d { $name } de −{ $scale } a +{ $scale } (su
 walk-pass-update = Actualización
 walk-update-optimizer = AdamW cierra el paso de entrenamiento: cada peso se mueve −lr · m / (√v + ε), donde m y v son las medias móviles de su gradiente y de su cuadrado de la propia ejecución (corregidas de sesgo), y las matrices además se reducen en lr × el decaimiento de pesos. Es el paso { $adam_step } de la ejecución, con tasa de aprendizaje { $lr }. Cada peso muestra ahora su actualización Δw, amarillo hacia arriba y coral hacia abajo: en contra de su gradiente, cerca de la tasa de aprendizaje allí donde el gradiente ha sido estable.
 walk-update-optimizer-waiting = AdamW cierra el paso de entrenamiento. Leyendo los momentos de la ejecución (las medias móviles de cada gradiente y de su cuadrado) para calcular la actualización de cada peso…
+walk-mixed-f16 = En el entrenamiento (precisión mixta), { $pass ->
+        [backward] el paso hacia atrás de esta operación hace
+       *[forward] esta operación hace
+    } sus productos en los tensor cores: operandos f16, sumas en f32 ({ $kernels }). Los números de aquí se recalculan en f32.
+walk-mixed-f16-and-f32 = En el entrenamiento (precisión mixta), { $pass ->
+        [backward] el paso hacia atrás de esta operación hace
+       *[forward] esta operación hace
+    } sus productos en los tensor cores en { $kernels } (operandos f16, sumas en f32) y el resto en f32 ({ $rest }). Los números de aquí se recalculan en f32.
+walk-mixed-f32 = En el entrenamiento (precisión mixta), { $pass ->
+        [backward] el paso hacia atrás de esta operación sigue
+       *[forward] esta operación sigue
+    } en f32 ({ $kernels }).
 walk-scale-update = colores: Δ { $name } de AdamW de −{ $scale } a +{ $scale } (su percentil 99), gris en 0
 walk-lens = lente de logits en “{ $byte }”: al entrar en el bloque { $layer } { $before }  →  al salir { $after }
 walk-lens-start = lente de logits en “{ $byte }”, al comienzo del flujo: { $guesses }

@@ -690,6 +690,18 @@ walk-scale-gradient = 颜色：dL/d { $name } 从 −{ $scale } 到 +{ $scale }�
 walk-pass-update = 更新
 walk-update-optimizer = AdamW 结束这一步训练：每个权重移动 −lr · m / (√v + ε)，其中 m 和 v 是这次训练自己的梯度和梯度平方的滑动平均，矩阵还会按 lr × 权重衰减变小。这是训练的第 { $adam_step } 步，学习率 { $lr }。现在每个权重显示它的更新 Δw（颜色见下面一行）：与梯度方向相反，在梯度稳定的地方大约移动一个学习率。
 walk-update-optimizer-waiting = AdamW 结束这一步训练。正在读取训练的梯度和梯度平方的滑动平均，以计算每个权重的更新…
+walk-mixed-f16 = 训练时（混合精度）{ $pass ->
+        [backward] 这一步的反向
+       *[forward] 这一步
+    }在张量核心上计算乘积：f16 操作数，f32 求和（{ $kernels }）。这里显示的数字以 f32 重新计算。
+walk-mixed-f16-and-f32 = 训练时（混合精度）{ $pass ->
+        [backward] 这一步的反向
+       *[forward] 这一步
+    }在张量核心上用 { $kernels } 计算乘积（f16 操作数，f32 求和），其余仍用 f32（{ $rest }）。这里显示的数字以 f32 重新计算。
+walk-mixed-f32 = 训练时（混合精度）{ $pass ->
+        [backward] 这一步的反向
+       *[forward] 这一步
+    }仍用 f32（{ $kernels }）。
 walk-scale-update = 颜色：AdamW 的 Δ { $name } 从 −{ $scale } 到 +{ $scale }（第 99 百分位），0 为中间色
 walk-lens = logit 透镜，在“{ $byte }”：进入第 { $layer } 块时 { $before }  →  离开时 { $after }
 walk-lens-start = logit 透镜，在“{ $byte }”，残差流的开始：{ $guesses }

@@ -15,12 +15,14 @@
 //! enough ([`numbers`]), the worked example's outlines ([`marks`]) and its
 //! dot product added term by term ([`sweep`]), what the flat view read at
 //! the last byte ([`context`]), the colours [`colour`], the toolbar and narration
-//! [`panel`], the reports [`report`].
+//! [`panel`] (in a mixed-precision run it says which of the training step's
+//! kernels ran each op on the tensor cores: [`kernels`]), the reports [`report`].
 
 mod colour;
 mod compute;
 mod context;
 mod draw;
+mod kernels;
 mod layout;
 mod lesson;
 mod look;

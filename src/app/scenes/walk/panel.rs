@@ -74,6 +74,14 @@ pub fn narration(shown: &Shown, compute: &WalkCompute, run: &Run, k: usize) -> O
             ("loss", loss.into()),
         ],
     );
+    // In a mixed-precision run: which of the training step's kernels ran
+    // this op on the tensor cores, or that it stayed in f32.
+    let kernels = super::kernels::of_beat(&run.program, &run.entry_kernels, beat);
+    let mixed = run.precision == crate::backends::Precision::Mixed;
+    let body = match super::kernels::sentence(mixed, beat.pass, &kernels) {
+        Some(line) => format!("{body}\n\n{line}"),
+        None => body,
+    };
     Some((title, body))
 }
 

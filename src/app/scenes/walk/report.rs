@@ -111,6 +111,7 @@ fn headless(
     ), With<ScreenLabel>>,
     cameras: Query<(&Camera, &GlobalTransform), With<SceneCamera>>,
     (numbers, sweep): (Res<super::numbers::NumbersShown>, Res<super::sweep::Sweep>),
+    run: Option<Res<crate::app::training::Run>>,
 ) -> Value {
     if *scene.get() != Scene::Walk {
         return Value::Null;
@@ -163,6 +164,12 @@ fn headless(
             json!({ "text": text.0, "px": px_box(camera, camera_at, &corners) })
         })
         .collect();
+    // The kernels the run's training step ran for each beat's op (the
+    // GPU's plan; none on the CPU), and the narration's line about them.
+    let kernels_of = |b: &super::layout::Beat| {
+        run.as_deref().map(|r| super::kernels::of_beat(&r.program, &r.entry_kernels, b)).unwrap_or_default()
+    };
+    let mixed = run.as_deref().is_some_and(|r| r.precision == crate::backends::Precision::Mixed);
     let beats: Vec<Value> = walk
         .beats
         .iter()
@@ -173,9 +180,11 @@ fn headless(
                 "node": b.node,
                 "layer": b.layer,
                 "output": b.slabs.first(),
+                "training_kernels": kernels_of(b),
             })
         })
         .collect();
+    let precision_line = super::kernels::sentence(mixed, walk.beats[k].pass, &kernels_of(&walk.beats[k]));
     json!({
         "beat": k,
         "t": view.t,
@@ -219,5 +228,8 @@ fn headless(
         }),
         // The narration's logit lens and head view at the last byte.
         "context": compute.computed().map(|c| super::context::context(&c.flow, &walk.beats[k])),
+        // In a mixed-precision run, what the narration says the training
+        // step ran this beat's op on.
+        "precision_line": precision_line,
     })
 }
