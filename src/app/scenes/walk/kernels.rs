@@ -45,16 +45,16 @@ pub fn sentence(mixed: bool, pass: TourPass, kernels: &[&str]) -> Option<String>
         return None;
     }
     let pass = if pass == TourPass::Backward { "backward" } else { "forward" };
-    let (f16, f32): (Vec<&str>, Vec<&str>) =
+    let (in_f16, in_f32): (Vec<&str>, Vec<&str>) =
         kernels.iter().copied().partition(|k| crate::gpu::coop::on_tensor_cores(k));
-    Some(match (f16.is_empty(), f32.is_empty()) {
-        (true, _) => crate::t!("walk-mixed-f32", pass = pass, kernels = f32.join(", ")),
-        (false, true) => crate::t!("walk-mixed-f16", pass = pass, kernels = f16.join(", ")),
+    Some(match (in_f16.is_empty(), in_f32.is_empty()) {
+        (true, _) => crate::t!("walk-mixed-f32", pass = pass, kernels = in_f32.join(", ")),
+        (false, true) => crate::t!("walk-mixed-f16", pass = pass, kernels = in_f16.join(", ")),
         (false, false) => crate::t!(
             "walk-mixed-f16-and-f32",
             pass = pass,
-            kernels = f16.join(", "),
-            rest = f32.join(", "),
+            kernels = in_f16.join(", "),
+            rest = in_f32.join(", "),
         ),
     })
 }
@@ -99,9 +99,9 @@ mod tests {
         let (at_coop, at_f32) = (both.find(coop).unwrap(), both.find("matmul_tn_w128").unwrap());
         assert!(at_coop < at_f32, "{both}");
         assert!(!all_f16.contains("matmul_tn_w128"));
-        let f32 = sentence(true, TourPass::Backward, &["layernorm_backward"]).unwrap();
-        assert!(f32.contains("layernorm_backward") && f32.contains("f32"), "{f32}");
-        assert!(![&all_f16, &both].contains(&&f32));
+        let stays = sentence(true, TourPass::Backward, &["layernorm_backward"]).unwrap();
+        assert!(stays.contains("layernorm_backward") && stays.contains("f32"), "{stays}");
+        assert!(![&all_f16, &both].contains(&&stays));
         assert_eq!(sentence(false, TourPass::Forward, &[coop]), None, "an f32 run");
         assert_eq!(sentence(true, TourPass::Forward, &[]), None, "the CPU");
     }
