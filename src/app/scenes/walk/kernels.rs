@@ -14,11 +14,10 @@ use crate::program::{Program, Step};
 /// names none (the CPU), for the loss's and AdamW's beats, or where no op
 /// writes the node.
 pub fn of_beat(program: &Program, entry_kernels: &[Vec<&'static str>], beat: &Beat) -> Vec<&'static str> {
-    let Some(node) = beat.node.as_deref() else {
+    let Some(id) = beat.node.as_deref().and_then(|node| program.tensor_id(node)) else {
         return Vec::new();
     };
-    let writes = |op: &crate::program::OpNode| op.op.io().1.iter().any(|&t| program.tensors[t].name == node);
-    let Some(op) = program.ops.iter().position(writes) else {
+    let Some(op) = program.ops.iter().position(|o| o.op.io().1.contains(&id)) else {
         return Vec::new();
     };
     let entry = match beat.pass {
@@ -76,11 +75,8 @@ mod tests {
         let plan: Vec<Vec<&'static str>> =
             program.steps.iter().map(|s| vec![&*Box::leak(format!("{s:?}").into_boxed_str())]).collect();
         let node = "h.0.attn.qkv";
-        let writer = program
-            .ops
-            .iter()
-            .position(|n| n.op.io().1.iter().any(|&t| program.tensors[t].name == node))
-            .expect("an op writes the first block's q, k and v");
+        let id = program.tensor_id(node).expect("the first block's q, k and v");
+        let writer = program.ops.iter().position(|o| o.op.io().1.contains(&id)).unwrap();
         assert_eq!(of_beat(&program, &plan, &beat(Some(node), TourPass::Forward)), [format!("Forward({writer})")]);
         assert_eq!(of_beat(&program, &plan, &beat(Some(node), TourPass::Backward)), [format!("Backward({writer})")]);
         assert!(of_beat(&program, &plan, &beat(None, TourPass::Backward)).is_empty(), "the loss's beat");

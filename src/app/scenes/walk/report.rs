@@ -166,25 +166,28 @@ fn headless(
         .collect();
     // The kernels the run's training step ran for each beat's op (the
     // GPU's plan; none on the CPU), and the narration's line about them.
-    let kernels_of = |b: &super::layout::Beat| {
-        run.as_deref().map(|r| super::kernels::of_beat(&r.program, &r.entry_kernels, b)).unwrap_or_default()
-    };
+    let kernels: Vec<Vec<&str>> = walk
+        .beats
+        .iter()
+        .map(|b| run.as_deref().map(|r| super::kernels::of_beat(&r.program, &r.entry_kernels, b)).unwrap_or_default())
+        .collect();
     let mixed = run.as_deref().is_some_and(|r| r.precision == crate::backends::Precision::Mixed);
     let beats: Vec<Value> = walk
         .beats
         .iter()
-        .map(|b| {
+        .zip(&kernels)
+        .map(|(b, kernels)| {
             json!({
                 "kind": b.kind,
                 "pass": b.pass,
                 "node": b.node,
                 "layer": b.layer,
                 "output": b.slabs.first(),
-                "training_kernels": kernels_of(b),
+                "training_kernels": kernels,
             })
         })
         .collect();
-    let precision_line = super::kernels::sentence(mixed, walk.beats[k].pass, &kernels_of(&walk.beats[k]));
+    let precision_line = super::kernels::sentence(mixed, walk.beats[k].pass, &kernels[k]);
     json!({
         "beat": k,
         "t": view.t,
