@@ -9,6 +9,7 @@
 //! default and the reference.
 
 use half::f16;
+use std::fmt::Write;
 use wgpu::util::DeviceExt;
 
 /// The device features the kernel needs.
@@ -45,15 +46,178 @@ pub fn vec4_fits(layout: super::matmul_tiles::Layout, [m, k, n]: [usize; 3]) -> 
     }
 }
 
-/// Workgroup memory of [`TRAINING_SOURCE`]: A's and B's staged blocks
-/// (5120 halves each: 128 rows of 40, or 32 of 136), eight 16×16 f32 tiles.
-pub const TRAINING_WORKGROUP_BYTES: u32 = 5120 * 2 * 2 + 8 * 256 * 4;
+/// One configuration of [`TRAINING_SOURCE`] (a template): a 128×128 block
+/// of C computed by `sg_m × sg_n` subgroups of 32 lanes, each a `tm × tn`
+/// grid of 16×16 accumulator tiles, K walked `bk` at a time through one
+/// stage of workgroup memory or two (double-buffered: one barrier a step).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CoopKernel {
+    /// Its name: `TINYGPT_COOP_KERNEL=NAME` compiles it (benchmarks).
+    pub name: &'static str,
+    pub sg_m: usize,
+    pub sg_n: usize,
+    pub tm: usize,
+    pub tn: usize,
+    pub bk: usize,
+    pub stages: usize,
+}
+
+/// The configurations, the one training runs first ([`CoopKernel::current`]).
+/// Measured side by side on the H200 host with three others (docs/performance.md:
+/// K 16 at a time, and 4 subgroups of 4×4 tiles at K 16 and 32, lost at
+/// nearly every shape of nanogpt-char's step).
+pub const COOP_KERNELS: &[CoopKernel] = &[
+    // 8 subgroups of 2×4 tiles (32×64), K 32 at a time, one stage.
+    CoopKernel { name: "s1", sg_m: 4, sg_n: 2, tm: 2, tn: 4, bk: 32, stages: 1 },
+    // The same, double-buffered: the step's time within the spread of s1's,
+    // with 48 KiB of workgroup memory against 28.
+    CoopKernel { name: "d2", sg_m: 4, sg_n: 2, tm: 2, tn: 4, bk: 32, stages: 2 },
+];
+
+impl CoopKernel {
+    /// The configuration this process compiles: `TINYGPT_COOP_KERNEL`'s
+    /// (an unknown name is said once and ignored), else the first.
+    pub fn current() -> &'static CoopKernel {
+        static CHOSEN: std::sync::OnceLock<&'static CoopKernel> = std::sync::OnceLock::new();
+        CHOSEN.get_or_init(|| match std::env::var("TINYGPT_COOP_KERNEL") {
+            Ok(name) if !name.is_empty() => COOP_KERNELS.iter().find(|k| k.name == name).unwrap_or_else(|| {
+                let names: Vec<&str> = COOP_KERNELS.iter().map(|k| k.name).collect();
+                eprintln!(
+                    "TINYGPT_COOP_KERNEL={name} is not a tensor-core kernel; using {} (the others: {})",
+                    COOP_KERNELS[0].name,
+                    names.join(", ")
+                );
+                &COOP_KERNELS[0]
+            }),
+            _ => &COOP_KERNELS[0],
+        })
+    }
+
+    pub fn threads(&self) -> usize {
+        32 * self.sg_m * self.sg_n
+    }
+
+    /// Halves one stage of one operand's block takes: 128 rows of BK + 8,
+    /// or BK rows of 136.
+    fn stage_halves(&self) -> usize {
+        (128 * (self.bk + 8)).max(self.bk * 136)
+    }
+
+    /// Workgroup memory: A's and B's staged blocks (f16), one 16×16 f32
+    /// tile a subgroup.
+    pub fn workgroup_bytes(&self) -> u32 {
+        (2 * self.stages * self.stage_halves() * 2 + self.sg_m * self.sg_n * 256 * 4) as u32
+    }
+
+    /// Why the configuration cannot work, if it cannot.
+    pub fn check(&self) -> Result<(), String> {
+        let fail = |why: &str| Err(format!("tensor-core kernel {}: {why}", self.name));
+        if self.sg_m * self.tm * 16 != 128 || self.sg_n * self.tn * 16 != 128 {
+            return fail("the subgroups' tiles do not cover a 128×128 block");
+        }
+        if self.bk % 16 != 0 || !(1..=2).contains(&self.stages) {
+            return fail("BK must be a multiple of 16, and the stages 1 or 2");
+        }
+        if (128 * self.bk / 4) % self.threads() != 0 {
+            return fail("the threads do not share the block's vec4 loads evenly");
+        }
+        Ok(())
+    }
+
+    /// [`TRAINING_SOURCE`] filled in for this configuration (without the
+    /// layout's and build's placeholders).
+    fn source(&self) -> String {
+        let (tm, tn) = (self.tm, self.tn);
+        let loads = 128 * self.bk / 4 / self.threads();
+        let mut accumulators = String::new();
+        let mut epilogue = String::new();
+        for i in 0..tm {
+            for j in 0..tn {
+                let _ = writeln!(accumulators, "    var c_{i}_{j} = coop_mat16x16<f32, C>();");
+                let _ = writeln!(
+                    epilogue,
+                    "    emit_tile(c_{i}_{j}, so, lane, row0 + wr + {}u, col0 + wc + {}u, z);",
+                    16 * i,
+                    16 * j
+                );
+            }
+        }
+        let mut multiply = String::new();
+        for kk in (0..self.bk).step_by(16) {
+            let _ = writeln!(multiply, "        {{");
+            for i in 0..tm {
+                let _ = writeln!(multiply, "            let a{i} = a_tile(base, wr + {}u, {kk}u);", 16 * i);
+            }
+            for j in 0..tn {
+                let _ = writeln!(multiply, "            let b{j} = b_tile(base, {kk}u, wc + {}u);", 16 * j);
+            }
+            for i in 0..tm {
+                for j in 0..tn {
+                    let _ = writeln!(multiply, "            c_{i}_{j} = coopMultiplyAdd(a{i}, b{j}, c_{i}_{j});");
+                }
+            }
+            let _ = writeln!(multiply, "        }}");
+        }
+        let k_loop = if self.stages == 1 {
+            format!(
+                "    let base = 0u;\n    for (var k0 = k_begin; k0 < k_end; k0 += BK) {{\n        workgroupBarrier();\n        \
+                 stage_step(tid, row0, col0, k0, k0 + BK, k_end, base, &fetched);\n        workgroupBarrier();\n{multiply}    }}"
+            )
+        } else {
+            format!(
+                "    stage_step(tid, row0, col0, k_begin, k_begin + BK, k_end, 0u, &fetched);\n    workgroupBarrier();\n    \
+                 var base = 0u;\n    for (var k0 = k_begin; k0 < k_end; k0 += BK) {{\n{multiply}        \
+                 // The next block into the other stage while the others multiply this one.\n        \
+                 let k_next = k0 + BK;\n        if (k_next < k_end) {{\n            \
+                 stage_step(tid, row0, col0, k_next, k_next + BK, k_end, STAGE - base, &fetched);\n        }}\n        \
+                 workgroupBarrier();\n        base = STAGE - base;\n    }}"
+            )
+        };
+        let mut fields = String::new();
+        let mut calls = Vec::new();
+        let mut puts = String::new();
+        for (operand, name) in [("a", "a"), ("b", "b")] {
+            let origin = if operand == "a" { "row0" } else { "col0" };
+            for i in 0..loads {
+                let _ = writeln!(fields, "    {name}{i}: vec4<f32>,");
+                calls.push(format!("        fetch_{operand}({i}u, tid, {origin}, k0, k_end)"));
+                let _ = writeln!(puts, "    put_{operand}({i}u, tid, f.{name}{i}, base);");
+            }
+        }
+        TRAINING_SOURCE
+            .replace("{{BK}}", &self.bk.to_string())
+            .replace("{{THREADS}}", &self.threads().to_string())
+            .replace("{{SG_N}}", &self.sg_n.to_string())
+            .replace("{{WM}}", &(16 * tm).to_string())
+            .replace("{{WN}}", &(16 * tn).to_string())
+            .replace("{{STAGE}}", &self.stage_halves().to_string())
+            .replace("{{STAGED}}", &(self.stages * self.stage_halves()).to_string())
+            .replace("{{CS}}", &(self.sg_m * self.sg_n * 256).to_string())
+            .replace("{{FETCHED_FIELDS}}", fields.trim_end())
+            .replace("{{FETCH_CALLS}}", &calls.join(",\n"))
+            .replace("{{PUT_CALLS}}", puts.trim_end())
+            .replace("{{ACCUMULATORS}}", accumulators.trim_end())
+            .replace("{{K_LOOP}}", &k_loop)
+            .replace("{{EPILOGUE}}", epilogue.trim_end())
+    }
+}
 
 /// [`TRAINING_SOURCE`] as compiled: the extensions it needs enabled first,
 /// then the common declarations; the element build or the vec4 one, of one
 /// layout (its entry point is that layout's of [`TRAINING_ENTRIES`] or
-/// [`TRAINING_ENTRIES_VEC4`]).
+/// [`TRAINING_ENTRIES_VEC4`]), in the configuration [`CoopKernel::current`].
 pub fn training_source(
+    head_dim: usize,
+    lab: crate::model::config::Lab,
+    vec4: bool,
+    layout: super::matmul_tiles::Layout,
+) -> String {
+    training_source_of(CoopKernel::current(), head_dim, lab, vec4, layout)
+}
+
+/// [`training_source`] in configuration `kernel`.
+pub fn training_source_of(
+    kernel: &CoopKernel,
     head_dim: usize,
     lab: crate::model::config::Lab,
     vec4: bool,
@@ -77,7 +241,8 @@ pub fn training_source(
              fn b4(i: u32) -> vec4<f32> { return vec4<f32>(b[4u * i], b[4u * i + 1u], b[4u * i + 2u], b[4u * i + 3u]); }",
         )
     };
-    let source = TRAINING_SOURCE
+    let source = kernel
+        .source()
         .replace("{{VEC4}}", &vec4.to_string())
         .replace("{{FORM}}", &format!("{}u", layout.index()))
         .replace("{{OPERAND}}", operand)
@@ -124,14 +289,16 @@ pub fn adapter_support(adapter: &wgpu::Adapter) -> Result<(), String> {
         ));
     }
     let limits = adapter.limits();
-    if limits.max_compute_workgroup_storage_size < TRAINING_WORKGROUP_BYTES
-        || limits.max_compute_invocations_per_workgroup < 256
+    let kernel = CoopKernel::current();
+    if limits.max_compute_workgroup_storage_size < kernel.workgroup_bytes()
+        || (limits.max_compute_invocations_per_workgroup as usize) < kernel.threads()
     {
         return Err(format!(
-            "{name} offers {} bytes of workgroup memory and {} threads a workgroup; the tensor-core kernels need {} and 256",
+            "{name} offers {} bytes of workgroup memory and {} threads a workgroup; the tensor-core kernels need {} and {}",
             limits.max_compute_workgroup_storage_size,
             limits.max_compute_invocations_per_workgroup,
-            TRAINING_WORKGROUP_BYTES
+            kernel.workgroup_bytes(),
+            kernel.threads()
         ));
     }
     Ok(())
@@ -247,45 +414,67 @@ pub fn through_f16(values: &[f32]) -> Vec<f32> {
 mod tests {
     use super::*;
 
-    /// The tensor cores' training kernel as naga reads it for Vulkan: it
-    /// parses with f16 and cooperative matrices, validates, and its SPIR-V
-    /// is written (naga 30's writer panics on a coopLoad/coopStore whose
-    /// index is not bound to a `let`). No GPU here has cooperative matrices,
-    /// so this is what CI can check of it; the H100 host runs it.
+    /// The tensor cores' training kernel as naga reads it for Vulkan, in
+    /// every configuration, layout and build: it parses with f16 and
+    /// cooperative matrices, validates, and its SPIR-V is written (naga
+    /// 30's writer panics on a coopLoad/coopStore whose index is not bound
+    /// to a `let`). No GPU here has cooperative matrices, so this is what
+    /// CI can check of it; the H100 host runs it.
     #[test]
     fn the_training_kernel_validates_and_writes_spirv() {
         use wgpu::naga;
         use crate::gpu::matmul_tiles::Layout;
         let builds = [(16, false), (64, false), (16, true), (64, true)];
-        for ((head_dim, vec4), layout) in builds.into_iter().flat_map(|b| Layout::ALL.map(|l| (b, l))) {
-            let source = training_source(head_dim, crate::model::config::Lab::default(), vec4, layout);
-            let module = naga::front::wgsl::parse_str(&source).unwrap_or_else(|e| panic!("{}", e.emit_to_string(&source)));
-            let caps = naga::valid::Capabilities::SHADER_FLOAT16 | naga::valid::Capabilities::COOPERATIVE_MATRIX;
-            let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
-                .validate(&module)
-                .unwrap_or_else(|e| panic!("{}", e.emit_to_string(&source)));
-            let options = naga::back::spv::Options {
-                lang_version: (1, 3),
-                ..Default::default()
-            };
-            let words = naga::back::spv::write_vec(&module, &info, &options, None).expect("SPIR-V");
-            assert!(words.len() > 1000, "{} words of SPIR-V", words.len());
-            let entry = if vec4 { TRAINING_ENTRIES_VEC4 } else { TRAINING_ENTRIES }[layout.index()];
-            let names: Vec<&str> = module.entry_points.iter().map(|e| e.name.as_str()).collect();
-            assert_eq!(names, [entry]);
+        for kernel in COOP_KERNELS {
+            kernel.check().unwrap();
+            for ((head_dim, vec4), layout) in builds.into_iter().flat_map(|b| Layout::ALL.map(|l| (b, l))) {
+                let source = training_source_of(kernel, head_dim, crate::model::config::Lab::default(), vec4, layout);
+                assert!(!source.contains("{{"), "{}: a placeholder left", kernel.name);
+                let module =
+                    naga::front::wgsl::parse_str(&source).unwrap_or_else(|e| panic!("{}", e.emit_to_string(&source)));
+                let caps = naga::valid::Capabilities::SHADER_FLOAT16 | naga::valid::Capabilities::COOPERATIVE_MATRIX;
+                let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
+                    .validate(&module)
+                    .unwrap_or_else(|e| panic!("{}: {}", kernel.name, e.emit_to_string(&source)));
+                let options = naga::back::spv::Options {
+                    lang_version: (1, 3),
+                    ..Default::default()
+                };
+                let words = naga::back::spv::write_vec(&module, &info, &options, None).expect("SPIR-V");
+                assert!(words.len() > 1000, "{} words of SPIR-V", words.len());
+                let entry = if vec4 { TRAINING_ENTRIES_VEC4 } else { TRAINING_ENTRIES }[layout.index()];
+                let names: Vec<&str> = module.entry_points.iter().map(|e| e.name.as_str()).collect();
+                assert_eq!(names, [entry]);
+                assert_eq!(module.entry_points[0].workgroup_size, [kernel.threads() as u32, 1, 1]);
+            }
         }
     }
 
+    /// The workgroup memory a configuration's source declares is what
+    /// [`CoopKernel::workgroup_bytes`] says (adapter_support checks the
+    /// device's limit against it).
     #[test]
-    fn its_workgroup_memory_is_what_the_file_declares() {
-        let declared: u32 = ["As: array<f16, ", "Bs: array<f16, ", "Cs: array<f32, "]
-            .iter()
-            .map(|decl| {
-                let at = TRAINING_SOURCE.find(decl).expect(decl) + decl.len();
-                let count: u32 = TRAINING_SOURCE[at..].split('>').next().unwrap().parse().unwrap();
-                count * if decl.contains("f16") { 2 } else { 4 }
-            })
-            .sum();
-        assert_eq!(declared, TRAINING_WORKGROUP_BYTES);
+    fn its_workgroup_memory_is_what_the_source_declares() {
+        for kernel in COOP_KERNELS {
+            let source = kernel.source();
+            let declared: u32 = ["As: array<f16, ", "Bs: array<f16, ", "Cs: array<f32, "]
+                .iter()
+                .map(|decl| {
+                    let at = source.find(decl).expect(decl) + decl.len();
+                    let count: u32 = source[at..].split('>').next().unwrap().parse().unwrap();
+                    count * if decl.contains("f16") { 2 } else { 4 }
+                })
+                .sum();
+            assert_eq!(declared, kernel.workgroup_bytes(), "{}", kernel.name);
+        }
+    }
+
+    /// Names are unique (`TINYGPT_COOP_KERNEL` picks by name).
+    #[test]
+    fn the_configurations_have_names_of_their_own() {
+        let mut names: Vec<&str> = COOP_KERNELS.iter().map(|k| k.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), COOP_KERNELS.len());
     }
 }
