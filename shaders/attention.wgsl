@@ -31,6 +31,9 @@
 //   attention_backward_dkdv_blocks  group (32 keys, b·H + h), 256 threads: training's
 //                            dK and dV where the device's workgroup memory holds the
 //                            blocks (see the kernel); attention_backward_dkdv elsewhere
+//   attention_backward_dkdv_reg     group (32 keys, b·H + h), 8·DV4 threads: training's
+//                            dK and dV register-tiled, where the device's workgroup
+//                            memory holds its blocks; the blocked kernel elsewhere
 //   attention_backward_dq_blocks    group (32 queries, b·H + h), 256 threads: training's
 //                            dQ likewise; attention_backward_dq_rows elsewhere
 // (The 16×16-tile forward, dK/dV and dQ stay for the trace, which replays them.)
@@ -730,6 +733,143 @@ fn attention_backward_dkdv_blocks(@builtin(workgroup_id) wg: vec3<u32>, @builtin
             let d = 4u * (e % DV4);
             add_columns(qkv_at(b, j, 1u, h) + d, d, at.scale * dk[u]);
             add_columns(qkv_at(b, j, 2u, h) + d, d, dv[u]);
+        }
+    }
+}
+
+// --- attention_backward_dkdv_reg: training's dK and dV, register-tiled
+// (issue 51): attention_backward_dkdv_blocks's algorithm with 32 queries a
+// step and each thread's operands reused from registers, so a workgroup-
+// memory load feeds 4-8 multiply-adds where the blocked kernel's fed 2-3.
+// Group (ceil(T / KEYS_R), b·H + h), THREADS_R = 8·DV4 threads. The block's
+// K and V rows are loaded once; each step stages QUERIES_R rows of Q and dO
+// (fetched into registers during the step before), their lse and delta, then
+//   scores:     thread t takes queries t % 8 + 8a (a < 4) against keys
+//               t / 8 + DV4·x (x < KT): S = q·k, dP = dO·v from one vec4 of
+//               each row at a time, then P and dS (p_and_ds) into P_blk and
+//               dS_blk (QUERIES_R × KEYS_R, query-major, 4 keys a vec4);
+//   accumulate: thread t owns keys 4·(t / DV4) .. +3 at columns 4·(t % DV4)..:
+//               dV += Σ_i P_ji dO_i, dK += Σ_i dS_ji q_i, in registers.
+// Needs kernels::attention_dkdv_reg_bytes of workgroup memory (43 264 bytes
+// at D = 64); where the device has less, attention_backward_dkdv_blocks (or
+// the 16×16-tile kernel) computes the same function.
+const KEYS_R: u32 = 32u;
+const QUERIES_R: u32 = 32u;
+const THREADS_R: u32 = 8u * DV4;
+// Keys a thread scores: ceil(KEYS_R / DV4).
+const KT: u32 = (KEYS_R + DV4 - 1u) / DV4;
+// vec4s of Q and of dO a thread stages a step: QUERIES_R · DV4 / THREADS_R.
+const STAGED_R: u32 = 4u;
+
+var<workgroup> kr_blk: array<vec4<f32>, KEYS_R * ROW4>;
+var<workgroup> vr_blk: array<vec4<f32>, KEYS_R * ROW4>;
+var<workgroup> qr_blk: array<vec4<f32>, QUERIES_R * ROW4>;
+var<workgroup> dor_blk: array<vec4<f32>, QUERIES_R * ROW4>;
+// P and dS of (query i, key j) at [i · KEYS_R / 4 + j / 4][j % 4].
+var<workgroup> pr_blk: array<vec4<f32>, QUERIES_R * KEYS_R / 4u>;
+var<workgroup> dsr_blk: array<vec4<f32>, QUERIES_R * KEYS_R / 4u>;
+var<workgroup> lse_blk: array<f32, QUERIES_R>;
+var<workgroup> delta_blk: array<f32, QUERIES_R>;
+
+// This thread's share of the QUERIES_R rows of Q and dO from query i0:
+// vec4 u at row (tid + THREADS_R·u) / DV4.
+fn fetch_q_and_do(b: u32, h: u32, i0: u32, tid: u32) -> array<array<vec4<f32>, 2>, STAGED_R> {
+    var rows: array<array<vec4<f32>, 2>, STAGED_R>;
+    for (var u = 0u; u < STAGED_R; u++) {
+        let e = tid + THREADS_R * u;
+        rows[u] = q_and_do(b, i0 + e / DV4, h, e % DV4);
+    }
+    return rows;
+}
+
+@compute @workgroup_size(THREADS_R, 1, 1)
+fn attention_backward_dkdv_reg(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let bh = wg.y;
+    let b = bh / at.h;
+    let h = bh % at.h;
+    let j0 = wg.x * KEYS_R;
+    for (var e = tid; e < KEYS_R * DV4; e += THREADS_R) {
+        let r = e / DV4;
+        let c = e % DV4;
+        let kv = k_and_v(b, j0 + r, h, c);
+        kr_blk[r * ROW4 + c] = kv[0];
+        vr_blk[r * ROW4 + c] = kv[1];
+    }
+    let qg = tid % 8u;
+    let kg = tid / 8u;
+    let cg = tid % DV4;
+    let kq = tid / DV4;
+    var dk: array<vec4<f32>, 4>;
+    var dv: array<vec4<f32>, 4>;
+    // The query blocks before the diagonal: causality skips them whole.
+    let first = select(0u, j0, CAUSAL);
+    var fetched = fetch_q_and_do(b, h, first, tid);
+    for (var i0 = first; i0 < at.t; i0 += QUERIES_R) {
+        workgroupBarrier();
+        for (var u = 0u; u < STAGED_R; u++) {
+            let e = tid + THREADS_R * u;
+            let at_row = (e / DV4) * ROW4 + e % DV4;
+            qr_blk[at_row] = fetched[u][0];
+            dor_blk[at_row] = fetched[u][1];
+        }
+        for (var r = tid; r < QUERIES_R; r += THREADS_R) {
+            let i = min(i0 + r, at.t - 1u);
+            lse_blk[r] = lse[bh * at.t + i];
+            delta_blk[r] = delta[bh * at.t + i];
+        }
+        workgroupBarrier();
+        // The next step's rows, in flight while this one computes.
+        if (i0 + QUERIES_R < at.t) {
+            fetched = fetch_q_and_do(b, h, i0 + QUERIES_R, tid);
+        }
+        var s: array<f32, 4u * KT>;
+        var dp: array<f32, 4u * KT>;
+        for (var c = 0u; c < DV4; c++) {
+            var q: array<vec4<f32>, 4>;
+            var o: array<vec4<f32>, 4>;
+            for (var a = 0u; a < 4u; a++) {
+                q[a] = qr_blk[(qg + 8u * a) * ROW4 + c];
+                o[a] = dor_blk[(qg + 8u * a) * ROW4 + c];
+            }
+            for (var x = 0u; x < KT; x++) {
+                let kr = min(kg + DV4 * x, KEYS_R - 1u);
+                let k = kr_blk[kr * ROW4 + c];
+                let v = vr_blk[kr * ROW4 + c];
+                for (var a = 0u; a < 4u; a++) {
+                    s[4u * x + a] += dot(q[a], k);
+                    dp[4u * x + a] += dot(o[a], v);
+                }
+            }
+        }
+        for (var x = 0u; x < KT; x++) {
+            let kr = kg + DV4 * x;
+            if (kr < KEYS_R) {
+                for (var a = 0u; a < 4u; a++) {
+                    let qi = qg + 8u * a;
+                    let g = p_and_ds(bh, i0 + qi, j0 + kr, s[4u * x + a], dp[4u * x + a], lse_blk[qi], delta_blk[qi]);
+                    pr_blk[qi * (KEYS_R / 4u) + kr / 4u][kr % 4u] = g.x;
+                    dsr_blk[qi * (KEYS_R / 4u) + kr / 4u][kr % 4u] = g.y;
+                }
+            }
+        }
+        workgroupBarrier();
+        for (var ii = 0u; ii < QUERIES_R; ii++) {
+            let p4 = pr_blk[ii * (KEYS_R / 4u) + kq];
+            let ds4 = dsr_blk[ii * (KEYS_R / 4u) + kq];
+            let o = dor_blk[ii * ROW4 + cg];
+            let q = qr_blk[ii * ROW4 + cg];
+            for (var x = 0u; x < 4u; x++) {
+                dv[x] += p4[x] * o;
+                dk[x] += ds4[x] * q;
+            }
+        }
+    }
+    let d = 4u * cg;
+    for (var x = 0u; x < 4u; x++) {
+        let j = j0 + 4u * kq + x;
+        if (j < at.t) {
+            add_columns(qkv_at(b, j, 1u, h) + d, d, at.scale * dk[x]);
+            add_columns(qkv_at(b, j, 2u, h) + d, d, dv[x]);
         }
     }
 }
