@@ -318,19 +318,13 @@ fn backward_kernels(ctx: &GpuContext, d: usize) -> [&'static str; 2] {
 
 #[test]
 fn attentions_backward_kernels_are_chosen_by_workgroup_memory_and_rows() {
-    // (No GPU needed.) The register-tiled dK/dV where its blocks fit, then
-    // the blocked kernels, the 16×16-tile dK/dV and the row dQ where those
-    // do not; dQ in rows, too, from ATTENTION_DQ_ROWS_FROM query rows (the
-    // row kernel fills a large GPU there).
+    // (No GPU needed.) The blocked kernels where their blocks fit, the
+    // 16×16-tile dK/dV and the row dQ where they do not; dQ in rows, too,
+    // from ATTENTION_DQ_ROWS_FROM query rows (the row kernel fills a large
+    // GPU there).
     for d in [6, 16, 20, 32, 64, 128] {
-        let (reg, dkdv, dq) = (
-            kernels::attention_dkdv_reg_bytes(d),
-            kernels::attention_dkdv_blocks_bytes(d),
-            kernels::attention_dq_blocks_bytes(d),
-        );
-        assert!(reg > dkdv && dkdv > kernels::attention_workgroup_bytes(d) && dq > kernels::attention_rows_workgroup_bytes(d));
-        assert_eq!(kernels::attention_dkdv_entry(d, reg as u32).0, "attention_backward_dkdv_reg");
-        assert_eq!(kernels::attention_dkdv_entry(d, reg as u32 - 1).0, "attention_backward_dkdv_blocks");
+        let (dkdv, dq) = (kernels::attention_dkdv_blocks_bytes(d), kernels::attention_dq_blocks_bytes(d));
+        assert!(dkdv > kernels::attention_workgroup_bytes(d) && dq > kernels::attention_rows_workgroup_bytes(d));
         assert_eq!(kernels::attention_dkdv_entry(d, dkdv as u32).0, "attention_backward_dkdv_blocks");
         assert_eq!(kernels::attention_dkdv_entry(d, dkdv as u32 - 1).0, "attention_backward_dkdv");
         assert_eq!(kernels::attention_dq_entry(d, dq as u32, 1).0, "attention_backward_dq_blocks");
@@ -339,21 +333,8 @@ fn attentions_backward_kernels_are_chosen_by_workgroup_memory_and_rows() {
         assert_eq!(kernels::attention_dq_entry(d, u32::MAX, rows - 1).0, "attention_backward_dq_blocks");
         assert_eq!(kernels::attention_dq_entry(d, u32::MAX, rows).0, "attention_backward_dq_rows");
     }
-    // The blocked kernels fit the 32 KiB browsers and lavapipe give at
-    // D = 64, the register-tiled one up to D = 32 there and at D = 64 in
-    // NVIDIA's 48 KiB.
+    // D = 64 fits the 32 KiB browsers and lavapipe give.
     assert!(kernels::attention_dkdv_blocks_bytes(64).max(kernels::attention_dq_blocks_bytes(64)) <= 32768);
-    assert!(kernels::attention_dkdv_reg_bytes(32) <= 32768 && kernels::attention_dkdv_reg_bytes(64) <= 49152);
-}
-
-/// A context whose planner sees only the workgroup memory the blocked
-/// kernels need at head size `d` (not the register-tiled dK/dV's), as a
-/// device with less would.
-fn without_attention_reg(d: usize) -> GpuContext {
-    let mut ctx = context();
-    let blocks = kernels::attention_dkdv_blocks_bytes(d).max(kernels::attention_dq_blocks_bytes(d)) as u32;
-    ctx.limits.max_compute_workgroup_storage_size = ctx.limits.max_compute_workgroup_storage_size.min(blocks);
-    ctx
 }
 
 #[test]
@@ -361,25 +342,17 @@ fn flash_attention_matches_naive_attention() {
     // Training's backward kernels are the blocked ones where the adapter's
     // workgroup memory holds their blocks, the 16×16-tile dK/dV and the row
     // dQ elsewhere: both, at every shape.
-    const REG: [&str; 2] = ["attention_backward_dkdv_reg", "attention_backward_dq_blocks"];
     const BLOCKED: [&str; 2] = ["attention_backward_dkdv_blocks", "attention_backward_dq_blocks"];
     const OLD: [&str; 2] = ["attention_backward_dkdv", "attention_backward_dq_rows"];
     let full = context();
     assert_eq!(
-        backward_kernels(&full, 32),
-        REG,
-        "this adapter ({} bytes of workgroup memory) should run the register-tiled dK/dV up to D = 32",
-        full.limits.max_compute_workgroup_storage_size
-    );
-    assert_eq!(
-        backward_kernels(&without_attention_reg(64), 64),
+        backward_kernels(&full, 64),
         BLOCKED,
         "this adapter ({} bytes of workgroup memory) should run the blocked backward kernels up to D = 64",
         full.limits.max_compute_workgroup_storage_size
     );
     // (T, head_dim): T = 1, T below / at / above a 16-row tile and a 32-key
-    // block, D up to 128 and not a multiple of 4. Each on this adapter's
-    // kernels, on the blocked ones and on the 16×16-tile and row ones.
+    // block, D up to 128 and not a multiple of 4.
     for (t, d, h) in [
         (1, 8, 2),
         (15, 16, 1),
@@ -392,15 +365,8 @@ fn flash_attention_matches_naive_attention() {
     ] {
         let old = without_attention_blocks(d);
         assert_eq!(backward_kernels(&old, d), OLD);
-        let mut tried = Vec::new();
-        for ctx in [context(), without_attention_reg(d), old] {
-            // Each set of kernels once (where the register-tiled dK/dV does
-            // not fit this adapter, the first two are the same).
-            let kernels = backward_kernels(&ctx, d);
-            if !tried.contains(&kernels) {
-                flash_attention_matches_naive_attention_at(&ctx, t, d, h);
-                tried.push(kernels);
-            }
+        for ctx in [context(), old] {
+            flash_attention_matches_naive_attention_at(&ctx, t, d, h);
         }
     }
 }

@@ -121,7 +121,6 @@ pub const SHADERS: &[ShaderFile] = &[
             "attention_backward_dq_rows",
             "attention_backward_dkdv_blocks",
             "attention_backward_dq_blocks",
-            "attention_backward_dkdv_reg",
         ],
     },
     ShaderFile {
@@ -181,26 +180,12 @@ pub fn attention_dkdv_blocks_bytes(head_dim: usize) -> u64 {
     ((2 * keys + 2 * queries) * row4 * 16 + 2 * keys * queries * 4) as u64
 }
 
-/// Workgroup memory of `attention_backward_dkdv_reg` for a head size, in
-/// bytes: 32 rows each of K, V, Q and dO (ceil(D / 4) + 1 vec4s a row), the
-/// step's P and dS (32 × 32 floats each), its 32 lse and delta. 43 264 at
-/// D = 64: within the 48 KiB of NVIDIA's Vulkan driver, past the 32 KiB of
-/// lavapipe and the browsers (which run it up to D = 32).
-pub fn attention_dkdv_reg_bytes(head_dim: usize) -> u64 {
-    let row4 = head_dim.div_ceil(4).max(1) + 1;
-    let (keys, queries) = (ATTENTION_DKDV_KEYS, 32);
-    ((2 * keys + 2 * queries) * row4 * 16 + 2 * keys * queries * 4 + 2 * queries * 4) as u64
-}
-
 /// Training's dK/dV kernel on a device with this much workgroup memory, and
-/// the keys each of its workgroups takes: `attention_backward_dkdv_reg`
-/// where its blocks fit, else `attention_backward_dkdv_blocks` where its
-/// do, else `attention_backward_dkdv` (the 16×16-tile kernel, the one the
-/// FlashAttention trace replays). The same function.
+/// the keys each of its workgroups takes: `attention_backward_dkdv_blocks`
+/// where its blocks fit, else `attention_backward_dkdv` (the 16×16-tile
+/// kernel, the one the FlashAttention trace replays). The same function.
 pub fn attention_dkdv_entry(head_dim: usize, workgroup_bytes: u32) -> (&'static str, usize) {
-    if attention_dkdv_reg_bytes(head_dim) <= workgroup_bytes as u64 {
-        ("attention_backward_dkdv_reg", ATTENTION_DKDV_KEYS)
-    } else if attention_dkdv_blocks_bytes(head_dim) <= workgroup_bytes as u64 {
+    if attention_dkdv_blocks_bytes(head_dim) <= workgroup_bytes as u64 {
         ("attention_backward_dkdv_blocks", ATTENTION_DKDV_KEYS)
     } else {
         ("attention_backward_dkdv", ATTENTION_TILE)

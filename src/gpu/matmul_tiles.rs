@@ -158,17 +158,17 @@ pub const COOP: TileConfig = TileConfig {
 };
 
 /// Whether a mixed-precision step runs an M×K×N product on the tensor
-/// cores ([`COOP`]), or keeps f32's kernel for it: where its 128×128 blocks
-/// fill the GPU without split-K and K is at least 256 (8 of its K steps:
-/// fewer leave the block's start and its epilogue most of the time), or
-/// split-K leaves each piece a long K (≥ 1024). Measured on the H100 host
-/// (docs/performance.md): at 1024 rows (xl, mega) the blocks underfill 132
-/// SMs and the split-K pieces are short, and f32's smaller tiles win the
-/// step; at nanogpt-char's 16384 rows the tensor cores do. ([`MatmulChoice::CoopEverywhere`] puts every
-/// product on them.)
+/// cores ([`COOP`]), or keeps f32's kernel for it: where every side is at
+/// least 128 (a whole 128×128 block, and 8 of its K steps of 16). Measured
+/// on the H200 host in whole steps, the shipped kernel with every product on
+/// the tensor cores against this rule's predecessor (docs/performance.md,
+/// 2026-12-01): every product on them wins from medium (whose sides are all
+/// at least 128) to nanogpt-char (mega 19.0 → 15.1 ms, massive 17.5 → 12.4)
+/// and loses at small (1.80 → 2.01), whose every product has a side of 96;
+/// this rule takes the first where they win and f32's kernel at small.
+/// ([`MatmulChoice::CoopEverywhere`] puts every product on them.)
 pub fn coop_pays(m: usize, k: usize, n: usize) -> bool {
-    let (splits, k_split) = split_k_for((COOP.bm, COOP.bn), m, k, n);
-    splits == 1 && m.div_ceil(COOP.bm) * n.div_ceil(COOP.bn) >= 128 && k >= 256 || splits > 1 && k_split >= 1024
+    m.min(k).min(n) >= 128
 }
 
 /// The configurations compiled, largest tile first.
@@ -490,9 +490,12 @@ mod tests {
         assert_eq!(pick(Layout::Nt, [16384, 258, 1536]), Some("coop"));
         assert_eq!(pick(Layout::Nn, [16384, 260, 1530]), Some("coop"));
         assert_eq!(pick(Layout::Tn, [1530, 16384, 384]), Some("coop"));
-        // Too few blocks, or split-K pieces too short: f32's kernel.
-        assert!(!coop_pays(1024, 256, 768) && !coop_pays(256, 16384, 384) && !coop_pays(4096, 128, 512));
-        assert_eq!(pick(Layout::Nt, [1024, 256, 768]), tile_for(1024, 256, 768, Layout::Nt, MatmulChoice::ByShape, &limits).map(|t| t.name));
+        // A side under 128 (small's 96-wide model, a LoRA rank): f32's kernel;
+        // every side at least 128: the tensor cores, split-K or not.
+        assert!(!coop_pays(1024, 96, 288) && !coop_pays(96, 1024, 384) && !coop_pays(4096, 512, 8));
+        assert!(coop_pays(1536, 128, 128) && coop_pays(256, 16384, 384) && coop_pays(1024, 256, 768));
+        assert_eq!(pick(Layout::Nt, [1024, 96, 288]), tile_for(1024, 96, 288, Layout::Nt, MatmulChoice::ByShape, &limits).map(|t| t.name));
+        assert_eq!(pick(Layout::Tn, [256, 16384, 384]), Some("coop4"));
         // One split plan for both builds: 128×128 blocks.
         assert_eq!((COOP.bm, COOP.bn), (COOP4.bm, COOP4.bn));
     }

@@ -920,10 +920,9 @@ impl<'a> Planner<'a> {
         ];
         let params = attn_params(cfg, cfg.batch, n_head, stream, dropout);
         // The blocked kernels where the device's workgroup memory holds
-        // them. `TINYGPT_DKDV_TILES=1` keeps the 16×16-tile dK/dV kernel,
-        // `TINYGPT_DKDV_BLOCKS=1` the blocked one (not the register-tiled),
-        // and `TINYGPT_DQ_ROWS=1` the row dQ kernel: each side by side with
-        // its replacement in one benchmark (bench/attention-h200.sh).
+        // them. `TINYGPT_DKDV_TILES=1` keeps the 16×16-tile dK/dV kernel and
+        // `TINYGPT_DQ_ROWS=1` the row dQ kernel: each side by side with its
+        // replacement in one benchmark (bench/attention-h200.sh).
         let bytes = |knob: &str| {
             if std::env::var(knob).is_ok_and(|v| v == "1") {
                 0
@@ -931,12 +930,7 @@ impl<'a> Planner<'a> {
                 self.limits.max_compute_workgroup_storage_size
             }
         };
-        let dkdv_bytes = if std::env::var("TINYGPT_DKDV_BLOCKS").is_ok_and(|v| v == "1") {
-            bytes("TINYGPT_DKDV_TILES").min(kernels::attention_dkdv_blocks_bytes(cfg.head_dim()) as u32)
-        } else {
-            bytes("TINYGPT_DKDV_TILES")
-        };
-        let (dkdv, keys) = kernels::attention_dkdv_entry(cfg.head_dim(), dkdv_bytes);
+        let (dkdv, keys) = kernels::attention_dkdv_entry(cfg.head_dim(), bytes("TINYGPT_DKDV_TILES"));
         let (dq, queries) = kernels::attention_dq_entry(
             cfg.head_dim(),
             bytes("TINYGPT_DQ_ROWS"),
