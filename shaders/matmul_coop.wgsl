@@ -38,8 +38,8 @@
 // one entry point (gpu/coop.rs fills in FORM, VEC4, ENTRY, the operands'
 // types and the per-configuration code): where the operands' contiguous
 // sizes are multiples of 4 (every preset's), `matmul_coop4_*` binds A and B
-// as vec4<f32>, each thread fetches A_VEC4 vec4 of A and B_VEC4 of B a
-// step, and fetches the next step's into registers while the subgroups
+// as vec4<f32>, each thread fetches 128·BK / (4·THREADS) vec4 of A and as
+// many of B a step, and fetches the next step's into registers while the subgroups
 // multiply (the global loads' latency hidden behind the tensor cores);
 // elsewhere `matmul_coop_*` stages element by element.
 // The epilogue stores each accumulator tile to a 16×16 f32 scratch of the
@@ -290,7 +290,8 @@ fn emit_tile(acc: coop_mat16x16<f32, C>, so: u32, lane: u32, r0: u32, c0: u32, z
 }
 
 // The vec4 build's fetches of one K step, held in registers: this
-// thread's A_VEC4 vec4 of A and B_VEC4 of B (fetch_a, fetch_b).
+// thread's 128·BK / (4·THREADS) vec4 of A and as many of B (fetch_a,
+// fetch_b), as fields a0.., b0.. that gpu/coop.rs writes out.
 struct Fetched {
 {{FETCHED_FIELDS}}
 }

@@ -159,7 +159,7 @@ pub const COOP: TileConfig = TileConfig {
 
 /// Whether a mixed-precision step runs an M×K×N product on the tensor
 /// cores ([`COOP`]), or keeps f32's kernel for it: where every side is at
-/// least 128 (a whole 128×128 block, and 8 of its K steps of 16). Measured
+/// least 128 (a whole 128×128 block of C, and four of its K steps). Measured
 /// on the H200 host in whole steps, the shipped kernel with every product on
 /// the tensor cores against this rule's predecessor (docs/performance.md,
 /// 2026-12-01): every product on them wins from medium (whose sides are all
