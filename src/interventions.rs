@@ -325,9 +325,8 @@ fn writer_of(program: &Program, name: &str) -> Result<(usize, usize), String> {
         .tensor_id(name)
         .ok_or(format!("no tensor `{name}`"))?;
     let at = program
-        .steps
-        .iter()
-        .position(|s| matches!(s, Step::Forward(i) if program.ops[*i].op.io().1.contains(&id)))
+        .writer(id)
+        .and_then(|op| program.steps.iter().position(|s| *s == Step::Forward(op)))
         .ok_or(format!("no forward entry writes `{name}`"))?;
     let end = program
         .steps

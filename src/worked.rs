@@ -181,7 +181,7 @@ pub fn worked(
 ) -> Option<Worked> {
     let n = flow.nodes.get(node)?;
     let id = program.tensor_id(&n.name)?;
-    let op = &program.ops.iter().find(|o| o.op.io().1.contains(&id))?.op;
+    let op = &program.ops[program.writer(id)?].op;
     let values_of = |t: usize| -> Option<&[f32]> {
         let name = &program.tensors[t].name;
         flow.nodes

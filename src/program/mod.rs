@@ -706,6 +706,13 @@ impl Program {
         self.tensors.iter().position(|t| t.name == name)
     }
 
+    /// The op that writes tensor `id` in the forward pass (its index in
+    /// `ops`), if one does: none for the inputs and the parameters. A tensor
+    /// has one writer at most (a test says so).
+    pub fn writer(&self, id: TensorId) -> Option<usize> {
+        self.ops.iter().position(|o| o.op.io().1.contains(&id))
+    }
+
     /// Parameter ids in program order (the checkpoint's order).
     pub fn params(&self) -> impl Iterator<Item = TensorId> + '_ {
         self.tensors
@@ -787,6 +794,15 @@ mod tests {
             for o in outs {
                 assert!(!ready[o], "{} is written twice", p.tensors[o].name);
                 ready[o] = true;
+            }
+        }
+        // Program::writer finds each activation's one writer.
+        for (id, t) in p.tensors.iter().enumerate() {
+            let writer = p.writer(id);
+            let activation = !matches!(t.kind, TensorKind::Input | TensorKind::Param);
+            assert_eq!(writer.is_some(), ready[id] && activation, "{}", t.name);
+            if let Some(op) = writer {
+                assert!(p.ops[op].op.io().1.contains(&id));
             }
         }
     }

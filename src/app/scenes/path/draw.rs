@@ -59,7 +59,7 @@ pub fn describe(program: &Program, name: &str, shape: &[usize]) -> (String, Stri
     let Some(id) = program.tensor_id(name) else {
         return (name.to_string(), String::new());
     };
-    let writer = program.ops.iter().find(|o| o.op.io().1.contains(&id));
+    let writer = program.writer(id).map(|op| &program.ops[op]);
     let kind = writer.map_or("", |o| o.op.kind_name());
     let maths: String = match (kind, name) {
         ("embedding", _) => "wte[byte] + wpe[pos]".into(),
@@ -114,10 +114,9 @@ pub fn params_of(program: &Program, name: &str) -> Vec<String> {
         return Vec::new();
     };
     program
-        .ops
-        .iter()
-        .filter(|o| o.op.io().1.contains(&id))
-        .flat_map(|o| o.op.io().0)
+        .writer(id)
+        .into_iter()
+        .flat_map(|op| program.ops[op].op.io().0)
         .filter(|&t| program.tensors[t].kind == TensorKind::Param)
         .map(|t| program.tensors[t].name.clone())
         .collect()
@@ -657,7 +656,8 @@ pub fn spawn_numbers(
     // Its input: what the op read from the node before it in the program.
     let input = program
         .tensor_id(&n.name)
-        .and_then(|id| program.ops.iter().find(|o| o.op.io().1.contains(&id)))
+        .and_then(|id| program.writer(id))
+        .map(|op| &program.ops[op])
         .and_then(|o| {
             let (ins, _) = o.op.io();
             ins.into_iter()
@@ -719,7 +719,8 @@ pub fn spawn_numbers(
             position = flow.position,
             op = program
                 .tensor_id(&n.name)
-                .and_then(|id| program.ops.iter().find(|o| o.op.io().1.contains(&id)))
+                .and_then(|id| program.writer(id))
+                .map(|op| &program.ops[op])
                 .map_or("—".into(), |o| o.label.clone()),
         ),
         20.0,

@@ -17,7 +17,7 @@ pub fn of_beat(program: &Program, entry_kernels: &[Vec<&'static str>], beat: &Be
     let Some(id) = beat.node.as_deref().and_then(|node| program.tensor_id(node)) else {
         return Vec::new();
     };
-    let Some(op) = program.ops.iter().position(|o| o.op.io().1.contains(&id)) else {
+    let Some(op) = program.writer(id) else {
         return Vec::new();
     };
     let entry = match beat.pass {
@@ -76,7 +76,7 @@ mod tests {
             program.steps.iter().map(|s| vec![&*Box::leak(format!("{s:?}").into_boxed_str())]).collect();
         let node = "h.0.attn.qkv";
         let id = program.tensor_id(node).expect("the first block's q, k and v");
-        let writer = program.ops.iter().position(|o| o.op.io().1.contains(&id)).unwrap();
+        let writer = program.writer(id).unwrap();
         assert_eq!(of_beat(&program, &plan, &beat(Some(node), TourPass::Forward)), [format!("Forward({writer})")]);
         assert_eq!(of_beat(&program, &plan, &beat(Some(node), TourPass::Backward)), [format!("Backward({writer})")]);
         assert!(of_beat(&program, &plan, &beat(None, TourPass::Backward)).is_empty(), "the loss's beat");
