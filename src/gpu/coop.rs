@@ -176,12 +176,12 @@ impl CoopKernel {
         let mut fields = String::new();
         let mut calls = Vec::new();
         let mut puts = String::new();
-        for (operand, name) in [("a", "a"), ("b", "b")] {
+        for operand in ["a", "b"] {
             let origin = if operand == "a" { "row0" } else { "col0" };
             for i in 0..loads {
-                let _ = writeln!(fields, "    {name}{i}: vec4<f32>,");
+                let _ = writeln!(fields, "    {operand}{i}: vec4<f32>,");
                 calls.push(format!("        fetch_{operand}({i}u, tid, {origin}, k0, k_end)"));
-                let _ = writeln!(puts, "    put_{operand}({i}u, tid, f.{name}{i}, base);");
+                let _ = writeln!(puts, "    put_{operand}({i}u, tid, f.{operand}{i}, base);");
             }
         }
         TRAINING_SOURCE
