@@ -653,21 +653,22 @@ pub fn spawn_numbers(
         Vec2::new(0.0, -50.0),
         WEAK,
     ));
-    // Its input: what the op read from the node before it in the program.
-    let input = program
+    // The op that wrote the node, and its input: what the op read from the
+    // node before it in the program.
+    let writer = program
         .tensor_id(&n.name)
         .and_then(|id| program.writer(id))
-        .map(|op| &program.ops[op])
-        .and_then(|o| {
-            let (ins, _) = o.op.io();
-            ins.into_iter()
-                .filter(|&t| program.tensors[t].kind == TensorKind::Activation)
-                .find_map(|t| {
-                    flow.nodes
-                        .iter()
-                        .position(|m| m.name == program.tensors[t].name)
-                })
-        });
+        .map(|op| &program.ops[op]);
+    let input = writer.and_then(|o| {
+        let (ins, _) = o.op.io();
+        ins.into_iter()
+            .filter(|&t| program.tensors[t].kind == TensorKind::Activation)
+            .find_map(|t| {
+                flow.nodes
+                    .iter()
+                    .position(|m| m.name == program.tensors[t].name)
+            })
+    });
     let rows: Vec<(String, &Vec<f32>, Color)> = {
         let mut r = Vec::new();
         if let Some(i) = input {
@@ -717,11 +718,7 @@ pub fn spawn_numbers(
             shown = shown,
             total = n.values.len(),
             position = flow.position,
-            op = program
-                .tensor_id(&n.name)
-                .and_then(|id| program.writer(id))
-                .map(|op| &program.ops[op])
-                .map_or("—".into(), |o| o.label.clone()),
+            op = writer.map_or("—".into(), |o| o.label.clone()),
         ),
         20.0,
         Anchor::TOP_LEFT,
