@@ -139,9 +139,13 @@ fn keys_end(q0: u32) -> u32 {
     return select(at.t, min(q0 + BR, at.t), CAUSAL);
 }
 
+// The dropout mask's key for this layer (dropout_key): every entry point
+// that calls mask sets it first, so an element costs one hash, not three.
+var<private> mask_key: u32;
+
 fn mask(bh: u32, i: u32, j: u32) -> f32 {
     if (step.training != 0u && at.p > 0.0) {
-        return dropout_scale(step.dropout_seed, at.stream, (bh * at.t + i) * at.t + j, at.p);
+        return dropout_keyed(mask_key, (bh * at.t + i) * at.t + j, at.p);
     }
     return 1.0;
 }
@@ -162,6 +166,7 @@ fn load_rows(which: u32, b: u32, h: u32, r0: u32, part: u32, tid: u32) {
 
 @compute @workgroup_size({{TILE}}, {{TILE}}, 1)
 fn attention_forward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    mask_key = dropout_key(step.dropout_seed, at.stream);
     let bh = wg.y;
     let b = bh / at.h;
     let h = bh % at.h;
@@ -310,6 +315,7 @@ fn row_keys_end(q0: u32) -> u32 {
 
 @compute @workgroup_size(64, 1, 1)
 fn attention_forward_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    mask_key = dropout_key(step.dropout_seed, at.stream);
     let bh = wg.y;
     let b = bh / at.h;
     let h = bh % at.h;
@@ -377,6 +383,7 @@ fn attention_backward_delta(@builtin(global_invocation_id) gid: vec3<u32>, @buil
 
 @compute @workgroup_size({{TILE}}, {{TILE}}, 1)
 fn attention_backward_dkdv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    mask_key = dropout_key(step.dropout_seed, at.stream);
     let bh = wg.y;
     let b = bh / at.h;
     let h = bh % at.h;
@@ -459,6 +466,7 @@ fn attention_backward_dkdv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_
 
 @compute @workgroup_size({{TILE}}, {{TILE}}, 1)
 fn attention_backward_dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
+    mask_key = dropout_key(step.dropout_seed, at.stream);
     let bh = wg.y;
     let b = bh / at.h;
     let h = bh % at.h;
@@ -543,6 +551,7 @@ fn attention_backward_dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_in
 // replays. Group (ceil(T / ROWS_Q), b·H + h), ROWS_Q threads.
 @compute @workgroup_size(64, 1, 1)
 fn attention_backward_dq_rows(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    mask_key = dropout_key(step.dropout_seed, at.stream);
     let bh = wg.y;
     let b = bh / at.h;
     let h = bh % at.h;
@@ -656,6 +665,7 @@ fn add_columns(base: u32, d: u32, g: vec4<f32>) {
 
 @compute @workgroup_size(256, 1, 1)
 fn attention_backward_dkdv_blocks(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    mask_key = dropout_key(step.dropout_seed, at.stream);
     let bh = wg.y;
     let b = bh / at.h;
     let h = bh % at.h;
@@ -759,6 +769,7 @@ var<workgroup> dsq_blk: array<f32, QUERIES_Q * KEYS_Q>;
 
 @compute @workgroup_size(256, 1, 1)
 fn attention_backward_dq_blocks(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    mask_key = dropout_key(step.dropout_seed, at.stream);
     let bh = wg.y;
     let b = bh / at.h;
     let h = bh % at.h;

@@ -55,8 +55,18 @@ fn hash_u32(x0: u32) -> u32 {
 
 // Inverted-dropout multiplier of element `index` in stream `stream`: 0 or 1/(1−p).
 fn dropout_scale(seed: u32, stream: u32, index: u32, p: f32) -> f32 {
-    let h = hash_u32(hash_u32(seed ^ hash_u32(stream)) ^ index);
-    let u = f32(h >> 8u) * (1.0 / 16777216.0);
+    return dropout_keyed(dropout_key(seed, stream), index, p);
+}
+
+// dropout_scale in two parts, so that a kernel hashes the seed and stream
+// once rather than once an element: the stream's key, then an element's
+// multiplier from it (the same integers).
+fn dropout_key(seed: u32, stream: u32) -> u32 {
+    return hash_u32(seed ^ hash_u32(stream));
+}
+
+fn dropout_keyed(key: u32, index: u32, p: f32) -> f32 {
+    let u = f32(hash_u32(key ^ index) >> 8u) * (1.0 / 16777216.0);
     if (u >= p) {
         return 1.0 / (1.0 - p);
     }

@@ -76,10 +76,11 @@ fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgr
 
 @compute @workgroup_size(256)
 fn dropout_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let key = dropout_key(step.dropout_seed, ew.stream);
     for (var i = gid.x; i < ew.n; i += nwg.x * 256u) {
         var v = x[i];
         if (step.training != 0u) {
-            v *= dropout_scale(step.dropout_seed, ew.stream, i, ew.p);
+            v *= dropout_keyed(key, i, ew.p);
         }
         dst[i] = v;
     }
@@ -87,7 +88,8 @@ fn dropout_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_w
 
 @compute @workgroup_size(256)
 fn dropout_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
+    let key = dropout_key(step.dropout_seed, ew.stream);
     for (var i = gid.x; i < ew.n; i += nwg.x * 256u) {
-        dst[i] += x[i] * dropout_scale(step.dropout_seed, ew.stream, i, ew.p);
+        dst[i] += x[i] * dropout_keyed(key, i, ew.p);
     }
 }

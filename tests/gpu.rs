@@ -81,6 +81,7 @@ fn per_op_parity_on(ctx: GpuContext, cfg: &Config) {
     // scale (a power of 2, so exactly) times f32's; every other op is f32's.
     let bound = |op: &Op| match op {
         Op::Linear { .. } | Op::TiedHead { .. } | Op::LowRank { .. } if mixed => MIXED_MATMUL_BOUND,
+        Op::Attention { .. } if mixed && tinygpt::gpu::coop::attention_fits(cfg.head_dim()) => MIXED_ATTENTION_BOUND,
         _ => 1e-5,
     };
     let scale = |op: &Op, backward: bool| match op {
@@ -889,6 +890,17 @@ fn the_tensor_cores_compute_the_product_or_say_why_not() {
 /// 3-4·10⁻⁴.
 const MIXED_MATMUL_BOUND: f64 = 1.0 / 1024.0;
 
+/// The bound of attention on the tensor cores (attention_coop.wgsl), L2
+/// relative, forward and backward: q, k and v are rounded to f16 (relative
+/// error u = 2⁻¹¹ at most each), so a score q·k·scale, of size 1 on these
+/// N(0, 1) inputs, is off by about u·√2 and P = exp(S − lse) relatively
+/// by as much; O = P·V adds P's and V's rounding, the backward dS's and
+/// dO's (dS = P ∘ (dP − delta) rounded to f16 before dK = dSᵀ·Q, dQ = dS·K).
+/// Four such errors of random sign add to about 2u·√2 ≈ 2⁻⁹·0.7: the
+/// bound is 2⁻⁹. (An error in the kernel's indexing or masking is of the
+/// size of the values themselves.)
+const MIXED_ATTENTION_BOUND: f64 = 1.0 / 512.0;
+
 /// The context with every matmul on the tensor cores (`--precision mixed`),
 /// or None where the adapter has none: then it must say why, naming the
 /// adapter, and stay f32 (lavapipe in CI; the H100 host runs the rest).
@@ -929,6 +941,27 @@ fn mixed_precision_matches_the_cpu_at_ragged_shapes_with_split_k() {
         per_op_parity_on(mixed_context().unwrap(), &cfg);
     }
     per_op_parity_on(mixed_context().unwrap(), &with_lora(config(1, 2, 132, 29, 5, 0.0), 4));
+}
+
+/// Attention on the tensor cores (attention_coop.wgsl) against the CPU:
+/// each head size it takes (16, 32, 64), T not a multiple of its blocks
+/// (29, 70, 100: ragged last blocks of queries and keys, and T = 29 below
+/// one block), dropout on and off, and without the causal mask.
+#[test]
+fn mixed_attention_matches_the_cpu_at_ragged_lengths() {
+    let Some(ctx) = mixed_context() else { return };
+    assert!(tinygpt::gpu::coop::attention_on_tensor_cores(ctx.matmul, 32));
+    let mut unmasked = config(1, 2, 64, 45, 2, 0.1);
+    unmasked.lab.causal_mask = false;
+    for cfg in [
+        config(1, 2, 64, 100, 3, 0.1),
+        config(1, 1, 64, 29, 2, 0.0),
+        config(1, 3, 48, 70, 2, 0.1),
+        unmasked,
+    ] {
+        assert!(tinygpt::gpu::coop::attention_fits(cfg.head_dim()));
+        per_op_parity_on(mixed_context().unwrap(), &cfg);
+    }
 }
 
 /// 200 steps of `small` from one seed, mixed against f32 on the same GPU:

@@ -28,10 +28,10 @@ pub const TRAINING_ENTRIES: [&str; 3] = ["matmul_coop_nt", "matmul_coop_nn", "ma
 pub const TRAINING_ENTRIES_VEC4: [&str; 3] = ["matmul_coop4_nt", "matmul_coop4_nn", "matmul_coop4_tn"];
 
 /// Whether a kernel of the step's plan runs on the tensor cores (f16
-/// operands, f32 accumulation): one of [`TRAINING_ENTRIES`] or
-/// [`TRAINING_ENTRIES_VEC4`].
+/// operands, f32 accumulation): one of [`TRAINING_ENTRIES`],
+/// [`TRAINING_ENTRIES_VEC4`] or attention's products ([`ATTENTION_ENTRIES`]).
 pub fn on_tensor_cores(kernel: &str) -> bool {
-    TRAINING_ENTRIES.contains(&kernel) || TRAINING_ENTRIES_VEC4.contains(&kernel)
+    TRAINING_ENTRIES.contains(&kernel) || TRAINING_ENTRIES_VEC4.contains(&kernel) || ATTENTION_ENTRIES[..3].contains(&kernel)
 }
 
 /// Whether the vec4 build takes an M×K×N product in `layout`: every
@@ -254,6 +254,72 @@ pub fn training_source_of(
     )
 }
 
+/// FlashAttention-2 on the tensor cores (`shaders/attention_coop.wgsl`):
+/// attention's four products in f16 with f32 accumulation, training's
+/// attention under `--precision mixed` where the head size fits
+/// ([`attention_fits`]); attention.wgsl's kernels elsewhere.
+pub const ATTENTION_SOURCE: &str = include_str!("../../shaders/attention_coop.wgsl");
+
+/// Its entry points: the forward, dK/dV, dQ, and the two that copy q, k, v
+/// and dO to f16 for them ([`ATTENTION_HALVES`]).
+pub const ATTENTION_ENTRIES: [&str; 5] = [
+    "attention_coop_forward",
+    "attention_coop_dkdv",
+    "attention_coop_dq",
+    "attention_coop_qkv_f16",
+    "attention_coop_dout_f16",
+];
+
+/// Rows of one workgroup's own side (queries, or keys for dK/dV): one
+/// subgroup's 16.
+pub const ATTENTION_ROWS: usize = 16;
+
+/// Rows of padding after each f16 copy: a block of 32 rows that starts
+/// before T may read 31 past it (masked, and finite: zeros here).
+pub const ATTENTION_PAD_ROWS: usize = 32;
+
+/// The f16 copies' buffer for a layer of `batch × ctx` rows of width
+/// `d_model`, in bytes: q | k | v (B·T·3C) and its padding, then dO
+/// (B·T·C) and its padding.
+pub fn attention_halves_bytes(batch: usize, ctx: usize, d_model: usize) -> u64 {
+    let rows = batch * ctx + ATTENTION_PAD_ROWS;
+    ((rows * 4 * d_model * 2) as u64).next_multiple_of(16)
+}
+
+/// Where dO's f16 copy starts in that buffer, in halves.
+pub fn attention_dout_offset(batch: usize, ctx: usize, d_model: usize) -> usize {
+    (batch * ctx + ATTENTION_PAD_ROWS) * 3 * d_model
+}
+
+/// Whether the kernel takes heads of `head_dim`: a multiple of 16 up to 64
+/// (a subgroup holds its rows' tiles across D in registers, at most 4).
+/// Every preset's is 16, 32 or 64.
+pub fn attention_fits(head_dim: usize) -> bool {
+    head_dim % 16 == 0 && (16..=64).contains(&head_dim)
+}
+
+/// Whether training's attention runs on the tensor cores: the matmuls do
+/// (`--precision mixed`) and the head size fits. `TINYGPT_ATTENTION_F32=1`
+/// keeps attention.wgsl's f32 kernels in a mixed run (a benchmark's
+/// side-by-side).
+pub fn attention_on_tensor_cores(choice: super::matmul_tiles::MatmulChoice, head_dim: usize) -> bool {
+    choice.tensor_cores()
+        && attention_fits(head_dim)
+        && !std::env::var("TINYGPT_ATTENTION_F32").is_ok_and(|v| v == "1")
+}
+
+/// [`ATTENTION_SOURCE`] as compiled for a head size and lab: the
+/// extensions first, then the common declarations.
+pub fn attention_source(head_dim: usize, lab: crate::model::config::Lab) -> String {
+    let source = ATTENTION_SOURCE
+        .replace("{{HEAD_DIM}}", &head_dim.to_string())
+        .replace("{{PAD_ROWS}}", &ATTENTION_PAD_ROWS.to_string());
+    format!(
+        "enable f16;\nenable wgpu_cooperative_matrix;\n{}",
+        super::kernels::with_common(&source, head_dim, lab)
+    )
+}
+
 /// A workgroup's block of C (rows, columns) and K's step: the shapes the
 /// kernel takes are multiples of these.
 pub const BLOCK: (usize, usize, usize) = (64, 128, 16);
@@ -448,6 +514,52 @@ mod tests {
                 assert_eq!(module.entry_points[0].workgroup_size, [kernel.threads() as u32, 1, 1]);
             }
         }
+    }
+
+    /// FlashAttention-2 on the tensor cores, at every head size it takes
+    /// and with the causal mask on and off: it parses, validates, and its
+    /// SPIR-V is written, with its entry points (the products' of one
+    /// subgroup); and the workgroup memory it declares is small (many
+    /// workgroups to an SM hide the loads' latency).
+    #[test]
+    fn the_attention_kernel_validates_and_writes_spirv() {
+        use wgpu::naga;
+        for head_dim in [16, 32, 48, 64] {
+            assert!(attention_fits(head_dim));
+            for causal_mask in [true, false] {
+                let lab = crate::model::config::Lab { causal_mask, ..Default::default() };
+                let source = attention_source(head_dim, lab);
+                assert!(!source.contains("{{"), "a placeholder left");
+                let module =
+                    naga::front::wgsl::parse_str(&source).unwrap_or_else(|e| panic!("{}", e.emit_to_string(&source)));
+                let caps = naga::valid::Capabilities::SHADER_FLOAT16 | naga::valid::Capabilities::COOPERATIVE_MATRIX;
+                let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps)
+                    .validate(&module)
+                    .unwrap_or_else(|e| panic!("D = {head_dim}: {}", e.emit_to_string(&source)));
+                let options = naga::back::spv::Options {
+                    lang_version: (1, 3),
+                    ..Default::default()
+                };
+                naga::back::spv::write_vec(&module, &info, &options, None).expect("SPIR-V");
+                let mut names: Vec<&str> = module.entry_points.iter().map(|e| e.name.as_str()).collect();
+                names.sort();
+                let mut want = ATTENTION_ENTRIES;
+                want.sort();
+                assert_eq!(names, want);
+                for e in &module.entry_points {
+                    let products = ATTENTION_ENTRIES[..3].contains(&e.name.as_str());
+                    assert_eq!(e.workgroup_size, if products { [32, 1, 1] } else { [256, 1, 1] }, "{}", e.name);
+                }
+                let declared: u32 = module
+                    .global_variables
+                    .iter()
+                    .filter(|(_, g)| g.space == naga::AddressSpace::WorkGroup)
+                    .map(|(_, g)| module.types[g.ty].inner.size(module.to_ctx()))
+                    .sum();
+                assert!(declared <= 8 * 1024, "D = {head_dim}: {declared} bytes of workgroup memory");
+            }
+        }
+        assert!(!attention_fits(8) && !attention_fits(24) && !attention_fits(128));
     }
 
     /// The workgroup memory a configuration's source declares is what

@@ -423,6 +423,14 @@ impl Kernels {
                     }
                 }
             }
+            if file.name == "attention"
+                && device.features().contains(super::coop::FEATURES)
+                && super::coop::attention_fits(head_dim)
+            {
+                // FlashAttention-2 on the tensor cores: attention.wgsl's bindings.
+                let source = super::coop::attention_source(head_dim, lab);
+                add(trusted_module(device, "attention_coop", source), &super::coop::ATTENTION_ENTRIES);
+            }
             layouts.insert(file.name, layout);
         }
         Self {

@@ -456,6 +456,15 @@ impl GpuBackend {
             "scratch.attention_delta",
             (cfg.batch * cfg.n_head * cfg.ctx) as u64 * 4,
         );
+        let halves = alloc.storage(
+            &device,
+            "scratch.attention_halves",
+            if coop::attention_on_tensor_cores(ctx.matmul, cfg.head_dim()) {
+                coop::attention_halves_bytes(cfg.batch, cfg.ctx, cfg.d_model)
+            } else {
+                16
+            },
+        );
         // Split-K partials: the largest splits × M × N of any matmul of the step.
         let split_floats = matmul_tiles::matmul_shapes(&program)
             .into_iter()
@@ -513,6 +522,7 @@ impl GpuBackend {
             partials,
             part,
             delta,
+            halves,
             split: split_scratch,
             order: order_buf,
             offsets: offsets_buf,

@@ -4,6 +4,7 @@
 //! groups once; nothing here touches the device.
 
 use super::kernels::{self, ATTENTION_ROWS};
+use super::coop;
 use super::matmul_tiles::{Layout, MatmulChoice, TileConfig, split_k_for, tile_dims, tile_for};
 use super::params::{
     AttnParams, CeParams, EmbParams, EwParams, LnParams, MatmulParams, OptParams, WgslMirror,
@@ -104,6 +105,9 @@ pub(super) struct Scratch {
     pub(super) partials: usize,
     pub(super) part: usize,
     pub(super) delta: usize,
+    /// Attention's f16 copies of q, k, v and dO on the tensor cores
+    /// (`coop::attention_halves_bytes`; 16 bytes where attention is f32).
+    pub(super) halves: usize,
     pub(super) split: usize,
     pub(super) order: usize,
     pub(super) offsets: usize,
@@ -875,26 +879,51 @@ impl<'a> Planner<'a> {
         dropout: f32,
         stream: u32,
     ) -> Vec<Planned> {
-        vec![Planned {
-            entry: "attention_forward_rows",
-            bindings: vec![
-                self.p(qkv),
-                self.p(out),
-                self.p(lse),
-                Src::DummyRo,
-                Src::DummyRw,
-                Src::DummyRw,
-                Src::Params,
-                Src::Step,
-                Src::DummyRw, // trace: only traced pipelines write it
-            ],
-            params: attn_params(self.cfg(), self.cfg().batch, n_head, stream, dropout),
-            groups: [
-                self.cfg().ctx.div_ceil(ATTENTION_ROWS) as u32,
-                (self.cfg().batch * n_head) as u32,
-                1,
-            ],
-        }]
+        let cfg = self.cfg();
+        let params = attn_params(cfg, cfg.batch, n_head, stream, dropout);
+        let mut binds = vec![
+            self.p(qkv),
+            self.p(out),
+            self.p(lse),
+            Src::DummyRo,
+            Src::DummyRw,
+            Src::DummyRw,
+            Src::Params,
+            Src::Step,
+            Src::DummyRw, // trace: only traced pipelines write it
+        ];
+        let heads = (cfg.batch * n_head) as u32;
+        if !self.attention_on_tensor_cores() {
+            return vec![Planned {
+                entry: "attention_forward_rows",
+                bindings: binds,
+                params,
+                groups: [cfg.ctx.div_ceil(ATTENTION_ROWS) as u32, heads, 1],
+            }];
+        }
+        // The tensor cores: q, k, v copied to f16 (the trace's slot), then
+        // the forward reading its tiles from there.
+        binds[8] = self.whole(self.scratch.halves, 0);
+        vec![
+            Planned {
+                entry: coop::ATTENTION_ENTRIES[3],
+                bindings: binds.clone(),
+                params: params.clone(),
+                groups: grid(cfg.batch * cfg.ctx * 3 * cfg.d_model),
+            },
+            Planned {
+                entry: coop::ATTENTION_ENTRIES[0],
+                bindings: binds,
+                params,
+                groups: [cfg.ctx.div_ceil(coop::ATTENTION_ROWS) as u32, heads, 1],
+            },
+        ]
+    }
+
+    /// Whether this plan's attention runs on the tensor cores
+    /// ([`coop::attention_on_tensor_cores`]).
+    fn attention_on_tensor_cores(&self) -> bool {
+        coop::attention_on_tensor_cores(self.matmul, self.cfg().head_dim())
     }
 
     fn attention_backward(
@@ -907,6 +936,7 @@ impl<'a> Planner<'a> {
         stream: u32,
     ) -> Vec<Planned> {
         let cfg = self.cfg();
+        let coop = self.attention_on_tensor_cores();
         let binds = vec![
             self.p(qkv),
             self.p(out),
@@ -916,9 +946,31 @@ impl<'a> Planner<'a> {
             self.whole(self.scratch.delta, 0),
             Src::Params,
             Src::Step,
-            Src::DummyRw, // trace: only traced pipelines write it
+            // The tensor cores' f16 copies; the trace's slot elsewhere (only
+            // traced pipelines write it).
+            if coop { self.whole(self.scratch.halves, 0) } else { Src::DummyRw },
         ];
         let params = attn_params(cfg, cfg.batch, n_head, stream, dropout);
+        let heads = (cfg.batch * n_head) as u32;
+        let planned = |entry: &'static str, groups: [u32; 3]| Planned {
+            entry,
+            bindings: binds.clone(),
+            params: params.clone(),
+            groups,
+        };
+        let delta = planned("attention_backward_delta", grid(cfg.batch * n_head * cfg.ctx));
+        if coop {
+            // q, k, v and dO copied to f16, delta, then dK/dV and dQ reading
+            // their tiles from the copies.
+            let blocks = [cfg.ctx.div_ceil(coop::ATTENTION_ROWS) as u32, heads, 1];
+            return vec![
+                planned(coop::ATTENTION_ENTRIES[3], grid(cfg.batch * cfg.ctx * 3 * cfg.d_model)),
+                planned(coop::ATTENTION_ENTRIES[4], grid(cfg.batch * cfg.ctx * cfg.d_model)),
+                delta,
+                planned(coop::ATTENTION_ENTRIES[1], blocks),
+                planned(coop::ATTENTION_ENTRIES[2], blocks),
+            ];
+        }
         // The blocked kernels where the device's workgroup memory holds
         // them. `TINYGPT_DKDV_TILES=1` keeps the 16×16-tile dK/dV kernel and
         // `TINYGPT_DQ_ROWS=1` the row dQ kernel: each side by side with its
@@ -937,32 +989,9 @@ impl<'a> Planner<'a> {
             cfg.batch * n_head * cfg.ctx,
         );
         vec![
-            Planned {
-                entry: "attention_backward_delta",
-                bindings: binds.clone(),
-                params: params.clone(),
-                groups: grid(cfg.batch * n_head * cfg.ctx),
-            },
-            Planned {
-                entry: dkdv,
-                bindings: binds.clone(),
-                params: params.clone(),
-                groups: [
-                    cfg.ctx.div_ceil(keys) as u32,
-                    (cfg.batch * n_head) as u32,
-                    1,
-                ],
-            },
-            Planned {
-                entry: dq,
-                bindings: binds,
-                params,
-                groups: [
-                    cfg.ctx.div_ceil(queries) as u32,
-                    (cfg.batch * n_head) as u32,
-                    1,
-                ],
-            },
+            delta,
+            planned(dkdv, [cfg.ctx.div_ceil(keys) as u32, heads, 1]),
+            planned(dq, [cfg.ctx.div_ceil(queries) as u32, heads, 1]),
         ]
     }
 
