@@ -14,9 +14,10 @@
 //   layernorm_forward        one workgroup per row: out = (x − mean)·rstd·gain + bias
 //   layernorm_backward_dx    one workgroup per row: dinp += (dnorm − mean(dnorm) − norm·mean(dnorm·norm))·rstd
 //   layernorm_backward_part  one workgroup (256 threads) per chunk of ROWS_PER_CHUNK rows: part[chunk] = Σ (dout·norm, dout)
-//   layernorm_params_final   thread per column: dweight (bound as out) += Σ part[·, col],
-//                            dbias (bound as mean) += Σ part[·, C + col], in chunk order
-//   column_sums_final        thread per column: out[col] += Σ_chunks part[chunk·stride + offset + col] (in order)
+//   layernorm_params_final   16 columns a workgroup of 256: dweight (bound as out) += Σ part[·, col],
+//                            dbias (bound as mean) += Σ part[·, C + col], in 16 interleaved slices
+//   column_sums_final        16 columns a workgroup of 256: out[col] += Σ_chunks part[chunk·stride + offset + col]
+//                            (in 16 interleaved slices; see FINAL_SLICES)
 //   bias_grad_part           one workgroup (256 threads) per chunk: part[chunk, col] = Σ_rows g[row, col] (width C)
 // Workgroup: 64 threads (the per-row kernels); row reductions through workgroup memory in a fixed tree
 // (deterministic, no atomics).
@@ -148,30 +149,67 @@ fn bias_grad_part(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocatio
     }
 }
 
+// The final sums read the partial rows in FINAL_SLICES interleaved slices:
+// a workgroup of 256 threads takes FINAL_COLUMNS (16) columns, thread
+// (slice, column) sums chunks slice, slice + 16, … in order, and the first
+// slice adds the 16 slices' sums in order (deterministic: the same order
+// every run). (A thread per column summing every chunk alone left most of
+// the GPU idle behind one long chain of loads: 0.1 ms a final at
+// nanogpt-char's 1024 chunks.)
+const FINAL_COLUMNS: u32 = 16u;
+const FINAL_SLICES: u32 = 16u;
+var<workgroup> slice_a: array<f32, 256>;
+var<workgroup> slice_b: array<f32, 256>;
+
+// Column `col`'s sums over the chunks of one slice: part[ch·stride + offset
+// + col] (and the same at + c when `both`, LayerNorm's dbias half).
+fn slice_sums(col: u32, slice: u32, stride: u32, offset: u32, both: bool) -> vec2<f32> {
+    var s = vec2<f32>(0.0);
+    if (col < ln.c) {
+        for (var ch = slice; ch < ln.chunks; ch += FINAL_SLICES) {
+            s.x += part[ch * stride + offset + col];
+            if (both) { s.y += part[ch * stride + offset + ln.c + col]; }
+        }
+    }
+    return s;
+}
+
 // LayerNorm's parameter gradients in one dispatch: part rows hold (dw | db),
 // 2C wide; dweight is bound as `out` and dbias as `mean`.
-@compute @workgroup_size(64)
-fn layernorm_params_final(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let col = gid.x;
-    if (col >= ln.c) { return; }
-    var dw = 0.0;
-    var db = 0.0;
-    for (var ch = 0u; ch < ln.chunks; ch++) {
-        dw += part[ch * 2u * ln.c + col];
-        db += part[ch * 2u * ln.c + ln.c + col];
+// Group (ceil(C / FINAL_COLUMNS)), 256 threads.
+@compute @workgroup_size(256)
+fn layernorm_params_final(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let col = wg.x * FINAL_COLUMNS + tid % FINAL_COLUMNS;
+    let slice = tid / FINAL_COLUMNS;
+    let s = slice_sums(col, slice, 2u * ln.c, 0u, true);
+    slice_a[tid] = s.x;
+    slice_b[tid] = s.y;
+    workgroupBarrier();
+    if (slice == 0u && col < ln.c) {
+        var dw = 0.0;
+        var db = 0.0;
+        for (var k = 0u; k < FINAL_SLICES; k++) {
+            dw += slice_a[k * FINAL_COLUMNS + tid];
+            db += slice_b[k * FINAL_COLUMNS + tid];
+        }
+        out[col] += dw;
+        mean[col] += db;
     }
-    out[col] += dw;
-    mean[col] += db;
 }
 
 // dst is `out`: width `c` columns, `chunks` partial rows.
-@compute @workgroup_size(64)
-fn column_sums_final(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let col = gid.x;
-    if (col >= ln.c) { return; }
-    var s = 0.0;
-    for (var ch = 0u; ch < ln.chunks; ch++) {
-        s += part[ch * ln.part_stride + ln.part_offset + col];
+// Group (ceil(c / FINAL_COLUMNS)), 256 threads.
+@compute @workgroup_size(256)
+fn column_sums_final(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let col = wg.x * FINAL_COLUMNS + tid % FINAL_COLUMNS;
+    let slice = tid / FINAL_COLUMNS;
+    slice_a[tid] = slice_sums(col, slice, ln.part_stride, ln.part_offset, false).x;
+    workgroupBarrier();
+    if (slice == 0u && col < ln.c) {
+        var s = 0.0;
+        for (var k = 0u; k < FINAL_SLICES; k++) {
+            s += slice_a[k * FINAL_COLUMNS + tid];
+        }
+        out[col] += s;
     }
-    out[col] += s;
 }

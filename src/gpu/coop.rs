@@ -27,11 +27,41 @@ pub const TRAINING_ENTRIES: [&str; 3] = ["matmul_coop_nt", "matmul_coop_nn", "ma
 /// multiples of 4: [`vec4_fits`]).
 pub const TRAINING_ENTRIES_VEC4: [&str; 3] = ["matmul_coop4_nt", "matmul_coop4_nn", "matmul_coop4_tn"];
 
+/// The builds of [`TRAINING_ENTRIES`] and [`TRAINING_ENTRIES_VEC4`] for the
+/// products that accumulate into C without split-K (the activations'
+/// gradients, dX += dout·W): their epilogue loads what C holds before it
+/// stores (matmul_coop.wgsl's `accumulate_tile`).
+pub const TRAINING_ENTRIES_ACC: [&str; 3] = ["matmul_coop_acc_nt", "matmul_coop_acc_nn", "matmul_coop_acc_tn"];
+pub const TRAINING_ENTRIES_VEC4_ACC: [&str; 3] = ["matmul_coop4_acc_nt", "matmul_coop4_acc_nn", "matmul_coop4_acc_tn"];
+
+/// The accumulating build of a tensor-core entry point (None for any other).
+pub fn accumulating_entry(entry: &str) -> Option<&'static str> {
+    let i = |list: [&str; 3]| list.iter().position(|e| *e == entry);
+    i(TRAINING_ENTRIES)
+        .map(|i| TRAINING_ENTRIES_ACC[i])
+        .or_else(|| i(TRAINING_ENTRIES_VEC4).map(|i| TRAINING_ENTRIES_VEC4_ACC[i]))
+}
+
+/// The entry point of a build: element or vec4, plain or accumulating, of
+/// one layout.
+pub fn training_entry(vec4: bool, accumulating: bool, layout: super::matmul_tiles::Layout) -> &'static str {
+    let entries = match (vec4, accumulating) {
+        (false, false) => TRAINING_ENTRIES,
+        (true, false) => TRAINING_ENTRIES_VEC4,
+        (false, true) => TRAINING_ENTRIES_ACC,
+        (true, true) => TRAINING_ENTRIES_VEC4_ACC,
+    };
+    entries[layout.index()]
+}
+
 /// Whether a kernel of the step's plan runs on the tensor cores (f16
-/// operands, f32 accumulation): one of [`TRAINING_ENTRIES`],
-/// [`TRAINING_ENTRIES_VEC4`] or attention's products ([`ATTENTION_ENTRIES`]).
+/// operands, f32 accumulation): one of the matmul's builds
+/// ([`training_entry`]) or attention's products ([`ATTENTION_ENTRIES`]).
 pub fn on_tensor_cores(kernel: &str) -> bool {
-    TRAINING_ENTRIES.contains(&kernel) || TRAINING_ENTRIES_VEC4.contains(&kernel) || ATTENTION_ENTRIES[..3].contains(&kernel)
+    [TRAINING_ENTRIES, TRAINING_ENTRIES_VEC4, TRAINING_ENTRIES_ACC, TRAINING_ENTRIES_VEC4_ACC]
+        .iter()
+        .any(|list| list.contains(&kernel))
+        || ATTENTION_ENTRIES[..3].contains(&kernel)
 }
 
 /// Whether the vec4 build takes an M×K×N product in `layout`: every
@@ -203,16 +233,17 @@ impl CoopKernel {
 }
 
 /// [`TRAINING_SOURCE`] as compiled: the extensions it needs enabled first,
-/// then the common declarations; the element build or the vec4 one, of one
-/// layout (its entry point is that layout's of [`TRAINING_ENTRIES`] or
-/// [`TRAINING_ENTRIES_VEC4`]), in the configuration [`CoopKernel::current`].
+/// then the common declarations; the element build or the vec4 one, plain
+/// or accumulating, of one layout (its entry point is [`training_entry`]'s),
+/// in the configuration [`CoopKernel::current`].
 pub fn training_source(
     head_dim: usize,
     lab: crate::model::config::Lab,
     vec4: bool,
+    accumulating: bool,
     layout: super::matmul_tiles::Layout,
 ) -> String {
-    training_source_of(CoopKernel::current(), head_dim, lab, vec4, layout)
+    training_source_of(CoopKernel::current(), head_dim, lab, vec4, accumulating, layout)
 }
 
 /// [`training_source`] in configuration `kernel`.
@@ -221,9 +252,10 @@ pub fn training_source_of(
     head_dim: usize,
     lab: crate::model::config::Lab,
     vec4: bool,
+    accumulating: bool,
     layout: super::matmul_tiles::Layout,
 ) -> String {
-    let entry = if vec4 { TRAINING_ENTRIES_VEC4 } else { TRAINING_ENTRIES }[layout.index()];
+    let entry = training_entry(vec4, accumulating, layout);
     let (operand, accessors) = if vec4 {
         (
             "vec4<f32>",
@@ -244,6 +276,7 @@ pub fn training_source_of(
     let source = kernel
         .source()
         .replace("{{VEC4}}", &vec4.to_string())
+        .replace("{{ACCUMULATING}}", &accumulating.to_string())
         .replace("{{FORM}}", &format!("{}u", layout.index()))
         .replace("{{OPERAND}}", operand)
         .replace("{{ENTRY}}", entry)
@@ -493,8 +526,10 @@ mod tests {
         let builds = [(16, false), (64, false), (16, true), (64, true)];
         for kernel in COOP_KERNELS {
             kernel.check().unwrap();
-            for ((head_dim, vec4), layout) in builds.into_iter().flat_map(|b| Layout::ALL.map(|l| (b, l))) {
-                let source = training_source_of(kernel, head_dim, crate::model::config::Lab::default(), vec4, layout);
+            let every = builds.into_iter().flat_map(|b| Layout::ALL.map(|l| (b, l)));
+            for (((head_dim, vec4), layout), accumulating) in every.flat_map(|b| [(b, false), (b, true)]) {
+                let lab = crate::model::config::Lab::default();
+                let source = training_source_of(kernel, head_dim, lab, vec4, accumulating, layout);
                 assert!(!source.contains("{{"), "{}: a placeholder left", kernel.name);
                 let module =
                     naga::front::wgsl::parse_str(&source).unwrap_or_else(|e| panic!("{}", e.emit_to_string(&source)));
@@ -508,7 +543,7 @@ mod tests {
                 };
                 let words = naga::back::spv::write_vec(&module, &info, &options, None).expect("SPIR-V");
                 assert!(words.len() > 1000, "{} words of SPIR-V", words.len());
-                let entry = if vec4 { TRAINING_ENTRIES_VEC4 } else { TRAINING_ENTRIES }[layout.index()];
+                let entry = training_entry(vec4, accumulating, layout);
                 let names: Vec<&str> = module.entry_points.iter().map(|e| e.name.as_str()).collect();
                 assert_eq!(names, [entry]);
                 assert_eq!(module.entry_points[0].workgroup_size, [kernel.threads() as u32, 1, 1]);
@@ -560,6 +595,25 @@ mod tests {
             }
         }
         assert!(!attention_fits(8) && !attention_fits(24) && !attention_fits(128));
+        // The step-through and the walk say these ran in f16; the copies did not.
+        assert!(ATTENTION_ENTRIES[..3].iter().all(|e| on_tensor_cores(e)));
+        assert!(!ATTENTION_ENTRIES[3..].iter().any(|e| on_tensor_cores(e)));
+    }
+
+    /// Every tensor-core build has an accumulating twin of the same layout
+    /// and kind, on the tensor cores too; nothing else has one.
+    #[test]
+    fn each_build_has_its_accumulating_twin() {
+        use crate::gpu::matmul_tiles::Layout;
+        for layout in Layout::ALL {
+            for vec4 in [false, true] {
+                let (plain, acc) = (training_entry(vec4, false, layout), training_entry(vec4, true, layout));
+                assert_eq!(accumulating_entry(plain), Some(acc));
+                assert_eq!(accumulating_entry(acc), None);
+                assert!(on_tensor_cores(plain) && on_tensor_cores(acc));
+            }
+        }
+        assert_eq!(accumulating_entry("matmul_nn_w128"), None);
     }
 
     /// The workgroup memory a configuration's source declares is what

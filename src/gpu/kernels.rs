@@ -411,14 +411,11 @@ impl Kernels {
                 // The tensor cores' kernel, where the device was opened
                 // with them (its source enables what others lack).
                 if device.features().contains(super::coop::FEATURES) {
-                    for (vec4, entries) in [
-                        (false, &super::coop::TRAINING_ENTRIES),
-                        (true, &super::coop::TRAINING_ENTRIES_VEC4),
-                    ] {
+                    for (vec4, accumulating) in [(false, false), (true, false), (false, true), (true, true)] {
                         for layout in super::matmul_tiles::Layout::ALL {
-                            let entry = &entries[layout.index()..=layout.index()];
-                            let source = super::coop::training_source(head_dim, lab, vec4, layout);
-                            add(trusted_module(device, entry[0], source), entry);
+                            let entry = super::coop::training_entry(vec4, accumulating, layout);
+                            let source = super::coop::training_source(head_dim, lab, vec4, accumulating, layout);
+                            add(trusted_module(device, entry, source), std::slice::from_ref(&entry));
                         }
                     }
                 }

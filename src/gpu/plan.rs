@@ -51,6 +51,9 @@ pub const LOSS_SCALE_GROWTH_INTERVAL: u32 = 2000;
 pub(super) const NORM_CHUNK: usize = 4096;
 /// Rows per partial column sum (`ROWS_PER_CHUNK` in layernorm.wgsl).
 pub(super) const ROWS_PER_CHUNK: usize = 16;
+/// Columns per workgroup of the column sums' final pass (`FINAL_COLUMNS` in
+/// layernorm.wgsl).
+const FINAL_COLUMNS: usize = 16;
 
 /// Split-K plan for an M×K×N matmul: (splits, K per split). Few output tiles
 /// with a long K (the weight gradients: M, N = layer widths, K = B·T; and
@@ -371,6 +374,11 @@ impl<'a> Planner<'a> {
         let (tile, splits, k_split) = matmul_tiling(m, k, n, layout, self.matmul, self.limits);
         let (tile_m, tile_n) = tile_dims(tile);
         let entry = tile.map_or(layout.flat_entry(), |t| t.entries[layout.index()]);
+        // The tensor cores' accumulating build where C is added to in place.
+        let entry = match coop::accumulating_entry(entry) {
+            Some(acc) if accumulate && splits == 1 => acc,
+            _ => entry,
+        };
         let params = MatmulParams {
             m: m as u32,
             k: k as u32,
@@ -489,7 +497,7 @@ impl<'a> Planner<'a> {
                     Src::Params,
                 ],
                 params: self.ln_params(width, width, 0),
-                groups: [width.div_ceil(64) as u32, 1, 1],
+                groups: [width.div_ceil(FINAL_COLUMNS) as u32, 1, 1],
             },
         ]
     }
@@ -674,7 +682,7 @@ impl<'a> Planner<'a> {
                     Src::Params,
                 ],
                 params: self.ln_params(width, 2 * width, 0),
-                groups: [width.div_ceil(64) as u32, 1, 1],
+                groups: [width.div_ceil(FINAL_COLUMNS) as u32, 1, 1],
             },
         ]
     }
