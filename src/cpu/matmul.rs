@@ -30,13 +30,6 @@ impl<'a, F> View<'a, F> {
             cs: 1,
         }
     }
-    /// The same matrix from row `r` on.
-    pub fn from_row(self, r: usize) -> Self {
-        Self {
-            data: &self.data[r * self.rs..],
-            ..self
-        }
-    }
     /// The transpose of a row-major matrix with `cols` columns.
     pub fn transposed(data: &'a [F], cols: usize) -> Self {
         Self {

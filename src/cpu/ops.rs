@@ -505,9 +505,6 @@ fn att_index(bh: usize, i: usize, j: usize, t: usize) -> usize {
     (bh * t + i) * t + j
 }
 
-/// Queries per block of the CPU attention's products ([`AttnDims::query_blocks`]).
-const QUERY_BLOCK: usize = 32;
-
 pub struct AttnDims {
     pub b: usize,
     pub t: usize,
@@ -525,19 +522,6 @@ impl AttnDims {
     }
     fn d(&self) -> usize {
         self.c / self.h
-    }
-    /// The queries in blocks of [`QUERY_BLOCK`], each with the keys its
-    /// queries see at most: (first query, one past the last, keys). Under
-    /// the causal mask a block's products stop at its last query's keys
-    /// (the rest of its rows of P and dS are zero), so attention's products
-    /// do about half the work of the full T×T. A product over keys only
-    /// drops trailing zero terms, so every sum is the one the full product
-    /// makes, bit for bit (matrixmultiply walks K in order from 0).
-    fn query_blocks(&self) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
-        (0..self.t).step_by(QUERY_BLOCK).map(|i0| {
-            let i1 = (i0 + QUERY_BLOCK).min(self.t);
-            (i0, i1, if self.causal { i1 } else { self.t })
-        })
     }
     /// Views of q, k, v for (b, h) inside qkv: (T, D) each, row stride 3C.
     fn qkv_views<'a, F>(&self, qkv: &'a [F], b: usize, h: usize) -> [View<'a, F>; 3] {
@@ -566,25 +550,21 @@ fn attention_probs<F: Float>(
     let t = dims.t;
     let scale = F::one() / F::c(dims.d() as f64).sqrt();
     let [q, k, _] = dims.qkv_views(qkv, b, h);
-    // S = scale · q·kᵀ, each block of queries against the keys it sees (the
-    // entries past them are zeroed below).
-    for (i0, i1, keys) in dims.query_blocks() {
-        gemm_serial(
-            i1 - i0,
-            dims.d(),
-            keys,
-            scale,
-            q.from_row(i0),
-            View {
-                data: k.data,
-                rs: 1,
-                cs: k.rs,
-            },
-            F::zero(),
-            &mut p[i0 * t..],
-            t,
-        );
-    }
+    gemm_serial(
+        t,
+        dims.d(),
+        t,
+        scale,
+        q,
+        View {
+            data: k.data,
+            rs: 1,
+            cs: k.rs,
+        },
+        F::zero(),
+        p,
+        t,
+    );
     let mut lse = lse;
     for i in 0..t {
         let row = &mut p[i * t..i * t + t];
@@ -684,24 +664,21 @@ pub fn attention_forward<F: Float>(
                 }
             }
             let [_, _, v] = dims.qkv_views(qkv, b, hh);
-            // out[b, :, hh·D..] (T,D) = P (T,T) · v (T,D), a block of queries
-            // at a time over the keys it sees.
-            for (i0, i1, keys) in dims.query_blocks() {
-                // SAFETY: in bounds (asserted above) and disjoint between tasks.
-                unsafe {
-                    serial(
-                        i1 - i0,
-                        keys,
-                        d,
-                        F::one(),
-                        View::rows(&p[i0 * t..], t),
-                        v,
-                        F::zero(),
-                        out_ptr.at(b * t * c + i0 * c + hh * d),
-                        c,
-                    )
-                };
-            }
+            // out[b, :, hh·D..] (T,D) = P (T,T) · v (T,D)
+            // SAFETY: in bounds (asserted above) and disjoint between tasks.
+            unsafe {
+                serial(
+                    t,
+                    t,
+                    d,
+                    F::one(),
+                    View::rows(p, t),
+                    v,
+                    F::zero(),
+                    out_ptr.at(b * t * c + hh * d),
+                    c,
+                )
+            };
         },
     );
 }
@@ -773,25 +750,22 @@ pub fn attention_backward<F: Float>(
                     3 * c,
                 )
             };
-            // dPd (T,T) = dout (T,D) · vᵀ (D,T), a block of queries at a time
-            // against the keys it sees (the entries past them are zeroed below).
-            for (i0, i1, keys) in dims.query_blocks() {
-                gemm_serial(
-                    i1 - i0,
-                    d,
-                    keys,
-                    F::one(),
-                    dout_bh.from_row(i0),
-                    View {
-                        data: v.data,
-                        rs: 1,
-                        cs: v.rs,
-                    },
-                    F::zero(),
-                    &mut dp[i0 * t..],
-                    t,
-                );
-            }
+            // dPd (T,T) = dout (T,D) · vᵀ (D,T)
+            gemm_serial(
+                t,
+                d,
+                t,
+                F::one(),
+                dout_bh,
+                View {
+                    data: v.data,
+                    rs: 1,
+                    cs: v.rs,
+                },
+                F::zero(),
+                dp,
+                t,
+            );
             // dS = P ∘ (dP − rowsum(P ∘ dP)), dP = dPd ∘ M
             for i in 0..t {
                 let seen = dims.keys(i);
@@ -808,24 +782,20 @@ pub fn attention_backward<F: Float>(
                     dp[i * t + j] = F::zero();
                 }
             }
-            // dq (T,D) += scale · dS (T,T) · k (T,D), a block of queries at a
-            // time over the keys it sees. (dK and dV sum over queries, whose
-            // zeros lead rather than trail: they stay whole products.)
-            for (i0, i1, keys) in dims.query_blocks() {
-                unsafe {
-                    serial(
-                        i1 - i0,
-                        keys,
-                        d,
-                        scale,
-                        View::rows(&dp[i0 * t..], t),
-                        k,
-                        F::one(),
-                        dqkv_ptr.at(dq + i0 * 3 * c),
-                        3 * c,
-                    )
-                };
-            }
+            // dq (T,D) += scale · dS (T,T) · k (T,D)
+            unsafe {
+                serial(
+                    t,
+                    t,
+                    d,
+                    scale,
+                    View::rows(dp, t),
+                    k,
+                    F::one(),
+                    dqkv_ptr.at(dq),
+                    3 * c,
+                )
+            };
             // dk (T,D) += scale · dSᵀ (T,T) · q (T,D)
             unsafe {
                 serial(
