@@ -314,8 +314,8 @@ fn accumulate_element(so: u32, lane: u32, r0: u32, c0: u32, e: u32, before: f32)
 }
 
 // write_tile where the product accumulates into C (dX += dout·W), in the
-// builds for such products (ACCUMULATING; the others keep this out, which
-// costs them registers: the forward's products lost 3%, dW's 8%): the 8
+// builds for such products only (ACCUMULATING: in every build it cost the
+// others registers, the forward's products 3% and dW's 8%): the 8
 // elements' old values are loaded before any is stored (named values, in
 // registers: a private array indexed in a loop spills), so the loads are in
 // flight together rather than each waited for behind the store before it
