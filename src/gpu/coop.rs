@@ -288,13 +288,14 @@ pub fn training_source_of(
 }
 
 /// FlashAttention-2 on the tensor cores (`shaders/attention_coop.wgsl`):
-/// attention's four products in f16 with f32 accumulation, training's
+/// attention's products (S = Q·Kᵀ and P·V, and the backward's four) in f16
+/// with f32 accumulation, training's
 /// attention under `--precision mixed` where the head size fits
 /// ([`attention_fits`]); attention.wgsl's kernels elsewhere.
 pub const ATTENTION_SOURCE: &str = include_str!("../../shaders/attention_coop.wgsl");
 
 /// Its entry points: the forward, dK/dV, dQ, and the two that copy q, k, v
-/// and dO to f16 for them ([`ATTENTION_HALVES`]).
+/// and dO to f16 for them (into a buffer of [`attention_halves_bytes`]).
 pub const ATTENTION_ENTRIES: [&str; 5] = [
     "attention_coop_forward",
     "attention_coop_dkdv",
@@ -313,15 +314,11 @@ pub const ATTENTION_PAD_ROWS: usize = 32;
 
 /// The f16 copies' buffer for a layer of `batch × ctx` rows of width
 /// `d_model`, in bytes: q | k | v (B·T·3C) and its padding, then dO
-/// (B·T·C) and its padding.
+/// (B·T·C) and its padding (from (B·T + PAD)·3C halves: the kernel's
+/// `dout_at`).
 pub fn attention_halves_bytes(batch: usize, ctx: usize, d_model: usize) -> u64 {
     let rows = batch * ctx + ATTENTION_PAD_ROWS;
     ((rows * 4 * d_model * 2) as u64).next_multiple_of(16)
-}
-
-/// Where dO's f16 copy starts in that buffer, in halves.
-pub fn attention_dout_offset(batch: usize, ctx: usize, d_model: usize) -> usize {
-    (batch * ctx + ATTENTION_PAD_ROWS) * 3 * d_model
 }
 
 /// Whether the kernel takes heads of `head_dim`: a multiple of 16 up to 64
