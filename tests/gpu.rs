@@ -49,6 +49,8 @@ fn per_op_parity(cfg: &Config) {
 
 fn per_op_parity_on(ctx: GpuContext, cfg: &Config) {
     let mixed = ctx.mixed_precision();
+    // Whether this plan puts attention on the tensor cores: the planner's own test.
+    let coop_attention = tinygpt::gpu::coop::attention_on_tensor_cores(ctx.matmul, cfg.head_dim());
     let program = Program::new(cfg);
     let mut cpu = CpuBackend::<f32>::new(program.clone());
     let mut gpu = GpuBackend::new(ctx, program.clone()).unwrap();
@@ -81,7 +83,7 @@ fn per_op_parity_on(ctx: GpuContext, cfg: &Config) {
     // scale (a power of 2, so exactly) times f32's; every other op is f32's.
     let bound = |op: &Op| match op {
         Op::Linear { .. } | Op::TiedHead { .. } | Op::LowRank { .. } if mixed => MIXED_MATMUL_BOUND,
-        Op::Attention { .. } if mixed && tinygpt::gpu::coop::attention_fits(cfg.head_dim()) => MIXED_ATTENTION_BOUND,
+        Op::Attention { .. } if coop_attention => MIXED_ATTENTION_BOUND,
         _ => 1e-5,
     };
     let scale = |op: &Op, backward: bool| match op {
