@@ -19,6 +19,9 @@
 //   column_sums_final        16 columns a workgroup of 256: out[col] += Σ_chunks part[chunk·stride + offset + col]
 //                            (in 16 interleaved slices; see FINAL_SLICES)
 //   bias_grad_part           one workgroup (256 threads) per chunk: part[chunk, col] = Σ_rows g[row, col] (width C)
+//   layernorm_params_direct  where B·T is small: the partial and final passes of LayerNorm's in one
+//                            dispatch, the same sums in the same order; dweight bound as out, dbias as part
+//   bias_grad_direct         likewise a bias's: out[col] += Σ_rows g[row, col]
 // Workgroup: 64 threads (the per-row kernels); row reductions through workgroup memory in a fixed tree
 // (deterministic, no atomics).
 
@@ -117,35 +120,48 @@ fn layernorm_backward_dx(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_in
     }
 }
 
+// LayerNorm's parameter gradients over one chunk of rows, for column `col`:
+// (Σ dout·norm, Σ dout), in row order.
+fn ln_chunk_sums(col: u32, chunk: u32) -> vec2<f32> {
+    let r0 = chunk * ROWS_PER_CHUNK;
+    let r1 = min(r0 + ROWS_PER_CHUNK, ln.rows);
+    var dw = 0.0;
+    var db = 0.0;
+    for (var row = r0; row < r1; row++) {
+        let gv = g[row * ln.c + col];
+        dw += gv * (inp[row * ln.c + col] - mean[row]) * rstd[row];
+        db += gv;
+    }
+    return vec2<f32>(dw, db);
+}
+
+// A bias's gradient over one chunk of rows, for column `col`: Σ g[row, col],
+// in row order.
+fn bias_chunk_sum(col: u32, chunk: u32) -> f32 {
+    let r0 = chunk * ROWS_PER_CHUNK;
+    let r1 = min(r0 + ROWS_PER_CHUNK, ln.rows);
+    var db = 0.0;
+    for (var row = r0; row < r1; row++) {
+        db += g[row * ln.c + col];
+    }
+    return db;
+}
+
 @compute @workgroup_size(256)
 fn layernorm_backward_part(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let chunk = wg.x;
-    let r0 = chunk * ROWS_PER_CHUNK;
-    let r1 = min(r0 + ROWS_PER_CHUNK, ln.rows);
     for (var col = lid.x; col < ln.c; col += PART_WG) {
-        var dw = 0.0;
-        var db = 0.0;
-        for (var row = r0; row < r1; row++) {
-            let gv = g[row * ln.c + col];
-            dw += gv * (inp[row * ln.c + col] - mean[row]) * rstd[row];
-            db += gv;
-        }
-        part[chunk * 2u * ln.c + col] = dw;
-        part[chunk * 2u * ln.c + ln.c + col] = db;
+        let s = ln_chunk_sums(col, chunk);
+        part[chunk * 2u * ln.c + col] = s.x;
+        part[chunk * 2u * ln.c + ln.c + col] = s.y;
     }
 }
 
 @compute @workgroup_size(256)
 fn bias_grad_part(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>) {
     let chunk = wg.x;
-    let r0 = chunk * ROWS_PER_CHUNK;
-    let r1 = min(r0 + ROWS_PER_CHUNK, ln.rows);
     for (var col = lid.x; col < ln.c; col += PART_WG) {
-        var db = 0.0;
-        for (var row = r0; row < r1; row++) {
-            db += g[row * ln.c + col];
-        }
-        part[chunk * ln.c + col] = db;
+        part[chunk * ln.c + col] = bias_chunk_sum(col, chunk);
     }
 }
 
@@ -174,26 +190,34 @@ fn slice_sums(col: u32, slice: u32, stride: u32, offset: u32, both: bool) -> vec
     return s;
 }
 
-// LayerNorm's parameter gradients in one dispatch: part rows hold (dw | db),
-// 2C wide; dweight is bound as `out` and dbias as `mean`.
+// The 16 slices' sums of a workgroup's 16 columns added in slice order:
+// the column's totals, for the threads of slice 0 to write. Every thread
+// calls it (it holds a barrier).
+fn slice_totals(tid: u32, s: vec2<f32>) -> vec2<f32> {
+    slice_a[tid] = s.x;
+    slice_b[tid] = s.y;
+    workgroupBarrier();
+    var t = vec2<f32>(0.0);
+    if (tid < FINAL_COLUMNS) {
+        for (var k = 0u; k < FINAL_SLICES; k++) {
+            t.x += slice_a[k * FINAL_COLUMNS + tid];
+            t.y += slice_b[k * FINAL_COLUMNS + tid];
+        }
+    }
+    return t;
+}
+
+// LayerNorm's parameter gradients from the partial rows: part rows hold
+// (dw | db), 2C wide; dweight is bound as `out` and dbias as `mean`.
 // Group (ceil(C / FINAL_COLUMNS)), 256 threads.
 @compute @workgroup_size(256)
 fn layernorm_params_final(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let col = wg.x * FINAL_COLUMNS + tid % FINAL_COLUMNS;
     let slice = tid / FINAL_COLUMNS;
-    let s = slice_sums(col, slice, 2u * ln.c, 0u, true);
-    slice_a[tid] = s.x;
-    slice_b[tid] = s.y;
-    workgroupBarrier();
+    let t = slice_totals(tid, slice_sums(col, slice, 2u * ln.c, 0u, true));
     if (slice == 0u && col < ln.c) {
-        var dw = 0.0;
-        var db = 0.0;
-        for (var k = 0u; k < FINAL_SLICES; k++) {
-            dw += slice_a[k * FINAL_COLUMNS + tid];
-            db += slice_b[k * FINAL_COLUMNS + tid];
-        }
-        out[col] += dw;
-        mean[col] += db;
+        out[col] += t.x;
+        mean[col] += t.y;
     }
 }
 
@@ -203,13 +227,48 @@ fn layernorm_params_final(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_i
 fn column_sums_final(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let col = wg.x * FINAL_COLUMNS + tid % FINAL_COLUMNS;
     let slice = tid / FINAL_COLUMNS;
-    slice_a[tid] = slice_sums(col, slice, ln.part_stride, ln.part_offset, false).x;
-    workgroupBarrier();
+    let t = slice_totals(tid, slice_sums(col, slice, ln.part_stride, ln.part_offset, false));
     if (slice == 0u && col < ln.c) {
-        var s = 0.0;
-        for (var k = 0u; k < FINAL_SLICES; k++) {
-            s += slice_a[k * FINAL_COLUMNS + tid];
-        }
-        out[col] += s;
+        out[col] += t.x;
+    }
+}
+
+// The direct builds, where the rows are few (src/gpu/plan.rs,
+// DIRECT_MAX_CHUNKS): one dispatch does both passes. Thread (slice,
+// column) sums each of its chunks' rows itself where the two-pass build
+// reads that chunk's partial row, so the sums are the same, bit for bit, in
+// one dispatch instead of two (a dispatch costs about 6 µs of barrier on the
+// H200, as much as the work at these sizes). Group (ceil(C / FINAL_COLUMNS)),
+// 256 threads.
+
+// LayerNorm's: inp, mean, rstd and dout (g) as in layernorm_backward_part;
+// dweight bound as `out`, dbias as `part`.
+@compute @workgroup_size(256)
+fn layernorm_params_direct(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let col = wg.x * FINAL_COLUMNS + tid % FINAL_COLUMNS;
+    let slice = tid / FINAL_COLUMNS;
+    var s = vec2<f32>(0.0);
+    if (col < ln.c) {
+        for (var ch = slice; ch < ln.chunks; ch += FINAL_SLICES) { s += ln_chunk_sums(col, ch); }
+    }
+    let t = slice_totals(tid, s);
+    if (slice == 0u && col < ln.c) {
+        out[col] += t.x;
+        part[col] += t.y;
+    }
+}
+
+// A bias's: dout as `g`, dbias as `out`.
+@compute @workgroup_size(256)
+fn bias_grad_direct(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
+    let col = wg.x * FINAL_COLUMNS + tid % FINAL_COLUMNS;
+    let slice = tid / FINAL_COLUMNS;
+    var s = 0.0;
+    if (col < ln.c) {
+        for (var ch = slice; ch < ln.chunks; ch += FINAL_SLICES) { s += bias_chunk_sum(col, ch); }
+    }
+    let t = slice_totals(tid, vec2<f32>(s, 0.0));
+    if (slice == 0u && col < ln.c) {
+        out[col] += t.x;
     }
 }

@@ -166,6 +166,17 @@ fn every_kernel_matches_the_cpu_with_split_k() {
     per_op_parity(&config(1, 2, 20, 151, 4, 0.0));
 }
 
+#[test]
+fn every_kernel_matches_the_cpu_with_many_rows() {
+    // B·T = 151 · 15 = 2265 rows: the bias and LayerNorm parameter
+    // gradients take the partial and final passes (the tests above, with
+    // fewer rows, take the one-dispatch build), the last chunk ragged.
+    let cfg = config(1, 2, 20, 151, 15, 0.0);
+    assert!(cfg.ctx * cfg.batch > tinygpt::gpu::DIRECT_SUMS_MAX_ROWS);
+    assert!((cfg.ctx * cfg.batch) % 16 != 0);
+    per_op_parity(&cfg);
+}
+
 /// The context with every matmul forced onto one warp-tiled configuration
 /// (each must run on the test adapter, or the test would check the flat one).
 fn with_tile(tile: &'static TileConfig) -> GpuContext {

@@ -83,6 +83,8 @@ pub const SHADERS: &[ShaderFile] = &[
             "layernorm_params_final",
             "bias_grad_part",
             "column_sums_final",
+            "layernorm_params_direct",
+            "bias_grad_direct",
         ],
     },
     ShaderFile {

@@ -33,6 +33,7 @@ pub use context::{GpuContext, GpuError};
 use kernels::{Kernels, Slot};
 use params::WgslMirror;
 pub use plan::split_k;
+pub use plan::DIRECT_SUMS_MAX_ROWS;
 pub use plan::{LOSS_SCALE_GROWTH_INTERVAL, LOSS_SCALE_INIT};
 use plan::{NORM_CHUNK, Place, ROWS_PER_CHUNK, Src, words};
 use std::sync::{Arc, Mutex};

@@ -54,6 +54,14 @@ pub(super) const ROWS_PER_CHUNK: usize = 16;
 /// Columns per workgroup of the column sums' final pass (`FINAL_COLUMNS` in
 /// layernorm.wgsl).
 const FINAL_COLUMNS: usize = 16;
+/// The most rows (B·T) whose column sums (bias and LayerNorm parameter
+/// gradients) take one dispatch (`bias_grad_direct`,
+/// `layernorm_params_direct`) rather than a partial pass and a final one:
+/// the same sums in the same order, each of the final pass's threads
+/// summing its chunks' rows itself. Beyond it (nanogpt-char's 16384 rows)
+/// those threads' chains of loads grow long and the two passes spread the
+/// rows over more of the GPU.
+pub const DIRECT_SUMS_MAX_ROWS: usize = 2048;
 
 /// Split-K plan for an M×K×N matmul: (splits, K per split). Few output tiles
 /// with a long K (the weight gradients: M, N = layer widths, K = B·T; and
@@ -464,9 +472,28 @@ impl<'a> Planner<'a> {
         .bytes()
     }
 
-    /// A bias's gradient: partial column sums of dout per row chunk, then
-    /// their sum.
+    /// A bias's gradient: the column sums of dout, in one dispatch where
+    /// the rows are few ([`DIRECT_SUMS_MAX_ROWS`]), else partial sums per
+    /// row chunk and then their sum.
     fn bias_grad(&self, dout: Src, dbias: Src, width: usize) -> Vec<Planned> {
+        let columns = [width.div_ceil(FINAL_COLUMNS) as u32, 1, 1];
+        if self.rows <= DIRECT_SUMS_MAX_ROWS {
+            return vec![Planned {
+                entry: "bias_grad_direct",
+                bindings: vec![
+                    Src::DummyRo,
+                    Src::DummyRo,
+                    dbias,
+                    Src::DummyRw,
+                    Src::DummyRw,
+                    dout,
+                    Src::DummyRw,
+                    Src::Params,
+                ],
+                params: self.ln_params(width, width, 0),
+                groups: columns,
+            }];
+        }
         let part = self.whole(self.scratch.part, 0);
         vec![
             Planned {
@@ -497,7 +524,7 @@ impl<'a> Planner<'a> {
                     Src::Params,
                 ],
                 params: self.ln_params(width, width, 0),
-                groups: [width.div_ceil(FINAL_COLUMNS) as u32, 1, 1],
+                groups: columns,
             },
         ]
     }
@@ -651,6 +678,28 @@ impl<'a> Planner<'a> {
         if self.frozen(weight) {
             return vec![dx];
         }
+        let columns = [width.div_ceil(FINAL_COLUMNS) as u32, 1, 1];
+        if self.rows <= DIRECT_SUMS_MAX_ROWS {
+            // dweight in the `out` slot, dbias in the `part` slot
+            return vec![
+                dx,
+                Planned {
+                    entry: "layernorm_params_direct",
+                    bindings: vec![
+                        self.p(inp),
+                        Src::DummyRo,
+                        self.g(weight),
+                        self.p(mean),
+                        self.p(rstd),
+                        self.g(out),
+                        self.g(bias),
+                        Src::Params,
+                    ],
+                    params: self.ln_params(width, 0, 0),
+                    groups: columns,
+                },
+            ];
+        }
         vec![
             dx,
             Planned {
@@ -682,7 +731,7 @@ impl<'a> Planner<'a> {
                     Src::Params,
                 ],
                 params: self.ln_params(width, 2 * width, 0),
-                groups: [width.div_ceil(FINAL_COLUMNS) as u32, 1, 1],
+                groups: columns,
             },
         ]
     }
