@@ -201,6 +201,31 @@ fn out_tile(o_acc: coop_mat16x16<f32, C>, lane: u32, b: u32, h: u32, r0: u32, d0
     }
 }
 
+// A block of scores: the A tiles of 16 rows (one per 16 columns of the
+// head, a0 first; those past D unused) times 16 rows t.. of part `part` of
+// the qkv copy taken as Bᵀ, summed over the head's width (S = Q·Kᵀ with a
+// query's tiles and part 1; Sᵀ = K·Qᵀ with a key's and part 0; dP = dO·Vᵀ
+// with dO's and part 2).
+fn scores_qkv(a0: coop_mat16x16<f16, A>, a1: coop_mat16x16<f16, A>, a2: coop_mat16x16<f16, A>, a3: coop_mat16x16<f16, A>,
+              b: u32, t: u32, part: u32, h: u32) -> coop_mat16x16<f32, C> {
+    var s = coopMultiplyAdd(a0, bt_qkv(b, t, part, h, 0u), coop_mat16x16<f32, C>());
+    if (DT > 1u) { s = coopMultiplyAdd(a1, bt_qkv(b, t, part, h, 16u), s); }
+    if (DT > 2u) { s = coopMultiplyAdd(a2, bt_qkv(b, t, part, h, 32u), s); }
+    if (DT > 3u) { s = coopMultiplyAdd(a3, bt_qkv(b, t, part, h, 48u), s); }
+    return s;
+}
+
+// [`scores_qkv`] against 16 rows of the dO copy: dPᵀ = V·dOᵀ with a key's
+// v tiles.
+fn scores_dout(a0: coop_mat16x16<f16, A>, a1: coop_mat16x16<f16, A>, a2: coop_mat16x16<f16, A>, a3: coop_mat16x16<f16, A>,
+               b: u32, t: u32, h: u32) -> coop_mat16x16<f32, C> {
+    var s = coopMultiplyAdd(a0, bt_dout(b, t, h, 0u), coop_mat16x16<f32, C>());
+    if (DT > 1u) { s = coopMultiplyAdd(a1, bt_dout(b, t, h, 16u), s); }
+    if (DT > 2u) { s = coopMultiplyAdd(a2, bt_dout(b, t, h, 32u), s); }
+    if (DT > 3u) { s = coopMultiplyAdd(a3, bt_dout(b, t, h, 48u), s); }
+    return s;
+}
+
 @compute @workgroup_size(256)
 fn attention_coop_qkv_f16(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     for (var i = gid.x; i < at.b * at.t * 3u * at.c; i += nwg.x * 256u) {
@@ -242,12 +267,7 @@ fn attention_coop_forward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_i
     var m = NEG_FLT_MAX;
     for (var j0 = 0u; j0 < last; j0 += BLK) {
         for (var kt = 0u; kt < BT; kt++) {
-            let j = j0 + 16u * kt;
-            var s = coopMultiplyAdd(q_a0, bt_qkv(b, j, 1u, h, 0u), coop_mat16x16<f32, C>());
-            if (DT > 1u) { s = coopMultiplyAdd(q_a1, bt_qkv(b, j, 1u, h, 16u), s); }
-            if (DT > 2u) { s = coopMultiplyAdd(q_a2, bt_qkv(b, j, 1u, h, 32u), s); }
-            if (DT > 3u) { s = coopMultiplyAdd(q_a3, bt_qkv(b, j, 1u, h, 48u), s); }
-            store_sf(s, 16u * kt, SFS);
+            store_sf(scores_qkv(q_a0, q_a1, q_a2, q_a3, b, j0 + 16u * kt, 1u, h), 16u * kt, SFS);
         }
         workgroupBarrier();
         for (var c = 0u; c < 16u; c++) {
@@ -269,12 +289,7 @@ fn attention_coop_forward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_i
     var o_3 = coop_mat16x16<f32, C>();
     for (var j0 = 0u; j0 < last; j0 += BLK) {
         for (var kt = 0u; kt < BT; kt++) {
-            let j = j0 + 16u * kt;
-            var s = coopMultiplyAdd(q_a0, bt_qkv(b, j, 1u, h, 0u), coop_mat16x16<f32, C>());
-            if (DT > 1u) { s = coopMultiplyAdd(q_a1, bt_qkv(b, j, 1u, h, 16u), s); }
-            if (DT > 2u) { s = coopMultiplyAdd(q_a2, bt_qkv(b, j, 1u, h, 32u), s); }
-            if (DT > 3u) { s = coopMultiplyAdd(q_a3, bt_qkv(b, j, 1u, h, 48u), s); }
-            store_sf(s, 16u * kt, SFS);
+            store_sf(scores_qkv(q_a0, q_a1, q_a2, q_a3, b, j0 + 16u * kt, 1u, h), 16u * kt, SFS);
         }
         workgroupBarrier();
         for (var c = 0u; c < 16u; c++) {
@@ -347,22 +362,8 @@ fn attention_coop_dkdv(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invo
         // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ: 16 keys × BLK queries.
         for (var qt = 0u; qt < BT; qt++) {
             let t = i0 + 16u * qt;
-            var s = coopMultiplyAdd(k_a0, bt_qkv(b, t, 0u, h, 0u), coop_mat16x16<f32, C>());
-            var dp = coopMultiplyAdd(v_a0, bt_dout(b, t, h, 0u), coop_mat16x16<f32, C>());
-            if (DT > 1u) {
-                s = coopMultiplyAdd(k_a1, bt_qkv(b, t, 0u, h, 16u), s);
-                dp = coopMultiplyAdd(v_a1, bt_dout(b, t, h, 16u), dp);
-            }
-            if (DT > 2u) {
-                s = coopMultiplyAdd(k_a2, bt_qkv(b, t, 0u, h, 32u), s);
-                dp = coopMultiplyAdd(v_a2, bt_dout(b, t, h, 32u), dp);
-            }
-            if (DT > 3u) {
-                s = coopMultiplyAdd(k_a3, bt_qkv(b, t, 0u, h, 48u), s);
-                dp = coopMultiplyAdd(v_a3, bt_dout(b, t, h, 48u), dp);
-            }
-            store_sf(s, 16u * qt, SFS);
-            store_sf(dp, 16u * SFS + 16u * qt, SFS);
+            store_sf(scores_qkv(k_a0, k_a1, k_a2, k_a3, b, t, 0u, h), 16u * qt, SFS);
+            store_sf(scores_dout(v_a0, v_a1, v_a2, v_a3, b, t, h), 16u * SFS + 16u * qt, SFS);
         }
         workgroupBarrier();
         let i = i0 + lane;
@@ -456,22 +457,8 @@ fn attention_coop_dq(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invoca
         // S = Q·Kᵀ and dP = dO·Vᵀ: 16 queries × BLK keys.
         for (var kt = 0u; kt < BT; kt++) {
             let t = j0 + 16u * kt;
-            var s = coopMultiplyAdd(q_a0, bt_qkv(b, t, 1u, h, 0u), coop_mat16x16<f32, C>());
-            var dp = coopMultiplyAdd(do_a0, bt_qkv(b, t, 2u, h, 0u), coop_mat16x16<f32, C>());
-            if (DT > 1u) {
-                s = coopMultiplyAdd(q_a1, bt_qkv(b, t, 1u, h, 16u), s);
-                dp = coopMultiplyAdd(do_a1, bt_qkv(b, t, 2u, h, 16u), dp);
-            }
-            if (DT > 2u) {
-                s = coopMultiplyAdd(q_a2, bt_qkv(b, t, 1u, h, 32u), s);
-                dp = coopMultiplyAdd(do_a2, bt_qkv(b, t, 2u, h, 32u), dp);
-            }
-            if (DT > 3u) {
-                s = coopMultiplyAdd(q_a3, bt_qkv(b, t, 1u, h, 48u), s);
-                dp = coopMultiplyAdd(do_a3, bt_qkv(b, t, 2u, h, 48u), dp);
-            }
-            store_sf(s, 16u * kt, SFS);
-            store_sf(dp, 16u * SFS + 16u * kt, SFS);
+            store_sf(scores_qkv(q_a0, q_a1, q_a2, q_a3, b, t, 1u, h), 16u * kt, SFS);
+            store_sf(scores_qkv(do_a0, do_a1, do_a2, do_a3, b, t, 2u, h), 16u * SFS + 16u * kt, SFS);
         }
         workgroupBarrier();
         let j = j0 + lane;
