@@ -233,13 +233,13 @@ fn column_sums_final(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invoca
     }
 }
 
-// The direct builds, where the rows are few (src/gpu/plan.rs,
-// DIRECT_MAX_CHUNKS): one dispatch does both passes. Thread (slice,
-// column) sums each of its chunks' rows itself where the two-pass build
-// reads that chunk's partial row, so the sums are the same, bit for bit, in
-// one dispatch instead of two (a dispatch costs about 6 µs of barrier on the
-// H200, as much as the work at these sizes). Group (ceil(C / FINAL_COLUMNS)),
-// 256 threads.
+// The direct builds, where the rows are few (DIRECT_SUMS_MAX_ROWS in
+// src/gpu/plan.rs): one dispatch does both passes. Thread (slice, column)
+// sums each of its chunks' rows itself (ln_chunk_sums, bias_chunk_sum, as
+// the partial pass does) where the final pass reads that chunk's partial
+// row: the same additions in the same order, in one dispatch instead of two
+// (a dispatch costs about 6 µs of barrier on the H200, as much as the work
+// at these sizes). Group (ceil(C / FINAL_COLUMNS)), 256 threads.
 
 // LayerNorm's: inp, mean, rstd and dout (g) as in layernorm_backward_part;
 // dweight bound as `out`, dbias as `part`.
