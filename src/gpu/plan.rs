@@ -612,7 +612,8 @@ impl<'a> Planner<'a> {
             entry: "embedding_backward_wte",
             bindings: binds,
             params: self.emb_params(),
-            groups: grid(VOCAB * c),
+            // (16 columns, token) a workgroup (WTE_COLUMNS in embedding.wgsl)
+            groups: [c.div_ceil(16) as u32, VOCAB as u32, 1],
         };
         wpe_grad.into_iter().chain([wte_grad]).collect()
     }
