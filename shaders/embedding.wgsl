@@ -23,7 +23,7 @@ struct EmbParams {
     rows: u32,
     t: u32,
     c: u32,
-    vocab: u32,
+    _pad0: u32,
 }
 
 @group(0) @binding(0) var<storage, read> tokens: array<u32>;

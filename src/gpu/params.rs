@@ -82,7 +82,7 @@ mirror!(
         rows: u32,
         t: u32,
         c: u32,
-        vocab: u32,
+        _pad0: u32,
     }
 );
 

@@ -535,7 +535,7 @@ impl<'a> Planner<'a> {
             rows: self.rows as u32,
             t: cfg.ctx as u32,
             c: cfg.d_model as u32,
-            vocab: VOCAB as u32,
+            ..Default::default()
         }
         .bytes()
     }
