@@ -241,17 +241,26 @@ fn column_sums_final(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invoca
 // (a dispatch costs about 6 µs of barrier on the H200, as much as the work
 // at these sizes). Group (ceil(C / FINAL_COLUMNS)), 256 threads.
 
+// slice_sums for the direct builds: column `col`'s sums over the chunks of
+// one slice, each chunk's rows summed here (LayerNorm's pair when `both`,
+// else a bias's in .x).
+fn direct_slice_sums(col: u32, slice: u32, both: bool) -> vec2<f32> {
+    var s = vec2<f32>(0.0);
+    if (col < ln.c) {
+        for (var ch = slice; ch < ln.chunks; ch += FINAL_SLICES) {
+            if (both) { s += ln_chunk_sums(col, ch); } else { s.x += bias_chunk_sum(col, ch); }
+        }
+    }
+    return s;
+}
+
 // LayerNorm's: inp, mean, rstd and dout (g) as in layernorm_backward_part;
 // dweight bound as `out`, dbias as `part`.
 @compute @workgroup_size(256)
 fn layernorm_params_direct(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let col = wg.x * FINAL_COLUMNS + tid % FINAL_COLUMNS;
     let slice = tid / FINAL_COLUMNS;
-    var s = vec2<f32>(0.0);
-    if (col < ln.c) {
-        for (var ch = slice; ch < ln.chunks; ch += FINAL_SLICES) { s += ln_chunk_sums(col, ch); }
-    }
-    let t = slice_totals(tid, s);
+    let t = slice_totals(tid, direct_slice_sums(col, slice, true));
     if (slice == 0u && col < ln.c) {
         out[col] += t.x;
         part[col] += t.y;
@@ -263,11 +272,7 @@ fn layernorm_params_direct(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_
 fn bias_grad_direct(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) tid: u32) {
     let col = wg.x * FINAL_COLUMNS + tid % FINAL_COLUMNS;
     let slice = tid / FINAL_COLUMNS;
-    var s = 0.0;
-    if (col < ln.c) {
-        for (var ch = slice; ch < ln.chunks; ch += FINAL_SLICES) { s += bias_chunk_sum(col, ch); }
-    }
-    let t = slice_totals(tid, vec2<f32>(s, 0.0));
+    let t = slice_totals(tid, direct_slice_sums(col, slice, false));
     if (slice == 0u && col < ln.c) {
         out[col] += t.x;
     }
