@@ -5,7 +5,8 @@
 //   @binding(1) x:    array<f32>   first input
 //   @binding(2) y:    array<f32>   second input (residual: b; gelu_backward: the forward input);
 //                                  accumulate2's second output, hence read_write
-//   @binding(3) ew:   EwParams     element count, dropout stream and probability
+//   @binding(3) ew:   EwParams     element count, dropout stream and probability, which
+//                                  gradients are written outright (`write`)
 //   @binding(4) step: StepUniform  dropout seed, training flag
 // Every tensor is flat (n elements). Entry points:
 //   gelu_forward      dst = gelu(x)                       x: inp
@@ -15,13 +16,17 @@
 //   accumulate        dst += x (a LoRA update's base output, forward and backward)
 //   dropout_forward   dst = x · mask (or x when evaluating)
 //   dropout_backward  dst += x · mask
+// A backward that is a gradient's first writer (Program::writes_gradient)
+// writes it instead of adding: `=` for `+=` where ew.write has dst's bit
+// (1) or, in accumulate2, y's (2). 0 + v is v, so the numbers are the same;
+// the write skips a read, and the step skips zeroing the gradient.
 // Workgroup: 256 threads, grid-stride loop (dispatch at most 65535 groups).
 
 struct EwParams {
     n: u32,
     stream: u32,
     p: f32,
-    _pad: u32,
+    write: u32,
 }
 
 @group(0) @binding(0) var<storage, read_write> dst: array<f32>;
@@ -32,6 +37,15 @@ struct EwParams {
 
 const INV_SQRT2: f32 = 0.70710678118654752;
 const INV_SQRT_2PI: f32 = 0.39894228040143268;
+
+// dst[i] (+)= v, by ew.write's bit 0.
+fn store_dst(i: u32, v: f32) {
+    if ((ew.write & 1u) != 0u) {
+        dst[i] = v;
+    } else {
+        dst[i] += v;
+    }
+}
 
 @compute @workgroup_size(256)
 fn gelu_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
@@ -47,7 +61,7 @@ fn gelu_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_wor
         let v = y[i];
         let cdf = 0.5 * (1.0 + erf_as7126(v * INV_SQRT2));
         let pdf = exp(-0.5 * v * v) * INV_SQRT_2PI;
-        dst[i] += x[i] * (cdf + v * pdf);
+        store_dst(i, x[i] * (cdf + v * pdf));
     }
 }
 
@@ -62,8 +76,12 @@ fn residual_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_
 fn accumulate2(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     for (var i = gid.x; i < ew.n; i += nwg.x * 256u) {
         let g = x[i];
-        dst[i] += g;
-        y[i] += g;
+        store_dst(i, g);
+        if ((ew.write & 2u) != 0u) {
+            y[i] = g;
+        } else {
+            y[i] += g;
+        }
     }
 }
 
@@ -90,6 +108,6 @@ fn dropout_forward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_w
 fn dropout_backward(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>) {
     let key = dropout_key(step.dropout_seed, ew.stream);
     for (var i = gid.x; i < ew.n; i += nwg.x * 256u) {
-        dst[i] += x[i] * dropout_keyed(key, i, ew.p);
+        store_dst(i, x[i] * dropout_keyed(key, i, ew.p));
     }
 }

@@ -1046,3 +1046,18 @@ fn an_overflow_skips_the_step_and_halves_the_loss_scale() {
     assert_eq!(gpu.loss_scaler(), [start * 2.0, 0.0, 1.0, 0.0]);
     assert_ne!(gpu.read("transformer.wte.weight").unwrap(), before);
 }
+
+/// The GPU's whole step (which clears only the gradients no backward op
+/// writes outright) is its entries run one by one with every gradient
+/// cleared, bit for bit, on one device; with dropout and with LoRA.
+#[test]
+fn a_whole_step_on_the_gpu_is_its_entries_run_one_by_one() {
+    let mut cfg = Config::load("tiny").unwrap();
+    cfg.dropout = 0.1;
+    for cfg in [cfg.clone(), with_lora(cfg, 2)] {
+        let program = Program::new(&cfg);
+        let mut whole = GpuBackend::new(context(), program.clone()).unwrap();
+        let mut entries = GpuBackend::new(context(), program).unwrap();
+        common::whole_step_is_the_step_through(&mut whole, &mut entries);
+    }
+}

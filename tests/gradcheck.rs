@@ -146,7 +146,7 @@ fn linear_backward() {
         },
         |x, dout| {
             let (mut di, mut dw, mut db) = (vec![0.0; n * i], vec![0.0; o * i], vec![0.0; o]);
-            ops::linear_backward(&mut di, Some((&mut dw, &mut db)), dout, &x[0], &x[1], i, o);
+            ops::linear_backward(&mut di, Some((&mut dw, &mut db)), dout, &x[0], &x[1], i, o, false);
             vec![di, dw, db]
         },
     );
@@ -257,7 +257,7 @@ fn gelu_backward() {
         },
         |x, dout| {
             let mut d = vec![0.0; n];
-            ops::gelu_backward(&mut d, dout, &x[0]);
+            ops::gelu_backward(&mut d, dout, &x[0], false);
             vec![d]
         },
     );
@@ -278,8 +278,8 @@ fn residual_and_dropout_backward() {
         },
         |_, dout| {
             let (mut da, mut db) = (vec![0.0; n], vec![0.0; n]);
-            ops::accumulate(&mut da, dout);
-            ops::accumulate(&mut db, dout);
+            ops::accumulate(&mut da, dout, false);
+            ops::accumulate(&mut db, dout, false);
             vec![da, db]
         },
     );
@@ -294,7 +294,7 @@ fn residual_and_dropout_backward() {
         },
         |_, dout| {
             let mut d = vec![0.0; n];
-            ops::dropout_backward(&mut d, dout, 0.4, 77, 3);
+            ops::dropout_backward(&mut d, dout, 0.4, 77, 3, false);
             vec![d]
         },
     );
@@ -315,7 +315,7 @@ fn tied_head_and_cross_entropy_backward() {
         },
         |x, dout| {
             let (mut di, mut dw) = (vec![0.0; n * c], vec![0.0; v * c]);
-            ops::tied_head_backward(&mut di, Some(&mut dw), dout, &x[0], &x[1], c, v);
+            ops::tied_head_backward(&mut di, Some(&mut dw), dout, &x[0], &x[1], c, v, false);
             vec![di, dw]
         },
     );

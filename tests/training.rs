@@ -182,3 +182,24 @@ fn generation_slides_past_the_context_and_is_seeded() {
     );
     assert_ne!(out, other);
 }
+
+#[test]
+fn a_whole_step_on_the_cpu_is_its_entries_run_one_by_one() {
+    // With dropout (its backward writes gradients too) and LoRA's adapters
+    // (whose linears' inputs are read twice, so those gradients are added to).
+    let mut cfg = Config::load("tiny").unwrap();
+    cfg.dropout = 0.1;
+    let lora = tinygpt::model::config::Lora {
+        rank: 2,
+        alpha: 4.0,
+        targets: tinygpt::model::config::LoraTargets::parse("attn,mlp").unwrap(),
+        base: 0,
+    };
+    for lora in [None, Some(lora)] {
+        cfg.lora = lora;
+        let program = Program::new(&cfg);
+        let mut whole = CpuBackend::<f32>::new(program.clone());
+        let mut entries = CpuBackend::<f32>::new(program);
+        common::whole_step_is_the_step_through(&mut whole, &mut entries);
+    }
+}

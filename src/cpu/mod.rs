@@ -53,6 +53,11 @@ pub struct CpuBackend<F: Float> {
     step_params: Option<StepParams>,
     /// Parameters and AdamW moments put aside by [`Backend::stash_weights`].
     stash: Vec<(TensorId, Vec<F>)>,
+    /// [`Program::last_readers`], for [`Program::writes_gradient`].
+    last_readers: Vec<Option<usize>>,
+    /// Per tensor: a gradient the backward writes outright, which a whole
+    /// step does not zero first ([`Program::written_gradients`]).
+    written: Vec<bool>,
 }
 
 impl<F: Float> CpuBackend<F> {
@@ -71,7 +76,6 @@ impl<F: Float> CpuBackend<F> {
             })
             .collect();
         Self {
-            program,
             data,
             tokens: vec![],
             targets: vec![],
@@ -81,6 +85,12 @@ impl<F: Float> CpuBackend<F> {
             probe_window: ProbeWindow { row: 0, n: 0 },
             step_params: None,
             stash: Vec::new(),
+            last_readers: program.last_readers(),
+            written: {
+                let written = program.written_gradients();
+                (0..program.tensors.len()).map(|id| written.contains(&id)).collect()
+            },
+            program,
         }
     }
 
@@ -175,24 +185,28 @@ impl<F: Float> CpuBackend<F> {
             .expect("tensor has no gradient")
     }
 
+    /// Zeroes the gradients: all of them, or (`whole_step`) those no
+    /// backward op writes outright. One parallel pass in runs of equal size
+    /// (a task per tensor left 16 threads waiting on the few large ones).
+    fn zero_grads(&mut self, whole_step: bool) {
+        let tensors = &self.program.tensors;
+        let written = &self.written;
+        let mut runs: Vec<&mut [F]> = self
+            .data
+            .iter_mut()
+            .zip(tensors)
+            .enumerate()
+            .filter(|(id, (_, t))| t.kind == TensorKind::Grad && !(whole_step && written[*id]))
+            .flat_map(|(_, (d, _))| d.chunks_mut(4 * ops::ADAMW_CHUNK))
+            .collect();
+        runs.par_iter_mut().for_each(|d| d.fill(F::zero()));
+    }
+
     /// Executes one entry of the program's step list. `adam` is needed for
     /// [`Step::AdamW`] only.
     pub fn run(&mut self, step: Step, adam: Option<ops::AdamW>) {
         match step {
-            Step::ZeroGrads => {
-                // One parallel pass over every gradient in runs of equal
-                // size (a task per tensor left 16 threads waiting on the
-                // few large ones).
-                let tensors = &self.program.tensors;
-                let mut runs: Vec<&mut [F]> = self
-                    .data
-                    .iter_mut()
-                    .zip(tensors)
-                    .filter(|(_, t)| t.kind == TensorKind::Grad)
-                    .flat_map(|(d, _)| d.chunks_mut(4 * ops::ADAMW_CHUNK))
-                    .collect();
-                runs.par_iter_mut().for_each(|d| d.fill(F::zero()));
-            }
+            Step::ZeroGrads => self.zero_grads(false),
             Step::Forward(i) => self.forward_op(i),
             Step::Backward(i) => self.backward_op(i),
             Step::AttentionProbs(i) => {
@@ -464,6 +478,12 @@ impl<F: Float> CpuBackend<F> {
         let cfg = &self.program.config;
         let (t, c, b) = (cfg.ctx, cfg.d_model, cfg.batch);
         let op = self.program.ops[i].op.clone();
+        // Whether this op writes its input's gradient outright (its first
+        // writer) rather than adding to it.
+        let written: Vec<TensorId> = (op.io().0.into_iter())
+            .filter(|&x| self.program.writes_gradient(&self.last_readers, i, x))
+            .collect();
+        let write = move |input: TensorId| written.contains(&input);
         match op {
             // A frozen embedding (a LoRA fine-tune) has nothing to learn.
             Op::Embedding { wte, .. } if self.program.tensors[wte].is_frozen() => {}
@@ -531,6 +551,7 @@ impl<F: Float> CpuBackend<F> {
                     &d[weight],
                     in_features,
                     out_features,
+                    write(inp),
                 );
                 self.data[gi] = di;
                 self.put_param_grads(grads);
@@ -603,14 +624,14 @@ impl<F: Float> CpuBackend<F> {
             Op::Gelu { inp, out } => {
                 let (gi, go) = (self.grad_of(inp), self.grad_of(out));
                 let mut di = self.take(gi);
-                ops::gelu_backward(&mut di, &self.data[go], &self.data[inp]);
+                ops::gelu_backward(&mut di, &self.data[go], &self.data[inp], write(inp));
                 self.data[gi] = di;
             }
             Op::Residual { a, b, out } => {
                 let (ga, gb, go) = (self.grad_of(a), self.grad_of(b), self.grad_of(out));
-                for g in [ga, gb] {
+                for (g, input) in [(ga, a), (gb, b)] {
                     let mut d = self.take(g);
-                    ops::accumulate(&mut d, &self.data[go]);
+                    ops::accumulate(&mut d, &self.data[go], write(input));
                     self.data[g] = d;
                 }
             }
@@ -622,7 +643,7 @@ impl<F: Float> CpuBackend<F> {
             } => {
                 let (gi, go) = (self.grad_of(inp), self.grad_of(out));
                 let mut di = self.take(gi);
-                ops::dropout_backward(&mut di, &self.data[go], p, self.dropout_seed, stream);
+                ops::dropout_backward(&mut di, &self.data[go], p, self.dropout_seed, stream, write(inp));
                 self.data[gi] = di;
             }
             Op::TiedHead { inp, wte, out } => {
@@ -639,6 +660,7 @@ impl<F: Float> CpuBackend<F> {
                     &self.data[wte],
                     c,
                     v,
+                    write(inp),
                 );
                 self.data[gi] = di;
                 if let (Some(g), Some(d)) = (gw, dw) {
@@ -708,7 +730,14 @@ impl<F: Float> Backend for CpuBackend<F> {
 
     fn train_step(&mut self, batch: &Batch, sp: StepParams) -> StepOutcome {
         self.load_step(batch, Some(sp));
-        self.run_entries(0..self.program.steps.len());
+        // The whole step: the gradients the backward writes outright are
+        // not zeroed first (nothing reads them before it does).
+        for i in 0..self.program.steps.len() {
+            match self.program.steps[i] {
+                Step::ZeroGrads => self.zero_grads(true),
+                step => self.run(step, None),
+            }
+        }
         let stats = &self.data[self.program.stats];
         let (loss, grad_norm) = (stats[0].f64(), self.last_grad_norm);
         StepOutcome {

@@ -227,7 +227,8 @@ pub fn linear_forward<F: Float>(
 }
 
 /// `params`: the weight's and bias's gradients, `None` when they are frozen
-/// (a LoRA fine-tune), which skips their matmul and sums.
+/// (a LoRA fine-tune), which skips their matmul and sums. `write`: dinp is
+/// written, not added to ([`crate::program::Program::writes_gradient`]).
 #[allow(clippy::too_many_arguments)]
 pub fn linear_backward<F: Float>(
     dinp: &mut [F],
@@ -237,9 +238,10 @@ pub fn linear_backward<F: Float>(
     weight: &[F],
     n_in: usize,
     n_out: usize,
+    write: bool,
 ) {
     let rows = inp.len() / n_in;
-    // dinp (N,IN) += dout (N,OUT) · weight (OUT,IN)
+    // dinp (N,IN) (+)= dout (N,OUT) · weight (OUT,IN)
     gemm(
         rows,
         n_out,
@@ -247,7 +249,7 @@ pub fn linear_backward<F: Float>(
         F::one(),
         View::rows(dout, n_out),
         View::rows(weight, n_in),
-        F::one(),
+        beta(write),
         dinp,
         n_in,
     );
@@ -343,7 +345,7 @@ pub fn lowrank_backward<F: Float>(
     let rows = inp.len() / d.n_in;
     let scale = F::c(d.scale as f64);
     // dbase += dout (the frozen linear's output passes straight through)
-    accumulate(dbase, dout);
+    accumulate(dbase, dout, false);
     // dB (OUT,R) += scale · doutᵀ (OUT,N) · mid (N,R)
     gemm(
         d.n_out,
@@ -409,7 +411,8 @@ pub fn gelu_forward<F: Float>(out: &mut [F], inp: &[F]) {
         });
 }
 
-pub fn gelu_backward<F: Float>(dinp: &mut [F], dout: &[F], inp: &[F]) {
+/// `write`: dinp is written, not added to.
+pub fn gelu_backward<F: Float>(dinp: &mut [F], dout: &[F], inp: &[F], write: bool) {
     let inv_sqrt2 = F::c(std::f64::consts::FRAC_1_SQRT_2);
     let inv_sqrt_2pi = F::c(1.0 / (2.0 * std::f64::consts::PI).sqrt());
     let half = F::c(0.5);
@@ -420,7 +423,7 @@ pub fn gelu_backward<F: Float>(dinp: &mut [F], dout: &[F], inp: &[F]) {
             for ((d, &g), &x) in d.iter_mut().zip(g).zip(x) {
                 let cdf = half * (F::one() + (x * inv_sqrt2).erf());
                 let pdf = (-half * x * x).exp_fast() * inv_sqrt_2pi;
-                *d += g * (cdf + x * pdf);
+                store(d, g * (cdf + x * pdf), write);
             }
         });
 }
@@ -438,8 +441,15 @@ pub fn residual_forward<F: Float>(out: &mut [F], a: &[F], b: &[F]) {
         });
 }
 
-/// `d += g` elementwise (the backward of a residual, for each input).
-pub fn accumulate<F: Float>(d: &mut [F], g: &[F]) {
+/// `d += g` elementwise (the backward of a residual, for each input), or
+/// `d = g` where `write`.
+pub fn accumulate<F: Float>(d: &mut [F], g: &[F], write: bool) {
+    if write {
+        d.par_chunks_mut(16 * 1024)
+            .zip(g.par_chunks(16 * 1024))
+            .for_each(|(d, g)| d.copy_from_slice(g));
+        return;
+    }
     d.par_chunks_mut(16 * 1024)
         .zip(g.par_chunks(16 * 1024))
         .for_each(|(d, g)| {
@@ -447,6 +457,22 @@ pub fn accumulate<F: Float>(d: &mut [F], g: &[F]) {
                 *d += g;
             }
         });
+}
+
+/// A backward's result into a gradient: written where `write` (its first
+/// writer), else added.
+#[inline(always)]
+fn store<F: Float>(d: &mut F, value: F, write: bool) {
+    if write {
+        *d = value;
+    } else {
+        *d += value;
+    }
+}
+
+/// The GEMM's β for a gradient: 0 where it is written, 1 where added to.
+fn beta<F: Float>(write: bool) -> F {
+    if write { F::zero() } else { F::one() }
 }
 
 /// Inverted dropout's multiplier for element `i`: 0 or 1/(1-p).
@@ -482,13 +508,14 @@ pub fn dropout_forward<F: Float>(
         });
 }
 
-pub fn dropout_backward<F: Float>(dinp: &mut [F], dout: &[F], p: f32, seed: u32, stream: u32) {
+/// `write`: dinp is written, not added to.
+pub fn dropout_backward<F: Float>(dinp: &mut [F], dout: &[F], p: f32, seed: u32, stream: u32, write: bool) {
     dinp.par_chunks_mut(16 * 1024)
         .enumerate()
         .for_each(|(chunk, d)| {
             let base = chunk * 16 * 1024;
             for (i, d) in d.iter_mut().enumerate() {
-                *d += dout[base + i] * dropout_scale::<F>(seed, stream, base + i, p);
+                store(d, dout[base + i] * dropout_scale::<F>(seed, stream, base + i, p), write);
             }
         });
 }
@@ -832,7 +859,9 @@ pub fn tied_head_forward<F: Float>(logits: &mut [F], inp: &[F], wte: &[F], c: us
     );
 }
 
-/// `dwte`: `None` when the embedding is frozen (a LoRA fine-tune).
+/// `dwte`: `None` when the embedding is frozen (a LoRA fine-tune). `write`:
+/// dinp is written, not added to.
+#[allow(clippy::too_many_arguments)]
 pub fn tied_head_backward<F: Float>(
     dinp: &mut [F],
     dwte: Option<&mut [F]>,
@@ -841,9 +870,10 @@ pub fn tied_head_backward<F: Float>(
     wte: &[F],
     c: usize,
     v: usize,
+    write: bool,
 ) {
     let rows = inp.len() / c;
-    // dinp (N,C) += dlogits (N,V) · wte (V,C)
+    // dinp (N,C) (+)= dlogits (N,V) · wte (V,C)
     gemm(
         rows,
         v,
@@ -851,7 +881,7 @@ pub fn tied_head_backward<F: Float>(
         F::one(),
         View::rows(dlogits, v),
         View::rows(wte, c),
-        F::one(),
+        beta(write),
         dinp,
         c,
     );

@@ -68,6 +68,9 @@ pub struct GpuBackend {
     probe_window: wgpu::Buffer,
     /// Gradient buffers, cleared by [`Step::ZeroGrads`].
     grad_buffers: Vec<usize>,
+    /// Those a whole training step clears: all but the gradients the
+    /// backward writes outright ([`Program::written_gradients`]).
+    step_grad_buffers: Vec<usize>,
     step_uniform: wgpu::Buffer,
     stats: usize,
     stats_staging: wgpu::Buffer,
@@ -398,6 +401,8 @@ impl GpuBackend {
 
         let mut places: Vec<Option<Place>> = vec![None; program.tensors.len()];
         let mut grad_buffers = vec![flat_grads];
+        let mut step_grad_buffers = vec![flat_grads];
+        let written = program.written_gradients();
         for &p in &params {
             let info = &program.tensors[p];
             let at = |buffer| Place {
@@ -425,6 +430,9 @@ impl GpuBackend {
             let buffer = alloc.storage(&device, &t.name, t.numel() as u64 * 4);
             if t.kind == TensorKind::Grad {
                 grad_buffers.push(buffer);
+                if !written.contains(&id) {
+                    step_grad_buffers.push(buffer);
+                }
             }
             places[id] = Some(Place {
                 buffer,
@@ -629,6 +637,7 @@ impl GpuBackend {
             probes,
             probe_window,
             grad_buffers,
+            step_grad_buffers,
             step_uniform,
             stats,
             stats_staging,
@@ -900,7 +909,7 @@ impl GpuBackend {
                 .map(|t| t.writes(i));
             self.record_with(
                 &mut encoder,
-                training,
+                if training { Clear::WholeStep } else { Clear::None },
                 passes.map(|(_, d)| d.as_slice()),
                 timestamps,
             );
@@ -955,7 +964,7 @@ impl GpuBackend {
                 .expect("check() bounds the block");
             self.record(
                 &mut encoder,
-                false,
+                Clear::None,
                 std::iter::once(self.dispatches_of(step)),
             );
             encoder.copy_buffer_to_buffer(
@@ -1095,14 +1104,14 @@ impl GpuBackend {
     }
 
     /// Records dispatch lists, in order, into `encoder`: the gradient clears
-    /// first when `zero_grads`, then one compute pass.
+    /// first (`clear`), then one compute pass.
     fn record<'a>(
         &'a self,
         encoder: &mut wgpu::CommandEncoder,
-        zero_grads: bool,
+        clear: Clear,
         lists: impl Iterator<Item = &'a [Dispatch]>,
     ) {
-        self.record_with(encoder, zero_grads, lists, None);
+        self.record_with(encoder, clear, lists, None);
     }
 
     /// [`GpuBackend::record`], the pass writing `timestamps` at its
@@ -1110,14 +1119,17 @@ impl GpuBackend {
     fn record_with<'a>(
         &'a self,
         encoder: &mut wgpu::CommandEncoder,
-        zero_grads: bool,
+        clear: Clear,
         lists: impl Iterator<Item = &'a [Dispatch]>,
         timestamps: Option<wgpu::ComputePassTimestampWrites<'_>>,
     ) {
-        if zero_grads {
-            for &buf in &self.grad_buffers {
-                encoder.clear_buffer(&self.buffers[buf], 0, None);
-            }
+        let cleared = match clear {
+            Clear::None => &[][..],
+            Clear::All => &self.grad_buffers[..],
+            Clear::WholeStep => &self.step_grad_buffers[..],
+        };
+        for &buf in cleared {
+            encoder.clear_buffer(&self.buffers[buf], 0, None);
         }
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some("tinygpt:step"),
@@ -1373,7 +1385,7 @@ impl GpuBackend {
         let mut encoder = self.ctx.device.create_command_encoder(&Default::default());
         self.record(
             &mut encoder,
-            steps.contains(&Step::ZeroGrads),
+            Clear::all_if(steps.contains(&Step::ZeroGrads)),
             steps.iter().map(|&s| self.dispatches_of(s)),
         );
         self.ctx.queue.submit([encoder.finish()]);
@@ -1390,7 +1402,7 @@ impl GpuBackend {
             .steps
             .iter()
             .filter(|(s, _)| matches!(s, Step::Forward(_)));
-        self.record(&mut encoder, false, forward.map(|(_, d)| d.as_slice()));
+        self.record(&mut encoder, Clear::None, forward.map(|(_, d)| d.as_slice()));
         self.submit_and_read_stats(encoder)[0]
     }
 }
@@ -1439,7 +1451,7 @@ impl Backend for GpuBackend {
             });
         self.record(
             &mut encoder,
-            true,
+            Clear::WholeStep,
             self.steps.iter().map(|(_, d)| d.as_slice()),
         );
         StepOutcome::from_stats(self.submit_and_read_stats(encoder))
@@ -1470,7 +1482,7 @@ impl Backend for GpuBackend {
         // touches a gradient.
         self.record(
             &mut encoder,
-            entries.contains(&Step::ZeroGrads),
+            Clear::all_if(entries.contains(&Step::ZeroGrads)),
             entries.iter().map(|&s| self.dispatches_of(s)),
         );
         self.ctx.queue.submit([encoder.finish()]);
@@ -1597,5 +1609,23 @@ impl Backend for GpuBackend {
             bytemuck::cast_slice(values),
         );
         Ok(())
+    }
+}
+
+/// Which gradients a recording clears before its pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Clear {
+    None,
+    /// Every gradient: [`Step::ZeroGrads`] run on its own (the step-through,
+    /// the per-op tests), so a view sees each gradient start from zero.
+    All,
+    /// A whole training step: only the gradients some backward op adds to
+    /// before any writes them (the others are written outright).
+    WholeStep,
+}
+
+impl Clear {
+    fn all_if(zero_grads: bool) -> Self {
+        if zero_grads { Clear::All } else { Clear::None }
     }
 }

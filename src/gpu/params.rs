@@ -53,12 +53,14 @@ mirror!(
 );
 
 mirror!(
-    /// elementwise.wgsl: `n` elements; dropout's stream and probability.
+    /// elementwise.wgsl: `n` elements; dropout's stream and probability;
+    /// `write` bit 0: the backward writes `dst` outright instead of adding
+    /// to it, bit 1 the same for accumulate2's `y`.
     EwParams {
         n: u32,
         stream: u32,
         p: f32,
-        _pad: u32,
+        write: u32,
     }
 );
 

@@ -157,6 +157,8 @@ struct Planner<'a> {
     rows: usize,
     /// Row chunks of the column sums (`ROWS_PER_CHUNK` rows each).
     chunks_n: usize,
+    /// [`Program::last_readers`], for [`Program::writes_gradient`].
+    last_readers: Vec<Option<usize>>,
 }
 
 impl<'a> Planner<'a> {
@@ -176,14 +178,15 @@ impl<'a> Planner<'a> {
             limits,
             rows,
             chunks_n: rows.div_ceil(ROWS_PER_CHUNK),
+            last_readers: program.last_readers(),
         }
     }
 
     fn step(&self, step: Step) -> Vec<Planned> {
         match step {
             Step::ZeroGrads => vec![],
-            Step::Forward(i) => self.op(&self.program.ops[i].op, false),
-            Step::Backward(i) => self.op(&self.program.ops[i].op, true),
+            Step::Forward(i) => self.op(i, false),
+            Step::Backward(i) => self.op(i, true),
             Step::AttentionProbs(i) => match self.program.ops[i].op {
                 Op::Attention {
                     qkv,
@@ -200,8 +203,11 @@ impl<'a> Planner<'a> {
         }
     }
 
-    /// An op's dispatches in one pass: its forward, or its backward.
-    fn op(&self, op: &Op, backward: bool) -> Vec<Planned> {
+    /// Op `i`'s dispatches in one pass: its forward, or its backward.
+    fn op(&self, i: usize, backward: bool) -> Vec<Planned> {
+        let op = &self.program.ops[i].op;
+        // Whether the backward writes the gradient of `input` outright.
+        let write = |input| self.program.writes_gradient(&self.last_readers, i, input);
         // Each arm picks one of a pair of methods below.
         macro_rules! pass {
             ($forward:ident, $backward:ident ($($arg:expr),*)) => {
@@ -238,10 +244,12 @@ impl<'a> Planner<'a> {
                 in_features,
                 out_features,
             } => {
-                pass!(
-                    linear_forward,
-                    linear_backward(inp, weight, bias, out, in_features, out_features)
-                )
+                let dims = [in_features, out_features];
+                if backward {
+                    self.linear_backward(inp, weight, bias, out, dims, write(inp))
+                } else {
+                    self.linear_forward(inp, weight, bias, out, in_features, out_features)
+                }
             }
             Op::LowRank {
                 inp,
@@ -275,19 +283,28 @@ impl<'a> Planner<'a> {
                     attention_backward(qkv, out, lse, n_head, dropout, stream)
                 )
             }
-            Op::Gelu { inp, out } => pass!(gelu_forward, gelu_backward(inp, out)),
-            Op::Residual { a, b, out } => pass!(residual_forward, residual_backward(a, b, out)),
+            Op::Gelu { inp, out } if backward => self.gelu_backward(inp, out, write(inp)),
+            Op::Gelu { inp, out } => self.gelu_forward(inp, out),
+            Op::Residual { a, b, out } if backward => {
+                self.residual_backward(a, b, out, [write(a), write(b)])
+            }
+            Op::Residual { a, b, out } => self.residual_forward(a, b, out),
             Op::Dropout {
                 inp,
                 out,
                 p,
                 stream,
-            } => {
-                pass!(dropout_forward, dropout_backward(inp, out, p, stream))
+            } if backward => self.dropout_backward(inp, out, p, stream, write(inp)),
+            Op::Dropout {
+                inp,
+                out,
+                p,
+                stream,
+            } => self.dropout_forward(inp, out, p, stream),
+            Op::TiedHead { inp, wte, out } if backward => {
+                self.tied_head_backward(inp, wte, out, write(inp))
             }
-            Op::TiedHead { inp, wte, out } => {
-                pass!(tied_head_forward, tied_head_backward(inp, wte, out))
-            }
+            Op::TiedHead { inp, wte, out } => self.tied_head_forward(inp, wte, out),
             Op::CrossEntropy {
                 logits,
                 targets,
@@ -446,6 +463,20 @@ impl<'a> Planner<'a> {
         stream: u32,
         p: f32,
     ) -> Planned {
+        self.elementwise_writing(entry, [dst, x, y], n, stream, p, [false, false])
+    }
+
+    /// [`Planner::elementwise`] for a backward that writes the gradient in
+    /// `dst` (`write[0]`) or accumulate2's `y` (`write[1]`) outright.
+    fn elementwise_writing(
+        &self,
+        entry: &'static str,
+        [dst, x, y]: [Src; 3],
+        n: usize,
+        stream: u32,
+        p: f32,
+        write: [bool; 2],
+    ) -> Planned {
         Planned {
             entry,
             bindings: vec![dst, x, y, Src::Params, Src::Step],
@@ -453,7 +484,7 @@ impl<'a> Planner<'a> {
                 n: n as u32,
                 stream,
                 p,
-                ..Default::default()
+                write: write[0] as u32 | (write[1] as u32) << 1,
             }
             .bytes(),
             groups: grid(n),
@@ -762,14 +793,16 @@ impl<'a> Planner<'a> {
         )
     }
 
+    /// dX, then (unless frozen) dW and the bias's column sums; `write_dx`:
+    /// dX is written, not added to.
     fn linear_backward(
         &self,
         inp: TensorId,
         weight: TensorId,
         bias: TensorId,
         out: TensorId,
-        in_features: usize,
-        out_features: usize,
+        [in_features, out_features]: [usize; 2],
+        write_dx: bool,
     ) -> Vec<Planned> {
         let rows = self.rows;
         let mut v = self.matmul(
@@ -781,7 +814,7 @@ impl<'a> Planner<'a> {
             rows,
             out_features,
             in_features,
-            true,
+            !write_dx,
         );
         if self.frozen(weight) {
             return v;
@@ -1092,15 +1125,14 @@ impl<'a> Planner<'a> {
         )]
     }
 
-    fn gelu_backward(&self, inp: TensorId, out: TensorId) -> Vec<Planned> {
-        vec![self.elementwise(
+    fn gelu_backward(&self, inp: TensorId, out: TensorId, write: bool) -> Vec<Planned> {
+        vec![self.elementwise_writing(
             "gelu_backward",
-            self.g(inp),
-            self.g(out),
-            self.p(inp),
+            [self.g(inp), self.g(out), self.p(inp)],
             self.numel(out),
             0,
             0.0,
+            [write, false],
         )]
     }
 
@@ -1118,17 +1150,17 @@ impl<'a> Planner<'a> {
         )]
     }
 
-    /// One dispatch adds dout to both inputs' gradients (the second rides in
-    /// the `y` slot, read-write in accumulate2).
-    fn residual_backward(&self, a: TensorId, b: TensorId, out: TensorId) -> Vec<Planned> {
-        vec![self.elementwise(
+    /// One dispatch adds dout to both inputs' gradients, or writes it to
+    /// those `write` names (the second rides in the `y` slot, read-write in
+    /// accumulate2).
+    fn residual_backward(&self, a: TensorId, b: TensorId, out: TensorId, write: [bool; 2]) -> Vec<Planned> {
+        vec![self.elementwise_writing(
             "accumulate2",
-            self.g(a),
-            self.g(out),
-            self.g(b),
+            [self.g(a), self.g(out), self.g(b)],
             self.numel(out),
             0,
             0.0,
+            write,
         )]
     }
 
@@ -1146,15 +1178,14 @@ impl<'a> Planner<'a> {
         )]
     }
 
-    fn dropout_backward(&self, inp: TensorId, out: TensorId, p: f32, stream: u32) -> Vec<Planned> {
-        vec![self.elementwise(
+    fn dropout_backward(&self, inp: TensorId, out: TensorId, p: f32, stream: u32, write: bool) -> Vec<Planned> {
+        vec![self.elementwise_writing(
             "dropout_backward",
-            self.g(inp),
-            self.g(out),
-            Src::DummyRw,
+            [self.g(inp), self.g(out), Src::DummyRw],
             self.numel(out),
             stream,
             p,
+            [write, false],
         )]
     }
 
@@ -1175,7 +1206,8 @@ impl<'a> Planner<'a> {
         )
     }
 
-    fn tied_head_backward(&self, inp: TensorId, wte: TensorId, out: TensorId) -> Vec<Planned> {
+    /// dX (written outright where `write_dx`), then dwte unless frozen.
+    fn tied_head_backward(&self, inp: TensorId, wte: TensorId, out: TensorId, write_dx: bool) -> Vec<Planned> {
         let (rows, c) = (self.rows, self.cfg().d_model);
         let mut d = self.matmul(
             Layout::Nn,
@@ -1186,7 +1218,7 @@ impl<'a> Planner<'a> {
             rows,
             VOCAB,
             c,
-            true,
+            !write_dx,
         );
         if self.frozen(wte) {
             return d;

@@ -67,7 +67,11 @@ impl TensorInfo {
 }
 
 /// A forward op. Each op's backward is derived from it: it reads the op's
-/// inputs, outputs and saved values and *accumulates* into the inputs' grads.
+/// inputs, outputs and saved values and *accumulates* into the inputs' grads,
+/// except where [`Program::writes_gradient`] says it is the gradient's first
+/// writer: there it writes the gradient outright, so a whole step need not
+/// zero it first ([`Program::written_gradients`]). Both give the same
+/// numbers (0 + x = x); the write saves a pass over memory.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Op {
     /// `out[b,t] = wte[tokens[b,t]] + wpe[t]`. tokens (B,T), wte (V,C), wpe (T,C) -> out (B,T,C)
@@ -173,6 +177,18 @@ impl Op {
             Op::Dropout { .. } => "dropout",
             Op::TiedHead { .. } => "tied_head",
             Op::CrossEntropy { .. } => "cross_entropy",
+        }
+    }
+
+    /// Whether this op's backward can write the gradient of its input
+    /// `input` outright rather than add to it (the backends have a writing
+    /// form of these kernels; the others always add).
+    pub fn can_write_gradient_of(&self, input: TensorId) -> bool {
+        match *self {
+            Op::Residual { a, b, .. } => a != b,
+            Op::Dropout { .. } | Op::Gelu { .. } => true,
+            Op::Linear { inp, .. } | Op::TiedHead { inp, .. } => input == inp,
+            _ => false,
         }
     }
 
@@ -713,6 +729,48 @@ impl Program {
         self.ops.iter().position(|o| o.op.io().1.contains(&id))
     }
 
+    /// For each tensor, the last forward op that reads it: the first whose
+    /// backward reaches its gradient, since the backward runs in reverse.
+    pub fn last_readers(&self) -> Vec<Option<usize>> {
+        let mut last = vec![None; self.tensors.len()];
+        for (i, node) in self.ops.iter().enumerate() {
+            for id in node.op.io().0 {
+                last[id] = Some(i);
+            }
+        }
+        last
+    }
+
+    /// Whether the backward of op `op` writes the gradient of its input
+    /// `input` outright: the input is an activation, `op` is its last reader
+    /// (`last_readers`, so nothing has added to the gradient yet this step)
+    /// and its backward has a writing form. Every backend follows this.
+    pub fn writes_gradient(&self, last_readers: &[Option<usize>], op: usize, input: TensorId) -> bool {
+        self.tensors[input].kind == TensorKind::Activation
+            && self.tensors[input].grad.is_some()
+            && last_readers[input] == Some(op)
+            && self.ops[op].op.can_write_gradient_of(input)
+    }
+
+    /// The gradients some backward op writes outright before any adds to
+    /// them: a whole training step leaves them unzeroed (the step-through's
+    /// [`Step::ZeroGrads`] still zeroes every gradient, for the view).
+    pub fn written_gradients(&self) -> std::collections::HashSet<TensorId> {
+        let last = self.last_readers();
+        (0..self.ops.len())
+            .flat_map(|i| {
+                let last = &last;
+                self.ops[i]
+                    .op
+                    .io()
+                    .0
+                    .into_iter()
+                    .filter(move |&x| self.writes_gradient(last, i, x))
+            })
+            .filter_map(|x| self.tensors[x].grad)
+            .collect()
+    }
+
     /// Parameter ids in program order (the checkpoint's order).
     pub fn params(&self) -> impl Iterator<Item = TensorId> + '_ {
         self.tensors
@@ -770,6 +828,38 @@ mod tests {
             let p = Program::new(&cfg);
             let n: usize = p.params().map(|i| p.tensors[i].numel()).sum();
             assert_eq!(n, cfg.param_count(), "{id}");
+        }
+    }
+
+    #[test]
+    fn a_written_gradient_has_nothing_added_before_its_writer() {
+        // Walk the backward as the step runs it: each written gradient's
+        // writer comes first, before any op adds to it, and is its only
+        // writer; a whole step zeroes only the others.
+        let mut dropout = Config::load("tiny").unwrap();
+        dropout.dropout = 0.1;
+        for cfg in [Config::load("nanogpt-char").unwrap(), dropout] {
+            let p = Program::new(&cfg);
+            let last = p.last_readers();
+            let written = p.written_gradients();
+            let mut touched = std::collections::HashSet::new();
+            for step in &p.steps {
+                let Step::Backward(i) = *step else { continue };
+                for x in p.ops[i].op.io().0 {
+                    let Some(g) = p.tensors[x].grad else { continue };
+                    if p.writes_gradient(&last, i, x) {
+                        assert!(written.contains(&g));
+                        assert!(touched.insert(g), "{} is written after something added to it", p.tensors[g].name);
+                    } else {
+                        touched.insert(g);
+                    }
+                }
+            }
+            // Most activations' gradients are written outright: all but
+            // attention's q|k|v and the logits, whose backwards add.
+            let activations = p.tensors.iter().filter(|t| t.kind == TensorKind::Activation).count();
+            assert!(written.len() * 4 >= activations * 3, "{} of {activations}", written.len());
+            assert!(written.iter().all(|&g| p.tensors[g].kind == TensorKind::Grad));
         }
     }
 

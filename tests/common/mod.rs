@@ -92,3 +92,58 @@ pub fn scratch_dir(tag: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// A whole training step (`Backend::train_step`, which zeroes only the
+/// gradients no backward op writes outright) against the same step run
+/// entry by entry as the step-through does (`Step::ZeroGrads` zeroing every
+/// gradient), from the same weights and batch: every parameter, moment and
+/// gradient must come out bit for bit the same (a zero's sign aside). The whole step starts with
+/// NaN in every gradient, as if a step before had left anything there: a
+/// gradient read before its first writer wrote it would show.
+#[allow(dead_code)] // not every test binary uses it
+pub fn whole_step_is_the_step_through(
+    whole: &mut dyn tinygpt::backend::Backend,
+    entries: &mut dyn tinygpt::backend::Backend,
+) {
+    use tinygpt::backend::StepParams;
+    use tinygpt::data::rng::Rng;
+    use tinygpt::program::TensorKind;
+    let program = whole.program().clone();
+    let cfg = &program.config;
+    let mut rng = Rng::new(9);
+    for id in program.params() {
+        let t = &program.tensors[id];
+        let v: Vec<f32> = (0..t.numel()).map(|_| (rng.normal() * 0.2) as f32).collect();
+        whole.write(&t.name, &v).unwrap();
+        entries.write(&t.name, &v).unwrap();
+    }
+    for t in program.tensors.iter().filter(|t| t.kind == TensorKind::Grad) {
+        whole.write(&t.name, &vec![f32::NAN; t.numel()]).unwrap();
+    }
+    let data: Vec<u8> = (0..cfg.ctx * cfg.batch * 4 + 64).map(|_| rng.below(256) as u8).collect();
+    let batch = tinygpt::data::Batch::sample(&data, cfg.batch, cfg.ctx, &mut rng);
+    let sp = StepParams {
+        lr: 1e-3,
+        adam_t: 1,
+        dropout_seed: 5,
+    };
+    let outcome = whole.train_step(&batch, sp);
+    assert!(outcome.loss.is_finite() && outcome.grad_norm.is_finite(), "{outcome:?}");
+    entries.load_step(&batch, Some(sp));
+    entries.run_entries(0..program.steps.len());
+    let compared = [TensorKind::Param, TensorKind::Grad, TensorKind::AdamM, TensorKind::AdamV];
+    for t in program.tensors.iter().filter(|t| compared.contains(&t.kind)) {
+        let (a, b) = (whole.read(&t.name).unwrap(), entries.read(&t.name).unwrap());
+        // Bit for bit, but for the sign of a zero: a write keeps -0 where
+        // adding it to a zeroed gradient made +0 (the same number).
+        let differ = a.iter().zip(&b).position(|(x, y)| x.to_bits() != y.to_bits() && x != y);
+        assert!(
+            differ.is_none(),
+            "`{}` at {}: the whole step made {}, the entries {}",
+            t.name,
+            differ.unwrap(),
+            a[differ.unwrap()],
+            b[differ.unwrap()]
+        );
+    }
+}
