@@ -255,7 +255,10 @@ pub struct OpNode {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
     /// Zero every gradient (the backward ops accumulate): between the
-    /// forward ops and the first backward op.
+    /// forward ops and the first backward op. A whole training step zeroes
+    /// only those no backward op writes outright
+    /// ([`Program::written_gradients`]); run on its own (the step-through),
+    /// it zeroes all, so a view sees each gradient start from zero.
     ZeroGrads,
     /// Run forward op `i` of [`Program::ops`].
     Forward(usize),
