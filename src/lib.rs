@@ -59,4 +59,6 @@ pub mod readback;
 pub mod sample;
 pub mod stepthrough;
 pub mod train;
+#[cfg(all(feature = "worker", target_arch = "wasm32"))]
+pub mod web_trainer;
 pub mod worked;

@@ -576,7 +576,7 @@ const LAYERS: &[(&str, &[&str])] = &[
     // A live class: its protocol, its state and log, its server.
     ("the class session", &["class/"]),
     // The front ends.
-    ("the command line and the app", &["cli/", "app/"]),
+    ("the command line and the app", &["cli/", "app/", "web_trainer.rs"]),
 ];
 
 /// The layer of a file (its index in [`LAYERS`]), by the longest prefix.

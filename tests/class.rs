@@ -120,6 +120,46 @@ async fn serve(dir: &Path, lesson: &str) -> (Class, tokio::task::JoinHandle<std:
     (class, tokio::spawn(serving))
 }
 
+/// Every page the class serves is cross-origin isolated (COOP and COEP),
+/// so a student's page without WebGPU trains in the threaded trainer worker
+/// (web/trainer-worker.js): the web build's files and the join page alike.
+#[tokio::test]
+async fn the_class_serves_its_pages_cross_origin_isolated() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let dir = temp_dir("isolated");
+    let web = dir.join("web");
+    std::fs::create_dir_all(&web).unwrap();
+    std::fs::write(web.join("index.html"), "<!doctype html><title>page</title>").unwrap();
+    let (class, serving) = start(ClassOptions {
+        bind: "127.0.0.1".parse().unwrap(),
+        port: 0,
+        session: dir.join("class.jsonl"),
+        lesson: Some("attention".into()),
+        web: web.clone(),
+        tls: None,
+    })
+    .await
+    .expect("the class starts");
+    let serving = tokio::spawn(serving);
+    for path in ["/index.html", "/join"] {
+        let mut http = tokio::net::TcpStream::connect(class.addr).await.unwrap();
+        http.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut reply = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), http.read_to_end(&mut reply))
+            .await
+            .expect("a reply within 10 s")
+            .unwrap();
+        let reply = String::from_utf8_lossy(&reply).to_lowercase();
+        assert!(reply.starts_with("http/1.1 200"), "{path}: {reply}");
+        assert!(reply.contains("cross-origin-opener-policy: same-origin"), "{path}: {reply}");
+        assert!(reply.contains("cross-origin-embedder-policy: require-corp"), "{path}: {reply}");
+    }
+    serving.abort();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The first step of the lesson with a question, and its choices.
 fn question_step(lesson: &LessonShape) -> (usize, usize) {
     lesson

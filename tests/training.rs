@@ -88,6 +88,74 @@ fn resuming_from_a_checkpoint_continues_the_same_run() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// The browser's trainer worker takes a run and gives it back as the app
+/// does (src/app/engine.rs, pump_remote): a checkpoint's bytes with
+/// AdamW's moments to a fresh trainer there ([`Trainer::resume`], as
+/// src/web_trainer.rs builds it), calls for steps whose time-lapse frames
+/// the app pushes onto its parked trainer, then the worker's checkpoint
+/// taken back by the parked trainer ([`Trainer::adopt`]). The run must be
+/// the one trained at home throughout, bit for bit: every parameter and
+/// moment, the loss history, the batch sequence and the time-lapse.
+#[test]
+fn a_run_handed_to_the_worker_and_back_is_the_run_trained_at_home() {
+    use tinygpt::train::remote::{StepsDone, train_steps};
+    let mut cfg = Config::load("tiny").unwrap();
+    cfg.eval_interval = 3;
+    cfg.dropout = 0.1;
+    cfg.steps = 12;
+    let mut home = trainer(&cfg, 11);
+    for _ in 0..12 {
+        home.train_step().unwrap();
+    }
+
+    let mut parked = trainer(&cfg, 11);
+    for _ in 0..2 {
+        parked.train_step().unwrap();
+    }
+    let bytes = parked.checkpoint(true).unwrap().to_bytes(Precision::F32, "the run").unwrap();
+    let corpus = Corpus::tiny_shakespeare(cfg.ctx).unwrap();
+    let ck = Checkpoint::from_bytes(&bytes, "the app's run").unwrap();
+    let mut worker = Trainer::resume(cpu_backend(&ck.config), corpus, &ck).unwrap();
+    let mut steps = vec![];
+    let mut frames = 0;
+    for _ in 0..3 {
+        // Each call's reply crosses as text, as it does in the page.
+        let done = StepsDone::from_ron(&train_steps(&mut worker, 3, f64::INFINITY).to_ron()).unwrap();
+        assert!(done.failure.is_none());
+        steps.extend(done.metrics.iter().map(|m| m.step));
+        frames += done.frames.len();
+        for f in done.frames {
+            parked.push_frame(f.into_frame());
+        }
+    }
+    assert_eq!(steps, (3..=11).collect::<Vec<_>>());
+    assert!(frames >= 3, "the steps recorded {frames} time-lapse frames");
+    // The frames the page pushed are the worker's, maps and weights too.
+    assert_eq!(parked.timelapse, worker.timelapse);
+    let back = worker.checkpoint(true).unwrap().to_bytes(Precision::F32, "the worker's run").unwrap();
+    parked.adopt(&Checkpoint::from_bytes(&back, "the worker's run").unwrap()).unwrap();
+    // A call takes only the steps the run has left (one of 12).
+    assert!(train_steps(&mut worker, 5, f64::INFINITY).metrics.len() == 1);
+    parked.train_step().unwrap();
+
+    let bits = |t: &mut Trainer| {
+        let c = t.checkpoint(true).unwrap();
+        let opt = c.optimizer.unwrap();
+        c.params
+            .iter()
+            .chain(&opt.m)
+            .chain(&opt.v)
+            .map(|p| (p.name.clone(), p.values.iter().map(|v| v.to_bits()).collect::<Vec<_>>()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(parked.step, 12);
+    assert_eq!(bits(&mut parked), bits(&mut home));
+    let history = |t: &Trainer| t.history.iter().map(|p| format!("{p:?}")).collect::<Vec<_>>();
+    assert_eq!(history(&parked), history(&home));
+    assert_eq!(parked.peek_next_batch(), home.peek_next_batch());
+    assert_eq!(parked.timelapse, home.timelapse);
+}
+
 #[test]
 fn validation_loss_is_reported_on_the_interval() {
     let mut cfg = Config::load("tiny").unwrap();

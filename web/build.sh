@@ -95,8 +95,32 @@ else
     opt_plan="install wasm-opt 0.$min_opt.1 (binaryen $min_opt) into $tools (cargo install; builds C++, ~15 minutes; no npm found)"
 fi
 
+# The threaded CPU trainer (issue 55; src/web_trainer.rs, run by
+# web/trainer-worker.js): the crate's core without Bevy, compiled again
+# with wasm threads, which need the standard library rebuilt with atomics
+# (`-Z build-std`): a pinned nightly with its rust-src, installed by
+# rustup. The app itself stays on the stable toolchain and one thread.
+# TINYGPT_SKIP_WORKER=1 builds without it (every page then trains on its
+# own thread); so does a machine without rustup.
+worker_toolchain=nightly-2026-10-12
+have_worker_toolchain=""
+if [ "${TINYGPT_SKIP_WORKER:-0}" = 1 ]; then
+    worker_plan="build no trainer worker (TINYGPT_SKIP_WORKER=1): pages train on their own thread"
+elif ! command -v rustup >/dev/null 2>&1; then
+    worker_plan="build no trainer worker: it needs rustup to install $worker_toolchain (pages train on their own thread)"
+else
+    installed=$(rustup toolchain list 2>/dev/null) || installed=""
+    if grep -q "^$worker_toolchain" <<<"$installed"; then
+        have_worker_toolchain=1
+        worker_plan="build the threaded trainer worker with $worker_toolchain (installed; about 2 minutes)"
+    else
+        worker_plan="install $worker_toolchain with rust-src and wasm32 (rustup; about 1 minute), then build the threaded trainer worker (about 2 minutes)"
+    fi
+fi
+
 echo "web/build.sh: $bindgen_plan"
 echo "web/build.sh: $opt_plan"
+echo "web/build.sh: $worker_plan"
 if [ "$max_gz" = 0 ]; then
     echo "web/build.sh: no bound on the wasm's size (TINYGPT_WASM_MAX_GZ=0)"
 else
@@ -142,6 +166,36 @@ wasm-bindgen --target web --no-typescript --remove-name-section --remove-produce
     "$CARGO_TARGET_DIR/wasm32-unknown-unknown/release/tinygpt.wasm"
 raw=$(stat -c %s "$out/tinygpt_bg.wasm")
 
+# The trainer worker: threads need shared memory (`+atomics`, and the
+# linker told so: an imported shared memory of up to 4 GB, a page's most,
+# with the thread-local storage symbols wasm-bindgen's thread support
+# starts each thread with) and the standard library built with it. Its own target
+# folder: its flags and toolchain differ from the app's. opt-level 3, not
+# "s": only pages that train on the CPU download it, and speed is its
+# point.
+worker=0
+if [ "${TINYGPT_SKIP_WORKER:-0}" != 1 ] && command -v rustup >/dev/null 2>&1; then
+    if [ -z "$have_worker_toolchain" ]; then
+        echo "installing $worker_toolchain with rust-src and the wasm32 target (once; for the trainer worker)"
+    fi
+    rustup toolchain install "$worker_toolchain" --profile minimal --component rust-src --target wasm32-unknown-unknown >/dev/null || {
+        echo "web/build.sh: rustup could not install $worker_toolchain (the trainer worker's toolchain); run 'rustup toolchain install $worker_toolchain --component rust-src --target wasm32-unknown-unknown', or build without the worker: TINYGPT_SKIP_WORKER=1 bash web/build.sh" >&2
+        exit 1
+    }
+    CARGO_TARGET_DIR="$CARGO_TARGET_DIR/web-worker" \
+        CARGO_PROFILE_RELEASE_OPT_LEVEL=3 CARGO_PROFILE_RELEASE_LTO=fat CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 \
+        CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="-C target-feature=+atomics,+bulk-memory,+mutable-globals,+simd128 \
+            -C link-arg=--shared-memory -C link-arg=--import-memory -C link-arg=--max-memory=4294967296 \
+            -C link-arg=--export=__wasm_init_tls -C link-arg=--export=__tls_size \
+            -C link-arg=--export=__tls_align -C link-arg=--export=__tls_base" \
+        cargo "+$worker_toolchain" rustc --release --target wasm32-unknown-unknown -Z build-std=std,panic_abort \
+        --no-default-features --features worker --lib --crate-type cdylib
+    wasm-bindgen --target web --no-typescript --remove-name-section --remove-producers-section \
+        --out-dir "$out/worker" --out-name tinygpt_worker \
+        "$CARGO_TARGET_DIR/web-worker/wasm32-unknown-unknown/release/tinygpt.wasm"
+    worker=1
+fi
+
 if [ "${TINYGPT_SKIP_WASM_OPT:-0}" != 1 ]; then
     if [ -z "$wasm_opt" ]; then
         if command -v npm >/dev/null 2>&1 && command -v node >/dev/null 2>&1; then
@@ -161,6 +215,14 @@ if [ "${TINYGPT_SKIP_WASM_OPT:-0}" != 1 ]; then
         --enable-mutable-globals --enable-multivalue --enable-reference-types --enable-simd \
         "$out/tinygpt_bg.wasm" -o "$out/tinygpt_bg.opt.wasm"
     mv "$out/tinygpt_bg.opt.wasm" "$out/tinygpt_bg.wasm"
+    if [ "$worker" = 1 ]; then
+        # -O3 for speed; threads as well (shared memory, atomics).
+        "$wasm_opt" -O3 --strip-debug --strip-producers --enable-threads \
+            --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
+            --enable-mutable-globals --enable-multivalue --enable-reference-types --enable-simd \
+            "$out/worker/tinygpt_worker_bg.wasm" -o "$out/worker/tinygpt_worker_bg.opt.wasm"
+        mv "$out/worker/tinygpt_worker_bg.opt.wasm" "$out/worker/tinygpt_worker_bg.wasm"
+    fi
     opt="after wasm-opt -Oz ($(tool_version "$wasm_opt" 3))"
 else
     echo "TINYGPT_SKIP_WASM_OPT=1: the wasm is left as wasm-bindgen wrote it"
@@ -186,11 +248,30 @@ cp assets/fonts/NotoSansCJKsc-subset.otf assets/fonts/LICENSE-NotoSansCJK.txt "$
 cp web/manifest.webmanifest "$out/"
 mkdir -p "$out/icons"
 cp web/icons/* "$out/icons/"
+worker_files=()
+if [ "$worker" = 1 ]; then
+    mapfile -t worker_files < <(find "$out/worker" -type f | sort)
+    worker_files+=(web/trainer-worker.js)
+fi
 app_stamp=$(cat "$out/tinygpt.js" "$out/tinygpt_bg.wasm" web/index.html web/sw.js web/manifest.webmanifest web/icons/* "$out/fonts/"* \
-    | sha256sum | cut -c1-12)
+    "${worker_files[@]}" | sha256sum | cut -c1-12)
+# The service worker keeps the trainer worker's files with the page's.
+worker_shell=""
+if [ "$worker" = 1 ]; then
+    for f in trainer-worker.js worker/tinygpt_worker.js worker/tinygpt_worker_bg.wasm; do
+        worker_shell+="\"./$f?v=$app_stamp\", "
+    done
+    while IFS= read -r f; do worker_shell+="\"./$f\", "; done < <(cd "$out" && find worker/snippets -type f | sort)
+fi
 for page in index.html sw.js; do
-    sed -e "s/__GALLERY_STAMP__/$stamp/g" -e "s/__APP_STAMP__/$app_stamp/g" "web/$page" > "$out/$page"
+    sed -e "s/__GALLERY_STAMP__/$stamp/g" -e "s/__APP_STAMP__/$app_stamp/g" -e "s/__WORKER__/$worker/g" \
+        -e "s#/\*__WORKER_SHELL__\*/#$worker_shell#" "web/$page" > "$out/$page"
 done
+if [ "$worker" = 1 ]; then
+    sed -e "s/__APP_STAMP__/$app_stamp/g" web/trainer-worker.js > "$out/trainer-worker.js"
+    worker_gz=$(gzip -9 -c "$out/worker/tinygpt_worker_bg.wasm" | wc -c)
+    echo "web/dist: worker/tinygpt_worker_bg.wasm (the threaded trainer) $((worker_gz / 1024)) KiB gzipped"
+fi
 
 size=$(stat -c %s "$out/tinygpt_bg.wasm")
 gz=$(gzip -9 -c "$out/tinygpt_bg.wasm" | wc -c)

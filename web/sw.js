@@ -15,6 +15,14 @@
 //   `tinygpt-gallery-GALLERY_STAMP` (index.html's galleryFile).
 // A new build's service worker (its stamp differs, so the browser installs
 // it) takes over at once and deletes the caches of earlier builds.
+//
+// Every same-origin response it gives the page carries COOP and COEP
+// (issue 55): the page is then cross-origin isolated, which wasm threads
+// need, so from the second visit on (the first is not yet this worker's) a
+// run without WebGPU trains in the threaded trainer worker even where the
+// server sends no such headers (a plain static server, a school's). The
+// trainer worker's files (web/trainer-worker.js, worker/) are kept with the
+// page's (SHELL), so it trains offline too.
 
 const APP_CACHE = "tinygpt-app-__APP_STAMP__";
 const GALLERY_CACHE = "tinygpt-gallery-__GALLERY_STAMP__";
@@ -25,6 +33,9 @@ const SHELL = [
   "./icons/icon.svg",
   "./icons/icon-192.png",
   "./icons/icon-512.png",
+  // The trainer worker's files, where the build has them (web/build.sh
+  // writes them here): a page without WebGPU trains in it offline too.
+  /*__WORKER_SHELL__*/
 ];
 
 self.addEventListener("install", (event) => {
@@ -45,6 +56,15 @@ self.addEventListener("activate", (event) => {
   );
 });
 
+// A response as it came, with the headers that isolate the page.
+function isolated(response) {
+  if (!response || response.type === "opaque" || response.type === "error" || response.status === 0) return response;
+  const headers = new Headers(response.headers);
+  headers.set("Cross-Origin-Opener-Policy", "same-origin");
+  headers.set("Cross-Origin-Embedder-Policy", "require-corp");
+  return new Response(response.body, { status: response.status, statusText: response.statusText, headers });
+}
+
 self.addEventListener("fetch", (event) => {
   const request = event.request;
   if (request.method !== "GET" || new URL(request.url).origin !== self.location.origin) return;
@@ -57,16 +77,16 @@ self.addEventListener("fetch", (event) => {
             const copy = response.clone();
             caches.open(APP_CACHE).then((cache) => cache.put("./", copy));
           }
-          return response;
+          return isolated(response);
         })
         .catch(() => caches.match("./", { cacheName: APP_CACHE })
-          .then((kept) => kept || Response.error())),
+          .then((kept) => (kept ? isolated(kept) : Response.error()))),
     );
     return;
   }
   // Everything else: the cache first (a build's files never change under
   // their versioned names), then the network.
   event.respondWith(
-    caches.match(request).then((kept) => kept || fetch(request)),
+    caches.match(request).then((kept) => kept || fetch(request)).then(isolated),
   );
 });

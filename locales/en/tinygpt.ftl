@@ -39,6 +39,7 @@ scene-speedup-about = why GPUs win: the training-speed curve, measured here
 
 ## The window's panels (src/app/ui/mod.rs)
 status-backend = backend: { $backend }
+status-worker = training in the page's background worker on { $threads } threads
 run-state-Training = Training
 run-state-Paused = Paused
 run-state-Finished = Finished
@@ -619,6 +620,7 @@ train-diverged = training diverged at step { $step }: the loss is { $loss } and 
 train-exploded = training blew up at step { $step }: the loss is { $loss }, more than twice that of guessing every byte at random (2 × ln 256 = { $guessing }); at learning rate { $lr } each update overshoots. The weights are ruined: start again (Reset in the app, or train again) with a lower learning rate (--lr, or the run panel's learning rate)
 train-mismatch = the checkpoint was trained with a different model shape than the one asked for: { $why }
 train-device-lost = the GPU was lost ({ $why }): a driver reset, the GPU unplugged or put to sleep; the step was not taken
+train-worker = the trainer in the page's background worker stopped ({ $why }); the run goes on on the page's own thread from the last step it handed back
 preview-positions-by = batch row 0 of { $batch }: { $positions } positions × { $width }
 preview-heads-by-positions = batch row 0 of { $batch }: { $heads } heads × { $positions } positions
 preview-positions = batch row 0 of { $batch }: { $positions } positions
@@ -635,6 +637,7 @@ backend-trains-on-cpu = { $why }: the run trains on the CPU
 backend-gpu-cannot = the GPU cannot run this preset, so it trains on the CPU instead: { $error }
 backend-gpu-cannot-page = the GPU cannot run this preset, so it trains on the CPU instead (in one thread: much slower; a smaller preset trains on the GPU): { $error }
 browser-no-webgpu = This browser offers no WebGPU, so the page draws through WebGL2 (which cannot run compute shaders) and the model trains on the CPU, in one thread (WebAssembly here has no threads): about ten to a hundred times slower than on a GPU. To train on your GPU, open this page in a browser with WebGPU turned on: Chrome or Edge 113 or later, Safari 26, or Firefox 141 or later on Windows.
+browser-no-webgpu-worker = This browser offers no WebGPU, so the page draws through WebGL2 (which cannot run compute shaders) and the model trains on the CPU, on { $threads } threads in the page's background worker: about ten to a hundred times slower than on a GPU. To train on your GPU, open this page in a browser with WebGPU turned on: Chrome or Edge 113 or later, Safari 26, or Firefox 141 or later on Windows.
 browser-no-webgpu-http = This page came over plain http from another machine, and browsers give WebGPU only to https pages (or localhost): so it draws through WebGL2 and the model trains on the CPU, in one thread. The lessons' small models train fine there. For the GPU, the page must be served over https (docs/guide/class.md says how).
 
 ## The handout (src/handout.rs)

@@ -38,6 +38,7 @@ scene-speedup-about = por qué ganan las GPU: la curva de velocidad de entrenami
 
 ## The window's panels (src/app/ui/mod.rs)
 status-backend = backend: { $backend }
+status-worker = entrena en el trabajador en segundo plano de la página con { $threads } hilos
 run-state-Training = Entrenando
 run-state-Paused = En pausa
 run-state-Finished = Terminado
@@ -618,6 +619,7 @@ train-diverged = el entrenamiento divergió en el paso { $step }: la pérdida es
 train-exploded = el entrenamiento se disparó en el paso { $step }: la pérdida es { $loss }, más del doble que adivinando cada byte al azar (2 × ln 256 = { $guessing }); con tasa de aprendizaje { $lr } cada actualización se pasa de largo. Los pesos están estropeados: vuelve a empezar (Reiniciar en la app, o entrena de nuevo) con una tasa de aprendizaje más baja (--lr, o la del panel de entrenamiento)
 train-mismatch = el checkpoint se entrenó con una forma de modelo distinta de la pedida: { $why }
 train-device-lost = se perdió la GPU ({ $why }): un reinicio del controlador, la GPU desconectada o dormida; el paso no se dio
+train-worker = el entrenador del trabajador en segundo plano de la página se detuvo ({ $why }); la ejecución sigue en el hilo de la página desde el último paso que devolvió
 preview-positions-by = fila 0 del lote de { $batch }: { $positions } posiciones × { $width }
 preview-heads-by-positions = fila 0 del lote de { $batch }: { $heads } cabezas × { $positions } posiciones
 preview-positions = fila 0 del lote de { $batch }: { $positions } posiciones
@@ -634,6 +636,7 @@ backend-trains-on-cpu = { $why }: el entrenamiento va en la CPU
 backend-gpu-cannot = la GPU no puede con este tamaño de modelo, así que entrena en la CPU: { $error }
 backend-gpu-cannot-page = la GPU no puede con este tamaño de modelo, así que entrena en la CPU (en un solo hilo: mucho más despacio; un modelo más pequeño entrena en la GPU): { $error }
 browser-no-webgpu = Este navegador no ofrece WebGPU, así que la página dibuja con WebGL2 (que no puede ejecutar compute shaders) y el modelo entrena en la CPU, en un solo hilo (aquí WebAssembly no tiene hilos): entre diez y cien veces más despacio que en una GPU. Para entrenar en tu GPU, abre esta página en un navegador con WebGPU activado: Chrome o Edge 113 o posterior, Safari 26, o Firefox 141 o posterior en Windows.
+browser-no-webgpu-worker = Este navegador no ofrece WebGPU, así que la página dibuja con WebGL2 (que no puede ejecutar compute shaders) y el modelo entrena en la CPU, con { $threads } hilos en el trabajador en segundo plano de la página: entre diez y cien veces más despacio que en una GPU. Para entrenar en tu GPU, abre esta página en un navegador con WebGPU activado: Chrome o Edge 113 o posterior, Safari 26, o Firefox 141 o posterior en Windows.
 browser-no-webgpu-http = Esta página llegó por http simple desde otro equipo, y los navegadores solo dan WebGPU a páginas https (o localhost): por eso dibuja con WebGL2 y el modelo se entrena en la CPU, en un hilo. Los modelos pequeños de las lecciones se entrenan bien así. Para usar la GPU, la página debe servirse por https (docs/guide/class.md explica cómo).
 
 ## The handout (src/handout.rs)

@@ -38,6 +38,7 @@ scene-speedup-about = 为什么 GPU 会赢：在这里测得的训练速度曲�
 
 ## The window's panels (src/app/ui/mod.rs)
 status-backend = 后端：{ $backend }
+status-worker = 在页面后台 worker 中用 { $threads } 个线程训练
 run-state-Training = 训练中
 run-state-Paused = 已暂停
 run-state-Finished = 已完成
@@ -618,6 +619,7 @@ train-diverged = 训练在第 { $step } 步发散：损失为 { $loss }，梯度
 train-exploded = 训练在第 { $step } 步崩溃：损失为 { $loss }，超过随机猜每个字节的两倍（2 × ln 256 = { $guessing }）；学习率为 { $lr } 时每次更新都走过了头。权重已经坏了：请用更低的学习率重新开始（应用里点“重置”，或重新训练；--lr 或训练面板里的学习率）
 train-mismatch = 这个检查点训练时的模型形状和要求的不同：{ $why }
 train-device-lost = GPU 丢失了（{ $why }）：驱动重置、GPU 被拔出或进入睡眠；这一步没有执行
+train-worker = 页面后台 worker 里的训练器停止了（{ $why }）；训练从它交回的最后一步起在页面自己的线程上继续
 preview-positions-by = 批次 { $batch } 行中的第 0 行：{ $positions } 个位置 × { $width }
 preview-heads-by-positions = 批次 { $batch } 行中的第 0 行：{ $heads } 个头 × { $positions } 个位置
 preview-positions = 批次 { $batch } 行中的第 0 行：{ $positions } 个位置
@@ -634,6 +636,7 @@ backend-trains-on-cpu = { $why }：改在 CPU 上训练
 backend-gpu-cannot = GPU 运行不了这个规模的模型，所以改在 CPU 上训练：{ $error }
 backend-gpu-cannot-page = GPU 运行不了这个规模的模型，所以改在 CPU 上训练（只有一个线程：慢得多；更小的模型可以在 GPU 上训练）：{ $error }
 browser-no-webgpu = 这个浏览器不提供 WebGPU，所以页面用 WebGL2 绘制（它不能运行计算着色器），模型在 CPU 上训练，而且只有一个线程（这里的 WebAssembly 没有线程）：比在 GPU 上慢十到一百倍。要在你的 GPU 上训练，请在开启了 WebGPU 的浏览器中打开本页：Chrome 或 Edge 113 及以上、Safari 26，或 Windows 上的 Firefox 141 及以上。
+browser-no-webgpu-worker = 这个浏览器不提供 WebGPU，所以页面用 WebGL2 绘制（它不能运行计算着色器），模型在 CPU 上用 { $threads } 个线程训练（在页面的 worker 中）：比在 GPU 上慢十到一百倍。要在你的 GPU 上训练，请在开启了 WebGPU 的浏览器中打开本页：Chrome 或 Edge 113 及以上、Safari 26，或 Windows 上的 Firefox 141 及以上。
 browser-no-webgpu-http = 此页面是通过普通 http 从另一台电脑传来的,而浏览器只为 https 页面(或 localhost)提供 WebGPU:所以它用 WebGL2 绘制,模型在 CPU 上单线程训练。课程用的小模型这样也能训练。要用 GPU,页面必须通过 https 提供(见 docs/guide/class.md)。
 
 ## The handout (src/handout.rs)

@@ -82,6 +82,32 @@ extern "C" {
     /// Says `text` through the page's polite live region.
     #[wasm_bindgen(js_namespace = tinygptHost, js_name = announce)]
     pub fn announce(text: &str);
+    /// Threads the page's CPU trainer worker would train on (0: the page
+    /// is not cross-origin isolated, or has one core; src/app/remote.rs).
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = trainerThreads)]
+    pub fn trainer_threads() -> u32;
+    /// Hands the run to the worker (started, with its thread pool, on the
+    /// first call): a checkpoint with AdamW's moments and the corpus.
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = trainerStart)]
+    pub fn trainer_start(checkpoint: &[u8], name: &str, train: &[u8], val: &[u8], align: u32);
+    /// Asks the worker for up to `steps` steps of about `budget_ms`.
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = trainerSteps)]
+    pub fn trainer_steps(steps: u32, budget_ms: f64);
+    /// Asks the worker for tensors by name (a JSON list).
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = trainerRead)]
+    pub fn trainer_read(names_json: &str);
+    /// Asks the worker for the run back (a checkpoint).
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = trainerRecall)]
+    pub fn trainer_recall();
+    /// The worker's next reply as JSON, or nothing; its bulk, taken next:
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = trainerTake)]
+    pub fn trainer_take() -> Option<String>;
+    /// …a checkpoint's bytes…
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = trainerTakeBytes)]
+    pub fn trainer_take_bytes() -> Vec<u8>;
+    /// …or a read's values.
+    #[wasm_bindgen(js_namespace = tinygptHost, js_name = trainerTakeFloats)]
+    pub fn trainer_take_floats() -> Vec<f32>;
 }
 
 /// Offers bytes as a download (how the browser build saves checkpoints).
@@ -93,7 +119,12 @@ pub fn download(name: &str, bytes: &[u8]) {
 /// plain http (not localhost) the browser gives the page none, whatever it
 /// has (a class served to the classroom's network, `docs/guide/class.md`).
 pub fn no_webgpu() -> String {
-    if is_secure_context() {
+    let threads = trainer_threads();
+    if is_secure_context() && threads > 0 {
+        // Cross-origin isolated: the CPU trains in the trainer worker
+        // (src/app/remote.rs).
+        crate::t!("browser-no-webgpu-worker", threads = threads.to_string())
+    } else if is_secure_context() {
         crate::t!("browser-no-webgpu")
     } else {
         crate::t!("browser-no-webgpu-http")

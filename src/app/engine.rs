@@ -19,6 +19,7 @@ use crate::readback::ReadbackHandle;
 use crate::model::params::NamedTensor;
 use crate::probe::{ProbeResult, ProbeSource};
 use crate::stepthrough::EntryRun;
+use crate::app::remote::Reply;
 use crate::train::{StepCursor, StepMetrics, StepSource, StepsInFlight, TrainError, Trainer};
 use bevy::platform::cell::SyncCell;
 use bevy::tasks::{AsyncComputeTaskPool, Task, futures::check_ready};
@@ -185,7 +186,50 @@ enum Kind {
     },
     Cpu {
         task: Option<Task<CpuChunk>>,
+        /// In the browser, the trainer worker the run trains in when it
+        /// can (src/app/remote.rs).
+        remote: Option<Remote>,
     },
+}
+
+/// Wall time one call for steps keeps the browser's trainer worker busy
+/// before it reports (ms): at least this, and at least a frame's interval
+/// (up to [`MAX_REMOTE_STEPS_MS`]); two calls are out at once, so the
+/// worker never waits for the page's next frame, slow frames included.
+const REMOTE_STEPS_MS: f64 = 50.0;
+const MAX_REMOTE_STEPS_MS: f64 = 1000.0;
+/// Calls for steps out at the worker at once, at most, while training.
+const REMOTE_STEPS_OUT: usize = 2;
+/// How long the run stays home after a view asked for the idle trainer
+/// (s), so that the view gets it before the run goes back to the worker.
+const REMOTE_HOME_S: f64 = 2.0;
+
+/// A CPU run's trainer worker, and the run while the worker holds it.
+struct Remote {
+    link: crate::app::remote::TrainerLink,
+    away: Option<Away>,
+    /// A view asked for the idle trainer then (it stays home a while).
+    home_wanted: Option<Instant>,
+    /// Why the worker failed: the run trains on the page's thread from
+    /// then on.
+    broken: Option<String>,
+}
+
+/// The run in the worker.
+struct Away {
+    /// The trainer as it was handed over: it takes the run back when the
+    /// worker returns it ([`Trainer::adopt`]).
+    parked: SyncCell<Trainer>,
+    /// Steps completed, as the worker last reported.
+    step: u64,
+    /// Calls for steps not yet answered.
+    steps_out: usize,
+    /// A read not yet answered: the tensors' names and sizes.
+    read_out: Option<Vec<(String, usize)>>,
+    /// The run has been asked back.
+    recalled: bool,
+    /// The worker said it holds the run.
+    started: bool,
 }
 
 pub struct Engine {
@@ -258,7 +302,17 @@ impl Engine {
                 frames: Default::default(),
             }
         } else {
-            Kind::Cpu { task: None }
+            // A LoRA fine-tune's frozen base is not in its checkpoint: it
+            // stays on the page's thread.
+            let remote = crate::app::remote::TrainerLink::open()
+                .filter(|_| trainer.config.lora.is_none())
+                .map(|link| Remote {
+                    link,
+                    away: None,
+                    home_wanted: None,
+                    broken: None,
+                });
+            Kind::Cpu { task: None, remote }
         };
         Self {
             step: trainer.step,
@@ -310,6 +364,16 @@ impl Engine {
     }
 
     pub fn idle_trainer(&mut self) -> Option<&mut Trainer> {
+        if let Kind::Cpu {
+            remote: Some(r), ..
+        } = &mut self.kind
+        {
+            if r.away.is_some() || self.trainer.is_none() {
+                r.home_wanted = Some(Instant::now());
+            } else {
+                r.home_wanted = None;
+            }
+        }
         if self.busy() {
             return None;
         }
@@ -333,7 +397,19 @@ impl Engine {
                     || flashing.is_some()
                     || !entries.is_empty()
             }
-            Kind::Cpu { task } => task.is_some(),
+            Kind::Cpu { task, remote } => {
+                task.is_some() || remote.as_ref().is_some_and(|r| r.away.is_some())
+            }
+        }
+    }
+
+    /// Threads of the browser's trainer worker while it holds the run.
+    pub fn worker_threads(&self) -> Option<u32> {
+        match &self.kind {
+            Kind::Cpu {
+                remote: Some(r), ..
+            } if r.away.is_some() => Some(r.link.threads),
+            _ => None,
         }
     }
 
@@ -740,7 +816,38 @@ impl Engine {
                     }
                 }
             }
-            Kind::Cpu { task } => {
+            Kind::Cpu { task, remote } => {
+                if task.is_none()
+                    && let Some(r) = remote.as_mut()
+                {
+                    let home_wanted = self.stepping.is_some()
+                        || self.stepping_wanted.is_some()
+                        || self.stepping_end
+                        || self.probe_wanted.is_some()
+                        || self.flash_wanted.is_some()
+                        || r
+                            .home_wanted
+                            .is_some_and(|t| t.elapsed().as_secs_f64() < REMOTE_HOME_S);
+                    pump_remote(
+                        r,
+                        &mut self.trainer,
+                        &mut self.wanted,
+                        &mut self.timelapse,
+                        home_wanted,
+                        allowed,
+                        self.frame_ms.clamp(REMOTE_STEPS_MS, MAX_REMOTE_STEPS_MS),
+                        &mut out,
+                    );
+                    if let Some(trainer) = self.trainer.as_mut() {
+                        refresh_timelapse(&mut self.timelapse, trainer.get());
+                        if remote.as_ref().is_some_and(|r| r.away.is_none()) {
+                            self.step = trainer.get().step;
+                        }
+                    }
+                    if !out.metrics.is_empty() {
+                        self.started.get_or_insert_with(Instant::now);
+                    }
+                }
                 if let Some(t) = task.as_mut()
                     && let Some(chunk) = check_ready(t)
                 {
@@ -852,6 +959,150 @@ impl Engine {
         }
         self.diagnose(&mut out);
         out
+    }
+}
+
+/// The browser's trainer worker, once a pump: takes its replies (steps,
+/// reads, the run handed back); hands it the run when the run trains and
+/// nothing wants it home; asks for steps (two calls out while training),
+/// serves the views' snapshots from it (a save pauses the run first, so its
+/// snapshot is read at home), and asks the run back when a view wants it
+/// home (a probe, a trace, a step-through, the idle trainer) or when it
+/// should stop (paused, finished, an error). The trainer is in `slot` only
+/// while the run is home.
+#[allow(clippy::too_many_arguments)]
+fn pump_remote(
+    r: &mut Remote,
+    slot: &mut Option<SyncCell<Trainer>>,
+    wanted: &mut Option<Vec<String>>,
+    timelapse: &mut Option<Arc<crate::model::timelapse::TimeLapse>>,
+    home_wanted: bool,
+    allowed: u64,
+    budget_ms: f64,
+    out: &mut Pumped,
+) {
+    while r.away.is_some()
+        && let Some(reply) = r.link.take()
+    {
+        let away = r.away.as_mut().expect("checked");
+        match reply {
+            Reply::Ready => {}
+            Reply::Started(_) => away.started = true,
+            Reply::Steps(done) => {
+                away.steps_out = away.steps_out.saturating_sub(1);
+                if let Some(m) = done.metrics.last() {
+                    away.step = m.step;
+                }
+                let parked = away.parked.get();
+                for f in done.frames {
+                    parked.push_frame(f.into_frame());
+                }
+                refresh_timelapse(timelapse, parked);
+                out.metrics.extend(done.metrics);
+                if let Some(failure) = done.failure {
+                    out.error = Some(failure.into());
+                    if !away.recalled {
+                        r.link.recall();
+                        away.recalled = true;
+                    }
+                }
+            }
+            Reply::Read(values) => {
+                if let Some(names) = away.read_out.take() {
+                    out.snapshot = Some(split_snapshot(&values, &names, away.step));
+                }
+            }
+            Reply::Checkpoint(bytes) => {
+                let mut away = r.away.take().expect("checked");
+                let adopted = crate::model::checkpoint::Checkpoint::from_bytes(&bytes, "the worker's run")
+                    .map_err(|e| e.to_string())
+                    .and_then(|ckpt| away.parked.get().adopt(&ckpt).map_err(|e| e.to_string()));
+                if let Err(e) = adopted {
+                    // Not the run's (its shape and seed are checked before
+                    // anything is written): say so, and train at home.
+                    bevy::log::warn!("the trainer worker's run could not be taken back: {e}");
+                    r.broken = Some(e.clone());
+                    out.error = Some(TrainError::Worker(e));
+                }
+                *slot = Some(away.parked);
+            }
+            Reply::Failed(why) => {
+                // The run goes on at home from where it was handed over:
+                // quietly when the worker never took it (a page offline
+                // before it ever fetched the worker's files, a browser
+                // without module workers); with the error once it trained.
+                let away = r.away.take().expect("checked");
+                bevy::log::warn!("the trainer worker failed: {why}");
+                if away.started {
+                    out.metrics.clear();
+                    out.error = Some(TrainError::Worker(why.clone()));
+                }
+                r.broken = Some(why);
+                *slot = Some(away.parked);
+            }
+        }
+    }
+    if r.broken.is_some() {
+        return;
+    }
+    let remaining = |t: &Trainer, step: u64| t.config.steps.saturating_sub(step);
+    if r.away.is_none() {
+        let Some(cell) = slot.as_mut() else { return };
+        let trainer = cell.get();
+        if home_wanted || allowed == 0 || remaining(trainer, trainer.step) == 0 || out.error.is_some() {
+            return;
+        }
+        let bytes = trainer
+            .checkpoint(true)
+            .map_err(|e| e.to_string())
+            .and_then(|c| c.to_bytes(crate::model::checkpoint::Precision::F32, "the run").map_err(|e| e.to_string()));
+        let bytes = match bytes {
+            Ok(b) => b,
+            Err(e) => {
+                bevy::log::warn!("the run could not be handed to the trainer worker: {e}");
+                r.broken = Some(e);
+                return;
+            }
+        };
+        r.link.start(&bytes, &trainer.corpus);
+        let step = trainer.step;
+        r.away = Some(Away {
+            step,
+            parked: slot.take().expect("checked"),
+            steps_out: 0,
+            read_out: None,
+            recalled: false,
+            started: false,
+        });
+    }
+    let away = r.away.as_mut().expect("the run is away");
+    if away.recalled {
+        return;
+    }
+    let parked = away.parked.get();
+    if home_wanted || allowed == 0 || remaining(parked, away.step) == 0 || out.error.is_some() {
+        r.link.recall();
+        away.recalled = true;
+        return;
+    }
+    if away.read_out.is_none()
+        && let Some(names) = wanted.take()
+    {
+        let program = parked.backend.program();
+        let sized: Vec<(String, usize)> = names
+            .iter()
+            .filter_map(|n| Some((n.clone(), program.tensors[program.tensor_id(n)?].numel())))
+            .collect();
+        let names: Vec<String> = sized.iter().map(|(n, _)| n.clone()).collect();
+        r.link.read(&names);
+        away.read_out = Some(sized);
+    }
+    let most = if allowed == u64::MAX { REMOTE_STEPS_OUT } else { 1 };
+    if away.steps_out < most {
+        let steps = allowed.min(remaining(parked, away.step));
+        r.link.steps(steps, budget_ms);
+        away.steps_out += 1;
+        out.started = steps;
     }
 }
 

@@ -37,6 +37,7 @@ pub mod language;
 pub mod lesson;
 pub mod link;
 pub mod registry;
+pub mod remote;
 pub mod sample;
 pub mod scenes;
 pub mod schedule;

@@ -222,6 +222,9 @@ fn report_to_page(
         "loss_finite": last.map(|m| m.loss.is_finite()),
         "val_loss": last.and_then(|m| m.val_loss),
         "ms_per_step": last.map(|m| m.ms),
+        // Threads of the page's trainer worker while it holds the run (a
+        // CPU run in a cross-origin isolated page; src/app/remote.rs).
+        "worker_threads": run.engine.worker_threads(),
         // The run's time-lapse: how many frames it has recorded so far.
         "timelapse_frames": run.engine.timelapse().map_or(0, |t| t.frames.len()),
         "corpus": run.corpus_name,

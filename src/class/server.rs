@@ -652,7 +652,24 @@ fn router(shared: Arc<Shared>) -> Router {
         Some(dir) => router.fallback_service(tower_http::services::ServeDir::new(dir)),
         None => router.fallback(missing_web),
     };
-    router.with_state(shared)
+    router.with_state(shared).layer(isolation("cross-origin-opener-policy", "same-origin")).layer(isolation(
+        "cross-origin-embedder-policy",
+        "require-corp",
+    ))
+}
+
+/// One of the two headers that make the page cross-origin isolated, so a
+/// student's page without WebGPU trains in the threaded trainer worker
+/// (web/trainer-worker.js; browsers isolate only secure pages: `--tls`,
+/// or the teacher's own localhost).
+fn isolation(
+    name: &'static str,
+    value: &'static str,
+) -> tower_http::set_header::SetResponseHeaderLayer<axum::http::HeaderValue> {
+    tower_http::set_header::SetResponseHeaderLayer::overriding(
+        axum::http::HeaderName::from_static(name),
+        axum::http::HeaderValue::from_static(value),
+    )
 }
 
 /// The log's thread: writes each batch of records, syncs, acknowledges.

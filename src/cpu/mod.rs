@@ -711,6 +711,29 @@ impl<F: Float> CpuBackend<F> {
     }
 }
 
+impl<F: Float> CpuBackend<F> {
+    /// [`Backend::train_step`] on the calling thread.
+    fn train_step_in_pool(&mut self, batch: &Batch, sp: StepParams) -> StepOutcome {
+        self.load_step(batch, Some(sp));
+        // The whole step: the gradients the backward writes outright are
+        // not zeroed first (nothing reads them before it does).
+        for i in 0..self.program.steps.len() {
+            match self.program.steps[i] {
+                Step::ZeroGrads => self.zero_grads(true),
+                step => self.run(step, None),
+            }
+        }
+        let stats = &self.data[self.program.stats];
+        let (loss, grad_norm) = (stats[0].f64(), self.last_grad_norm);
+        StepOutcome {
+            loss: loss as f32,
+            grad_norm: grad_norm as f32,
+            applied: loss.is_finite() && grad_norm.is_finite(),
+            skipped: false,
+        }
+    }
+}
+
 impl<F: Float> Backend for CpuBackend<F> {
     fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
         self
@@ -729,23 +752,11 @@ impl<F: Float> Backend for CpuBackend<F> {
     }
 
     fn train_step(&mut self, batch: &Batch, sp: StepParams) -> StepOutcome {
-        self.load_step(batch, Some(sp));
-        // The whole step: the gradients the backward writes outright are
-        // not zeroed first (nothing reads them before it does).
-        for i in 0..self.program.steps.len() {
-            match self.program.steps[i] {
-                Step::ZeroGrads => self.zero_grads(true),
-                step => self.run(step, None),
-            }
-        }
-        let stats = &self.data[self.program.stats];
-        let (loss, grad_norm) = (stats[0].f64(), self.last_grad_norm);
-        StepOutcome {
-            loss: loss as f32,
-            grad_norm: grad_norm as f32,
-            applied: loss.is_finite() && grad_norm.is_finite(),
-            skipped: false,
-        }
+        // The whole step on a thread of rayon's pool: each op's parallel
+        // loop then starts and ends inside the pool, instead of being
+        // handed to it from outside and its caller woken at the end (a
+        // wake-up per op: tiny's step runs about 200 of them).
+        rayon::scope(|_| self.train_step_in_pool(batch, sp))
     }
 
     fn load_step(&mut self, batch: &Batch, params: Option<StepParams>) {

@@ -3,6 +3,7 @@
 //! [`schedule`] gives the learning rate; [`crate::sample`] generates text.
 
 
+pub mod remote;
 pub mod schedule;
 pub mod timelapse;
 
@@ -14,11 +15,11 @@ use crate::model::config::Config;
 use crate::model::params::NamedTensor;
 use crate::model::timelapse::TimeLapse;
 use crate::program::Program;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use web_time::Instant;
 
 /// What one training step measured.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct StepMetrics {
     /// Steps completed, including this one (1-based).
     pub step: u64,
@@ -34,7 +35,7 @@ pub struct StepMetrics {
     pub tokens_per_s: f64,
     /// The loss scaler skipped this step's update (`--precision mixed`: the
     /// scaled gradients overflowed f16; the scale was halved).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub skipped: bool,
 }
 
@@ -60,6 +61,8 @@ pub enum TrainError {
     /// The GPU was lost (why).
     DeviceLost(String),
     Backend(crate::backend::BackendError),
+    /// The trainer running in the browser's Web Worker stopped (why).
+    Worker(String),
 }
 
 impl std::fmt::Display for TrainError {
@@ -85,6 +88,7 @@ impl std::fmt::Display for TrainError {
             TrainError::Mismatch(why) => crate::t!("train-mismatch", why = why.as_str()),
             TrainError::DeviceLost(why) => crate::t!("train-device-lost", why = why.as_str()),
             TrainError::Backend(e) => e.to_string(),
+            TrainError::Worker(why) => crate::t!("train-worker", why = why.as_str()),
         };
         f.write_str(&text)
     }
@@ -327,31 +331,11 @@ impl Trainer {
     /// step, batch sequence and loss history). The backend's program must
     /// have the checkpoint's model shape.
     pub fn resume(
-        mut backend: Box<dyn Backend>,
+        backend: Box<dyn Backend>,
         corpus: Corpus,
         ckpt: &Checkpoint,
     ) -> Result<Self, TrainError> {
         let config = backend.program().config.clone();
-        let shape = |c: &Config| (c.n_layer, c.n_head, c.d_model, c.ctx);
-        if shape(&config) != shape(&ckpt.config) {
-            return Err(TrainError::Mismatch(format!(
-                "checkpoint has (layers, heads, d, ctx) = {:?}, the run {:?}",
-                shape(&ckpt.config),
-                shape(&config)
-            )));
-        }
-        for t in &ckpt.params {
-            backend.write(&t.name, &t.values)?;
-        }
-        if let Some(opt) = &ckpt.optimizer {
-            for t in opt.m.iter().chain(&opt.v) {
-                backend.write(&t.name, &t.values)?;
-            }
-        }
-        let mut sampler = BatchSampler::new(ckpt.seed);
-        if let Some(s) = ckpt.sampler_state {
-            sampler.rng = crate::data::rng::Rng::new(s);
-        }
         let val_batches = validation_batches(
             &corpus,
             config.batch,
@@ -359,25 +343,65 @@ impl Trainer {
             config.eval_batches,
             ckpt.seed,
         );
-        let timelapse = ckpt
-            .timelapse
-            .clone()
-            .or_else(|| TimeLapse::new(config.n_layer, config.n_head, config.ctx));
-        Ok(Self {
-            timelapse,
+        let mut trainer = Self {
+            timelapse: None,
             backend,
             config,
             corpus,
             seed: ckpt.seed,
-            step: ckpt.step,
-            history: ckpt.loss_history.clone(),
-            sampler,
+            step: 0,
+            history: vec![],
+            sampler: BatchSampler::new(ckpt.seed),
             val_batches,
-            submitted: ckpt.step,
+            submitted: 0,
             last_finish: None,
             skipped_steps: 0,
             epoch: 0,
-        })
+        };
+        trainer.adopt(ckpt)?;
+        Ok(trainer)
+    }
+
+    /// Takes a checkpoint of this run's own seed as where the run is: its
+    /// parameters, optimizer state, step, batch sequence, loss history and
+    /// time-lapse (what [`Trainer::resume`] starts from; the browser's
+    /// trainer in a Web Worker hands its run back this way).
+    pub fn adopt(&mut self, ckpt: &Checkpoint) -> Result<(), TrainError> {
+        let shape = |c: &Config| (c.n_layer, c.n_head, c.d_model, c.ctx);
+        if shape(&self.config) != shape(&ckpt.config) {
+            return Err(TrainError::Mismatch(format!(
+                "checkpoint has (layers, heads, d, ctx) = {:?}, the run {:?}",
+                shape(&ckpt.config),
+                shape(&self.config)
+            )));
+        }
+        if ckpt.seed != self.seed {
+            return Err(TrainError::Mismatch(format!(
+                "checkpoint has seed {}, the run {} (its validation batches come from the seed)",
+                ckpt.seed, self.seed
+            )));
+        }
+        for t in &ckpt.params {
+            self.backend.write(&t.name, &t.values)?;
+        }
+        if let Some(opt) = &ckpt.optimizer {
+            for t in opt.m.iter().chain(&opt.v) {
+                self.backend.write(&t.name, &t.values)?;
+            }
+        }
+        let mut sampler = BatchSampler::new(ckpt.seed);
+        if let Some(s) = ckpt.sampler_state {
+            sampler.rng = crate::data::rng::Rng::new(s);
+        }
+        self.sampler = sampler;
+        self.timelapse = ckpt.timelapse.clone().or_else(|| {
+            TimeLapse::new(self.config.n_layer, self.config.n_head, self.config.ctx)
+        });
+        self.step = ckpt.step;
+        self.submitted = ckpt.step;
+        self.history = ckpt.loss_history.clone();
+        self.last_finish = None;
+        Ok(())
     }
 
     /// Takes the next batch from the run's sequence.

@@ -36,6 +36,13 @@
 //    on.
 // 6. A live class: a teacher and three students, their pages following
 //    the teacher's steps and the answers counted and revealed (classRun).
+// 7. The CPU fallback's threads (issue 55; threadsRun): without WebGPU,
+//    tiny and small train on the page's own thread where the page is not
+//    cross-origin isolated, and in the threaded trainer worker on 1 and 2
+//    threads where it is (a second server sends COOP and COEP). Each
+//    prints its median ms per step (the step's own time, as the app
+//    measures it) and steps per second; the ratios are reported, not
+//    asserted (speed is measured, never asserted).
 //
 // Any console error or uncaught exception fails a run (in the fifth, the
 // device's loss is logged as an error: there a panic or an exception does). Prints one JSON line
@@ -132,7 +139,7 @@ const askedWhileDown = [];
 
 // Every path the server answered, in order (which files a page fetched).
 const served = [];
-function serve() {
+function serve({ isolated = false } = {}) {
   const server = http.createServer((req, res) => {
     if (down) {
       askedWhileDown.push(req.url);
@@ -141,6 +148,13 @@ function serve() {
     }
     const url = new URL(req.url, "http://localhost");
     served.push(url.pathname);
+    if (url.pathname === "/__blank.html") {
+      // An empty page of this origin (threadsRun's bench: no app drawing).
+      res.writeHead(200, { "Content-Type": "text/html",
+        ...(isolated ? { "Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp" } : {}) });
+      res.end("<!doctype html><title>bench</title>");
+      return;
+    }
     const file = path.join(dist, url.pathname === "/" ? "index.html" : decodeURIComponent(url.pathname));
     if (!file.startsWith(dist) || !fs.existsSync(file) || fs.statSync(file).isDirectory()) {
       res.writeHead(404);
@@ -151,6 +165,8 @@ function serve() {
     res.writeHead(200, {
       "Content-Type": types[path.extname(file)] || "application/octet-stream",
       "Content-Length": body.length,
+      // A cross-origin isolated page (threadsRun): wasm threads need it.
+      ...(isolated ? { "Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp" } : {}),
     });
     res.end(body);
   });
@@ -1030,8 +1046,112 @@ async function classRun() {
   return problems;
 }
 
+// The trainer worker's `tinygpt bench` on 1 and 2 threads in an empty
+// page of the isolated origin: the threaded step with nothing drawing
+// beside it (on this 2-core machine SwiftShader's WebGL2 drawing of the app
+// takes most of a core).
+async function workerBench(isolatedBase, preset, threads, seconds) {
+  const browser = await launch(["--disable-features=WebGPU"]);
+  try {
+    const page = await browser.newPage();
+    await page.goto(`${isolatedBase}/__blank.html`);
+    return await page.evaluate(({ preset, threads, seconds }) => new Promise((resolve, reject) => {
+      const worker = new Worker("./trainer-worker.js", { type: "module" });
+      worker.onerror = (e) => reject(new Error(`the worker did not start: ${e.message}`));
+      worker.onmessage = ({ data }) => {
+        if (data.kind === "bench") resolve(JSON.parse(data.json));
+        else if (data.kind === "error") reject(new Error(data.message));
+      };
+      worker.postMessage({ kind: "init", threads });
+      worker.postMessage({ kind: "bench", preset, seconds });
+    }), { preset, threads, seconds });
+  } finally {
+    await browser.close();
+  }
+}
+
+// The CPU fallback on the page's thread and in the trainer worker (7.).
+async function threadsRun(plainBase, isolatedBase) {
+  const problems = [];
+  for (const preset of ["tiny", "small"]) {
+    const ms = {};
+    for (const threads of [1, 2]) {
+      try {
+        const r = await workerBench(isolatedBase, preset, threads, 3);
+        ms[threads] = r.median_ms;
+        console.log(JSON.stringify({ worker_bench: preset, threads, device: r.device, median_ms: r.median_ms,
+          min_ms: r.min_ms, max_ms: r.max_ms, steps: r.steps, tokens_per_s: r.tokens_per_s }));
+        if (!(r.median_ms > 0)) problems.push(`worker bench ${preset} on ${threads} threads: no step time (${r.median_ms})`);
+      } catch (e) {
+        problems.push(`worker bench ${preset} on ${threads} threads: ${e.message}`);
+      }
+    }
+    if (ms[1] && ms[2]) console.log(JSON.stringify({ worker_bench_speedup: preset, "1_thread_ms/2_threads_ms": ms[1] / ms[2] }));
+  }
+  const args = ["--disable-features=WebGPU", "--use-angle=swiftshader", "--enable-unsafe-swiftshader"];
+  const results = {};
+  for (const preset of ["tiny", "small"]) {
+    for (const [where, base, threads] of [["page", plainBase, null], ["worker", isolatedBase, 1], ["worker", isolatedBase, 2]]) {
+      const name = `${preset}-${where}${threads ? `-${threads}` : ""}`;
+      const steps = preset === "tiny" ? 40 : 16;
+      const before = problems.length;
+      const browser = await launch(args);
+      try {
+        const page = await browser.newPage({ viewport: { width: 1280, height: 720 } });
+        page.on("console", (msg) => { if (msg.type() === "error") problems.push(`${name}: console error: ${msg.text()}`); });
+        page.on("pageerror", (e) => problems.push(`${name}: uncaught: ${e.message}`));
+        const query = threads ? `?threads=${threads}` : "";
+        await page.goto(`${base}/${query}#preset=${preset}&seed=1337&train=1`);
+        // Each step's own time as the app reported it (the last step's, so
+        // sampled often), after the first few (warm-up).
+        const ms = new Map();
+        const t0 = Date.now();
+        let status = null;
+        for (;;) {
+          status = await page.evaluate(() => ({ ...window.tinygptStatus, isolated: self.crossOriginIsolated }));
+          if (status.step > 3 && Number.isFinite(status.ms_per_step)) ms.set(status.step, status.ms_per_step);
+          if (status.step >= steps || problems.length > before || Date.now() - t0 > TIMEOUT_S * 1000) break;
+          await page.waitForTimeout(100);
+        }
+        const times = (status.stepTimes || []).filter(([, step]) => step > 3);
+        const [first, last] = [times[0], times[times.length - 1]];
+        const stepsPerS = first && last && last[0] > first[0] ? (last[1] - first[1]) / ((last[0] - first[0]) / 1e3) : null;
+        const sorted = [...ms.values()].sort((a, b) => a - b);
+        const median = sorted.length ? sorted[Math.floor(sorted.length / 2)] : null;
+        results[name] = { median_ms: median, steps_per_s: stepsPerS };
+        console.log(JSON.stringify({ threads_run: name, isolated: status.isolated, worker_threads: status.worker_threads ?? null,
+          backend: status.backend, steps: status.step, loss: status.loss, median_ms_per_step: median, samples: sorted.length,
+          steps_per_s: stepsPerS, timelapse_frames: status.timelapse_frames, errors: status.errors }));
+        const check = (ok, what) => { if (!ok) problems.push(`${name}: ${what}`); };
+        check(status.backend === "cpu", `trained on ${status.backend}, expected cpu`);
+        check(status.step >= steps, `only ${status.step} of ${steps} steps in ${TIMEOUT_S} s`);
+        check(status.loss_finite === true, `the last loss is not finite: ${status.loss}`);
+        check((status.errors || []).length === 0, `the app reported errors: ${JSON.stringify(status.errors)}`);
+        check(status.timelapse_frames >= 3, `the run recorded ${status.timelapse_frames} time-lapse frames in ${status.step} steps`);
+        if (threads) {
+          check(status.isolated === true, "the page served with COOP and COEP is not cross-origin isolated");
+          check(status.worker_threads === threads, `the run trains on ${status.worker_threads} worker threads, expected ${threads}`);
+        } else {
+          check(status.isolated === false && status.worker_threads == null,
+            `the page without isolation trains in a worker (${status.worker_threads} threads)`);
+        }
+      } finally {
+        await browser.close();
+      }
+    }
+    const page = results[`${preset}-page`], two = results[`${preset}-worker-2`], one = results[`${preset}-worker-1`];
+    if (page?.median_ms && two?.median_ms && one?.median_ms) {
+      console.log(JSON.stringify({ threads_speedup: preset, "page_ms/worker2_ms": page.median_ms / two.median_ms,
+        "worker1_ms/worker2_ms": one.median_ms / two.median_ms, "page_ms/worker1_ms": page.median_ms / one.median_ms }));
+    }
+  }
+  return problems;
+}
+
 const server = await serve();
 const base = `http://127.0.0.1:${server.address().port}`;
+const isolatedServer = await serve({ isolated: true });
+const isolatedBase = `http://127.0.0.1:${isolatedServer.address().port}`;
 // TINYGPT_BROWSER_ONLY=offline,scenes (the names in brackets below) runs
 // only those, while working on one.
 const only = (process.env.TINYGPT_BROWSER_ONLY || "").split(",").filter(Boolean);
@@ -1044,6 +1164,7 @@ const groups = [
   ["lost-gpu", () => lostGpuRun(base)],
   ["class", () => classRun()],
   ["access", () => accessRun(base)],
+  ["threads", () => threadsRun(base, isolatedBase)],
 ];
 for (const [name, run] of groups.filter(([name]) => wanted(name))) {
   const problems = await run();
@@ -1051,4 +1172,5 @@ for (const [name, run] of groups.filter(([name]) => wanted(name))) {
   failed ||= problems.length > 0;
 }
 server.close();
+isolatedServer.close();
 process.exit(failed ? 1 : 0);

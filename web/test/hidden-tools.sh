@@ -85,6 +85,16 @@ out=$(env PATH="$tmp/bin-no-tools" TINYGPT_TOOLS="$tmp/tools" TINYGPT_SKIP_WASM_
 grep -q "skip wasm-opt" <<<"$out" && echo "hidden-tools: TINYGPT_SKIP_WASM_OPT=1: ok" \
     || { echo "hidden-tools: TINYGPT_SKIP_WASM_OPT=1 not honoured: $out"; fail=1; }
 
+# The trainer worker's nightly: without rustup on PATH the plan says the
+# worker is left out (pages then train on their own thread), and
+# TINYGPT_SKIP_WORKER=1 leaves it out by name.
+path_without "$tmp/bin-no-rustup" $hidden rustup
+rm -f "$tmp/bin-no-rustup/cargo"
+printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v cargo || echo "${CARGO_HOME:-$HOME/.cargo}/bin/cargo")" >"$tmp/bin-no-rustup/cargo"
+chmod +x "$tmp/bin-no-rustup/cargo"
+check "no rustup" "build no trainer worker: it needs rustup" -- "$tmp/bin-no-rustup"
+TINYGPT_SKIP_WORKER=1 check "TINYGPT_SKIP_WORKER=1" "build no trainer worker (TINYGPT_SKIP_WORKER=1)" -- "$tmp/bin-no-tools"
+
 # The size bound: a number of bytes is taken and said; anything else is
 # refused in one line before anything is built.
 TINYGPT_WASM_MAX_GZ=7000000 check "TINYGPT_WASM_MAX_GZ=7000000" "over 7000000 bytes gzipped" -- "$tmp/bin-no-tools"

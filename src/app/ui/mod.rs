@@ -164,6 +164,10 @@ pub fn draw_ui(
                 "status-backend",
                 backend = run.backend_label.as_str()
             ));
+            if let Some(threads) = run.engine.worker_threads() {
+                ui.separator();
+                ui.label(crate::t!("status-worker", threads = threads.to_string()));
+            }
             ui.separator();
             ui.label(crate::t!(&format!("run-state-{:?}", run.state)));
             if let Some(info) = &status.info {
