@@ -15,7 +15,9 @@
 //   {kind: "bench", preset, seconds}             → {kind: "bench", json}
 //     (`tinygpt bench --backend cpu` here: the browser test's measurement)
 //
-// and {kind: "error", message} for any that failed. A call for steps blocks
+// and {kind: "error", message} for any that failed; every reply to a
+// message that names its `run` names it too (the page drops replies about
+// a run it has replaced). A call for steps blocks
 // this worker for about budgetMs (a worker may wait; the page may not); the
 // messages that arrive meanwhile wait in the queue.
 
@@ -39,7 +41,7 @@ async function drain() {
       try {
         await handle(m);
       } catch (e) {
-        postMessage({ kind: "error", message: String(e && e.message ? e.message : e) });
+        postMessage({ kind: "error", run: m.run, message: String(e && e.message ? e.message : e) });
       }
     }
   } finally {
@@ -60,21 +62,21 @@ async function handle(m) {
       if (trainer) trainer.free();
       trainer = null;
       trainer = new WebTrainer(m.checkpoint, m.name, m.train, m.val, m.align);
-      postMessage({ kind: "started", step: trainer.step() });
+      postMessage({ kind: "started", run: m.run, step: trainer.step() });
       break;
     case "steps":
-      postMessage({ kind: "steps", ron: need().steps(m.steps, m.budgetMs) });
+      postMessage({ kind: "steps", run: m.run, ron: need().steps(m.steps, m.budgetMs) });
       break;
     case "read": {
       const values = need().read(m.names);
-      postMessage({ kind: "read", values }, [values.buffer]);
+      postMessage({ kind: "read", run: m.run, values }, [values.buffer]);
       break;
     }
     case "recall": {
       const bytes = need().checkpoint();
       trainer.free();
       trainer = null;
-      postMessage({ kind: "checkpoint", bytes }, [bytes.buffer]);
+      postMessage({ kind: "checkpoint", run: m.run, bytes }, [bytes.buffer]);
       break;
     }
     case "bench":

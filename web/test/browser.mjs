@@ -1131,6 +1131,31 @@ async function threadsRun(plainBase, isolatedBase) {
         if (threads) {
           check(status.isolated === true, "the page served with COOP and COEP is not cross-origin isolated");
           check(status.worker_threads === threads, `the run trains on ${status.worker_threads} worker threads, expected ${threads}`);
+          if (preset === "tiny" && threads === 2 && problems.length === before) {
+            // Paused, the run comes home; trained on, it goes back and
+            // goes on from where it was; a save takes it home and back.
+            await clickNamed(page, "⏸ Pause");
+            const home = await waitFor(page, (s) => s.state === "Paused" && s.worker_threads == null && s.trainerRecalls >= 1, 60);
+            check(home, "paused, the run did not come back from the worker");
+            if (home) {
+              await clickNamed(page, "▶ Train");
+              const again = await waitFor(page, (s) => s.step >= home.step + 5 && s.worker_threads === threads && s.trainerStarts >= 2, 120);
+              check(again, `trained on after the pause, the run did not go back to the worker and on from step ${home.step}`);
+              if (again) {
+                const [download] = await Promise.all([page.waitForEvent("download", { timeout: 120000 }), clickNamed(page, "Download checkpoint")]);
+                const header = safetensorsHeader(fs.readFileSync(await download.path()));
+                const step = Number(header.__metadata__?.step);
+                check(step >= again.step, `the checkpoint saved from the worker's run is at step ${step}, before ${again.step}`);
+                for (const t of ["transformer.wte.weight", "adam.m.transformer.wte.weight", "adam.v.transformer.wte.weight"]) {
+                  check(header[t], `the checkpoint saved from the worker's run lacks ${t}`);
+                }
+                const after = await waitFor(page, (s) => s.step >= step + 5 && s.worker_threads === threads, 120);
+                check(after, "after the save the run did not train on in the worker");
+                console.log(JSON.stringify({ threads_run: name, paused_at: home.step, resumed_to: again.step, saved_step: step,
+                  hand_overs: (after || again).trainerStarts, recalls: (after || again).trainerRecalls }));
+              }
+            }
+          }
         } else {
           check(status.isolated === false && status.worker_threads == null,
             `the page without isolation trains in a worker (${status.worker_threads} threads)`);
