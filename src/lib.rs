@@ -29,9 +29,11 @@
 //!    [`lesson`], [`handout`].
 //! 8. The class session: [`class`] (a live class: its protocol, its state
 //!    and log, and natively its server, `tinygpt class`).
-//! 9. The front ends: the command line (`src/cli`, the binary) and `app`
+//! 9. The front ends: the command line (`src/cli`, the binary), `app`
 //!    (feature `app`): the Bevy explainer, which mirrors the program as
-//!    entities and trains inside its frame loop.
+//!    entities and trains inside its frame loop, and `web_trainer`
+//!    (feature `worker`, wasm32 with threads): the browser's CPU trainer in
+//!    a Web Worker, which the app hands its run to.
 
 #[cfg(feature = "app")]
 pub mod app;

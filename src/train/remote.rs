@@ -9,7 +9,6 @@
 use super::{StepMetrics, TrainError};
 use crate::model::timelapse::Frame;
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
 
 /// Why a step in the worker was not taken, or ruined the run: the errors
 /// [`super::Trainer::train_step`] returns, each as the app shows it.
@@ -89,13 +88,16 @@ pub struct StepsDone {
     pub frames: Vec<NewFrame>,
 }
 
-/// A time-lapse frame with what its serialized form leaves out: the
-/// attention maps and the weights it kept when it was sent.
+/// A time-lapse frame with its attention maps (which its serialized form
+/// leaves out: a checkpoint keeps them as a tensor). Not its weights: a
+/// whole model's worth of numbers as text would hold the page's frame up
+/// for each time-lapse frame (4 MB at small); the frames' weights come
+/// with the run when it comes back ([`super::Trainer::adopt`]), and until
+/// then the page's frames are those the time-lapse would have thinned.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct NewFrame {
     pub frame: Frame,
     pub attention: Option<Vec<u16>>,
-    pub weights: Option<Vec<f32>>,
 }
 
 impl NewFrame {
@@ -103,14 +105,13 @@ impl NewFrame {
         NewFrame {
             frame: frame.clone(),
             attention: frame.attention.clone(),
-            weights: frame.weights.as_deref().cloned(),
         }
     }
 
     pub fn into_frame(self) -> Frame {
         Frame {
             attention: self.attention,
-            weights: self.weights.map(Arc::new),
+            weights: None,
             ..self.frame
         }
     }
