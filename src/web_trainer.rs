@@ -8,12 +8,10 @@
 //! [`crate::train::remote`] is what they say). The steps are the CPU
 //! backend's, the one program every backend runs.
 
-use crate::cpu::CpuBackend;
 use crate::data::Corpus;
 use crate::model::checkpoint::{Checkpoint, Precision};
-use crate::program::Program;
 use crate::train::Trainer;
-use crate::train::remote::{StepFailure, StepsDone, train_steps};
+use crate::train::remote::{StepsDone, train_steps};
 use wasm_bindgen::prelude::*;
 
 pub use wasm_bindgen_rayon::init_thread_pool;
@@ -47,7 +45,7 @@ impl WebTrainer {
             val,
             align: align.max(1),
         };
-        let backend = Box::new(CpuBackend::<f32>::new(Program::new(&ckpt.config)));
+        let backend = crate::bench::cpu_backend(&ckpt.config);
         let trainer =
             Trainer::resume(backend, corpus, &ckpt).map_err(|e| JsError::new(&e.to_string()))?;
         Ok(WebTrainer { trainer })
@@ -56,11 +54,6 @@ impl WebTrainer {
     /// Steps completed.
     pub fn step(&self) -> f64 {
         self.trainer.step as f64
-    }
-
-    /// Worker threads of the pool the steps run on.
-    pub fn threads(&self) -> usize {
-        rayon::current_num_threads()
     }
 
     /// Up to `steps` steps for about `budget_ms`: what they measured, and
@@ -113,16 +106,4 @@ pub fn bench(preset: &str, seconds: f64) -> Result<String, JsError> {
     };
     let result = crate::bench::bench(preset, "cpu", backend, setup_ms, opts).map_err(|e| JsError::new(&e))?;
     serde_json::to_string(&result).map_err(|e| JsError::new(&e.to_string()))
-}
-
-/// Kept for the message's sake: a worker that fails to build its run says
-/// why in the words the app shows ([`StepFailure::Other`]).
-#[wasm_bindgen(js_name = failureText)]
-pub fn failure_text(why: &str) -> String {
-    StepsDone {
-        metrics: vec![],
-        failure: Some(StepFailure::Other(why.to_string())),
-        frames: vec![],
-    }
-    .to_ron()
 }

@@ -1046,10 +1046,14 @@ fn pump_remote(
         return;
     }
     let remaining = |t: &Trainer, step: u64| t.config.steps.saturating_sub(step);
+    // Where the run belongs at `step` of it: at home, unless it trains on.
+    let home = |t: &Trainer, step: u64, error: bool| {
+        home_wanted || allowed == 0 || remaining(t, step) == 0 || error
+    };
     if r.away.is_none() {
         let Some(cell) = slot.as_mut() else { return };
         let trainer = cell.get();
-        if home_wanted || allowed == 0 || remaining(trainer, trainer.step) == 0 || out.error.is_some() {
+        if home(trainer, trainer.step, out.error.is_some()) {
             return;
         }
         let bytes = trainer
@@ -1080,7 +1084,7 @@ fn pump_remote(
         return;
     }
     let parked = away.parked.get();
-    if home_wanted || allowed == 0 || remaining(parked, away.step) == 0 || out.error.is_some() {
+    if home(parked, away.step, out.error.is_some()) {
         r.link.recall();
         away.recalled = true;
         return;
